@@ -1,0 +1,130 @@
+"""Audio input: recordings named by wav.scp entries, and segments cut from them.
+
+A wav.scp value is one of
+  * a file path (NIST SPHERE, WAV, FLAC... anything libsndfile reads), first channel;
+  * Kaldi's Switchboard form `sph2pipe -f wav -p -c N /path/x.sph |`, read natively
+    (channel N, 1-based) so sph2pipe need not be installed;
+  * any other command ending in `|` whose standard output is a WAV file (run by the shell).
+Samples are returned as float32 in [-1, 1) at the file's own rate.
+"""
+
+from __future__ import annotations
+
+import io
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from asr.utils.errors import InputError
+
+
+@dataclass(frozen=True)
+class AudioSource:
+    path: str | None  # a file to read directly, or None for a pipe
+    channel: int = 0  # 0-based
+    command: str | None = None  # shell command writing WAV to stdout
+
+
+def parse_wav_scp_entry(value: str) -> AudioSource:
+    value = value.strip()
+    if not value.endswith("|"):
+        return AudioSource(path=value)
+    command = value[:-1].strip()
+    words = shlex.split(command)
+    if words and Path(words[0]).name == "sph2pipe":
+        channel, path = 1, None
+        i = 1
+        while i < len(words):
+            if words[i] == "-c":
+                channel = int(words[i + 1])
+                i += 2
+            elif words[i] == "-f":
+                i += 2
+            elif words[i].startswith("-"):
+                i += 1
+            else:
+                path = words[i]
+                i += 1
+        if path is not None:
+            return AudioSource(path=path, channel=channel - 1)
+    return AudioSource(path=None, command=command)
+
+
+def _read_file(path: str, channel: int) -> tuple[np.ndarray, int]:
+    if not Path(path).is_file():
+        raise InputError(f"{path}: audio file not found (named in wav.scp); check the corpus path")
+    try:
+        samples, rate = sf.read(path, dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError) as err:
+        raise InputError(f"{path}: cannot read audio ({err}); the file is damaged or in a format libsndfile does not know") from None
+    if channel >= samples.shape[1]:
+        raise InputError(f"{path}: channel {channel + 1} requested but the file has {samples.shape[1]}")
+    return np.ascontiguousarray(samples[:, channel]), rate
+
+
+def _read_pipe(command: str, channel: int) -> tuple[np.ndarray, int]:
+    proc = subprocess.run(command, shell=True, capture_output=True)
+    if proc.returncode != 0:
+        raise InputError(f"wav.scp command failed ({proc.returncode}): {command}\n{proc.stderr.decode(errors='replace')[-500:]}")
+    try:
+        samples, rate = sf.read(io.BytesIO(proc.stdout), dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError) as err:
+        raise InputError(f"wav.scp command did not produce readable audio ({err}): {command}") from None
+    return np.ascontiguousarray(samples[:, channel]), rate
+
+
+def read_recording(wav_scp_value: str) -> tuple[np.ndarray, int]:
+    """Read a whole recording (one channel) named by a wav.scp value."""
+    source = parse_wav_scp_entry(wav_scp_value)
+    if source.path is not None:
+        return _read_file(source.path, source.channel)
+    return _read_pipe(source.command or "", source.channel)
+
+
+def recording_duration(wav_scp_value: str) -> float:
+    """Duration in seconds, from the header when the entry is a file (cheap)."""
+    source = parse_wav_scp_entry(wav_scp_value)
+    if source.path is not None:
+        if not Path(source.path).is_file():
+            raise InputError(f"{source.path}: audio file not found (named in wav.scp); check the corpus path")
+        try:
+            info = sf.info(source.path)
+        except (sf.LibsndfileError, RuntimeError) as err:
+            raise InputError(f"{source.path}: cannot read audio header ({err})") from None
+        return info.frames / info.samplerate
+    samples, rate = _read_pipe(source.command or "", source.channel)
+    return len(samples) / rate
+
+
+def cut_segment(samples: np.ndarray, rate: int, start: float, end: float, name: str = "") -> np.ndarray:
+    """Samples of [start, end) seconds; a segment past the end of the audio is an error."""
+    first, last = int(round(start * rate)), int(round(end * rate))
+    duration = len(samples) / rate
+    if start < 0 or end <= start:
+        raise InputError(f"segment {name}: bad times {start:.2f}-{end:.2f}")
+    if last > len(samples) + int(0.02 * rate):  # Kaldi tolerates a frame of rounding
+        raise InputError(f"segment {name}: ends at {end:.2f}s but the recording lasts {duration:.2f}s; fix or drop it (python -m asr.data.fix)")
+    return samples[first:min(last, len(samples))]
+
+
+class RecordingCache:
+    """Keeps the most recent recording in memory: segments of a data dir sorted by id come
+    grouped by recording, so each recording is read once."""
+
+    def __init__(self, wav_scp: dict[str, str]):
+        self.wav_scp = wav_scp
+        self._key: str | None = None
+        self._audio: tuple[np.ndarray, int] | None = None
+
+    def get(self, recording: str) -> tuple[np.ndarray, int]:
+        if recording != self._key:
+            if recording not in self.wav_scp:
+                raise InputError(f"recording {recording!r} is not in wav.scp")
+            self._audio = read_recording(self.wav_scp[recording])
+            self._key = recording
+        assert self._audio is not None
+        return self._audio

@@ -1,0 +1,34 @@
+"""Configuration of corpus locations and data-dir names (Hydra group `data`)."""
+
+from dataclasses import dataclass
+
+from omegaconf import MISSING
+
+
+@dataclass
+class DataConfig:
+    name: str = MISSING
+    # LDC corpus locations; options, never paths in code (DESIGN.md section 4).
+    swbd_dir: str = MISSING  # LDC97S62: swb1_d{1..4}/data/sw0NNNN.sph
+    ms98_dir: str = MISSING  # swb_ms98_transcriptions/NN/NNNN/swNNNNA-ms98-a-trans.text
+    eval2000_dir: str = MISSING  # LDC2002S09/hub5e_00: english/*.sph, english/hub5e_00.pem
+    eval2000_text_dir: str = MISSING  # LDC2002T43: reference/*.stm, *.glm
+    data_dir: str = "data"  # Kaldi data dirs are written to <data_dir>/<set>
+    train_set: str = "train"
+    dev_set: str = "train_dev"
+    eval_set: str = "eval2000"
+    dev_utts: int = 4000  # first N utterances held out of training (Kaldi's train_dev)
+    expected_sph_files: int = 2435  # release count; fewer found -> warning naming the gap
+
+
+@dataclass
+class SynthConfig:
+    """The synthetic LDC-format corpus (python -m asr.data.synth)."""
+
+    out_dir: str = "corpus"
+    seed: int = 1
+    train_conversations: int = 60
+    eval_swb_conversations: int = 4
+    eval_callhome_conversations: int = 4
+    turns_per_conversation: int = 24
+    jobs: int = 2

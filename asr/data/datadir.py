@@ -1,0 +1,198 @@
+"""Kaldi data directories: the plain-text contract every stage and every Kaldi tool reads.
+
+Files are `key value...` lines sorted by key in C locale (byte order), one key per line.
+`read_data_dir` loads the files that exist; `write_data_dir` writes them sorted, into a
+temporary directory renamed into place when complete.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from asr.utils.atomic import atomic_dir
+from asr.utils.errors import InputError
+
+# Files holding one "key value" line per key, in the order they are written.
+TABLE_FILES = ("wav.scp", "segments", "text", "utt2spk", "reco2file_and_channel", "utt2dur", "feats.scp", "cmvn.scp")
+# Files copied as they are (scoring references).
+VERBATIM_FILES = ("stm", "glm")
+
+
+def c_sort_key(key: str) -> bytes:
+    """Kaldi sorts with LC_ALL=C: by bytes, so 'B' < 'a' and '-' < '_'."""
+    return key.encode("utf-8")
+
+
+def sorted_items(table: dict[str, str]) -> list[tuple[str, str]]:
+    return sorted(table.items(), key=lambda kv: c_sort_key(kv[0]))
+
+
+@dataclass(frozen=True)
+class Segment:
+    recording: str
+    start: float
+    end: float
+
+    def __str__(self) -> str:
+        return f"{self.recording} {self.start:.2f} {self.end:.2f}"
+
+
+@dataclass
+class DataDir:
+    """In-memory Kaldi data dir. Optional tables are empty dicts when absent."""
+
+    wav_scp: dict[str, str] = field(default_factory=dict)
+    text: dict[str, str] = field(default_factory=dict)
+    utt2spk: dict[str, str] = field(default_factory=dict)
+    segments: dict[str, Segment] = field(default_factory=dict)
+    reco2file_and_channel: dict[str, tuple[str, str]] = field(default_factory=dict)
+    utt2dur: dict[str, float] = field(default_factory=dict)
+    feats_scp: dict[str, str] = field(default_factory=dict)
+    cmvn_scp: dict[str, str] = field(default_factory=dict)
+    verbatim: dict[str, str] = field(default_factory=dict)  # stm/glm contents
+
+    @property
+    def utts(self) -> list[str]:
+        return sorted(self.utt2spk, key=c_sort_key)
+
+    @property
+    def spk2utt(self) -> dict[str, list[str]]:
+        return spk2utt(self.utt2spk)
+
+    def recording_of(self, utt: str) -> str:
+        """With segments the recording is named there; without, utterance == recording."""
+        return self.segments[utt].recording if self.segments else utt
+
+    def subset(self, utts: Iterable[str]) -> "DataDir":
+        """The data dir restricted to `utts` (and the recordings/speakers they use)."""
+        keep = set(utts)
+        segments = {u: s for u, s in self.segments.items() if u in keep}
+        recos = {s.recording for s in segments.values()} if self.segments else keep
+        return DataDir(
+            wav_scp={r: v for r, v in self.wav_scp.items() if r in recos},
+            text={u: t for u, t in self.text.items() if u in keep},
+            utt2spk={u: s for u, s in self.utt2spk.items() if u in keep},
+            segments=segments,
+            reco2file_and_channel={r: v for r, v in self.reco2file_and_channel.items() if r in recos},
+            utt2dur={u: d for u, d in self.utt2dur.items() if u in keep},
+            feats_scp={u: v for u, v in self.feats_scp.items() if u in keep},
+            cmvn_scp=dict(self.cmvn_scp),
+            verbatim=dict(self.verbatim),
+        )
+
+
+def spk2utt(utt2spk: dict[str, str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for utt in sorted(utt2spk, key=c_sort_key):
+        out.setdefault(utt2spk[utt], []).append(utt)
+    return out
+
+
+def iter_table(path: str | os.PathLike) -> Iterator[tuple[int, str, str]]:
+    """Yield (line number, key, rest) for each line of a Kaldi table file.
+
+    Blank lines and lines with no value raise InputError naming file and line.
+    """
+    path = Path(path)
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.rstrip("\n")
+            parts = line.split(maxsplit=1)
+            if not parts:
+                raise InputError(f"{path}:{lineno}: empty line; Kaldi tables have one 'key value' per line")
+            yield lineno, parts[0], parts[1].strip() if len(parts) > 1 else ""
+
+
+def read_table(path: str | os.PathLike, allow_empty_value: bool = False) -> dict[str, str]:
+    """Read a `key value` file into a dict; duplicate keys and missing values are errors."""
+    table: dict[str, str] = {}
+    for lineno, key, value in iter_table(path):
+        if key in table:
+            raise InputError(f"{path}:{lineno}: duplicate key {key!r}; each key must appear once")
+        if not value and not allow_empty_value:
+            raise InputError(f"{path}:{lineno}: key {key!r} has no value")
+        table[key] = value
+    return table
+
+
+def write_table(path: str | os.PathLike, table: dict[str, str]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for key, value in sorted_items(table):
+            f.write(f"{key} {value}\n" if value != "" else f"{key}\n")
+
+
+def _parse_segments(path: Path) -> dict[str, Segment]:
+    segments = {}
+    for lineno, key, rest in iter_table(path):
+        fields = rest.split()
+        try:
+            reco, start, end = fields[0], float(fields[1]), float(fields[2])
+        except (IndexError, ValueError):
+            raise InputError(f"{path}:{lineno}: expected '<utt> <recording> <start> <end>', got {key} {rest!r}") from None
+        if key in segments:
+            raise InputError(f"{path}:{lineno}: duplicate utterance {key!r}")
+        segments[key] = Segment(reco, start, end)
+    return segments
+
+
+def read_data_dir(path: str | os.PathLike) -> DataDir:
+    """Load a Kaldi data dir. Required: wav.scp (or feats.scp), text, utt2spk."""
+    path = Path(path)
+    if not path.is_dir():
+        raise InputError(f"{path}: data directory not found; run the prepare stage first")
+    for required in ("utt2spk",):
+        if not (path / required).is_file():
+            raise InputError(f"{path / required}: missing; a Kaldi data dir needs utt2spk (and wav.scp or feats.scp)")
+    d = DataDir()
+    d.utt2spk = read_table(path / "utt2spk")
+    if (path / "text").is_file():
+        d.text = read_table(path / "text", allow_empty_value=True)
+    if (path / "wav.scp").is_file():
+        d.wav_scp = read_table(path / "wav.scp")
+    if (path / "segments").is_file():
+        d.segments = _parse_segments(path / "segments")
+    if (path / "reco2file_and_channel").is_file():
+        d.reco2file_and_channel = {
+            k: tuple(v.split()[:2]) for k, v in read_table(path / "reco2file_and_channel").items()  # type: ignore[misc]
+        }
+    if (path / "utt2dur").is_file():
+        d.utt2dur = {k: float(v) for k, v in read_table(path / "utt2dur").items()}
+    if (path / "feats.scp").is_file():
+        d.feats_scp = read_table(path / "feats.scp")
+    if (path / "cmvn.scp").is_file():
+        d.cmvn_scp = read_table(path / "cmvn.scp")
+    for name in VERBATIM_FILES:
+        if (path / name).is_file():
+            d.verbatim[name] = (path / name).read_text(encoding="utf-8")
+    return d
+
+
+def write_data_dir(d: DataDir, path: str | os.PathLike) -> Path:
+    """Write all non-empty tables sorted (C locale) plus spk2utt, atomically."""
+    path = Path(path)
+    with atomic_dir(path) as tmp:
+        write_table(tmp / "wav.scp", d.wav_scp)
+        write_table(tmp / "text", d.text)
+        write_table(tmp / "utt2spk", d.utt2spk)
+        write_table(tmp / "spk2utt", {s: " ".join(u) for s, u in d.spk2utt.items()})
+        if d.segments:
+            write_table(tmp / "segments", {u: str(s) for u, s in d.segments.items()})
+        if d.reco2file_and_channel:
+            write_table(tmp / "reco2file_and_channel", {r: " ".join(v) for r, v in d.reco2file_and_channel.items()})
+        if d.utt2dur:
+            write_table(tmp / "utt2dur", {u: f"{v:.3f}" for u, v in d.utt2dur.items()})
+        if d.feats_scp:
+            write_table(tmp / "feats.scp", d.feats_scp)
+        if d.cmvn_scp:
+            write_table(tmp / "cmvn.scp", d.cmvn_scp)
+        for name, content in d.verbatim.items():
+            (tmp / name).write_text(content, encoding="utf-8")
+    return path
+
+
+def swbd_utt_id(speaker: str, start: float, end: float) -> str:
+    """Kaldi's Switchboard utterance id: sw02001-A_000098-001156 (times in centiseconds)."""
+    return f"{speaker}_{round(start * 100):06d}-{round(end * 100):06d}"

@@ -1,0 +1,15 @@
+"""Configuration of the acoustic model (Hydra group `model`)."""
+
+from dataclasses import dataclass
+
+
+@dataclass
+class ModelConfig:
+    name: str = "blstm"
+    num_layers: int = 4
+    hidden_size: int = 320  # cells per direction
+    bidirectional: bool = True
+    bottleneck: int = 0  # linear bottleneck before the output layer; 0 = none
+    stack_frames: int = 3  # concatenate this many neighbouring frames...
+    subsample: int = 3  # ...and keep every Nth stacked frame
+    dropout: float = 0.1

@@ -1,0 +1,1 @@
+"""Small helpers shared by every stage: atomic file output and logging."""

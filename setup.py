@@ -1,0 +1,25 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="asr",
+    version="0.1.0",
+    description="Distributed LSTM acoustic-model training for Switchboard, with Kaldi-style recipes",
+    python_requires=">=3.10",
+    packages=find_packages(include=["asr", "asr.*"]),
+    install_requires=[
+        "torch==2.13.0",  # CPU build on our machines; GPU users install the CUDA build of this version
+        "numpy",
+        "scipy",
+        "kaldiio>=2.18",
+        "sentencepiece>=0.2",
+        "hydra-core>=1.3,<1.4",
+        "jiwer>=4.0",
+        "soundfile>=0.12",
+        "espeakng-loader>=0.2",
+        "matplotlib>=3.8",
+        "tqdm",
+    ],
+    extras_require={
+        "dev": ["pytest>=8", "kaldi-native-fbank>=1.20"],
+    },
+)
