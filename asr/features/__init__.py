@@ -1,0 +1,1 @@
+"""Features: Kaldi-compatible filterbanks, CMVN, fMLLR, and the extraction driver."""
