@@ -5,4 +5,5 @@ from dataclasses import dataclass
 
 @dataclass
 class ScoreConfig:
-    kind: str = "jiwer"  # jiwer | hub5 (NIST SCTK)
+    kind: str = "jiwer"  # jiwer (asr.score.wer) | hub5 (NIST SCTK, a later scorer)
+    per_speaker: bool = True  # also write wer_by_speaker.md
