@@ -1,0 +1,95 @@
+# Shared shell for recipes: option parsing, logging and the stage runner.
+# Source it from recipes/<corpus>/run.sh; see recipes/mini/run.sh for the pattern.
+#
+# Options every recipe takes:
+#   --stage N --stop-stage M    run stages N..M (default: all)
+#   --exp NAME                  experiment name -> exp/NAME (default: base)
+#   --nproc N                   training processes per node (torchrun); 1 = plain python
+#   --nnodes N --node-rank K --rdzv-endpoint HOST:PORT   several machines (torchrun)
+#   --force                     re-run stages even if their .done marker exists
+#   anything else               a Hydra override passed to every stage (key=value)
+
+set -euo pipefail
+
+# Use the project's virtual environment (made by `make install`) unless one is active.
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [[ -z "${VIRTUAL_ENV:-}" && -x "$repo_root/.venv/bin/python" ]]; then
+  export PATH="$repo_root/.venv/bin:$PATH"
+fi
+
+stage=0
+stop_stage=1000
+exp=base
+nproc=1
+nnodes=1
+node_rank=0
+rdzv_endpoint=""
+force=false
+overrides=()
+declare -A recipe_opts=()
+
+log() { echo "$(date '+%Y-%m-%d %H:%M:%S') [$(basename "$PWD")] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# Recipe-specific options: declare them with `recipe_option NAME DEFAULT` before
+# parse_options; `--name value` then sets the shell variable NAME (dashes -> underscores).
+recipe_option() { recipe_opts[$1]=1; printf -v "$1" '%s' "$2"; }
+
+parse_options() {
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --stage) stage=$2; shift 2 ;;
+      --stop-stage|--stop_stage) stop_stage=$2; shift 2 ;;
+      --exp) exp=$2; shift 2 ;;
+      --nproc) nproc=$2; shift 2 ;;
+      --nnodes) nnodes=$2; shift 2 ;;
+      --node-rank) node_rank=$2; shift 2 ;;
+      --rdzv-endpoint) rdzv_endpoint=$2; shift 2 ;;
+      --force) force=true; shift ;;
+      -h|--help) usage; exit 0 ;;
+      --*)
+        local name=${1#--}; name=${name//-/_}
+        [[ -n "${recipe_opts[$name]:-}" ]] || die "unknown option $1 (see --help)"
+        [[ $# -ge 2 ]] || die "option $1 needs a value"
+        printf -v "$name" '%s' "$2"; shift 2 ;;
+      *=*) overrides+=("$1"); shift ;;
+      *) die "unexpected argument '$1': options start with --, Hydra overrides look like key=value" ;;
+    esac
+  done
+  overrides=("exp_name=$exp" "${overrides[@]}")
+  exp_dir=exp/$exp
+  mkdir -p "$exp_dir/.done"
+  # The exact command line of every run, for the record.
+  echo "$(date '+%Y-%m-%d %H:%M:%S') $0 ${RECIPE_ARGS[*]:-}" >> "$exp_dir/commands.log"
+}
+
+# run_stage N NAME command...: run when N is inside [stage, stop_stage] and not done yet.
+# The marker is written only after the command succeeded, so an interrupted stage re-runs.
+run_stage() {
+  local n=$1 name=$2; shift 2
+  (( n >= stage && n <= stop_stage )) || return 0
+  local marker="$exp_dir/.done/$n.$name"
+  if [[ -f "$marker" && "$force" != true ]]; then
+    log "stage $n ($name): done already ($marker), skipping"
+    return 0
+  fi
+  log "stage $n ($name): $*"
+  echo "$*" > "$exp_dir/.done/$n.$name.cmd"
+  local start=$SECONDS
+  "$@" || die "stage $n ($name) failed; fix the problem above and re-run with --stage $n"
+  date '+%Y-%m-%d %H:%M:%S' > "$marker"
+  log "stage $n ($name): finished in $((SECONDS - start)) s"
+}
+
+# The training launcher: plain python for one process, torchrun otherwise.
+train_launcher() {
+  if (( nproc == 1 && nnodes == 1 )); then
+    echo python -m
+  elif (( nnodes == 1 )); then
+    echo torchrun --standalone --nproc-per-node "$nproc" -m
+  else
+    [[ -n "$rdzv_endpoint" ]] || die "--nnodes $nnodes needs --rdzv-endpoint HOST:PORT"
+    echo torchrun --nnodes "$nnodes" --node-rank "$node_rank" --nproc-per-node "$nproc" \
+      --rdzv-backend c10d --rdzv-endpoint "$rdzv_endpoint" -m
+  fi
+}
