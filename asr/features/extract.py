@@ -1,0 +1,430 @@
+"""The features stage: filterbank features for the train, dev and eval data dirs.
+
+For each set, `<feats_dir>/<name>/<set>/` holds
+  feats.ark, feats.scp   one float32 matrix per utterance (kaldiio; Kaldi reads them)
+  utt2num_frames         frames per utterance
+  feat_dim               the feature dimension, one line (the model config reads it)
+  cmvn.ark, cmvn.scp, cmvn_type   CMVN statistics per `features.cmvn` unit (asr.features.cmvn)
+  fbank.conf             the options in Kaldi's --option=value form (compute-fbank-feats --config)
+  data_checksum          a checksum of the data dir files the features were made from
+  skipped                `utt reason` for utterances that could not be extracted (if any)
+
+Work is split by recording into `features.jobs` worker processes, each writing its own
+ark/scp part; the parts are then joined into one ark. The set directory is built under a
+temporary name and renamed when complete, so an existing set directory is complete; a re-run
+skips it unless the options or the data dir changed, or `features.force` is set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import multiprocessing
+import os
+import queue as queue_module
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import kaldiio
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from asr.data.audio import RecordingCache, cut_segment
+from asr.data.datadir import DataDir, read_data_dir, write_table
+from asr.features import cmvn
+from asr.features.fbank import FbankOptions, fbank_batch
+from asr.utils.atomic import atomic_dir
+from asr.utils.errors import InputError
+
+log = logging.getLogger("asr.features")
+
+# Files whose presence marks a complete set directory (it only appears once complete).
+OUTPUT_FILES = ("feats.ark", "feats.scp", "utt2num_frames", "feat_dim", "cmvn_type", "fbank.conf", "data_checksum")
+# The data dir files that decide which samples each utterance has.
+SOURCE_FILES = ("wav.scp", "segments", "utt2spk")
+
+
+@dataclass
+class RecordingWork:
+    """One recording and the utterances cut from it: (utt, start, end); None times mean the
+    whole recording. `problem` says why the utterances cannot be extracted at all."""
+
+    recording: str
+    wav: str | None
+    utts: list[tuple[str, float | None, float | None]]
+    weight: float  # seconds of audio when known, for balancing the jobs
+    problem: str | None = None
+
+
+@dataclass
+class PartTask:
+    index: int
+    works: list[RecordingWork]
+    out_dir: str
+    options: FbankOptions
+    cmvn_unit: str
+    utt2spk: dict[str, str]
+    device: str
+    batch_seconds: float
+
+
+@dataclass
+class PartResult:
+    num_frames: dict[str, int] = field(default_factory=dict)
+    stats: dict[str, np.ndarray] = field(default_factory=dict)
+    skipped: list[tuple[str, str, list[str]]] = field(default_factory=list)  # (recording, reason, utts)
+    seconds: float = 0.0
+
+
+@dataclass
+class SetSummary:
+    name: str
+    utterances: int
+    frames: int
+    seconds: float
+    wall_seconds: float
+    skipped_utterances: int
+    skipped: bool = False  # True when the set was complete already
+
+
+# ---------------------------------------------------------------------------- stage
+
+
+def extract_features(cfg: Any) -> list[SetSummary]:
+    """The stage: every set of cfg.data (train, dev, eval) into cfg.features' directory."""
+    feats_cfg = cfg.features
+    if feats_cfg.kind != "fbank":
+        raise InputError(f"features.kind={feats_cfg.kind!r}: only 'fbank' is implemented")
+    options = FbankOptions.from_config(feats_cfg)
+    out_root = Path(feats_cfg.feats_dir) / feats_cfg.name
+    summaries = []
+    for set_name in (cfg.data.train_set, cfg.data.dev_set, cfg.data.eval_set):
+        summaries.append(
+            extract_set(
+                Path(cfg.data.data_dir) / set_name,
+                out_root / set_name,
+                options,
+                cmvn_unit=feats_cfg.cmvn,
+                jobs=feats_cfg.jobs,
+                device=feats_cfg.device,
+                batch_seconds=feats_cfg.batch_seconds,
+                force=feats_cfg.force,
+            )
+        )
+    return summaries
+
+
+def extract_set(
+    data_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    options: FbankOptions,
+    cmvn_unit: str = "utterance",
+    jobs: int = 1,
+    device: str = "cpu",
+    batch_seconds: float = 300.0,
+    force: bool = False,
+) -> SetSummary:
+    """Features, frame counts, feature dimension and CMVN statistics of one data dir."""
+    data_dir, out_dir = Path(data_dir), Path(out_dir)
+    if cmvn_unit not in cmvn.UNITS:
+        raise InputError(f"features.cmvn={cmvn_unit!r}: choose one of {cmvn.UNITS}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"features.device={device!r} but torch sees no GPU; use features.device=cpu")
+    data = read_data_dir(data_dir)
+    recorded = _provenance(data_dir, options, cmvn_unit)
+    reason = "forced" if force else _why_incomplete(out_dir, recorded)
+    if reason is None:
+        log.info("%s: complete already (%s), skipping; features.force=true recomputes it", data_dir.name, out_dir)
+        return SetSummary(data_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
+    log.info("%s: extracting into %s (%s)", data_dir.name, out_dir, reason)
+
+    works = plan_recordings(data)
+    if not works:
+        raise InputError(f"{data_dir / 'utt2spk'}: no utterances; re-run the prepare stage")
+    parts = split_into_parts(works, jobs)
+    started = time.perf_counter()
+    with atomic_dir(out_dir) as tmp:
+        tasks = [
+            PartTask(i, part, str(tmp), options, cmvn_unit, _utt2spk_of(part, data), device, batch_seconds)
+            for i, part in enumerate(parts)
+        ]
+        results = _run_parts(tasks, desc=data_dir.name, total=len(works))
+        summary = _finish_set(data_dir, results, tmp, out_dir, options, cmvn_unit, recorded)
+    summary.wall_seconds = time.perf_counter() - started
+    _log_summary(summary)
+    return summary
+
+
+def _finish_set(data_dir: Path, results: list[PartResult], tmp: Path, out_dir: Path,
+                options: FbankOptions, cmvn_unit: str, recorded: dict[str, str]) -> SetSummary:
+    """Join the parts and write everything beside the features; raise if nothing worked."""
+    name = data_dir.name
+    num_frames = {utt: n for r in results for utt, n in r.num_frames.items()}
+    skipped = [s for r in results for s in r.skipped]
+    for recording, reason, utts in skipped:
+        log.warning("%s: recording %s: %s; skipped %d utterance(s)", name, recording, reason, len(utts))
+    if not num_frames:
+        first = f" (first: {skipped[0][0]}: {skipped[0][1]})" if skipped else ""
+        raise InputError(f"{data_dir}: no utterance could be extracted{first}; check wav.scp and the audio files")
+    join_parts(tmp, out_dir, len(results))
+    write_table(tmp / "utt2num_frames", {utt: str(n) for utt, n in num_frames.items()})
+    (tmp / "feat_dim").write_text(f"{options.dim}\n")
+    cmvn.write_stats(merge_stats(r.stats for r in results), tmp, cmvn_unit)
+    repoint_scp(tmp / "cmvn.scp", out_dir.absolute() / "cmvn.ark")  # it names the temporary dir
+    if skipped:
+        write_table(tmp / "skipped", {utt: reason for _, reason, utts in skipped for utt in utts})
+    for file_name, content in recorded.items():
+        (tmp / file_name).write_text(content)
+    skipped_utts = sum(len(utts) for _, _, utts in skipped)
+    return SetSummary(name, len(num_frames), sum(num_frames.values()), sum(r.seconds for r in results), 0.0, skipped_utts)
+
+
+def _log_summary(s: SetSummary) -> None:
+    rtf = s.wall_seconds / s.seconds if s.seconds else float("nan")
+    log.info("%s: %d utterances, %d frames, %.1f s of audio in %.1f s (real-time factor %.4f); %d utterances skipped",
+             s.name, s.utterances, s.frames, s.seconds, s.wall_seconds, rtf, s.skipped_utterances)
+
+
+# ----------------------------------------------------------------- resumability
+
+
+def _provenance(data_dir: Path, options: FbankOptions, cmvn_unit: str) -> dict[str, str]:
+    """What the set's output depends on, as the files recording it there."""
+    digest = hashlib.sha1()
+    for file_name in SOURCE_FILES:
+        path = data_dir / file_name
+        digest.update(file_name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"") + b"\0")
+    return {"fbank.conf": options.to_kaldi_conf(), "cmvn_type": cmvn_unit + "\n", "data_checksum": digest.hexdigest() + "\n"}
+
+
+def _why_incomplete(out_dir: Path, recorded: dict[str, str]) -> str | None:
+    """None when `out_dir` is complete and was made from the same inputs, else the reason."""
+    if not out_dir.is_dir():
+        return "not extracted yet"
+    missing = [f for f in OUTPUT_FILES if not (out_dir / f).is_file()]
+    if missing:
+        return f"incomplete: no {', '.join(missing)}"
+    changed = [f for f, content in recorded.items() if (out_dir / f).read_text() != content]
+    if changed:
+        return f"inputs changed since ({', '.join(changed)} differ)"
+    return None
+
+
+# ---------------------------------------------------------------------- planning
+
+
+def plan_recordings(data: DataDir) -> list[RecordingWork]:
+    """The data dir's utterances grouped by recording, so each recording is read once."""
+    works: dict[str, RecordingWork] = {}
+    for utt in data.utts:
+        if data.segments and utt not in data.segments:
+            works[f"{utt} (no segment)"] = RecordingWork(utt, None, [(utt, None, None)], 0.0, "no line in segments")
+        elif data.segments:
+            seg = data.segments[utt]
+            work = works.setdefault(seg.recording, _new_work(seg.recording, data))
+            work.utts.append((utt, seg.start, seg.end))
+            work.weight += seg.end - seg.start
+        else:
+            work = works[utt] = _new_work(utt, data)
+            work.utts.append((utt, None, None))
+            work.weight = data.utt2dur.get(utt, 1.0)
+    return list(works.values())
+
+
+def _new_work(recording: str, data: DataDir) -> RecordingWork:
+    wav = data.wav_scp.get(recording)
+    return RecordingWork(recording, wav, [], 0.0, None if wav is not None else "not in wav.scp")
+
+
+def split_into_parts(works: list[RecordingWork], jobs: int) -> list[list[RecordingWork]]:
+    """At most `jobs` parts of about equal audio: longest recording first to the lightest part."""
+    jobs = max(1, min(jobs, len(works)))
+    parts: list[list[RecordingWork]] = [[] for _ in range(jobs)]
+    loads = [0.0] * jobs
+    for work in sorted(works, key=lambda w: -w.weight):
+        lightest = loads.index(min(loads))
+        parts[lightest].append(work)
+        loads[lightest] += work.weight
+    return [p for p in parts if p]
+
+
+def _utt2spk_of(part: list[RecordingWork], data: DataDir) -> dict[str, str]:
+    return {utt: data.utt2spk[utt] for work in part for utt, _, _ in work.utts}
+
+
+# ---------------------------------------------------------------------- workers
+
+
+_progress_queue: Any = None
+
+
+def _init_worker(progress_queue: Any) -> None:
+    global _progress_queue
+    _progress_queue = progress_queue
+    torch.set_num_threads(1)  # the jobs are the parallelism; threads would oversubscribe the cores
+
+
+def _run_part_in_worker(task: PartTask) -> PartResult:
+    return extract_part(task, lambda: _progress_queue.put(1))
+
+
+def _run_parts(tasks: list[PartTask], desc: str, total: int) -> list[PartResult]:
+    """Run the parts (in worker processes when more than one) with a progress bar in recordings."""
+    with tqdm(total=total, desc=desc, unit="rec", mininterval=2.0, disable=None) as bar:
+        if len(tasks) == 1:
+            return [extract_part(tasks[0], lambda: bar.update(1))]
+        # spawn, not fork: forking a process whose torch thread pools are running can hang.
+        context = multiprocessing.get_context("spawn")
+        progress = context.Queue()
+        with ProcessPoolExecutor(len(tasks), mp_context=context, initializer=_init_worker, initargs=(progress,)) as pool:
+            futures = [pool.submit(_run_part_in_worker, task) for task in tasks]
+            while not all(f.done() for f in futures):
+                try:
+                    bar.update(progress.get(timeout=0.5))
+                except queue_module.Empty:
+                    pass
+            return [f.result() for f in futures]
+
+
+def extract_part(task: PartTask, on_recording_done: Callable[[], None]) -> PartResult:
+    """Features of one part's recordings into feats.<index>.ark/scp in task.out_dir."""
+    result = PartResult()
+    out = Path(task.out_dir)
+    ark, scp = out / f"feats.{task.index}.ark", out / f"feats.{task.index}.scp"
+    audio = RecordingCache({w.recording: w.wav for w in task.works if w.wav is not None})
+    with kaldiio.WriteHelper(f"ark,scp:{ark},{scp}") as writer:
+        for work in task.works:
+            for utt, feats, seconds in _recording_features(work, audio, task, result):
+                writer(utt, feats)
+                result.num_frames[utt] = feats.shape[0]
+                result.seconds += seconds
+                if task.cmvn_unit != "none":
+                    _add_stats(result.stats, cmvn.compute_stats(task.cmvn_unit, {utt: feats}, task.utt2spk))
+            on_recording_done()
+    return result
+
+
+def _recording_features(work: RecordingWork, audio: RecordingCache, task: PartTask, result: PartResult):
+    """(utt, features, seconds) for the utterances of one recording; failures go to result.skipped."""
+    all_utts = [utt for utt, _, _ in work.utts]
+    if work.problem is not None or work.wav is None:
+        result.skipped.append((work.recording, work.problem or "not in wav.scp", all_utts))
+        return []
+    try:
+        samples, rate = audio.get(work.recording)
+    except (InputError, OSError, ValueError, RuntimeError) as err:
+        result.skipped.append((work.recording, str(err), all_utts))  # the error names the file
+        return []
+    if rate != task.options.sample_frequency:
+        reason = f"sampled at {rate} Hz but features.sample_frequency={task.options.sample_frequency:g}"
+        result.skipped.append((work.recording, reason, all_utts))
+        return []
+    utts, waves = _cut_utterances(work, samples, rate, result)
+    feats = compute_features(waves, task.options, task.device, int(task.batch_seconds * rate))
+    out = []
+    for utt, wave, mat in zip(utts, waves, feats):
+        if mat.shape[0] == 0:
+            result.skipped.append((work.recording, f"{len(wave)} samples is shorter than one frame", [utt]))
+        else:
+            out.append((utt, mat, len(wave) / rate))
+    return out
+
+
+def _cut_utterances(work: RecordingWork, samples: np.ndarray, rate: int,
+                    result: PartResult) -> tuple[list[str], list[np.ndarray]]:
+    utts, waves = [], []
+    for utt, start, end in work.utts:
+        if start is None or end is None:
+            utts.append(utt)
+            waves.append(samples)
+            continue
+        try:
+            waves.append(cut_segment(samples, rate, start, end, utt))
+            utts.append(utt)
+        except InputError as err:
+            result.skipped.append((work.recording, str(err), [utt]))
+    return utts, waves
+
+
+def compute_features(waves: list[np.ndarray], options: FbankOptions, device: str = "cpu",
+                     max_batch_samples: int = 2_400_000) -> list[np.ndarray]:
+    """Filterbank features of each waveform, in order; batched by similar length to limit padding."""
+    order = sorted(range(len(waves)), key=lambda i: -len(waves[i]))
+    feats: list[np.ndarray | None] = [None] * len(waves)
+    for batch in _length_batches(order, waves, max_batch_samples):
+        longest = max(len(waves[batch[0]]), 1)
+        padded = np.zeros((len(batch), longest), dtype=np.float32)
+        for row, i in enumerate(batch):
+            padded[row, : len(waves[i])] = waves[i]
+        lengths = torch.tensor([len(waves[i]) for i in batch])
+        out, counts = fbank_batch(torch.from_numpy(padded).to(device), lengths, options)
+        out = out.cpu().numpy()
+        for row, i in enumerate(batch):
+            feats[i] = np.ascontiguousarray(out[row, : int(counts[row])])
+    return feats  # type: ignore[return-value]
+
+
+def _length_batches(order: list[int], waves: list[np.ndarray], max_batch_samples: int) -> list[list[int]]:
+    """Consecutive runs of `order` (longest first) whose padded size stays under the limit."""
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and (len(batches[-1]) + 1) * len(waves[batches[-1][0]]) <= max_batch_samples:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+# ----------------------------------------------------------------------- joining
+
+
+def join_parts(tmp: Path, out_dir: Path, num_parts: int) -> None:
+    """Concatenate feats.<i>.ark into feats.ark and write one sorted feats.scp pointing at it.
+
+    An ark is a sequence of self-delimiting records, so concatenation is a valid ark; each
+    part's offsets move by the bytes before it. The scp names the final (renamed) directory.
+    """
+    final_ark = str(out_dir.absolute() / "feats.ark")
+    entries: dict[str, str] = {}
+    with open(tmp / "feats.ark", "wb") as joined:
+        for i in range(num_parts):
+            shift = joined.tell()
+            part_ark, part_scp = tmp / f"feats.{i}.ark", tmp / f"feats.{i}.scp"
+            with open(part_ark, "rb") as part:
+                shutil.copyfileobj(part, joined, 16 << 20)
+            for line in part_scp.read_text().splitlines():
+                utt, location = line.split(maxsplit=1)
+                offset = int(location.rsplit(":", 1)[1])
+                entries[utt] = f"{final_ark}:{offset + shift}"
+            part_ark.unlink()
+            part_scp.unlink()
+        joined.flush()
+        os.fsync(joined.fileno())
+    write_table(tmp / "feats.scp", entries)
+
+
+def repoint_scp(scp: Path, ark: Path) -> None:
+    """Make every `key path:offset` line of `scp` name `ark` (same offsets)."""
+    lines = []
+    for line in scp.read_text().splitlines():
+        key, location = line.split(maxsplit=1)
+        lines.append(f"{key} {ark}:{location.rsplit(':', 1)[1]}\n")
+    scp.write_text("".join(lines))
+
+
+def _add_stats(total: dict[str, np.ndarray], stats: dict[str, np.ndarray]) -> None:
+    for key, value in stats.items():
+        total[key] = total[key] + value if key in total else value
+
+
+def merge_stats(parts) -> dict[str, np.ndarray]:
+    """CMVN statistics of all parts (a speaker's utterances may lie in several)."""
+    total: dict[str, np.ndarray] = {}
+    for stats in parts:
+        _add_stats(total, stats)
+    return total

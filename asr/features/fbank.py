@@ -1,0 +1,305 @@
+"""Log-mel filterbank features with the same numbers as Kaldi's `compute-fbank-feats`.
+
+Written in torch, so it runs on CPU and GPU tensors, and batched: a batch of padded
+waveforms with their lengths gives padded features with their frame counts. Per frame it
+does what Kaldi's FeatureWindow/FbankComputer do, in the same order:
+
+  cut frames (snip_edges, or centred frames with the signal reflected at both edges)
+  -> [dither] -> remove DC offset -> [raw log energy] -> pre-emphasis -> window
+  -> [log energy] -> zero-pad to a power of two -> |rfft|^2 -> mel banks -> log(max(x, eps))
+
+Samples: soundfile returns float in [-1, 1), Kaldi reads 16-bit integers. The samples are
+multiplied by `sample_scale` (default 32768, `INT16_SCALE`) first, so the numbers equal
+Kaldi's; the scale adds the constant log(32768^2) to every log-mel value, and it also
+decides where the FLT_EPSILON floor and `energy_floor` bite. Pass 1 for int16-scale input.
+
+VTLN is not implemented (Kaldi's default, warp factor 1). Dither draws torch's random
+numbers, so with dither > 0 values match Kaldi only in distribution.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from asr.utils.errors import InputError
+
+INT16_SCALE = 32768.0
+# Kaldi floors energies at std::numeric_limits<float>::epsilon() before taking the log.
+FLT_EPSILON = float(np.finfo(np.float32).eps)
+WINDOW_TYPES = ("povey", "hamming", "hanning", "sine", "rectangular", "blackman")
+
+
+@dataclass(frozen=True)
+class FbankOptions:
+    """Kaldi's fbank options (FrameExtraction + MelBanks + Fbank) with Kaldi's defaults,
+    except dither, which is 0 here."""
+
+    sample_frequency: float = 16000.0
+    frame_length_ms: float = 25.0
+    frame_shift_ms: float = 10.0
+    dither: float = 0.0
+    preemphasis_coefficient: float = 0.97
+    remove_dc_offset: bool = True
+    window_type: str = "povey"
+    round_to_power_of_two: bool = True
+    blackman_coeff: float = 0.42
+    snip_edges: bool = True
+    num_mel_bins: int = 23
+    low_freq: float = 20.0
+    high_freq: float = 0.0
+    use_energy: bool = False
+    energy_floor: float = 0.0
+    raw_energy: bool = True
+    htk_compat: bool = False
+    use_log_fbank: bool = True
+    use_power: bool = True
+
+    def __post_init__(self) -> None:
+        self._check()
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any] | Any) -> "FbankOptions":
+        """The options from a FeaturesConfig (or any mapping with these field names)."""
+        def value(name: str, default: Any) -> Any:
+            return cfg.get(name, default) if hasattr(cfg, "get") else getattr(cfg, name, default)
+
+        return cls(**{f.name: value(f.name, f.default) for f in fields(cls)})
+
+    # Frame geometry, computed as Kaldi does (truncating to whole samples).
+    @property
+    def window_length(self) -> int:
+        return int(self.sample_frequency * 0.001 * self.frame_length_ms)
+
+    @property
+    def window_shift(self) -> int:
+        return int(self.sample_frequency * 0.001 * self.frame_shift_ms)
+
+    @property
+    def padded_window_length(self) -> int:
+        n = self.window_length
+        return 1 << (n - 1).bit_length() if self.round_to_power_of_two else n
+
+    @property
+    def resolved_high_freq(self) -> float:
+        nyquist = 0.5 * self.sample_frequency
+        return self.high_freq if self.high_freq > 0 else nyquist + self.high_freq
+
+    @property
+    def dim(self) -> int:
+        return self.num_mel_bins + int(self.use_energy)
+
+    def to_kaldi_conf(self) -> str:
+        """The options as a Kaldi config file (`compute-fbank-feats --config=...`)."""
+        renamed = {"frame_length_ms": "frame-length", "frame_shift_ms": "frame-shift"}
+        lines = []
+        for key, value in asdict(self).items():
+            name = renamed.get(key, key.replace("_", "-"))
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            elif isinstance(value, float):
+                value = f"{value:g}"
+            lines.append(f"--{name}={value}")
+        return "\n".join(lines) + "\n"
+
+    def _check(self) -> None:
+        """Kaldi's own checks, as InputError naming the `features.` option to change."""
+        nyquist = 0.5 * self.sample_frequency
+        problems = []
+        if self.window_type not in WINDOW_TYPES:
+            problems.append(f"window_type={self.window_type!r} is not one of {WINDOW_TYPES}")
+        if self.window_shift < 1 or self.window_length < 2:
+            problems.append(f"frame_length_ms={self.frame_length_ms}, frame_shift_ms={self.frame_shift_ms} "
+                            f"give frames of {self.window_length} samples every {self.window_shift}")
+        if self.num_mel_bins < 3:
+            problems.append(f"num_mel_bins={self.num_mel_bins} must be at least 3")
+        if not 0 <= self.low_freq < nyquist:
+            problems.append(f"low_freq={self.low_freq} must be in [0, Nyquist={nyquist:g})")
+        high = self.resolved_high_freq
+        if not (self.low_freq < high <= nyquist):
+            problems.append(f"high_freq={self.high_freq} gives {high:g} Hz, which must be above low_freq and "
+                            f"at most Nyquist ({nyquist:g})")
+        if problems:
+            raise InputError("bad filterbank options: " + "; ".join(problems) + " (set them as features.<option>=...)")
+
+
+def num_frames(num_samples: int | torch.Tensor, opts: FbankOptions) -> int | torch.Tensor:
+    """Frames Kaldi makes from `num_samples` samples (works element-wise on tensors)."""
+    length, shift = opts.window_length, opts.window_shift
+    if opts.snip_edges:
+        if isinstance(num_samples, torch.Tensor):
+            return torch.where(num_samples < length, 0, 1 + (num_samples - length).clamp(min=0) // shift)
+        return 0 if num_samples < length else 1 + (num_samples - length) // shift
+    return (num_samples + shift // 2) // shift
+
+
+def fbank(waveform: torch.Tensor | np.ndarray, opts: FbankOptions, sample_scale: float = INT16_SCALE) -> torch.Tensor:
+    """Features (frames x dim) of one waveform (1-D)."""
+    waveform = torch.as_tensor(waveform)
+    if waveform.dim() != 1:
+        raise ValueError(f"fbank expects a 1-D waveform, got shape {tuple(waveform.shape)}")
+    feats, counts = fbank_batch(waveform[None], None, opts, sample_scale)
+    return feats[0, : int(counts[0])]
+
+
+def fbank_batch(
+    waveforms: torch.Tensor,
+    lengths: torch.Tensor | None,
+    opts: FbankOptions,
+    sample_scale: float = INT16_SCALE,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Features of a batch of padded waveforms.
+
+    waveforms: (batch, samples), float, padded at the end; lengths: (batch,) valid samples
+    (None: all full length). Returns (batch, max_frames, dim) features, zero past each
+    utterance's frame count, and the frame counts (batch,), on the waveforms' device.
+    The dtype is the waveforms' (float32 matches Kaldi, which computes in float).
+    """
+    if waveforms.dim() != 2:
+        raise ValueError(f"fbank_batch expects (batch, samples), got shape {tuple(waveforms.shape)}")
+    if not waveforms.is_floating_point():
+        waveforms = waveforms.float()
+    batch, device, dtype = waveforms.shape[0], waveforms.device, waveforms.dtype
+    if lengths is None:
+        lengths = torch.full((batch,), waveforms.shape[1], dtype=torch.long, device=device)
+    lengths = lengths.to(device=device, dtype=torch.long)
+    counts = num_frames(lengths, opts)
+    max_frames = int(counts.max()) if batch else 0
+    if max_frames == 0:
+        return waveforms.new_zeros((batch, 0, opts.dim)), counts
+
+    frames = _cut_frames(waveforms, lengths, max_frames, opts, sample_scale)
+    frames, log_energy = _process_frames(frames, opts, generator)
+    feats = _mel_energies(frames, opts)
+    if opts.use_energy:
+        feats = _attach_energy(feats, log_energy, opts)
+    valid = torch.arange(max_frames, device=device)[None, :] < counts[:, None]
+    return feats.masked_fill(~valid[:, :, None], 0.0).to(dtype), counts
+
+
+def _cut_frames(waveforms: torch.Tensor, lengths: torch.Tensor, max_frames: int, opts: FbankOptions,
+                sample_scale: float) -> torch.Tensor:
+    """(batch, max_frames, window_length) frames, scaled; a strided view where possible."""
+    length, shift = opts.window_length, opts.window_shift
+    span = (max_frames - 1) * shift + length  # samples the frames cover
+    if opts.snip_edges:
+        signal = waveforms[:, :span]  # the longest utterance has at least `span` samples
+    else:
+        # Frame f is centred on f*shift + shift/2; samples outside [0, n) are reflected
+        # (-1 -> 0, n -> n-1), per utterance since each has its own end.
+        first = shift // 2 - length // 2
+        positions = torch.arange(first, first + span, device=waveforms.device)[None, :]
+        n = lengths.clamp(min=1)[:, None]
+        folded = positions % (2 * n)  # reflection at both ends is periodic with period 2n
+        index = torch.where(folded < n, folded, 2 * n - 1 - folded)
+        signal = waveforms.gather(1, index)
+    return (signal * sample_scale).unfold(1, length, shift)
+
+
+def _process_frames(frames: torch.Tensor, opts: FbankOptions,
+                    generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Kaldi's ProcessWindow: dither, DC removal, energy, pre-emphasis, window."""
+    if opts.dither != 0.0:
+        noise = torch.randn(frames.shape, generator=generator, device=frames.device, dtype=frames.dtype)
+        frames = frames + opts.dither * noise
+    if opts.remove_dc_offset:
+        frames = frames - frames.mean(dim=-1, keepdim=True)
+    else:
+        frames = frames.contiguous()
+    log_energy = None
+    if opts.use_energy and opts.raw_energy:
+        log_energy = _log_energy(frames)
+    if opts.preemphasis_coefficient != 0.0:
+        # x[i] -= c * x[i-1], and x[0] -= c * x[0] (Kaldi's convention for the first sample).
+        previous = torch.cat([frames[..., :1], frames[..., :-1]], dim=-1)
+        frames = frames - opts.preemphasis_coefficient * previous
+    frames = frames * _window(opts, frames.device, frames.dtype)
+    if opts.use_energy and not opts.raw_energy:
+        log_energy = _log_energy(frames)
+    return frames, log_energy
+
+
+def _log_energy(frames: torch.Tensor) -> torch.Tensor:
+    return frames.pow(2).sum(dim=-1).clamp(min=FLT_EPSILON).log()
+
+
+def _mel_energies(frames: torch.Tensor, opts: FbankOptions) -> torch.Tensor:
+    """One rfft over all frames, one matmul with the mel matrix, then the floored log."""
+    spectrum = torch.fft.rfft(frames, n=opts.padded_window_length)
+    power = spectrum.real.pow(2) + spectrum.imag.pow(2)
+    if not opts.use_power:
+        power = power.sqrt()
+    mel = power @ _mel_matrix(opts, frames.device, frames.dtype)
+    if opts.use_log_fbank:
+        mel = mel.clamp(min=FLT_EPSILON).log()
+    return mel
+
+
+def _attach_energy(feats: torch.Tensor, log_energy: torch.Tensor | None, opts: FbankOptions) -> torch.Tensor:
+    assert log_energy is not None
+    if opts.energy_floor > 0.0:
+        log_energy = log_energy.clamp(min=math.log(opts.energy_floor))
+    parts = [feats, log_energy[..., None]] if opts.htk_compat else [log_energy[..., None], feats]
+    return torch.cat(parts, dim=-1)
+
+
+@functools.lru_cache(maxsize=32)
+def _window(opts: FbankOptions, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    return torch.from_numpy(window_function(opts)).to(device=device, dtype=dtype)
+
+
+@functools.lru_cache(maxsize=32)
+def _mel_matrix(opts: FbankOptions, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    return torch.from_numpy(mel_banks(opts)).to(device=device, dtype=dtype)
+
+
+def window_function(opts: FbankOptions) -> np.ndarray:
+    """Kaldi's FeatureWindowFunction (computed in double, as Kaldi does)."""
+    n = opts.window_length
+    a = 2 * math.pi / (n - 1)
+    i = np.arange(n, dtype=np.float64)
+    kind = opts.window_type
+    if kind == "hanning":
+        return 0.5 - 0.5 * np.cos(a * i)
+    if kind == "sine":
+        return np.sin(0.5 * a * i)  # the square root of the hanning window
+    if kind == "hamming":
+        return 0.54 - 0.46 * np.cos(a * i)
+    if kind == "povey":
+        return (0.5 - 0.5 * np.cos(a * i)) ** 0.85  # like hamming, but goes to zero at the edges
+    if kind == "rectangular":
+        return np.ones(n)
+    if kind == "blackman":
+        c = opts.blackman_coeff
+        return c - 0.5 * np.cos(a * i) + (0.5 - c) * np.cos(2 * a * i)
+    raise InputError(f"window_type={kind!r} is not one of {WINDOW_TYPES}")
+
+
+def mel_scale(freq: np.ndarray | float) -> np.ndarray | float:
+    return 1127.0 * np.log(1.0 + np.asarray(freq) / 700.0)
+
+
+def mel_banks(opts: FbankOptions) -> np.ndarray:
+    """Kaldi's MelBanks (no VTLN) as a (padded_window_length/2 + 1, num_mel_bins) matrix.
+
+    Triangles are equally spaced on Kaldi's mel scale between low_freq and high_freq and are
+    evaluated at the FFT bin centres. Kaldi ignores the Nyquist bin; its row is zero here so
+    the matrix applies to the whole rfft output.
+    """
+    num_fft_bins = opts.padded_window_length // 2
+    mel_low, mel_high = mel_scale(opts.low_freq), mel_scale(opts.resolved_high_freq)
+    delta = (mel_high - mel_low) / (opts.num_mel_bins + 1)
+    left = mel_low + delta * np.arange(opts.num_mel_bins)[None, :]
+    centre, right = left + delta, left + 2 * delta
+    bin_width = opts.sample_frequency / opts.padded_window_length
+    mel = mel_scale(bin_width * np.arange(num_fft_bins))[:, None]
+    rising, falling = (mel - left) / (centre - left), (right - mel) / (right - centre)
+    weights = np.where(mel <= centre, rising, falling)
+    weights = np.where((mel > left) & (mel < right), weights, 0.0)
+    return np.concatenate([weights, np.zeros((1, opts.num_mel_bins))], axis=0)

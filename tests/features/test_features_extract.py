@@ -1,0 +1,191 @@
+"""The features stage on a tiny data dir of 2-channel 8 kHz mu-law SPHERE recordings."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import kaldiio
+import numpy as np
+import pytest
+import soundfile as sf
+
+from asr.data.datadir import DataDir, Segment, read_data_dir, write_data_dir
+from asr.features.extract import extract_set, plan_recordings, split_into_parts
+from asr.features.fbank import FbankOptions, fbank
+from asr.utils.errors import InputError
+
+RATE = 8000
+OPTIONS = FbankOptions(sample_frequency=RATE, num_mel_bins=40)
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_sphere(path: Path, seconds: float, seed: int) -> np.ndarray:
+    """A 2-channel mu-law SPHERE file like Switchboard's; returns what soundfile reads back."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * RATE)) / RATE
+    left = 0.3 * np.sin(2 * np.pi * 300 * t) + 0.05 * rng.standard_normal(len(t))
+    right = 0.2 * np.sin(2 * np.pi * 900 * t) + 0.05 * rng.standard_normal(len(t))
+    sf.write(path, np.stack([left, right], axis=1), RATE, format="NIST", subtype="ULAW")
+    return sf.read(path, dtype="float32")[0]
+
+
+def make_data_dir(root: Path, set_name: str = "train", bad_recording: bool = False) -> tuple[Path, dict[str, np.ndarray]]:
+    """3 conversations x 2 sides x 2 segments, in Kaldi's Switchboard naming.
+
+    Returns the data dir and each recording's samples (for checking values).
+    """
+    d, audio = DataDir(), {}
+    names = ["sw02001", "sw02002", "sw02003"]
+    for i, name in enumerate(names):
+        path = root / f"{name}.sph"
+        if bad_recording and i == 2:
+            path.write_bytes(b"NIST_1A\n   1024\nnot really a sphere header\n")
+        else:
+            samples = write_sphere(path, 2.0 + 0.5 * i, seed=i)
+        for channel, side in enumerate("AB"):
+            reco = f"{name}-{side}"
+            d.wav_scp[reco] = f"sph2pipe -f wav -p -c {channel + 1} {path} |"
+            d.reco2file_and_channel[reco] = (name, side)
+            if not (bad_recording and i == 2):
+                audio[reco] = samples[:, channel]
+            for start, end in [(0.11, 0.93), (1.02, 1.97)]:
+                utt = f"{reco}_{round(start * 100):06d}-{round(end * 100):06d}"
+                d.segments[utt] = Segment(reco, start, end)
+                d.utt2spk[utt] = reco
+                d.text[utt] = "hello world"
+    return write_data_dir(d, root / "data" / set_name), audio
+
+
+def expected_frames(start: float, end: float) -> int:
+    n = round(end * RATE) - round(start * RATE)
+    return 1 + (n - 200) // 80
+
+
+def test_extracts_features_frames_dim_and_cmvn(tmp_path):
+    data_dir, audio = make_data_dir(tmp_path)
+    out = tmp_path / "feats" / "logmel40" / "train"
+    summary = extract_set(data_dir, out, OPTIONS, cmvn_unit="speaker", jobs=1)
+
+    feats = kaldiio.load_scp(str(out / "feats.scp"))
+    assert len(feats) == 12 == summary.utterances and summary.skipped_utterances == 0
+    num_frames = dict(line.split() for line in (out / "utt2num_frames").read_text().splitlines())
+    total = 0
+    for utt in feats:
+        start, end = int(utt[-13:-7]) / 100, int(utt[-6:]) / 100
+        assert feats[utt].shape == (expected_frames(start, end), 40)
+        assert feats[utt].dtype == np.float32
+        assert int(num_frames[utt]) == feats[utt].shape[0]
+        total += feats[utt].shape[0]
+    assert summary.frames == total == 6 * (expected_frames(0.11, 0.93) + expected_frames(1.02, 1.97))
+    assert summary.seconds == pytest.approx(6 * (0.82 + 0.95))
+    assert (out / "feat_dim").read_text() == "40\n"
+    assert (out / "cmvn_type").read_text() == "speaker\n"
+    assert "--num-mel-bins=40" in (out / "fbank.conf").read_text()
+
+    # Side B is channel 2: its features are the filterbank of channel 2's samples.
+    utt = "sw02002-B_000102-000197"
+    segment = audio["sw02002-B"][round(1.02 * RATE): round(1.97 * RATE)]
+    assert np.abs(feats[utt] - fbank(segment, OPTIONS).numpy()).max() < 1e-5
+
+    stats = kaldiio.load_scp(str(out / "cmvn.scp"))
+    assert sorted(stats) == [f"sw0200{i}-{s}" for i in (1, 2, 3) for s in "AB"]
+    assert sum(s[0, -1] for s in stats.values()) == total
+    speaker_feats = np.concatenate([feats[u] for u in feats if u.startswith("sw02001-A")])
+    assert stats["sw02001-A"][0, -1] == speaker_feats.shape[0]
+    np.testing.assert_allclose(stats["sw02001-A"][0, :-1], speaker_feats.sum(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(stats["sw02001-A"][1, :-1], (speaker_feats.astype(np.float64) ** 2).sum(axis=0), rtol=1e-6)
+    assert not list(out.parent.glob(".train.tmp.*"))  # nothing temporary left behind
+
+
+def test_rerun_skips_complete_set_and_redoes_changed_one(tmp_path):
+    data_dir, _ = make_data_dir(tmp_path)
+    out = tmp_path / "feats" / "train"
+    extract_set(data_dir, out, OPTIONS, jobs=1)
+    made = (out / "feats.ark").stat().st_mtime_ns
+
+    again = extract_set(data_dir, out, OPTIONS, jobs=1)
+    assert again.skipped and (out / "feats.ark").stat().st_mtime_ns == made
+
+    changed = extract_set(data_dir, out, FbankOptions(sample_frequency=RATE, num_mel_bins=23), jobs=1)
+    assert not changed.skipped and (out / "feat_dim").read_text() == "23\n"
+    assert next(iter(kaldiio.load_scp(str(out / "feats.scp")).values())).shape[1] == 23
+
+    forced = extract_set(data_dir, out, FbankOptions(sample_frequency=RATE, num_mel_bins=23), jobs=1, force=True)
+    assert not forced.skipped and forced.utterances == 12
+
+
+def test_unreadable_recording_is_skipped_and_counted(tmp_path, caplog):
+    data_dir, _ = make_data_dir(tmp_path, bad_recording=True)
+    out = tmp_path / "feats" / "train"
+    with caplog.at_level("WARNING", logger="asr.features"):
+        summary = extract_set(data_dir, out, OPTIONS, cmvn_unit="global", jobs=1)
+    assert summary.utterances == 8 and summary.skipped_utterances == 4
+    feats = kaldiio.load_scp(str(out / "feats.scp"))
+    assert len(feats) == 8 and not any(u.startswith("sw02003") for u in feats)
+    skipped = (out / "skipped").read_text().splitlines()
+    assert len(skipped) == 4 and all(line.startswith("sw02003-") and "sw02003.sph" in line for line in skipped)
+    assert sum("sw02003" in r.message and "skipped 2 utterance" in r.message for r in caplog.records) == 2
+    stats = kaldiio.load_scp(str(out / "cmvn.scp"))
+    assert list(stats) == ["global"] and stats["global"][0, -1] == summary.frames
+
+
+def test_everything_failing_raises_input_error(tmp_path):
+    data_dir, _ = make_data_dir(tmp_path)
+    out = tmp_path / "feats" / "train"
+    with pytest.raises(InputError, match="no utterance could be extracted.*16000"):
+        extract_set(data_dir, out, FbankOptions(sample_frequency=16000), jobs=1)
+    assert not out.exists()
+
+
+def test_whole_recordings_without_segments(tmp_path):
+    audio = write_sphere(tmp_path / "a.sph", 1.5, seed=3)
+    d = DataDir(wav_scp={"a": str(tmp_path / "a.sph")}, utt2spk={"a": "a"}, text={"a": "x"})
+    data_dir = write_data_dir(d, tmp_path / "data" / "eval")
+    out = tmp_path / "feats" / "eval"
+    summary = extract_set(data_dir, out, OPTIONS, cmvn_unit="none", jobs=1)
+    feats = kaldiio.load_scp(str(out / "feats.scp"))
+    assert summary.utterances == 1 and feats["a"].shape == (1 + (12000 - 200) // 80, 40)
+    assert np.abs(feats["a"] - fbank(audio[:, 0], OPTIONS).numpy()).max() < 1e-5
+    assert (out / "cmvn_type").read_text() == "none\n"
+
+
+def test_split_balances_audio_by_recording(tmp_path):
+    data_dir, _ = make_data_dir(tmp_path)
+    works = plan_recordings(read_data_dir(data_dir))
+    assert len(works) == 6 and all(len(w.utts) == 2 for w in works)
+    parts = split_into_parts(works, 4)
+    assert len(parts) == 4 and sorted(len(p) for p in parts) == [1, 1, 2, 2]
+    assert sorted(w.recording for p in parts for w in p) == sorted(w.recording for w in works)
+
+
+@pytest.mark.slow
+def test_parallel_jobs_give_the_same_features(tmp_path):
+    data_dir, _ = make_data_dir(tmp_path)
+    one = extract_set(data_dir, tmp_path / "one", OPTIONS, jobs=1)
+    two = extract_set(data_dir, tmp_path / "two", OPTIONS, jobs=2)
+    assert (one.utterances, one.frames) == (two.utterances, two.frames)
+    a, b = kaldiio.load_scp(str(tmp_path / "one" / "feats.scp")), kaldiio.load_scp(str(tmp_path / "two" / "feats.scp"))
+    assert list(a) == list(b)  # both sorted by key
+    assert all(np.array_equal(a[u], b[u]) for u in a)
+    assert (tmp_path / "one" / "cmvn.ark").read_bytes() == (tmp_path / "two" / "cmvn.ark").read_bytes()
+    assert sorted(p.name for p in (tmp_path / "two").iterdir() if p.name.startswith("feats")) == ["feats.ark", "feats.scp"]
+
+
+@pytest.mark.slow
+def test_cli_extracts_every_set(tmp_path):
+    for set_name in ("train", "dev", "eval"):
+        make_data_dir(tmp_path, set_name)
+    args = [
+        sys.executable, "-m", "asr.features", "features=logmel40", "features.jobs=1",
+        f"data.data_dir={tmp_path / 'data'}", "data.train_set=train", "data.dev_set=dev", "data.eval_set=eval",
+        f"features.feats_dir={tmp_path / 'feats'}", f"exp_dir={tmp_path / 'exp'}",
+    ]
+    run = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    for set_name in ("train", "dev", "eval"):
+        set_dir = tmp_path / "feats" / "logmel40" / set_name
+        assert (set_dir / "feat_dim").read_text() == "40\n"
+        assert len(kaldiio.load_scp(str(set_dir / "feats.scp"))) == 12
+    assert "12 utterances" in run.stderr and "real-time factor" in run.stderr
+    rerun = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0 and rerun.stderr.count("complete already") == 3
