@@ -21,6 +21,9 @@ import soundfile as sf
 
 from asr.utils.errors import InputError
 
+# How far a segment may end past the last sample: a frame of rounding, as Kaldi tolerates.
+SEGMENT_END_TOLERANCE_S = 0.02
+
 
 @dataclass(frozen=True)
 class AudioSource:
@@ -106,7 +109,7 @@ def cut_segment(samples: np.ndarray, rate: int, start: float, end: float, name: 
     duration = len(samples) / rate
     if start < 0 or end <= start:
         raise InputError(f"segment {name}: bad times {start:.2f}-{end:.2f}")
-    if last > len(samples) + int(0.02 * rate):  # Kaldi tolerates a frame of rounding
+    if last > len(samples) + int(SEGMENT_END_TOLERANCE_S * rate):
         raise InputError(f"segment {name}: ends at {end:.2f}s but the recording lasts {duration:.2f}s; fix or drop it (python -m asr.data.fix)")
     return samples[first:min(last, len(samples))]
 

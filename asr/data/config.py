@@ -1,6 +1,6 @@
 """Configuration of corpus locations and data-dir names (Hydra group `data`)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
@@ -19,16 +19,20 @@ class DataConfig:
     eval_set: str = "eval2000"
     dev_utts: int = 4000  # first N utterances held out of training (Kaldi's train_dev)
     expected_sph_files: int = 2435  # release count; fewer found -> warning naming the gap
+    # Data dirs the prepare stage writes: train/dev (Switchboard-1), eval (Hub5-2000).
+    prepare_sets: list[str] = field(default_factory=lambda: ["train", "dev", "eval"])
 
 
 @dataclass
 class SynthConfig:
-    """The synthetic LDC-format corpus (python -m asr.data.synth)."""
+    """The synthetic LDC-format corpus (python -m asr.data.synth; Hydra group `synth`)."""
 
-    out_dir: str = "corpus"
-    seed: int = 1
-    train_conversations: int = 60
-    eval_swb_conversations: int = 4
-    eval_callhome_conversations: int = 4
-    turns_per_conversation: int = 24
-    jobs: int = 2
+    out_dir: str = "corpus"  # relative to the cwd (the recipe dir)
+    seed: int = 1  # the same config gives byte-identical files
+    jobs: int = 2  # worker processes, each with its own eSpeak NG
+    train_conversations: int = 40  # Switchboard-1 style, sw0NNNN.sph + MS98 transcripts
+    train_speakers: int = 60  # pool the training conversations draw their two sides from
+    conversation_minutes: float = 3.5  # target length of a training conversation
+    eval_swb_conversations: int = 4  # Hub5-2000 sw_4NNN (Switchboard-like)
+    eval_callhome_conversations: int = 4  # Hub5-2000 en_4NNN (CallHome-like, harder)
+    eval_conversation_minutes: float = 3.0

@@ -194,5 +194,9 @@ def write_data_dir(d: DataDir, path: str | os.PathLike) -> Path:
 
 
 def swbd_utt_id(speaker: str, start: float, end: float) -> str:
-    """Kaldi's Switchboard utterance id: sw02001-A_000098-001156 (times in centiseconds)."""
-    return f"{speaker}_{round(start * 100):06d}-{round(end * 100):06d}"
+    """Kaldi's Switchboard utterance id: sw02001-A_000098-001156 (times in centiseconds).
+
+    Rounded half up, `int(100 * t + 0.5)`, as swbd1_data_prep.sh does (Python's round() would
+    round 0.125 s down to 12 and give a different id than Kaldi's).
+    """
+    return f"{speaker}_{int(start * 100 + 0.5):06d}-{int(end * 100 + 0.5):06d}"

@@ -1,0 +1,248 @@
+"""Hub5-2000 English evaluation (LDC2002S09 audio, LDC2002T43 transcripts) -> a Kaldi data dir,
+as Kaldi's egs/swbd/s5c/local/eval2000_data_prep.sh makes it.
+
+Segments come from the partitioned evaluation map `english/hub5e_00.pem`, widened by 0.1 s
+on each side where the neighbours leave room (Kaldi's local/extend_segments.pl); the text
+of each segment from the reference stm line with the same times. Utterance ids truncate the
+times to centiseconds, as Kaldi's awk `%06d` does: `en_4156-A_030185-030248`.
+
+Where Kaldi is strict we are too: a pem segment without an stm line (or the reverse) means
+the two files do not belong together, and Kaldi stops ("Segments from pem file and stm file
+do not match"); so do we, naming the segments. Segments whose stm text is
+IGNORE_TIME_SEGMENT_IN_SCORING get no text and are left out, as Kaldi's grep and
+fix_data_dir.sh leave them out. The stm (with Kaldi's fixes for hubscr.pl) and the GLM are
+stored in the data dir for scoring.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from asr.data.datadir import DataDir, Segment, c_sort_key
+from asr.data.fix import fit_segments_to_audio
+from asr.data.swbd import sph2pipe_command
+from asr.data.text_norm import is_ignored_segment, normalize_stm_text
+from asr.utils.errors import InputError
+
+log = logging.getLogger(__name__)
+
+PEM = Path("english/hub5e_00.pem")
+STM = Path("reference/hub5e00.english.000405.stm")
+GLM = Path("reference/en20000405_hub5.glm")
+TEXT_SUBDIR = "2000_hub5_eng_eval_tr"  # LDC2002T43 as unpacked by some sites (Kaldi accepts it)
+SPEECH_SUBDIR = "hub5e_00"  # LDC2002S09/hub5e_00/english
+SEGMENT_EXTENSION_S = 0.1
+MAX_NAMES = 10
+LAYOUT = """expected layout:
+  <eval2000_dir>/english/{sw_4NNN,en_4NNN}.sph              (LDC2002S09 audio)
+  <eval2000_dir>/english/hub5e_00.pem                       (segments)
+  <eval2000_text_dir>/reference/hub5e00.english.000405.stm  (LDC2002T43 reference)
+  <eval2000_text_dir>/reference/en20000405_hub5.glm         (scoring GLM)"""
+
+
+@dataclass(frozen=True)
+class TimedLine:
+    utt: str
+    recording: str
+    start: float
+    end: float
+    words: str
+    where: str
+
+
+def text_dir(eval2000_text_dir: str | os.PathLike) -> Path:
+    """LDC2002T43 sometimes unpacks with an extra 2000_hub5_eng_eval_tr level."""
+    path = Path(eval2000_text_dir)
+    return path / TEXT_SUBDIR if (path / TEXT_SUBDIR).is_dir() else path
+
+
+def speech_dir(eval2000_dir: str | os.PathLike) -> Path:
+    """The dir holding english/: hub5e_00 itself, or the LDC2002S09 dir above it."""
+    path = Path(eval2000_dir)
+    if not (path / "english").is_dir() and (path / SPEECH_SUBDIR / "english").is_dir():
+        return path / SPEECH_SUBDIR
+    return path
+
+
+def find_eval2000_sph(eval2000_dir: str | os.PathLike) -> dict[str, Path]:
+    """Conversation id (sw_4390, en_4156) -> SPHERE file under english/ (any case of .sph)."""
+    english = speech_dir(eval2000_dir) / "english"
+    if not english.is_dir():
+        return {}
+    return {p.stem.lower(): p for p in sorted(english.rglob("*")) if p.suffix.lower() == ".sph" and p.is_file()}
+
+
+def missing_eval2000_inputs(eval2000_dir: str | os.PathLike, eval2000_text_dir: str | os.PathLike) -> list[str]:
+    """Each missing input as 'path: what should be there' (empty when everything is present)."""
+    missing = []
+    speech = speech_dir(eval2000_dir)
+    if not find_eval2000_sph(eval2000_dir):
+        missing.append(f"{speech / 'english'}/*.sph: no Hub5-2000 audio (LDC2002S09 hub5e_00/english/sw_4NNN.sph, en_4NNN.sph)")
+    if not (speech / PEM).is_file():
+        missing.append(f"{speech / PEM}: segment file not found")
+    reference = text_dir(eval2000_text_dir)
+    for name, what in ((STM, "reference transcript (LDC2002T43)"), (GLM, "scoring GLM (LDC2002T43)")):
+        if not (reference / name).is_file():
+            missing.append(f"{reference / name}: {what} not found")
+    return missing
+
+
+def hub5_utt_id(conversation: str, side: str, start: float, end: float) -> str:
+    """`en_4156-A_030185-030248`: centiseconds truncated, as Kaldi's awk printf %06d does."""
+    return f"{conversation}-{side}_{int(start * 100):06d}-{int(end * 100):06d}"
+
+
+def _timed_lines(path: Path, min_fields: int, words_from: int) -> list[TimedLine]:
+    """Lines `conv side speaker start end [...]` of a pem or stm file; ';;' lines are comments."""
+    lines = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            fields = line.split()
+            if not fields or ";;" in line:
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                if len(fields) < min_fields or fields[1] not in ("A", "B"):
+                    raise ValueError
+                start, end = float(fields[3]), float(fields[4])
+            except ValueError:
+                expected = "'<conversation> <A|B> <speaker> <start> <end> ...'"
+                raise InputError(f"{where}: expected {expected}, got {line.strip()!r}") from None
+            conv, side = fields[0].lower(), fields[1]
+            words = " ".join(fields[_first_word(fields, words_from):])
+            lines.append(TimedLine(hub5_utt_id(conv, side, start, end), f"{conv}-{side}", start, end, words, where))
+    return lines
+
+
+def _first_word(fields: list[str], words_from: int) -> int:
+    """The stm's sixth field is a label like <O,en,F,en-F>; skip it only when it is one."""
+    label = fields[words_from] if words_from < len(fields) else ""
+    is_label = label.startswith("<") and label.endswith(">") and "," in label
+    return words_from + 1 if is_label else words_from
+
+
+def read_pem(path: Path) -> list[TimedLine]:
+    """`en_4156 A unknown_speaker 301.85 302.48` lines, duplicates removed (Kaldi's sort -u)."""
+    unique = {line.utt: line for line in _timed_lines(path, min_fields=5, words_from=5)}
+    return [unique[u] for u in sorted(unique, key=c_sort_key)]
+
+
+def read_stm(path: Path) -> list[TimedLine]:
+    """`en_4156 A en_4156_A 357.64 359.64 <O,en,F,en-F> HE IS A POLICE OFFICER` lines."""
+    return _timed_lines(path, min_fields=5, words_from=5)
+
+
+def fix_stm(stm: str) -> str:
+    """Kaldi's repairs so that hubscr.pl accepts the stm: `((` typos -> `(`, aside tags removed."""
+    return re.sub(r"<[BE]_ASIDE>", "", stm.replace("((", "("))
+
+
+def extend_segments(segments: dict[str, Segment], by: float = SEGMENT_EXTENSION_S) -> dict[str, Segment]:
+    """Widen each segment by `by` seconds each side without creating overlaps (extend_segments.pl).
+
+    Between neighbours each side gets at most half the gap; overlapping neighbours are left
+    as they are; the first start stops at 0. The last end may pass the end of the audio:
+    fit_segments_to_audio clips it.
+    """
+    times = {utt: [s.start, s.end] for utt, s in segments.items()}
+    by_recording: dict[str, list[str]] = {}
+    for utt in sorted(segments, key=c_sort_key):
+        by_recording.setdefault(segments[utt].recording, []).append(utt)
+    for utts in by_recording.values():
+        utts.sort(key=lambda u: times[u][0])
+        times[utts[0]][0] = max(times[utts[0]][0] - by, 0.0)
+        times[utts[-1]][1] += by
+        for earlier, later in zip(utts, utts[1:]):
+            gap = times[later][0] - times[earlier][1]
+            if gap < 0:
+                log.debug("segments %s and %s overlap; not extended", earlier, later)
+                continue
+            step = min(by, gap / 2)
+            times[earlier][1] += step
+            times[later][0] -= step
+    return {utt: Segment(s.recording, round(times[utt][0], 2), round(times[utt][1], 2)) for utt, s in segments.items()}
+
+
+def _check_pem_matches_stm(pem: list[TimedLine], stm: list[TimedLine], pem_path: Path, stm_path: Path) -> None:
+    pem_ids, stm_ids = {x.utt for x in pem}, {x.utt for x in stm}
+    if pem_ids == stm_ids:
+        return
+    only_pem, only_stm = sorted(pem_ids - stm_ids, key=c_sort_key), sorted(stm_ids - pem_ids, key=c_sort_key)
+    raise InputError(
+        f"segments of {pem_path} and {stm_path} do not match (Kaldi stops here too): "
+        f"{len(only_pem)} only in the pem ({', '.join(only_pem[:MAX_NAMES])}), "
+        f"{len(only_stm)} only in the stm ({', '.join(only_stm[:MAX_NAMES])}); use the pem and stm of the same release"
+    )
+
+
+def _reference_texts(stm: list[TimedLine], dropped: Counter) -> dict[str, str]:
+    texts = {}
+    for line in stm:
+        if is_ignored_segment(line.words):
+            dropped["IGNORE_TIME_SEGMENT_IN_SCORING"] += 1
+            continue
+        text = normalize_stm_text(line.words)
+        if not text:
+            dropped["no words after normalisation (only hesitations or tags)"] += 1
+            continue
+        if line.utt in texts:
+            raise InputError(f"{line.where}: a second stm line for {line.utt}; each segment must appear once")
+        texts[line.utt] = text
+    return texts
+
+
+def _read_verbatim(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8/ASCII text ({err}); is this the LDC2002T43 file?") from None
+
+
+def recordings_without_audio(segments: dict[str, Segment], sph: dict[str, Path]) -> set[str]:
+    no_audio = {s.recording for s in segments.values() if s.recording.rsplit("-", 1)[0] not in sph}
+    if no_audio:
+        names = ", ".join(sorted(no_audio, key=c_sort_key)[:MAX_NAMES])
+        log.warning("skipped the segments of %d recordings with no audio file: %s", len(no_audio), names)
+    return no_audio
+
+
+def _assemble(texts: dict[str, str], segments: dict[str, Segment], sph: dict[str, Path], dropped: Counter) -> DataDir:
+    """Utterances with text and audio; their recordings in Kaldi's sph2pipe form."""
+    no_audio = recordings_without_audio(segments, sph)
+    d = DataDir()
+    for utt in sorted(texts, key=c_sort_key):
+        if segments[utt].recording in no_audio:
+            dropped["recording has no audio file"] += 1
+            continue
+        d.text[utt], d.segments[utt], d.utt2spk[utt] = texts[utt], segments[utt], segments[utt].recording
+    for recording in sorted(set(d.utt2spk.values())):
+        conv, side = recording.rsplit("-", 1)
+        d.wav_scp[recording] = sph2pipe_command(sph[conv], 1 if side == "A" else 2)
+        d.reco2file_and_channel[recording] = (conv, side)
+    return d
+
+
+def prepare_eval2000(eval2000_dir: str | os.PathLike, eval2000_text_dir: str | os.PathLike) -> DataDir:
+    """The Hub5-2000 evaluation data dir (SWB `sw_` and CallHome `en_` parts together), with the
+    fixed stm and the GLM for scoring. What is left out is counted and logged."""
+    missing = missing_eval2000_inputs(eval2000_dir, eval2000_text_dir)
+    if missing:
+        raise InputError("Hub5-2000 corpus incomplete:\n  " + "\n  ".join(missing) + "\n" + LAYOUT)
+    pem_path, stm_path = speech_dir(eval2000_dir) / PEM, text_dir(eval2000_text_dir) / STM
+    pem, stm = read_pem(pem_path), read_stm(stm_path)
+    _check_pem_matches_stm(pem, stm, pem_path, stm_path)
+    dropped: Counter = Counter()
+    texts = _reference_texts(stm, dropped)
+    segments = extend_segments({x.utt: Segment(x.recording, x.start, x.end) for x in pem})
+    d = _assemble(texts, segments, find_eval2000_sph(eval2000_dir), dropped)
+    d.verbatim = {"stm": fix_stm(_read_verbatim(stm_path)), "glm": _read_verbatim(text_dir(eval2000_text_dir) / GLM)}
+    for reason, count in sorted(dropped.items()):
+        log.info("eval2000: left out %d segments: %s", count, reason)
+    d, _, _ = fit_segments_to_audio(d)
+    log.info("eval2000: %d utterances from %d conversation sides", len(d.utt2spk), len(d.wav_scp))
+    return d
