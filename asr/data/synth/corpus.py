@@ -1,0 +1,236 @@
+"""The whole synthetic corpus: plan it from the config, render it in parallel, write the tree.
+
+Planning (conversation names, discs, speakers, topics, per-conversation seeds) happens up
+front in one process, so the result does not depend on how conversations are spread over
+worker processes. eSpeak NG keeps state between utterances that is not reset by
+re-initialising it, so each conversation is rendered in a fresh worker process
+(maxtasksperchild=1): that makes every file a function of the config alone, byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing as mp
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from asr.data.synth import grammar as gr
+from asr.data.synth import layouts
+from asr.data.synth.channel import RATE
+from asr.data.synth.conversation import Conversation, ConversationSpec, render_conversation
+from asr.data.synth.speakers import Speaker, SpeakerSets, make_speakers
+from asr.utils.atomic import atomic_dir
+from asr.utils.errors import InputError
+
+log = logging.getLogger("asr.synth")
+
+SUBSETS = ("train", "eval_swb", "eval_callhome")
+FIRST_SWB_NUMBER = 2001  # Switchboard-1 conversations are sw02001 .. sw04940
+EVAL_NUMBERS = (4000, 5000)  # Hub5-2000 names are sw_4NNN and en_4NNN
+DISCS = 4
+SPEAKERS_FILE = "synth_speakers.tsv"
+SUMMARY_FILE = "synth_summary.json"
+
+
+@dataclass(frozen=True)
+class CorpusPlan:
+    conversations: list[ConversationSpec]
+    speakers: SpeakerSets
+    train_numbers: dict[str, tuple[int, int]]  # sw0NNNN -> (NNNN, disc)
+
+
+def _validate(cfg: DictConfig) -> None:
+    counts = {k: int(cfg[k]) for k in ("train_conversations", "eval_swb_conversations", "eval_callhome_conversations", "jobs")}
+    if any(v < 0 for v in counts.values()) or counts["jobs"] < 1:
+        raise InputError(f"synth config: counts must be >= 0 and jobs >= 1, got {counts}")
+    if cfg.train_speakers < 2:
+        raise InputError(f"synth.train_speakers={cfg.train_speakers}: a conversation needs two speakers")
+    if cfg.conversation_minutes <= 0 or cfg.eval_conversation_minutes <= 0:
+        raise InputError("synth.conversation_minutes and synth.eval_conversation_minutes must be > 0")
+    if cfg.eval_swb_conversations + cfg.eval_callhome_conversations > 0 and cfg.train_conversations == 0:
+        raise InputError("synth: evaluation speakers are defined relative to training ones; set train_conversations > 0")
+
+
+def _seed(seed: int, subset: int, index: int) -> int:
+    return int(np.random.SeedSequence([seed, subset, index]).generate_state(1)[0])
+
+
+def _swb_numbers(rng: np.random.Generator, count: int) -> list[int]:
+    """Increasing conversation numbers with the small gaps the real release has."""
+    steps = rng.choice([1, 2, 3], size=count, p=[0.8, 0.15, 0.05])
+    numbers = FIRST_SWB_NUMBER + np.cumsum(steps) - steps[0]
+    if count and numbers[-1] > 9999:
+        raise InputError(f"synth.train_conversations={count} is more than sw0NNNN names can hold")
+    return [int(n) for n in numbers]
+
+
+def _train_pairs(rng: np.random.Generator, pool: list[Speaker], count: int) -> list[tuple[Speaker, Speaker]]:
+    """Two different speakers per conversation, using the pool evenly."""
+    queue: list[int] = []
+    pairs = []
+    for _ in range(count):
+        if len(queue) < 2:
+            queue += [int(i) for i in rng.permutation(len(pool)) if int(i) not in queue]
+        a = queue.pop(0)
+        b = queue.pop(next(j for j, i in enumerate(queue) if i != a))
+        pairs.append((pool[a], pool[b]))
+    return pairs
+
+
+def _train_specs(cfg: DictConfig, rng: np.random.Generator, pool: list[Speaker]) -> dict[str, tuple[ConversationSpec, int, int]]:
+    """Switchboard-1 style conversations by name: (spec, number, disc), spread over 4 discs."""
+    count = int(cfg.train_conversations)
+    topics = sorted(gr.TOPICS)
+    out = {}
+    for i, (number, pair) in enumerate(zip(_swb_numbers(rng, count), _train_pairs(rng, pool, count))):
+        name = f"sw0{number}"
+        spec = ConversationSpec(name, "train", pair, topics[int(rng.integers(len(topics)))],
+                                60.0 * float(cfg.conversation_minutes), _seed(cfg.seed, 0, i), "swb", held_out=False)
+        out[name] = (spec, number, 1 + i * DISCS // count)
+    return out
+
+
+def _eval_specs(cfg: DictConfig, rng: np.random.Generator, code: int, prefix: str, pool: list[Speaker],
+                style: str) -> list[ConversationSpec]:
+    """Hub5-2000 style conversations (sw_4NNN or en_4NNN), a new pair of speakers for each."""
+    subset = "eval_swb" if prefix == "sw" else "eval_callhome"
+    topics = sorted(gr.TOPICS)
+    numbers = sorted(int(n) for n in rng.choice(np.arange(*EVAL_NUMBERS), size=len(pool) // 2, replace=False))
+    return [ConversationSpec(f"{prefix}_{number}", subset, (pool[2 * i], pool[2 * i + 1]),
+                             topics[int(rng.integers(len(topics)))], 60.0 * float(cfg.eval_conversation_minutes),
+                             _seed(cfg.seed, code, i), style, held_out=True)
+            for i, number in enumerate(numbers)]
+
+
+def plan_corpus(cfg: DictConfig) -> CorpusPlan:
+    _validate(cfg)
+    rng = np.random.default_rng(np.random.SeedSequence([int(cfg.seed), 99]))
+    speakers = make_speakers(rng, int(cfg.train_speakers), 2 * int(cfg.eval_swb_conversations),
+                             2 * int(cfg.eval_callhome_conversations))
+    train = _train_specs(cfg, rng, speakers.train)
+    conversations = [spec for spec, _, _ in train.values()]
+    conversations += _eval_specs(cfg, rng, 1, "sw", speakers.eval_swb, "swb")
+    conversations += _eval_specs(cfg, rng, 2, "en", speakers.eval_callhome, "callhome")
+    numbers = {name: (number, disc) for name, (_, number, disc) in train.items()}
+    return CorpusPlan(conversations=conversations, speakers=speakers, train_numbers=numbers)
+
+
+def _audio_path(root: Path, plan: CorpusPlan, spec: ConversationSpec) -> Path:
+    if spec.subset == "train":
+        number, disc = plan.train_numbers[spec.name]
+        return layouts.swb_audio_path(root, number, disc)
+    return layouts.hub5_audio_path(root, spec.name)
+
+
+def _render_job(job: tuple[ConversationSpec, str]) -> Conversation:
+    """Runs in a fresh worker process: render one conversation and write its SPHERE file."""
+    spec, path = job
+    conversation, audio = render_conversation(spec)
+    layouts.write_sphere(Path(path), audio)
+    return conversation
+
+
+def render_all(jobs: list[tuple[ConversationSpec, str]], processes: int) -> list[Conversation]:
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    results: dict[str, Conversation] = {}
+    with context.Pool(processes=processes, maxtasksperchild=1) as pool:
+        progress = tqdm(pool.imap_unordered(_render_job, jobs), total=len(jobs), desc="synth", unit="conv")
+        for conversation in progress:
+            results[conversation.spec.name] = conversation
+    return [results[spec.name] for spec, _ in jobs]
+
+
+# ---- summary ------------------------------------------------------------------------
+
+def subset_summary(conversations: list[Conversation]) -> dict:
+    words: list[str] = []
+    speech_samples, utterances, audio_samples = 0, 0, 0
+    for conversation in conversations:
+        audio_samples += 2 * conversation.num_samples
+        for segments in conversation.segments.values():
+            for segment in segments:
+                lexical = [t.token.word for t in segment.tokens if t.token.is_lexical]
+                if lexical:
+                    utterances += 1
+                    speech_samples += segment.end - segment.start
+                    words += lexical
+    return {
+        "conversations": len(conversations),
+        "speakers": len({s.id for c in conversations for s in c.spec.speakers}),
+        "audio_hours": round(audio_samples / RATE / 3600, 4),
+        "speech_hours": round(speech_samples / RATE / 3600, 4),
+        "utterances": utterances,
+        "words": len(words),
+        "vocabulary": len(set(words)),
+        "_words": set(words),
+    }
+
+
+def corpus_summary(conversations: list[Conversation]) -> dict:
+    summary = {subset: subset_summary([c for c in conversations if c.spec.subset == subset]) for subset in SUBSETS}
+    vocabulary = set().union(*(s.pop("_words") for s in summary.values()))
+    summary["total_vocabulary"] = len(vocabulary)
+    return summary
+
+
+def format_summary(summary: dict) -> str:
+    columns = ("conversations", "speakers", "audio_hours", "speech_hours", "utterances", "words", "vocabulary")
+    lines = [f"{'subset':<14}" + "".join(f"{c:>14}" for c in columns)]
+    for subset in SUBSETS:
+        lines.append(f"{subset:<14}" + "".join(f"{summary[subset][c]:>14}" for c in columns))
+    lines.append(f"vocabulary over all subsets: {summary['total_vocabulary']} words")
+    return "\n".join(lines)
+
+
+def _speaker_rows(plan: CorpusPlan) -> str:
+    sides: dict[str, list[str]] = {}
+    for spec in plan.conversations:
+        for side, speaker in zip("AB", spec.speakers):
+            sides.setdefault(speaker.id, []).append(f"{spec.name}-{side}")
+    header = "subset\tid\taccent\tvariant\tgender\trate\tpitch\tintonation\tgain_db\tsides"
+    rows = [header]
+    for subset, pool in (("train", plan.speakers.train), ("eval_swb", plan.speakers.eval_swb),
+                         ("eval_callhome", plan.speakers.eval_callhome)):
+        for s in pool:
+            rows.append(f"{subset}\t{s.id}\t{s.accent}\t{s.variant}\t{s.gender}\t{s.rate}\t{s.pitch}\t"
+                        f"{s.intonation}\t{s.gain_db}\t{' '.join(sides.get(s.id, []))}")
+    return "\n".join(rows) + "\n"
+
+
+def write_corpus(root: Path, plan: CorpusPlan, conversations: list[Conversation], summary: dict) -> None:
+    """Transcripts, references and the generator's own records (audio is written by workers)."""
+    for conversation in conversations:
+        if conversation.spec.subset == "train":
+            layouts.write_ms98(root, plan.train_numbers[conversation.spec.name][0], conversation)
+    evaluation = [c for c in conversations if c.spec.subset != "train"]
+    if evaluation:
+        layouts.write_hub5_text(root, evaluation)
+    (root / SPEAKERS_FILE).write_text(_speaker_rows(plan), encoding="ascii")
+    (root / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="ascii")
+
+
+def synthesize_corpus(cfg: DictConfig) -> dict:
+    """Build the corpus under a temporary name and move it to cfg.out_dir when complete."""
+    plan = plan_corpus(cfg)
+    out_dir = Path(cfg.out_dir)
+    log.info("synthesising %d conversations into %s with %d processes", len(plan.conversations), out_dir, cfg.jobs)
+    started = time.perf_counter()
+    with atomic_dir(out_dir) as tmp:
+        tmp.chmod(0o755)  # mkdtemp makes it private; a corpus is for every user to read
+        jobs = [(spec, str(_audio_path(tmp, plan, spec))) for spec in plan.conversations]
+        conversations = render_all(jobs, int(cfg.jobs))
+        summary = corpus_summary(conversations)
+        write_corpus(tmp, plan, conversations, summary)
+    elapsed = time.perf_counter() - started
+    audio_hours = sum(summary[s]["audio_hours"] for s in SUBSETS)
+    log.info("corpus summary:\n%s", format_summary(summary))
+    log.info("synthesised %.3f h of audio (2 channels) in %.1f s: %.1f s per hour of audio with %d processes",
+             audio_hours, elapsed, elapsed / max(audio_hours, 1e-9), cfg.jobs)
+    return {**summary, "seconds": elapsed}

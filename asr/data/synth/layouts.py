@@ -1,0 +1,245 @@
+"""The LDC release layouts and file formats the generator writes (DESIGN.md section 7).
+
+    LDC97S62/swb1_d{1..4}/data/sw0NNNN.sph                      Switchboard-1 audio
+    swb_ms98_transcriptions/NN/NNNN/swNNNN{A,B}-ms98-a-{trans,word}.text
+    LDC2002S09/hub5e_00/english/{sw,en}_4NNN.sph, hub5e_00.pem   Hub5-2000 audio, segments
+    LDC2002T43/reference/hub5e00.english.000405.stm, en20000405_hub5.glm
+
+The same corpus preparers read these and the real releases, so the formats follow the
+real files: MS98 segments cover each side's whole timeline with `[silence]` between speech,
+6-decimal times; the pem and stm use 2-decimal times and the same segmentation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import soundfile as sf
+
+from asr.data.synth import grammar as gr
+from asr.data.synth import tokens as tk
+from asr.data.synth.channel import RATE
+from asr.data.synth.conversation import Conversation, Segment
+from asr.data.synth.speakers import Speaker
+
+SWB_DIR = "LDC97S62"
+MS98_DIR = "swb_ms98_transcriptions"
+HUB5_AUDIO_DIR = "LDC2002S09/hub5e_00/english"
+HUB5_TEXT_DIR = "LDC2002T43/reference"
+PEM_NAME = "hub5e_00.pem"
+STM_NAME = "hub5e00.english.000405.stm"
+GLM_NAME = "en20000405_hub5.glm"
+IGNORE = "IGNORE_TIME_SEGMENT_IN_SCORING"
+TYPO_EVERY = 12  # one segment with a hesitation in this many has a "((%HESITATION)" typo
+
+
+# ---- paths ----------------------------------------------------------------------------
+
+def swb_audio_path(root: Path, number: int, disc: int) -> Path:
+    return root / SWB_DIR / f"swb1_d{disc}" / "data" / f"sw0{number}.sph"
+
+
+def ms98_path(root: Path, number: int, side: str, kind: str) -> Path:
+    """kind is 'trans' or 'word'; the folders are the number's first two digits, then it."""
+    return root / MS98_DIR / f"{number // 100:02d}" / f"{number}" / f"sw{number}{side}-ms98-a-{kind}.text"
+
+
+def hub5_audio_path(root: Path, name: str) -> Path:
+    return root / HUB5_AUDIO_DIR / f"{name}.sph"
+
+
+def pem_path(root: Path) -> Path:
+    return root / HUB5_AUDIO_DIR / PEM_NAME
+
+
+def stm_path(root: Path) -> Path:
+    return root / HUB5_TEXT_DIR / STM_NAME
+
+
+def glm_path(root: Path) -> Path:
+    return root / HUB5_TEXT_DIR / GLM_NAME
+
+
+# ---- audio ----------------------------------------------------------------------------
+
+def write_sphere(path: Path, audio: np.ndarray) -> None:
+    """2-channel 8 kHz mu-law NIST SPHERE; column 0 is side A (channel 1)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sf.write(str(path), audio, RATE, format="NIST", subtype="ULAW")
+
+
+# ---- MS98 -----------------------------------------------------------------------------
+
+def _seconds6(samples: int) -> str:
+    return f"{samples / RATE:.6f}"
+
+
+def _timeline(segments: list[Segment], num_samples: int) -> list[tuple[int, int, Segment | None]]:
+    """The side's whole recording as speech segments with [silence] (None) between them."""
+    out: list[tuple[int, int, Segment | None]] = []
+    at = 0
+    for segment in segments:
+        if segment.start > at:
+            out.append((at, segment.start, None))
+        out.append((segment.start, segment.end, segment))
+        at = segment.end
+    if at < num_samples:
+        out.append((at, num_samples, None))
+    return out
+
+
+def ms98_lines(number: int, side: str, segments: list[Segment], num_samples: int) -> tuple[list[str], list[str]]:
+    """Lines of swNNNN{side}-ms98-a-trans.text and -word.text."""
+    trans, words = [], []
+    for i, (start, end, segment) in enumerate(_timeline(segments, num_samples), 1):
+        prefix = f"sw{number}{side}-ms98-a-{i:04d} {_seconds6(start)} {_seconds6(end)}"
+        if segment is None:
+            trans.append(f"{prefix} {tk.SILENCE}")
+            words.append(f"{prefix} {tk.SILENCE}")
+            continue
+        timed = [t for t in segment.tokens if t.token.ms98]
+        trans.append(f"{prefix} " + " ".join(t.token.ms98 for t in timed))
+        segment_id = prefix.split()[0]
+        words += [f"{segment_id} {_seconds6(t.start)} {_seconds6(t.end)} {t.token.ms98}" for t in timed]
+    return trans, words
+
+
+def write_ms98(root: Path, number: int, conversation: Conversation) -> None:
+    for side, segments in conversation.segments.items():
+        trans, words = ms98_lines(number, side, segments, conversation.num_samples)
+        for kind, lines in (("trans", trans), ("word", words)):
+            path = ms98_path(root, number, side, kind)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("\n".join(lines) + "\n", encoding="ascii")
+
+
+# ---- Hub5 pem / stm / glm -------------------------------------------------------------
+
+def centiseconds(samples: int, round_up: bool) -> int:
+    """2-decimal times that still enclose the segment: start rounded down, end up."""
+    return -(-samples * 100 // RATE) if round_up else samples * 100 // RATE
+
+
+def _seconds2(cs: int) -> str:
+    return f"{cs // 100}.{cs % 100:02d}"
+
+
+def stm_words(segment: Segment) -> list[str]:
+    """The reference words: upper case, hesitations and fragments optionally deletable; a
+    segment with nothing to score (a lone laugh or noise) is excluded from scoring."""
+    words = [t.token.stm for t in segment.tokens if t.token.stm]
+    return words if any(t.token.is_lexical for t in segment.tokens) else [IGNORE]
+
+
+def with_typo(words: list[str]) -> list[str]:
+    """The real reference has a few "((" typos; preparers must cope with them."""
+    i = words.index(tk.HESITATION)
+    return words[:i] + ["(" + tk.HESITATION] + words[i + 1:]
+
+
+def _segment_times(segment: Segment) -> tuple[str, str]:
+    return _seconds2(centiseconds(segment.start, False)), _seconds2(centiseconds(segment.end, True))
+
+
+def _side_segments(conversations: Iterable[Conversation]):
+    for conversation in sorted(conversations, key=lambda c: c.spec.name):
+        for side, speaker in zip(("A", "B"), conversation.spec.speakers):
+            for segment in conversation.segments[side]:
+                yield conversation.spec.name, side, speaker, segment
+
+
+PEM_HEADER = """;;
+;; hub5e_00.pem: the segments of the (synthetic) Hub5-2000 English evaluation set.
+;; <conversation> <channel> <speaker> <begin time> <end time>
+;;
+"""
+
+
+def pem_lines(conversations: Iterable[Conversation]) -> list[str]:
+    lines = []
+    for name, side, _, segment in _side_segments(conversations):
+        start, end = _segment_times(segment)
+        lines.append(f"{name} {side} unknown_speaker {start} {end}")
+    return lines
+
+
+STM_HEADER = """;;
+;; hub5e00.english.000405.stm: reference transcripts of the (synthetic) Hub5-2000
+;; English evaluation set, Switchboard (sw) and CallHome (en) conversations.
+;;
+;; CATEGORY "0" "" ""
+;; LABEL "O" "Overall" "All Segments in the test set"
+;; CATEGORY "1" "Hub5 test set" ""
+;; LABEL "en" "CALLHOME" "CALLHOME conversations"
+;; LABEL "sw" "Switchboard" "Switchboard conversations"
+;; CATEGORY "2" "Sex" ""
+;; LABEL "F" "Female" "Female Talkers"
+;; LABEL "M" "Male" "Male Talkers"
+;; CATEGORY "3" "Corpus/Sex" ""
+;; LABEL "en-F" "CALLHOME Female" "Female Talkers in CALLHOME conversations"
+;; LABEL "en-M" "CALLHOME Male" "Male Talkers in CALLHOME conversations"
+;; LABEL "sw-F" "Switchboard Female" "Female Talkers in Switchboard conversations"
+;; LABEL "sw-M" "Switchboard Male" "Male Talkers in Switchboard conversations"
+;;
+"""
+
+
+def _stm_tag(name: str, speaker: Speaker) -> str:
+    corpus = name.split("_")[0]
+    return f"<O,{corpus},{speaker.gender},{corpus}-{speaker.gender}>"
+
+
+def stm_lines(conversations: Iterable[Conversation]) -> list[str]:
+    lines, hesitations = [], 0
+    for name, side, speaker, segment in _side_segments(conversations):
+        start, end = _segment_times(segment)
+        words = stm_words(segment)
+        if tk.HESITATION in words:
+            words = with_typo(words) if hesitations % TYPO_EVERY == 0 else words
+            hesitations += 1
+        lines.append(f"{name} {side} {name}_{side} {start} {end} {_stm_tag(name, speaker)} {' '.join(words)}")
+    return lines
+
+
+GLM_HEADER = """;;
+;;  File:  en20000405_hub5.glm
+;;  Desc:  Transcript filtering rules for the (synthetic) Hub5-2000 English evaluation:
+;;         hesitations, contractions and alternate spellings, applied to both the
+;;         reference and the system output before scoring (csrfilt.sh, hubscr.pl).
+;;
+* name "en20000405_hub5.glm"
+* desc "The Global Mapping File for the synthetic Hub5-E 2000 evaluation"
+* format = 'NIST1'
+* max_nrules = '{max_rules}'
+* copy_no_hit = 'T'
+* case_sensitive = 'F'
+"""
+GLM_HESITATIONS = ("ACH", "AH", "EEE", "EH", "ER", "EW", "HA", "HEE", "HM", "HMM", "HUH", "MM", "MMM",
+                   "OOF", "UH", "UHM", "UM")
+GLM_SPELLINGS = (
+    ("OK", "OKAY"), ("ALRIGHT", "{ALL RIGHT / ALRIGHT}"), ("UHHUH", "UH-HUH"), ("MM-HMM", "UM-HUM"),
+    ("MHM", "UM-HUM"), ("GONNA", "{GONNA / GOING TO}"), ("KINDA", "{KINDA / KIND OF}"),
+)
+
+
+def glm_text() -> str:
+    rules = [";; Hesitation mappings"]
+    rules += [f"{h} => %HESITATION / [ ] __ [ ] ;; hesitation" for h in GLM_HESITATIONS]
+    rules.append(";; Alternate spellings")
+    rules += [f"{lhs} => {rhs} / [ ] __ [ ]" for lhs, rhs in GLM_SPELLINGS]
+    rules.append(";; Contractions")
+    for short, longs in sorted(gr.CONTRACTIONS.items()):
+        alternatives = " / ".join([short.upper()] + [e.upper() for e in longs])
+        rules.append(f"[{short.upper()}] => [{{{alternatives}}}] / [ ] __ [ ] ;; contraction")
+    header = GLM_HEADER.replace("{max_rules}", str(max(1000, 2 * len(rules))))
+    return header + "\n".join(rules) + "\n"
+
+
+def write_hub5_text(root: Path, conversations: list[Conversation]) -> None:
+    for path, text in ((pem_path(root), PEM_HEADER + "\n".join(pem_lines(conversations)) + "\n"),
+                       (stm_path(root), STM_HEADER + "\n".join(stm_lines(conversations)) + "\n"),
+                       (glm_path(root), glm_text())):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="ascii")
