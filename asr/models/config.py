@@ -10,6 +10,7 @@ class ModelConfig:
     hidden_size: int = 320  # cells per direction
     bidirectional: bool = True
     bottleneck: int = 0  # linear bottleneck before the output layer; 0 = none
-    stack_frames: int = 3  # concatenate this many neighbouring frames...
+    stack_frames: int = 3  # concatenate this many neighbouring frames (current + following)...
     subsample: int = 3  # ...and keep every Nth stacked frame
     dropout: float = 0.1
+    head: str = "ctc"  # output layer: ctc (tokens + blank); see asr.models.blstm.HEADS

@@ -6,17 +6,18 @@ from dataclasses import dataclass
 @dataclass
 class TrainConfig:
     epochs: int = 20
-    max_frames: int = 20000  # batch size in input frames (length-bucketed batches)
-    max_utts: int = 64
-    optimizer: str = "adam"  # adam | sgd
+    max_frames: int = 20000  # batch size in padded input frames (utterances x longest)
+    max_utts: int = 64  # and at most this many utterances per batch
+    optimizer: str = "adam"  # adam | sgd (with momentum)
     lr: float = 1e-3
     momentum: float = 0.9
     weight_decay: float = 0.0
-    warmup_steps: int = 200
-    lr_decay: float = 0.85  # per-epoch annealing after warm-up
-    grad_clip: float = 5.0
-    checkpoint_every_steps: int = 200
-    keep_checkpoints: int = 3
-    num_workers: int = 0
-    threads: int = 2
+    warmup_steps: int = 200  # linear warm-up over this many updates
+    lr_decay: float = 0.85  # lr multiplied by this after every epoch
+    grad_clip: float = 5.0  # global gradient-norm clipping; 0 = off
+    checkpoint_every_steps: int = 200  # plus one at every epoch end
+    keep_checkpoints: int = 3  # periodic checkpoints kept (best.pt and last.pt are extra)
+    log_every_steps: int = 50  # a train_log.csv row every this many steps
+    num_workers: int = 0  # DataLoader worker processes
+    threads: int = 2  # torch.set_num_threads
     force: bool = False  # resume even if the model/data config changed

@@ -60,6 +60,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp.", dir=path.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary shared directory
     try:
         yield tmp
         if path.exists():

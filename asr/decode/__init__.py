@@ -1,0 +1,1 @@
+"""Decoding: CTC greedy search, word timings, hyp.txt and CTM output."""

@@ -1,0 +1,100 @@
+"""The decode stage: a checkpoint, the feature sets in decode.sets -> hyp.txt and hyp.ctm.
+
+Outputs go to `<exp_dir>/decode_<set>/`, each file written atomically; a re-run decodes
+again (cheap next to training) so the files always match the chosen checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from asr.data.datadir import DataDir, read_data_dir
+from asr.decode.greedy import ctc_greedy
+from asr.decode.output import CtmLine, ctm_lines, timed_words, write_ctm, write_hyp_text
+from asr.models.blstm import AcousticModel
+from asr.text.tokenizer import BLANK_ID, Tokenizer, tokenizer_model_path
+from asr.train.checkpoint import CheckpointDir, load_checkpoint, model_from_checkpoint
+from asr.train.data import FeatureReader, data_set_dir, feature_set_dir
+from asr.train.device import select_device
+from asr.utils.errors import InputError
+
+log = logging.getLogger(__name__)
+
+
+def decode_sets(cfg) -> list[str]:
+    return list(cfg.decode.sets) or [cfg.data.eval_set]
+
+
+def load_decoding_model(cfg, device: torch.device) -> tuple[AcousticModel, Tokenizer]:
+    """The model of decode.checkpoint (last | best | path) and the tokenizer it was trained with."""
+    path = CheckpointDir(Path(cfg.exp_dir) / "checkpoints").resolve(str(cfg.decode.checkpoint))
+    state = load_checkpoint(path, map_location="cpu")
+    model = model_from_checkpoint(state, path).to(device)
+    tokenizer = Tokenizer(tokenizer_model_path(cfg.tokenizer))
+    if tokenizer.vocab_size != state["model_info"]["num_outputs"]:
+        raise InputError(
+            f"{tokenizer.path}: {tokenizer.vocab_size} tokens, but {path} was trained with "
+            f"{state['model_info']['num_outputs']} outputs; decode with the tokenizer config used in training"
+        )
+    log.info("decoding with %s (epoch %d, step %d)", path, state["epoch"], state["step"])
+    return model, tokenizer
+
+
+def length_sorted_batches(utts: list[str], num_frames: dict[str, int], batch_size: int) -> list[list[str]]:
+    """Longest first, so padding inside a batch is small."""
+    ordered = sorted(utts, key=lambda u: -num_frames[u])
+    return [ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)]
+
+
+class SetDecoder:
+    """Decodes the utterances of one set batch by batch, collecting hyp text and CTM lines."""
+
+    def __init__(
+        self, model: AcousticModel, tokenizer: Tokenizer, device: torch.device, data: DataDir, reader: FeatureReader, frame_shift_ms: float
+    ):
+        self.model, self.tokenizer, self.device = model, tokenizer, device
+        self.data, self.reader = data, reader
+        self.frame_seconds = frame_shift_ms / 1000.0 * model.subsample
+        self.hyps: dict[str, str] = {}
+        self.ctm: list[CtmLine] = []
+
+    @torch.no_grad()
+    def decode_batch(self, utts: list[str]) -> None:
+        feats = [self.reader(u) for u in utts]
+        lengths = torch.tensor([f.shape[0] for f in feats])
+        padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(self.device)
+        log_probs, out_lens = self.model(padded, lengths.to(self.device))
+        for utt, hyp in zip(utts, ctc_greedy(log_probs, out_lens, blank=BLANK_ID)):
+            words = timed_words(hyp, self.tokenizer)
+            self.hyps[utt] = " ".join(w.word for w in words)
+            self.ctm.extend(ctm_lines(self.data, utt, words, self.frame_seconds))
+
+
+def decode_set(cfg, set_name: str, model: AcousticModel, tokenizer: Tokenizer, device: torch.device) -> Path:
+    data = read_data_dir(data_set_dir(cfg, set_name))
+    reader = FeatureReader(feature_set_dir(cfg, set_name), data.utt2spk, cfg.features.norm_vars)
+    if reader.feat_dim != model.input_dim:
+        raise InputError(f"{reader.set_dir}/feat_dim: {reader.feat_dim}, but the model was trained on {model.input_dim}-dim features")
+    utts = [u for u in reader.utts() if u in data.utt2spk]
+    log.info("%s: decoding %d of %d utterances (those with features)", set_name, len(utts), len(data.utt2spk))
+    decoder = SetDecoder(model, tokenizer, device, data, reader, cfg.decode.frame_shift_ms)
+    for batch in length_sorted_batches(utts, reader.num_frames, cfg.decode.batch_size):
+        decoder.decode_batch(batch)
+    out_dir = Path(cfg.exp_dir) / f"decode_{set_name}"
+    write_hyp_text(out_dir / "hyp.txt", decoder.hyps)
+    write_ctm(out_dir / "hyp.ctm", decoder.ctm)
+    log.info("%s: %d hypotheses, %d words -> %s", set_name, len(decoder.hyps), len(decoder.ctm), out_dir)
+    return out_dir
+
+
+def decode(cfg) -> list[Path]:
+    """The decode stage; returns the output directories."""
+    if cfg.decode.kind != "greedy":
+        raise InputError(f"decode.kind={cfg.decode.kind!r}: this decoder does CTC greedy search only (decode.kind=greedy)")
+    torch.set_num_threads(cfg.train.threads)  # the same CPU budget as training
+    device = select_device(cfg.device)
+    model, tokenizer = load_decoding_model(cfg, device)
+    return [decode_set(cfg, name, model, tokenizer, device) for name in decode_sets(cfg)]

@@ -1,0 +1,1 @@
+"""Acoustic models: the BLSTM encoder with pluggable output heads."""

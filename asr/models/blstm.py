@@ -1,0 +1,136 @@
+"""BLSTM acoustic model: frame stacking + subsampling, LSTM layers, bottleneck, output head.
+
+The model is split into an encoder (everything up to the optional bottleneck) and a head
+(the output layer), so another head, e.g. frame-level cross-entropy over context-dependent
+states, can be put on the same encoder by adding it to `HEADS`.
+
+Time axis: output frame i starts at input frame i * subsample and sees input frames
+i * subsample ... i * subsample + stack_frames - 1 (the last real frame of the utterance is
+repeated past its end, never the batch padding). So an utterance of T frames gives
+ceil(T / subsample) output frames, and output frame i is at time i * subsample * frame_shift.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from asr.models.config import ModelConfig
+
+
+def output_lengths(lengths: Tensor, subsample: int) -> Tensor:
+    return torch.div(lengths + subsample - 1, subsample, rounding_mode="floor")
+
+
+class FrameStacker(nn.Module):
+    """Concatenate `stack` consecutive frames and keep every `subsample`-th result."""
+
+    def __init__(self, stack: int, subsample: int):
+        super().__init__()
+        if stack < 1 or subsample < 1:
+            raise ValueError(f"stack_frames ({stack}) and subsample ({subsample}) must be >= 1")
+        self.stack = stack
+        self.subsample = subsample
+
+    def forward(self, feats: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        batch, frames, _ = feats.shape
+        out_lens = output_lengths(lengths, self.subsample)
+        starts = torch.arange(0, frames, self.subsample, device=feats.device)
+        index = starts[:, None] + torch.arange(self.stack, device=feats.device)[None, :]
+        # Clamp per utterance so frames past its end repeat its last frame, not padding.
+        last = (lengths.to(feats.device) - 1).clamp(min=0)
+        index = torch.minimum(index[None], last[:, None, None])
+        rows = torch.arange(batch, device=feats.device)[:, None, None]
+        stacked = feats[rows, index]  # (B, T', stack, D)
+        return stacked.reshape(batch, starts.numel(), -1), out_lens
+
+
+class BlstmEncoder(nn.Module):
+    """Stacked frames -> (B)LSTM layers -> dropout -> optional linear bottleneck."""
+
+    def __init__(self, input_dim: int, cfg: ModelConfig):
+        super().__init__()
+        self.input_dim = input_dim
+        self.stacker = FrameStacker(cfg.stack_frames, cfg.subsample)
+        self.lstm = nn.LSTM(
+            input_size=input_dim * cfg.stack_frames,
+            hidden_size=cfg.hidden_size,
+            num_layers=cfg.num_layers,
+            bidirectional=cfg.bidirectional,
+            dropout=cfg.dropout if cfg.num_layers > 1 else 0.0,
+            batch_first=True,
+        )
+        self.dropout = nn.Dropout(cfg.dropout)
+        lstm_dim = cfg.hidden_size * (2 if cfg.bidirectional else 1)
+        self.bottleneck = nn.Linear(lstm_dim, cfg.bottleneck) if cfg.bottleneck > 0 else None
+        self.output_dim = cfg.bottleneck if cfg.bottleneck > 0 else lstm_dim
+
+    @property
+    def subsample(self) -> int:
+        return self.stacker.subsample
+
+    def forward(self, feats: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        stacked, out_lens = self.stacker(feats, lengths)
+        # Packing makes each utterance's recurrence (both directions) stop at its own end.
+        packed = pack_padded_sequence(stacked, out_lens.cpu(), batch_first=True, enforce_sorted=False)
+        hidden, _ = self.lstm(packed)
+        hidden, _ = pad_packed_sequence(hidden, batch_first=True, total_length=stacked.shape[1])
+        hidden = self.dropout(hidden)
+        if self.bottleneck is not None:
+            hidden = self.bottleneck(hidden)
+        return hidden, out_lens
+
+
+class CtcHead(nn.Module):
+    """Output layer over the token vocabulary (blank = 0) giving log-probabilities."""
+
+    def __init__(self, input_dim: int, num_outputs: int):
+        super().__init__()
+        self.linear = nn.Linear(input_dim, num_outputs)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return torch.log_softmax(self.linear(hidden), dim=-1)
+
+
+HEADS: dict[str, type[nn.Module]] = {"ctc": CtcHead}
+
+
+class AcousticModel(nn.Module):
+    """Encoder + head. forward(feats (B,T,D), feat_lens (B,)) -> (log_probs (B,T',V), out_lens (B,))."""
+
+    def __init__(self, encoder: BlstmEncoder, head: nn.Module):
+        super().__init__()
+        self.encoder = encoder
+        self.head = head
+
+    @property
+    def subsample(self) -> int:
+        return self.encoder.subsample
+
+    @property
+    def input_dim(self) -> int:
+        return self.encoder.input_dim
+
+    def forward(self, feats: Tensor, feat_lens: Tensor) -> tuple[Tensor, Tensor]:
+        hidden, out_lens = self.encoder(feats, feat_lens)
+        return self.head(hidden), out_lens
+
+
+def as_model_config(cfg: ModelConfig | Mapping) -> ModelConfig:
+    """A ModelConfig from a dataclass, DictConfig or plain dict (as stored in checkpoints)."""
+    if isinstance(cfg, ModelConfig):
+        return cfg
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    return ModelConfig(**{k: v for k, v in dict(cfg).items() if k in known})
+
+
+def build_model(model_cfg: ModelConfig | Mapping, input_dim: int, num_outputs: int) -> AcousticModel:
+    cfg = as_model_config(model_cfg)
+    if cfg.head not in HEADS:
+        raise ValueError(f"unknown model.head {cfg.head!r}; choose one of {sorted(HEADS)}")
+    encoder = BlstmEncoder(input_dim, cfg)
+    return AcousticModel(encoder, HEADS[cfg.head](encoder.output_dim, num_outputs))

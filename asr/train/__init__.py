@@ -1,0 +1,1 @@
+"""Training: data loading and bucketing, the updater, schedules, checkpoints, the loop."""

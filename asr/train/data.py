@@ -1,0 +1,223 @@
+"""Training data: CMVN-normalised features with token targets, and length-bucketed batches.
+
+Features come from `<features.feats_dir>/<features.name>/<set>/` (feats.scp, feat_dim,
+utt2num_frames, CMVN statistics); transcripts and speakers from the Kaldi data dir
+`<data.data_dir>/<set>/`. Datasets are indexed by position so the batch sampler can work
+on lengths alone, without reading a single matrix.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import kaldiio
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset, Sampler
+
+from asr.data.datadir import c_sort_key, read_data_dir, read_table
+from asr.features.cmvn import CmvnApplier
+from asr.models.blstm import output_lengths
+from asr.text.tokenizer import Tokenizer
+from asr.utils.errors import InputError
+
+log = logging.getLogger(__name__)
+
+
+def feature_set_dir(cfg, set_name: str) -> Path:
+    """`<features.feats_dir>/<features.name>/<set>`: where the features stage writes a set."""
+    return Path(cfg.features.feats_dir) / cfg.features.name / set_name
+
+
+def data_set_dir(cfg, set_name: str) -> Path:
+    return Path(cfg.data.data_dir) / set_name
+
+
+def read_feat_dim(set_dir: str | os.PathLike) -> int:
+    path = Path(set_dir) / "feat_dim"
+    try:
+        return int(path.read_text().split()[0])
+    except FileNotFoundError:
+        raise InputError(f"{path}: missing; run the features stage for this set") from None
+    except (ValueError, IndexError):
+        raise InputError(f"{path}: expected one integer (the feature dimension); re-run the features stage") from None
+
+
+def read_num_frames(set_dir: Path, feats: dict) -> dict[str, int]:
+    """utt2num_frames, or (for features made elsewhere without it) the matrices' lengths."""
+    path = set_dir / "utt2num_frames"
+    if path.is_file():
+        try:
+            return {u: int(n) for u, n in read_table(path).items()}
+        except ValueError:
+            raise InputError(f"{path}: frame counts must be integers; re-run the features stage") from None
+    log.warning("%s: missing; reading every matrix to get its length", path)
+    return {u: int(feats[u].shape[0]) for u in feats}
+
+
+class FeatureReader:
+    """Feature matrices of one set, CMVN applied, by utterance id."""
+
+    def __init__(self, feats_set_dir: str | os.PathLike, utt2spk: dict[str, str], norm_vars: bool = True):
+        self.set_dir = Path(feats_set_dir)
+        scp = self.set_dir / "feats.scp"
+        if not scp.is_file():
+            raise InputError(f"{scp}: missing; run the features stage for this set")
+        self.feats = kaldiio.load_scp(str(scp))
+        self.num_frames = read_num_frames(self.set_dir, self.feats)
+        self.feat_dim = read_feat_dim(self.set_dir)
+        self.cmvn = CmvnApplier(self.set_dir, utt2spk, norm_vars)
+
+    def utts(self) -> list[str]:
+        return sorted(set(self.feats.keys()) & set(self.num_frames), key=c_sort_key)
+
+    def __call__(self, utt: str) -> Tensor:
+        try:
+            mat = self.feats[utt]
+        except Exception as err:  # kaldiio raises assorted errors for a truncated/missing ark
+            raise InputError(f"{self.set_dir / 'feats.scp'}: cannot read features of {utt!r} ({err}); re-run the features stage") from None
+        if mat.ndim != 2 or mat.shape[1] != self.feat_dim:
+            raise InputError(f"{self.set_dir}: {utt!r} has shape {mat.shape}, expected (T, {self.feat_dim}) from feat_dim")
+        return torch.from_numpy(self.cmvn(utt, mat))
+
+
+def ctc_min_frames(tokens: Sequence[int]) -> int:
+    """Output frames CTC needs for a target: one per token plus a blank between repeats."""
+    repeats = sum(1 for a, b in zip(tokens, tokens[1:]) if a == b)
+    return len(tokens) + repeats
+
+
+class CtcDataset(Dataset):
+    """(utt, features (T, D), token ids) for the utterances with features and a transcript.
+
+    Utterances too short for their transcript after subsampling are dropped (CTC would give
+    them infinite loss), with a count in the log.
+    """
+
+    def __init__(self, feats_set_dir: Path, data_dir: Path, tokenizer: Tokenizer, subsample: int, norm_vars: bool = True):
+        data = read_data_dir(data_dir)
+        self.reader = FeatureReader(feats_set_dir, data.utt2spk, norm_vars)
+        with_feats = self.reader.utts()
+        self.utts, self.tokens, self.num_frames = [], [], []
+        too_short = 0
+        for utt in with_feats:
+            if utt not in data.text:
+                continue
+            tokens = tokenizer.encode(data.text[utt])
+            frames = self.reader.num_frames[utt]
+            if output_lengths(torch.tensor(frames), subsample).item() < max(1, ctc_min_frames(tokens)):
+                too_short += 1
+                continue
+            self.utts.append(utt)
+            self.tokens.append(tokens)
+            self.num_frames.append(frames)
+        self._report(data_dir, len(with_feats), too_short)
+
+    def _report(self, data_dir: Path, with_feats: int, too_short: int) -> None:
+        if not self.utts:
+            raise InputError(f"{data_dir}: no utterance has both features ({self.reader.set_dir}) and a transcript long enough for CTC")
+        log.info("%s: kept %d of %d utterances with features (%d too short for their transcript)", data_dir, len(self.utts), with_feats, too_short)
+
+    @property
+    def feat_dim(self) -> int:
+        return self.reader.feat_dim
+
+    def __len__(self) -> int:
+        return len(self.utts)
+
+    def __getitem__(self, index: int) -> tuple[str, Tensor, Tensor]:
+        utt = self.utts[index]
+        return utt, self.reader(utt), torch.tensor(self.tokens[index], dtype=torch.long)
+
+
+@dataclass
+class Batch:
+    utts: list[str]
+    feats: Tensor  # (B, T, D), zero-padded
+    feat_lens: Tensor  # (B,)
+    targets: Tensor  # (sum of target lengths,), concatenated
+    target_lens: Tensor  # (B,)
+
+    def to(self, device: torch.device | str) -> "Batch":
+        return Batch(self.utts, self.feats.to(device), self.feat_lens.to(device), self.targets.to(device), self.target_lens.to(device))
+
+
+def collate(items: list[tuple[str, Tensor, Tensor]]) -> Batch:
+    utts, feats, tokens = zip(*items)
+    return Batch(
+        utts=list(utts),
+        feats=torch.nn.utils.rnn.pad_sequence(list(feats), batch_first=True),
+        feat_lens=torch.tensor([f.shape[0] for f in feats]),
+        targets=torch.cat(tokens) if tokens else torch.zeros(0, dtype=torch.long),
+        target_lens=torch.tensor([t.shape[0] for t in tokens]),
+    )
+
+
+def make_buckets(lengths: Sequence[int], order: Sequence[int], max_frames: int, max_utts: int) -> list[list[int]]:
+    """Cut `order` (ascending length) into batches whose padded size fits max_frames.
+
+    Padded size = utterances x longest utterance. An utterance longer than max_frames on its
+    own is a batch of one (dropping it would silently shrink the training set).
+    """
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for index in order:
+        longest = max(longest, lengths[index])
+        if current and ((len(current) + 1) * longest > max_frames or len(current) >= max_utts):
+            batches.append(current)
+            current, longest = [], lengths[index]
+        current.append(index)
+    if current:
+        batches.append(current)
+    return batches
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """Length-bucketed batches, reshuffled deterministically from (seed, epoch).
+
+    Each epoch: utterances sorted by length (ties in random order), cut into batches of at
+    most `max_frames` padded frames and `max_utts` utterances, and the batch order shuffled.
+    `set_epoch(epoch, start)` positions the sampler `start` batches into an epoch, which is
+    how training resumes mid-epoch exactly where its checkpoint was taken.
+    """
+
+    def __init__(self, lengths: Sequence[int], max_frames: int, max_utts: int, seed: int = 0, shuffle: bool = True):
+        if max_frames < 1 or max_utts < 1:
+            raise ValueError(f"max_frames ({max_frames}) and max_utts ({max_utts}) must be >= 1")
+        self.lengths = list(lengths)
+        self.max_frames = max_frames
+        self.max_utts = max_utts
+        self.seed = seed
+        self.shuffle = shuffle
+        self.epoch = 0
+        self.start = 0
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        if not self.shuffle:
+            order = sorted(range(len(self.lengths)), key=lambda i: self.lengths[i])
+            return make_buckets(self.lengths, order, self.max_frames, self.max_utts)
+        rng = np.random.default_rng([self.seed, epoch])
+        shuffled = rng.permutation(len(self.lengths)).tolist()
+        order = sorted(shuffled, key=lambda i: self.lengths[i])  # stable: ties stay shuffled
+        batches = make_buckets(self.lengths, order, self.max_frames, self.max_utts)
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        self.epoch = epoch
+        self.start = start
+
+    def num_batches(self) -> int:
+        """Batches in a whole epoch (the same every epoch: only the order of ties changes)."""
+        return len(self.batches(self.epoch))
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches(self.epoch)[self.start :])
+
+    def __len__(self) -> int:
+        return max(0, self.num_batches() - self.start)

@@ -1,0 +1,59 @@
+"""Optimizers and the learning-rate schedule: linear warm-up, then per-epoch annealing.
+
+lr(step, epoch) = lr * min(1, (step + 1) / warmup_steps) * lr_decay ** epoch
+
+where `step` counts updates and `epoch` counts completed epochs. The schedule is a pure
+function of those two counters, so resuming only needs them.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+
+def build_optimizer(params: Iterable[torch.nn.Parameter], train_cfg) -> torch.optim.Optimizer:
+    """Adam, or SGD with (classical) momentum, as in train.optimizer."""
+    if train_cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+    if train_cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=train_cfg.lr, momentum=train_cfg.momentum, weight_decay=train_cfg.weight_decay)
+    raise ValueError(f"unknown train.optimizer {train_cfg.optimizer!r}; choose adam or sgd")
+
+
+class LrSchedule:
+    def __init__(self, optimizer: torch.optim.Optimizer, base_lr: float, warmup_steps: int = 0, decay: float = 1.0):
+        self.optimizer = optimizer
+        self.base_lr = base_lr
+        self.warmup_steps = warmup_steps
+        self.decay = decay
+        self.steps = 0
+        self.epochs = 0
+        self._apply()
+
+    @property
+    def lr(self) -> float:
+        warmup = min(1.0, (self.steps + 1) / self.warmup_steps) if self.warmup_steps > 0 else 1.0
+        return self.base_lr * warmup * self.decay**self.epochs
+
+    def _apply(self) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
+
+    def step(self) -> None:
+        """After each update."""
+        self.steps += 1
+        self._apply()
+
+    def end_epoch(self) -> None:
+        self.epochs += 1
+        self._apply()
+
+    def state_dict(self) -> dict:
+        return {"steps": self.steps, "epochs": self.epochs}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.steps = int(state["steps"])
+        self.epochs = int(state["epochs"])
+        self._apply()

@@ -1,0 +1,162 @@
+"""The training stage end to end on the toy corpus: outputs, exact resume, config guard."""
+
+import shutil
+
+import pytest
+import torch
+from toy_corpus import make_toy_experiment, toy_config
+
+from asr.train import loop
+from asr.train.checkpoint import CheckpointDir, load_checkpoint
+from asr.train.trainlog import TrainLog
+from asr.utils.errors import InputError
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Corpus + tokenizer made once; each test copies it (experiments are written inside)."""
+    root = tmp_path_factory.mktemp("toy")
+    make_toy_experiment(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def trained(corpus, tmp_path_factory):
+    """An uninterrupted two-epoch run: the reference the other tests compare with."""
+    root = tmp_path_factory.mktemp("trained") / "toy"
+    shutil.copytree(corpus, root)
+    loop.train(toy_config(root))
+    return root
+
+
+@pytest.fixture
+def root(corpus, tmp_path):
+    shutil.copytree(corpus, tmp_path / "toy")
+    return tmp_path / "toy"
+
+
+class Crash(Exception):
+    pass
+
+
+def crash_after(monkeypatch, batches: int):
+    """Make training die like a killed process after `batches` batches."""
+    original = loop.Trainer.train_batch
+    count = {"n": 0}
+
+    def train_batch(self, batch):
+        if count["n"] == batches:
+            raise Crash
+        count["n"] += 1
+        original(self, batch)
+
+    monkeypatch.setattr(loop.Trainer, "train_batch", train_batch)
+
+
+def final_weights(exp):
+    return load_checkpoint(exp / "checkpoints" / "last.pt")["model"]
+
+
+def test_training_writes_checkpoints_log_plot_and_snapshot(trained, caplog):
+    exp = trained / "exp"
+    last = exp / "checkpoints" / "last.pt"
+    state = load_checkpoint(last)
+    assert state["epoch"] == 2 and state["sampler"] == {"epoch": 2, "batches_done": 0}
+    assert state["model_info"]["input_dim"] == 6 and state["model_info"]["num_outputs"] == 40
+    best = load_checkpoint(exp / "checkpoints" / "best.pt")["progress"]
+    assert best["dev_loss"] == best["best_dev_loss"] == state["progress"]["best_dev_loss"]
+
+    rows = TrainLog(exp).rows
+    epoch_ends = [r for r in rows if r.dev_loss == r.dev_loss]
+    assert [r.epoch for r in epoch_ends] == [1, 2] and epoch_ends[-1].step == state["step"]
+    assert [r.step for r in rows] == sorted(r.step for r in rows)
+    assert epoch_ends[1].dev_loss < epoch_ends[0].dev_loss  # it learns
+    assert rows[0].lr == pytest.approx(0.01) and epoch_ends[1].lr == pytest.approx(0.01 * 0.9**2)
+    header = (exp / "train_log.csv").read_text().splitlines()[0]
+    assert header == "step,epoch,train_loss,dev_loss,lr,elapsed_s"
+    assert (exp / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "hidden_size: 24" in (exp / "train_config.yaml").read_text()
+
+    mtime = last.stat().st_mtime_ns
+    with caplog.at_level("INFO"):
+        loop.train(toy_config(trained))  # a re-run of a finished stage does nothing
+    assert last.stat().st_mtime_ns == mtime and "already trained" in caplog.text
+
+
+@pytest.mark.parametrize("corrupt_newest", [False, True])
+def test_resume_after_crash_equals_uninterrupted_run(trained, root, monkeypatch, caplog, corrupt_newest):
+    expected = final_weights(trained / "exp")
+    per_epoch = load_checkpoint(trained / "exp" / "checkpoints" / "last.pt")["step"] // 2
+    crash = per_epoch + 4  # mid-epoch 2, after at least one mid-epoch checkpoint (every 3 steps)
+    saved = sorted(set(range(3, crash + 1, 3)) | {per_epoch})[-3:]  # keep_checkpoints=3
+    crashed = root
+    with monkeypatch.context() as m:
+        crash_after(m, crash)
+        with pytest.raises(Crash):
+            loop.train(toy_config(crashed))
+    ckpts = CheckpointDir(crashed / "exp" / "checkpoints")
+    assert [p.name for p in ckpts.periodic()] == [f"step-{s:09d}.pt" for s in saved]
+    assert not ckpts.last.exists()
+    if corrupt_newest:
+        ckpts.periodic()[-1].write_bytes(b"truncated")
+    with caplog.at_level("INFO"):
+        loop.train(toy_config(crashed))
+    assert f"resumed from step {saved[-2] if corrupt_newest else saved[-1]}" in caplog.text
+    assert ("falling back" in caplog.text) == corrupt_newest
+    assert sum(m.startswith("epoch 2/2: train loss") for m in caplog.messages) == 1  # one line per epoch
+
+    got = final_weights(crashed / "exp")
+    for name, tensor in expected.items():
+        assert torch.equal(got[name], tensor), name
+    # The log has no duplicate rows for the steps trained twice.
+    assert log_columns(crashed / "exp") == log_columns(trained / "exp")
+
+
+def log_columns(exp):
+    """train_log.csv without the elapsed time, NaN as None so rows compare equal."""
+    clean = lambda x: None if x != x else x  # noqa: E731
+    return [(r.step, r.epoch, clean(r.train_loss), clean(r.dev_loss), r.lr) for r in TrainLog(exp).rows]
+
+
+def test_changed_model_config_is_refused_unless_forced(root, monkeypatch, caplog):
+    with monkeypatch.context() as m:
+        crash_after(m, 4)
+        with pytest.raises(Crash):
+            loop.train(toy_config(root))
+    with pytest.raises(InputError, match=r"model.hidden_size: 24 -> 32") as err:
+        loop.train(toy_config(root, ["model.hidden_size=32"]))
+    assert "train.force=true" in str(err.value)
+    with pytest.raises(InputError, match=r"features.norm_vars: True -> False"):
+        loop.train(toy_config(root, ["features.norm_vars=false"]))
+    # Forced, a change the checkpoint cannot hold is still an error, naming the reason.
+    with pytest.raises(InputError, match="does not fit the configured model"):
+        loop.train(toy_config(root, ["model.hidden_size=32", "train.force=true"]))
+    # Where the corpus lives is not part of what the model sees; a forced dropout change works.
+    with caplog.at_level("WARNING"):
+        loop.train(toy_config(root, ["model.dropout=0.2", "train.force=true", "data.swbd_dir=/elsewhere"]))
+    assert "model.dropout: 0.1 -> 0.2" in caplog.text and "swbd_dir" not in caplog.text
+    assert "dropout: 0.2" in (root / "exp" / "train_config.yaml").read_text()
+    loop.train(toy_config(root, ["model.dropout=0.2", "data.swbd_dir=/again/elsewhere"]))  # the new snapshot holds
+
+
+def test_non_finite_loss_batch_is_skipped_and_recorded(root, monkeypatch, caplog):
+    original = loop.ctc_loss_sum
+    calls = {"n": 0}
+
+    def poisoned(log_probs, out_lens, batch):
+        calls["n"] += 1
+        loss = original(log_probs, out_lens, batch)
+        return loss * float("nan") if calls["n"] == 2 else loss
+
+    monkeypatch.setattr(loop, "ctc_loss_sum", poisoned)
+    with caplog.at_level("WARNING"):
+        loop.train(toy_config(root, ["train.epochs=1"]))
+    bad = (root / "exp" / "bad_batches.txt").read_text().splitlines()
+    assert len(bad) == 1 and bad[0].startswith("step 1 epoch 1 loss nan: sw0")
+    assert "non-finite loss" in caplog.text
+    state = load_checkpoint(root / "exp" / "checkpoints" / "last.pt")
+    assert state["progress"]["bad_batches"] == 1
+    assert state["updater"]["schedule"]["steps"] == state["step"] - 1  # one batch gave no update
+    assert all(torch.isfinite(t).all() for t in state["model"].values())
