@@ -63,6 +63,15 @@ parse_options() {
   echo "$(date '+%Y-%m-%d %H:%M:%S') $0 ${RECIPE_ARGS[*]:-}" >> "$exp_dir/commands.log"
 }
 
+# override_value KEY DEFAULT: the value a `KEY=value` override sets, else DEFAULT (last wins).
+override_value() {
+  local key=$1 value=$2 o
+  for o in "${overrides[@]}"; do
+    [[ "$o" == "$key="* ]] && value=${o#*=}
+  done
+  echo "$value"
+}
+
 # run_stage N NAME command...: run when N is inside [stage, stop_stage] and not done yet.
 # The marker is written only after the command succeeded, so an interrupted stage re-runs.
 run_stage() {

@@ -7,10 +7,11 @@ RECIPE_ARGS=("$@")
 . ../../scripts/recipe.sh
 usage() { sed -n '2,4p' "$0"; }
 parse_options "$@"
+data=$(override_value data.data_dir data)
 
 run_stage 0 synth     python -m asr.data.synth "${overrides[@]}"
 run_stage 1 prepare   python -m asr.data.prepare "${overrides[@]}"
-run_stage 2 validate  python -m asr.data.validate data/train data/train_dev data/eval2000
+run_stage 2 validate  python -m asr.data.validate $data/train $data/train_dev $data/eval2000
 run_stage 3 features  python -m asr.features "${overrides[@]}"
 run_stage 4 tokenizer python -m asr.text "${overrides[@]}"
 run_stage 5 train     $(train_launcher) asr.train "${overrides[@]}"

@@ -61,6 +61,6 @@ def test_padding_does_not_change_output(bidirectional):
 
 def test_config_from_dict_and_unknown_head():
     model = build_model({"num_layers": 1, "hidden_size": 4, "stack_frames": 1, "subsample": 1, "unknown_future_key": 1}, 3, 4)
-    assert model.encoder.lstm.num_layers == 1
+    assert len(model.encoder.layers) == 1
     with pytest.raises(ValueError, match="unknown model.head"):
         build_model(ModelConfig(head="nope"), 3, 4)
