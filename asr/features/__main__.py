@@ -1,13 +1,13 @@
-"""`python -m asr.features [hydra overrides]`: filterbank features and CMVN statistics for the
-train/dev/eval data dirs (see asr.features.extract)."""
+"""`python -m asr.features [hydra overrides]`: the features of the train/dev/eval data dirs
+by the recipe `features.kind` picks (see asr.features.recipes)."""
 
 from asr.config import stage_main
-from asr.features.extract import extract_features
+from asr.features.recipes import make_features
 
 
 @stage_main("features")
 def main(cfg) -> None:
-    extract_features(cfg)
+    make_features(cfg)
 
 
 if __name__ == "__main__":

@@ -81,28 +81,38 @@ def write_stats(stats: dict[str, np.ndarray], set_dir: str | os.PathLike, unit: 
     (set_dir / "cmvn_type").write_text(unit + "\n")
 
 
-class CmvnApplier:
+class Cmvn:
+    """Normalises an utterance's features with statistics keyed by its CMVN unit."""
+
+    def __init__(self, unit: str, stats: dict[str, np.ndarray], utt2spk: dict[str, str], norm_vars: bool = True):
+        if unit not in UNITS:
+            raise ValueError(f"unknown CMVN unit {unit!r}; choose one of {UNITS}")
+        self.unit, self.stats, self.utt2spk, self.norm_vars = unit, stats, utt2spk, norm_vars
+
+    def __call__(self, utt: str, feats: np.ndarray) -> np.ndarray:
+        if self.unit == "none":
+            return np.array(feats, dtype=np.float32)  # a copy: kaldiio may hand out read-only memory
+        key = cmvn_key(self.unit, utt, self.utt2spk)
+        if key not in self.stats:
+            raise InputError(f"no CMVN statistics for {key!r} ({self.unit}); re-run the features stage")
+        return apply(feats, self.stats[key], self.norm_vars)
+
+
+def read_stats(scp: str | os.PathLike) -> dict[str, np.ndarray]:
+    """A cmvn.scp (ours or Kaldi's): key -> 2 x (D+1) statistics."""
+    if not Path(scp).is_file():
+        raise InputError(f"{scp}: missing CMVN statistics; re-run the features stage")
+    return {k: np.asarray(v) for k, v in kaldiio.load_scp(str(scp)).items()}
+
+
+class CmvnApplier(Cmvn):
     """Normalises an utterance's features with the statistics stored beside them."""
 
     def __init__(self, set_dir: str | os.PathLike, utt2spk: dict[str, str], norm_vars: bool = True):
         set_dir = Path(set_dir)
         type_file = set_dir / "cmvn_type"
-        self.unit = type_file.read_text().strip() if type_file.is_file() else "none"
-        if self.unit not in UNITS:
-            raise InputError(f"{type_file}: unknown CMVN unit {self.unit!r}; expected one of {UNITS}")
-        self.norm_vars = norm_vars
-        self.utt2spk = utt2spk
-        self.stats: dict[str, np.ndarray] = {}
-        if self.unit != "none":
-            scp = set_dir / "cmvn.scp"
-            if not scp.is_file():
-                raise InputError(f"{scp}: missing CMVN statistics; re-run the features stage")
-            self.stats = {k: np.asarray(v) for k, v in kaldiio.load_scp(str(scp)).items()}
-
-    def __call__(self, utt: str, feats: np.ndarray) -> np.ndarray:
-        if self.unit == "none":
-            return np.asarray(feats, dtype=np.float32)
-        key = cmvn_key(self.unit, utt, self.utt2spk)
-        if key not in self.stats:
-            raise InputError(f"no CMVN statistics for {key!r} ({self.unit}); re-run the features stage")
-        return apply(feats, self.stats[key], self.norm_vars)
+        unit = type_file.read_text().strip() if type_file.is_file() else "none"
+        if unit not in UNITS:
+            raise InputError(f"{type_file}: unknown CMVN unit {unit!r}; expected one of {UNITS}")
+        stats = read_stats(set_dir / "cmvn.scp") if unit != "none" else {}
+        super().__init__(unit, stats, utt2spk, norm_vars)

@@ -4,16 +4,55 @@ The filterbank options carry Kaldi's names (`compute-fbank-feats --help`, dashes
 underscores) and Kaldi's defaults, except `dither` (0, so features are reproducible) and
 `sample_frequency` (8 kHz, Switchboard). Each set's output records them in Kaldi's own
 `fbank.conf` form, so Kaldi can compute the same features.
+
+`kind` picks the recipe (asr.features.recipes): `fbank` (log-mel, optionally with deltas),
+`fmllr` (speaker-adapted LDA+MLLT+fMLLR features from the log-mel filterbank), `fmllr_fbank`
+(fMLLR and log-mel with deltas concatenated per frame, the paper's composition minus
+i-vectors) and `kaldi` (features made by Kaldi, used as they are).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass
+class FmllrConfig:
+    """The GMM front end and per-speaker fMLLR (asr.features.fmllr_recipe)."""
+
+    dim: int = 40  # LDA output = fMLLR dimension
+    splice_left: int = 3  # frames of context for LDA (Kaldi's train_lda_mllt.sh: +-3)
+    splice_right: int = 3
+    lda: bool = True  # false: no LDA+MLLT, the GMM and fMLLR work on the log-mel frames themselves
+    num_components: int = 256  # GMM size; its components are also the LDA classes
+    mllt_iters: int = 3  # MLLT estimations, each after two EM iterations on the GMM
+    em_iters: int = 4  # EM iterations of the final GMM (and after each SAT round)
+    sat_iters: int = 1  # speaker-adaptive training rounds: fMLLR on train speakers, then EM
+    max_train_frames: int = 100000  # frames (whole utterances spread over the set) the model is trained on
+    fmllr_iters: int = 3  # EM iterations of each fMLLR estimate (posteriors recomputed)
+    fmllr_passes: int = 10  # row-by-row sweeps per fMLLR EM iteration
+    min_count: float = 500.0  # fewer frames per speaker: identity transform (Kaldi's --fmllr-min-count)
+    base_norm_vars: bool = False  # per-speaker CMVN of the log-mel frames before splicing: means only, as Kaldi's GMM systems
+    var_floor_ratio: float = 0.01  # Gaussian variances floored at this fraction of the data's
+
+
+@dataclass
+class SpecAugmentConfig:
+    """SpecAugment-style masking of training features (asr.features.specaugment); 0 masks = off."""
+
+    freq_masks: int = 0  # bands of feature dimensions set to zero (the CMVN'd mean)
+    freq_width: int = 10  # each band at most this wide
+    time_masks: int = 0  # runs of frames set to zero
+    time_width: int = 40  # each run at most this long...
+    time_ratio: float = 0.2  # ...and at most this fraction of the utterance
 
 
 @dataclass
 class FeaturesConfig:
     name: str = "logmel80"
     feats_dir: str = "feats"  # features go to <feats_dir>/<name>/<set>/
-    kind: str = "fbank"
+    kind: str = "fbank"  # fbank | fmllr | fmllr_fbank | kaldi
+    # Deltas of the log-mel stream (Kaldi's add-deltas): 2 = deltas and double deltas.
+    delta_order: int = 0
+    delta_window: int = 2
     # Framing (Kaldi's FrameExtractionOptions).
     sample_frequency: float = 8000.0
     frame_length_ms: float = 25.0
@@ -44,3 +83,8 @@ class FeaturesConfig:
     device: str = "cpu"  # where the filterbank runs in each worker: cpu | cuda
     batch_seconds: float = 300.0  # padded audio per filterbank call (bounds memory)
     force: bool = False  # recompute sets whose output is already complete
+    fmllr: FmllrConfig = field(default_factory=FmllrConfig)
+    # kind=kaldi: a directory of Kaldi data dirs <kaldi_dir>/<set>/ with feats.scp (and
+    # optionally cmvn.scp, trans.scp); see asr.features.kaldi_import.
+    kaldi_dir: str = ""
+    specaugment: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)

@@ -4,6 +4,7 @@ For each set, `<feats_dir>/<name>/<set>/` holds
   feats.ark, feats.scp   one float32 matrix per utterance (kaldiio; Kaldi reads them)
   utt2num_frames         frames per utterance
   feat_dim               the feature dimension, one line (the model config reads it)
+  delta_opts             add-deltas options, when deltas follow the filterbank (features.delta_order > 0)
   cmvn.ark, cmvn.scp, cmvn_type   CMVN statistics per `features.cmvn` unit (asr.features.cmvn)
   fbank.conf             the options in Kaldi's --option=value form (compute-fbank-feats --config)
   data_checksum          a checksum of the data dir files the features were made from
@@ -37,6 +38,7 @@ from tqdm import tqdm
 from asr.data.audio import RecordingCache, cut_segment
 from asr.data.datadir import DataDir, read_data_dir, write_table
 from asr.features import cmvn
+from asr.features.deltas import add_deltas, delta_opts
 from asr.features.fbank import FbankOptions, fbank_batch
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
@@ -71,6 +73,8 @@ class PartTask:
     utt2spk: dict[str, str]
     device: str
     batch_seconds: float
+    delta_order: int = 0
+    delta_window: int = 2
 
 
 @dataclass
@@ -98,8 +102,6 @@ class SetSummary:
 def extract_features(cfg: Any) -> list[SetSummary]:
     """The stage: every set of cfg.data (train, dev, eval) into cfg.features' directory."""
     feats_cfg = cfg.features
-    if feats_cfg.kind != "fbank":
-        raise InputError(f"features.kind={feats_cfg.kind!r}: only 'fbank' is implemented")
     options = FbankOptions.from_config(feats_cfg)
     out_root = Path(feats_cfg.feats_dir) / feats_cfg.name
     summaries = []
@@ -114,6 +116,7 @@ def extract_features(cfg: Any) -> list[SetSummary]:
                 device=feats_cfg.device,
                 batch_seconds=feats_cfg.batch_seconds,
                 force=feats_cfg.force,
+                deltas=(feats_cfg.delta_order, feats_cfg.delta_window),
             )
         )
     return summaries
@@ -128,15 +131,19 @@ def extract_set(
     device: str = "cpu",
     batch_seconds: float = 300.0,
     force: bool = False,
+    deltas: tuple[int, int] = (0, 2),
 ) -> SetSummary:
-    """Features, frame counts, feature dimension and CMVN statistics of one data dir."""
+    """Features, frame counts, feature dimension and CMVN statistics of one data dir.
+
+    deltas: (order, window) of Kaldi's add-deltas applied to the filterbank; order 0 = none.
+    """
     data_dir, out_dir = Path(data_dir), Path(out_dir)
     if cmvn_unit not in cmvn.UNITS:
         raise InputError(f"features.cmvn={cmvn_unit!r}: choose one of {cmvn.UNITS}")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise InputError(f"features.device={device!r} but torch sees no GPU; use features.device=cpu")
     data = read_data_dir(data_dir)
-    recorded = _provenance(data_dir, options, cmvn_unit)
+    recorded = _provenance(data_dir, options, cmvn_unit, deltas)
     reason = "forced" if force else _why_incomplete(out_dir, recorded)
     if reason is None:
         log.info("%s: complete already (%s), skipping; features.force=true recomputes it", data_dir.name, out_dir)
@@ -150,18 +157,18 @@ def extract_set(
     started = time.perf_counter()
     with atomic_dir(out_dir) as tmp:
         tasks = [
-            PartTask(i, part, str(tmp), options, cmvn_unit, _utt2spk_of(part, data), device, batch_seconds)
+            PartTask(i, part, str(tmp), options, cmvn_unit, _utt2spk_of(part, data), device, batch_seconds, *deltas)
             for i, part in enumerate(parts)
         ]
-        results = _run_parts(tasks, desc=data_dir.name, total=len(works))
-        summary = _finish_set(data_dir, results, tmp, out_dir, options, cmvn_unit, recorded)
+        results = run_parts(tasks, desc=data_dir.name, total=len(works))
+        summary = _finish_set(data_dir, results, tmp, out_dir, options.dim * (1 + deltas[0]), cmvn_unit, recorded)
     summary.wall_seconds = time.perf_counter() - started
     _log_summary(summary)
     return summary
 
 
 def _finish_set(data_dir: Path, results: list[PartResult], tmp: Path, out_dir: Path,
-                options: FbankOptions, cmvn_unit: str, recorded: dict[str, str]) -> SetSummary:
+                feat_dim: int, cmvn_unit: str, recorded: dict[str, str]) -> SetSummary:
     """Join the parts and write everything beside the features; raise if nothing worked."""
     name = data_dir.name
     num_frames = {utt: n for r in results for utt, n in r.num_frames.items()}
@@ -173,13 +180,14 @@ def _finish_set(data_dir: Path, results: list[PartResult], tmp: Path, out_dir: P
         raise InputError(f"{data_dir}: no utterance could be extracted{first}; check wav.scp and the audio files")
     join_parts(tmp, out_dir, len(results))
     write_table(tmp / "utt2num_frames", {utt: str(n) for utt, n in num_frames.items()})
-    (tmp / "feat_dim").write_text(f"{options.dim}\n")
+    (tmp / "feat_dim").write_text(f"{feat_dim}\n")
     cmvn.write_stats(merge_stats(r.stats for r in results), tmp, cmvn_unit)
     repoint_scp(tmp / "cmvn.scp", out_dir.absolute() / "cmvn.ark")  # it names the temporary dir
     if skipped:
         write_table(tmp / "skipped", {utt: reason for _, reason, utts in skipped for utt in utts})
     for file_name, content in recorded.items():
-        (tmp / file_name).write_text(content)
+        if content:  # an empty record means "must not exist" (see _provenance)
+            (tmp / file_name).write_text(content)
     skipped_utts = sum(len(utts) for _, _, utts in skipped)
     return SetSummary(name, len(num_frames), sum(num_frames.values()), sum(r.seconds for r in results), 0.0, skipped_utts)
 
@@ -193,13 +201,15 @@ def _log_summary(s: SetSummary) -> None:
 # ----------------------------------------------------------------- resumability
 
 
-def _provenance(data_dir: Path, options: FbankOptions, cmvn_unit: str) -> dict[str, str]:
-    """What the set's output depends on, as the files recording it there."""
+def _provenance(data_dir: Path, options: FbankOptions, cmvn_unit: str, deltas: tuple[int, int] = (0, 2)) -> dict[str, str]:
+    """What the set's output depends on, as the files recording it there. An empty value
+    records a file that must be absent (so sets made before a record existed stay complete)."""
     digest = hashlib.sha1()
     for file_name in SOURCE_FILES:
         path = data_dir / file_name
         digest.update(file_name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"") + b"\0")
-    return {"fbank.conf": options.to_kaldi_conf(), "cmvn_type": cmvn_unit + "\n", "data_checksum": digest.hexdigest() + "\n"}
+    return {"fbank.conf": options.to_kaldi_conf(), "cmvn_type": cmvn_unit + "\n", "data_checksum": digest.hexdigest() + "\n",
+            "delta_opts": delta_opts(*deltas) if deltas[0] > 0 else ""}
 
 
 def _why_incomplete(out_dir: Path, recorded: dict[str, str]) -> str | None:
@@ -209,10 +219,14 @@ def _why_incomplete(out_dir: Path, recorded: dict[str, str]) -> str | None:
     missing = [f for f in OUTPUT_FILES if not (out_dir / f).is_file()]
     if missing:
         return f"incomplete: no {', '.join(missing)}"
-    changed = [f for f, content in recorded.items() if (out_dir / f).read_text() != content]
+    changed = [f for f, content in recorded.items() if _recorded_text(out_dir / f) != content]
     if changed:
         return f"inputs changed since ({', '.join(changed)} differ)"
     return None
+
+
+def _recorded_text(path: Path) -> str:
+    return path.read_text() if path.is_file() else ""
 
 
 # ---------------------------------------------------------------------- planning
@@ -269,20 +283,23 @@ def _init_worker(progress_queue: Any) -> None:
     torch.set_num_threads(1)  # the jobs are the parallelism; threads would oversubscribe the cores
 
 
-def _run_part_in_worker(task: PartTask) -> PartResult:
-    return extract_part(task, lambda: _progress_queue.put(1))
+def _run_part_in_worker(work: Callable[[Any, Callable[[], None]], Any], task: Any) -> Any:
+    return work(task, lambda: _progress_queue.put(1))
 
 
-def _run_parts(tasks: list[PartTask], desc: str, total: int) -> list[PartResult]:
-    """Run the parts (in worker processes when more than one) with a progress bar in recordings."""
-    with tqdm(total=total, desc=desc, unit="rec", mininterval=2.0, disable=None) as bar:
+def run_parts(tasks: list, desc: str, total: int, work: Callable[[Any, Callable[[], None]], Any] | None = None,
+              unit: str = "rec") -> list:
+    """`work(task, on_item_done)` for every task (in spawned worker processes when more than
+    one), with a progress bar of `total` items; results in task order."""
+    work = work or extract_part
+    with tqdm(total=total, desc=desc, unit=unit, mininterval=2.0, disable=None) as bar:
         if len(tasks) == 1:
-            return [extract_part(tasks[0], lambda: bar.update(1))]
+            return [work(tasks[0], lambda: bar.update(1))]
         # spawn, not fork: forking a process whose torch thread pools are running can hang.
         context = multiprocessing.get_context("spawn")
         progress = context.Queue()
         with ProcessPoolExecutor(len(tasks), mp_context=context, initializer=_init_worker, initargs=(progress,)) as pool:
-            futures = [pool.submit(_run_part_in_worker, task) for task in tasks]
+            futures = [pool.submit(_run_part_in_worker, work, task) for task in tasks]
             while not all(f.done() for f in futures):
                 try:
                     bar.update(progress.get(timeout=0.5))
@@ -300,6 +317,8 @@ def extract_part(task: PartTask, on_recording_done: Callable[[], None]) -> PartR
     with kaldiio.WriteHelper(f"ark,scp:{ark},{scp}") as writer:
         for work in task.works:
             for utt, feats, seconds in _recording_features(work, audio, task, result):
+                if task.delta_order > 0:
+                    feats = add_deltas(feats, task.delta_order, task.delta_window)
                 writer(utt, feats)
                 result.num_frames[utt] = feats.shape[0]
                 result.seconds += seconds

@@ -1,0 +1,209 @@
+"""The speaker-adaptation model of the fMLLR recipes: per-speaker CMN of log-mel frames,
+splicing, the LDA+MLLT projection and the GMM that fMLLR adapts towards.
+
+Trained without transcripts on the training set (asr.features.lda_mllt), followed by
+speaker-adaptive training (SAT): fMLLR transforms of the training speakers, then EM on the
+adapted frames, so the GMM models speaker-normalised features as in Kaldi's train_sat.sh.
+
+Saved as Kaldi files in `<feats_dir>/<name>/gmm/`, so Kaldi reproduces the projection with
+
+    apply-cmvn --norm-vars=false --utt2spk=ark:utt2spk scp:cmvn.scp scp:feats.scp ark:- |
+      splice-feats $(cat splice_opts) ark:- ark:- | transform-feats final.mat ark:- ark:- |
+      transform-feats --utt2spk=ark:utt2spk scp:trans.scp ark:- ark:-
+
+  final.mat     LDA+MLLT matrix (d x spliced dim; absent when features.fmllr.lda=false)
+  final.dubm    the GMM (Kaldi DiagGmm)
+  splice_opts   --left-context=L --right-context=R
+  cmvn_opts     --norm-means=true --norm-vars=false (per speaker)
+  report.json   training diagnostics (LDA eigenvalues, log-likelihoods, SAT)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import kaldiio
+import numpy as np
+import torch
+
+from asr.data.datadir import c_sort_key
+from asr.features import gmm as gmm_lib
+from asr.features.cmvn import CmvnApplier
+from asr.features.fmllr import estimate_fmllr, transform_frames
+from asr.features.gmm import DiagGmm
+from asr.features.kaldi_io import read_matrix, write_matrix
+from asr.features.lda_mllt import train_front_end
+from asr.features.splice import splice, splice_opts
+from asr.utils.atomic import write_text
+from asr.utils.errors import InputError
+
+log = logging.getLogger("asr.features")
+
+
+@dataclass
+class FmllrModel:
+    splice_left: int
+    splice_right: int
+    matrix: np.ndarray | None  # (d, D * (L + 1 + R)) LDA+MLLT, or None: frames used as they are
+    gmm: DiagGmm
+    norm_vars: bool = False  # of the per-speaker CMVN before splicing
+
+    @property
+    def dim(self) -> int:
+        return self.gmm.dim
+
+    def project(self, normalised: np.ndarray) -> np.ndarray:
+        """CMVN'd log-mel frames (T, D) -> the GMM's space (T, d), float64."""
+        if self.matrix is None:
+            return np.asarray(normalised, dtype=np.float64)
+        spliced = splice(np.asarray(normalised, dtype=np.float64), self.splice_left, self.splice_right)
+        return spliced @ self.matrix.T
+
+    def save(self, out_dir: str | os.PathLike) -> None:
+        out_dir = Path(out_dir)
+        if self.matrix is not None:
+            write_matrix(out_dir / "final.mat", self.matrix)
+        self.gmm.save(out_dir / "final.dubm")
+        write_text(out_dir / "splice_opts", splice_opts(self.splice_left, self.splice_right))
+        write_text(out_dir / "cmvn_opts", f"--norm-means=true --norm-vars={'true' if self.norm_vars else 'false'}\n")
+
+    @classmethod
+    def load(cls, model_dir: str | os.PathLike, device: str | torch.device = "cpu") -> "FmllrModel":
+        model_dir = Path(model_dir)
+        try:
+            opts = dict(o.lstrip("-").split("=") for o in (model_dir / "splice_opts").read_text().split())
+            norm_vars = "--norm-vars=true" in (model_dir / "cmvn_opts").read_text()
+            left, right = int(opts["left-context"]), int(opts["right-context"])
+        except (OSError, KeyError, ValueError) as err:
+            raise InputError(f"{model_dir}: splice_opts/cmvn_opts missing or unreadable ({err}); re-run the features stage") from None
+        matrix = read_matrix(model_dir / "final.mat") if (model_dir / "final.mat").is_file() else None
+        return cls(left, right, matrix, DiagGmm.load(model_dir / "final.dubm", device), norm_vars)
+
+
+@contextlib.contextmanager
+def single_thread():
+    """One torch thread for per-speaker work: its operations are small, and a second thread
+    only synchronises (and spins when the machine is busy). Parallelism is across speakers."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+# ------------------------------------------------------------------------- data
+
+
+def training_utterances(num_frames: dict[str, int], max_frames: int) -> list[str]:
+    """Every k-th utterance (C-sorted, so spread over speakers) with at most `max_frames` in all."""
+    utts = sorted(num_frames, key=c_sort_key)
+    total = sum(num_frames.values())
+    step = max(1, -(-total // max(max_frames, 1)))
+    chosen, frames = [], 0
+    for utt in utts[::step]:
+        if frames + num_frames[utt] > max_frames and chosen:
+            break
+        chosen.append(utt)
+        frames += num_frames[utt]
+    return chosen
+
+
+class SpeakerFrames:
+    """Per-speaker CMVN'd log-mel frames of one feature set directory, read on demand."""
+
+    def __init__(self, base_dir: str | os.PathLike, utt2spk: dict[str, str], norm_vars: bool):
+        self.base_dir = Path(base_dir)
+        self.feats = kaldiio.load_scp(str(self.base_dir / "feats.scp"))
+        self.utt2spk = utt2spk
+        self.cmvn = CmvnApplier(self.base_dir, utt2spk, norm_vars)
+        if self.cmvn.unit not in ("speaker", "none"):
+            raise InputError(f"{self.base_dir}/cmvn_type: {self.cmvn.unit}; the fMLLR recipe needs per-speaker statistics")
+
+    def raw(self, utt: str) -> np.ndarray:
+        try:
+            return np.asarray(self.feats[utt])
+        except Exception as err:
+            raise InputError(f"{self.base_dir / 'feats.scp'}: cannot read {utt!r} ({err}); re-run the features stage") from None
+
+    def normalised(self, utt: str) -> np.ndarray:
+        return self.cmvn(utt, self.raw(utt))
+
+    def speakers(self, utts: list[str] | None = None) -> dict[str, list[str]]:
+        """speaker -> its utterances (those with features), C-sorted."""
+        out: dict[str, list[str]] = {}
+        for utt in sorted(utts if utts is not None else self.feats.keys(), key=c_sort_key):
+            if utt in self.utt2spk:
+                out.setdefault(self.utt2spk[utt], []).append(utt)
+        return out
+
+
+# --------------------------------------------------------------------- training
+
+
+def train_fmllr_model(frames: SpeakerFrames, num_frames: dict[str, int], cfg: Any, device: str = "cpu",
+                      on_speaker: Callable[[], None] | None = None) -> tuple[FmllrModel, dict]:
+    """The model from a training set's log-mel frames; `cfg` is a features.fmllr config."""
+    utts = training_utterances(num_frames, cfg.max_train_frames)
+    by_speaker = frames.speakers(utts)
+    normalised = {u: frames.normalised(u) for u in utts}
+    base = torch.from_numpy(np.concatenate([normalised[u] for u in utts]))
+    needed = 2 * cfg.num_components
+    if base.shape[0] < needed:
+        raise InputError(f"{frames.base_dir}: {base.shape[0]} training frames, fewer than the {needed} that "
+                         f"{cfg.num_components} Gaussians need; lower features.fmllr.num_components")
+    report: dict[str, Any] = {"train_utterances": len(utts), "train_frames": int(base.shape[0]), "speakers": len(by_speaker)}
+    if cfg.lda:
+        spliced = torch.from_numpy(np.concatenate([splice(normalised[u], cfg.splice_left, cfg.splice_right) for u in utts]))
+        front = train_front_end(base.to(device), spliced.to(device), cfg.dim, cfg.num_components, cfg.mllt_iters,
+                                final_iters=cfg.em_iters, var_floor_ratio=cfg.var_floor_ratio)
+        model = FmllrModel(cfg.splice_left, cfg.splice_right, front.matrix, front.gmm, cfg.base_norm_vars)
+        report["lda_eigenvalues"] = [round(float(v), 4) for v in front.lda_eigenvalues[: cfg.dim + 1]]
+        report["gmm_loglike_per_frame"] = front.loglike_per_frame
+    else:
+        gmm, em_report = gmm_lib.train_gmm(base, cfg.num_components, final_iters=cfg.em_iters,
+                                           var_floor_ratio=cfg.var_floor_ratio, device=device)
+        model = FmllrModel(0, 0, None, gmm, cfg.base_norm_vars)
+        report["gmm_loglike_per_frame"] = em_report.loglike_per_frame
+    del base
+    report["sat"] = speaker_adaptive_training(model, by_speaker, normalised, cfg, on_speaker)
+    return model, report
+
+
+def speaker_adaptive_training(model: FmllrModel, by_speaker: dict[str, list[str]], normalised: dict[str, np.ndarray],
+                              cfg: Any, on_speaker: Callable[[], None] | None = None) -> list[dict]:
+    """`cfg.sat_iters` rounds of: fMLLR per training speaker, then EM on the adapted frames."""
+    projected = {spk: torch.from_numpy(np.concatenate([model.project(normalised[u]) for u in spk_utts]))
+                 for spk, spk_utts in by_speaker.items()}
+    rounds = []
+    for _ in range(cfg.sat_iters):
+        adapted, gains, updated = [], [], 0
+        with single_thread():
+            for z in projected.values():
+                result = estimate_fmllr(model.gmm, z, cfg.fmllr_iters, cfg.fmllr_passes, cfg.min_count)
+                adapted.append(transform_frames(z.to(model.gmm.means), result.transform))
+                gains.append(result.objective[-1] - result.objective[0])
+                updated += result.updated
+                if on_speaker is not None:
+                    on_speaker()
+        frames = torch.cat(adapted)
+        em_report = gmm_lib.EmReport()
+        floor = gmm_lib.variance_floor(frames, cfg.var_floor_ratio)
+        model.gmm = gmm_lib.em(model.gmm, frames, cfg.em_iters, floor, em_report)
+        rounds.append({"speakers_adapted": updated, "speakers": len(projected),
+                       "mean_objective_gain_per_frame": float(np.mean(gains)) if gains else 0.0,
+                       "gmm_loglike_per_frame": em_report.loglike_per_frame})
+        log.info("SAT round %d: %d of %d speakers adapted, objective +%.3f per frame; GMM log-likelihood %.3f -> %.3f",
+                 len(rounds), updated, len(projected), rounds[-1]["mean_objective_gain_per_frame"],
+                 em_report.loglike_per_frame[0], em_report.loglike_per_frame[-1])
+    return rounds
+
+
+def write_report(path: str | os.PathLike, report: dict) -> None:
+    write_text(path, json.dumps(report, indent=1) + "\n")

@@ -1,0 +1,290 @@
+"""The fMLLR feature recipes (features.kind = fmllr | fmllr_fbank).
+
+Per frame the features are
+  fmllr         W_s [P splice(CMN_s(x_t)); 1]                       (features.fmllr.dim)
+  fmllr_fbank   [ fMLLR as above | x_t | delta x_t | delta^2 x_t ]  (dim + D * (1 + delta_order))
+where x_t is the log-mel frame, CMN_s the speaker's mean normalisation, P the LDA+MLLT matrix
+and W_s the speaker's fMLLR transform. The log-mel stream is raw (its CMVN, like that of the
+whole vector, comes from the statistics stored beside the features, per `features.cmvn`).
+
+Every set, eval included, is adapted the same way: each speaker's transform is estimated
+from that speaker's own frames under the GMM, so test-time adaptation is unsupervised and
+needs no first-pass decoding.
+
+Layout under <feats_dir>/<name>/:
+  fbank/<set>/   the log-mel filterbank (asr.features.extract), with per-speaker CMVN stats
+  gmm/           the adaptation model trained on the training set (asr.features.fmllr_model)
+  <set>/         feats.{ark,scp}, utt2num_frames, feat_dim, cmvn.{ark,scp}, cmvn_type,
+                 trans.{ark,scp} (per-speaker fMLLR transforms, Kaldi matrices d x (d+1)),
+                 fmllr_speakers (per speaker: frames, adapted|identity, log-likelihood per
+                 frame before/after, and with log|det A| added before/after), recipe_checksum
+Each directory is built under a temporary name and renamed when complete; a re-run skips
+the parts whose inputs and options did not change. The speakers of a set are split over
+`features.jobs` worker processes (one torch thread each).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kaldiio
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+from tqdm import tqdm
+
+from asr.data.datadir import read_data_dir, read_table, spk2utt, write_table
+from asr.features import cmvn
+from asr.features.deltas import add_deltas
+from asr.features.extract import (SetSummary, _add_stats, _log_summary, extract_set, join_parts, merge_stats, repoint_scp,
+                                  run_parts)
+from asr.features.fbank import FbankOptions
+from asr.features.fmllr import estimate_fmllr, transform_frames
+from asr.features.fmllr_model import FmllrModel, SpeakerFrames, single_thread, train_fmllr_model, write_report
+from asr.features.kaldi_io import write_transforms
+from asr.utils.atomic import atomic_dir
+from asr.utils.errors import InputError
+
+log = logging.getLogger("asr.features")
+
+KINDS = ("fmllr", "fmllr_fbank")
+CHECKSUM_FILE = "recipe_checksum"
+SET_OUTPUTS = ("feats.ark", "feats.scp", "utt2num_frames", "feat_dim", "cmvn_type", "trans.scp", CHECKSUM_FILE)
+MODEL_OUTPUTS = ("final.dubm", "splice_opts", "cmvn_opts", "report.json", CHECKSUM_FILE)
+
+
+def fmllr_dim(feats_cfg: Any) -> int:
+    return feats_cfg.fmllr.dim if feats_cfg.fmllr.lda else FbankOptions.from_config(feats_cfg).dim
+
+
+def feature_dim(feats_cfg: Any) -> int:
+    """Per-frame dimension of the recipe's output."""
+    logmel = FbankOptions.from_config(feats_cfg).dim * (1 + feats_cfg.delta_order)
+    return fmllr_dim(feats_cfg) + (logmel if feats_cfg.kind == "fmllr_fbank" else 0)
+
+
+def make_fmllr_features(cfg: Any) -> list[SetSummary]:
+    """The stage for the fMLLR kinds: log-mel of every set, the model, adapted features."""
+    fcfg = cfg.features
+    if fcfg.kind not in KINDS:
+        raise InputError(f"features.kind={fcfg.kind!r} is not an fMLLR recipe {KINDS}")
+    if fcfg.fmllr.lda and fcfg.fmllr.dim > FbankOptions.from_config(fcfg).dim * (fcfg.fmllr.splice_left + 1 + fcfg.fmllr.splice_right):
+        raise InputError(f"features.fmllr.dim={fcfg.fmllr.dim} exceeds the spliced log-mel dimension")
+    root = Path(fcfg.feats_dir) / fcfg.name
+    sets = (cfg.data.train_set, cfg.data.dev_set, cfg.data.eval_set)
+    options = FbankOptions.from_config(fcfg)
+    for set_name in sets:
+        extract_set(Path(cfg.data.data_dir) / set_name, root / "fbank" / set_name, options, cmvn_unit="speaker",
+                    jobs=fcfg.jobs, device=fcfg.device, batch_seconds=fcfg.batch_seconds, force=fcfg.force)
+    model_checksum = ensure_model(root / "gmm", root / "fbank" / cfg.data.train_set,
+                                  Path(cfg.data.data_dir) / cfg.data.train_set, fcfg)
+    return [adapt_set(root / "gmm", model_checksum, root / "fbank" / s, Path(cfg.data.data_dir) / s, root / s, fcfg)
+            for s in sets]
+
+
+# ------------------------------------------------------------------------ model
+
+
+def _checksum(*parts: Any) -> str:
+    digest = hashlib.sha1()
+    for part in parts:
+        digest.update(json.dumps(part, sort_keys=True, default=str).encode() + b"\0")
+    return digest.hexdigest() + "\n"
+
+
+def _source_checksum(base_dir: Path) -> str:
+    """What a base feature set was made from (its own records)."""
+    return "".join((base_dir / f).read_text() for f in ("fbank.conf", "data_checksum", "cmvn_type"))
+
+
+def _complete(out_dir: Path, outputs: tuple[str, ...], checksum: str) -> bool:
+    return out_dir.is_dir() and all((out_dir / f).is_file() for f in outputs) and (out_dir / CHECKSUM_FILE).read_text() == checksum
+
+
+def _plain(cfg: Any) -> dict:
+    return OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else asdict(cfg)
+
+
+def ensure_model(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any) -> str:
+    """Train the adaptation model unless `model_dir` holds one made from the same inputs;
+    returns the checksum of those inputs (what the adapted sets depend on)."""
+    checksum = _checksum(_plain(fcfg.fmllr), _source_checksum(base_dir))
+    if not fcfg.force and _complete(model_dir, MODEL_OUTPUTS, checksum):
+        log.info("fMLLR model: complete already (%s)", model_dir)
+        return checksum
+    log.info("fMLLR model: training on %s into %s", base_dir, model_dir)
+    started = time.perf_counter()
+    data = read_data_dir(data_dir)
+    frames = SpeakerFrames(base_dir, data.utt2spk, fcfg.fmllr.base_norm_vars)
+    num_frames = {u: int(n) for u, n in read_table(base_dir / "utt2num_frames").items()}
+    with tqdm(desc="SAT speakers", unit="spk", mininterval=2.0, disable=None) as bar:
+        model, report = train_fmllr_model(frames, num_frames, fcfg.fmllr, fcfg.device, lambda: bar.update(1))
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    with atomic_dir(model_dir) as tmp:
+        model.save(tmp)
+        write_report(tmp / "report.json", report)
+        (tmp / CHECKSUM_FILE).write_text(checksum)
+    log.info("fMLLR model: %d Gaussians of dim %d trained in %.1f s", model.gmm.num_components, model.dim, report["seconds"])
+    return checksum
+
+
+# -------------------------------------------------------------------------- sets
+
+
+@dataclass
+class AdaptOptions:
+    """What a worker needs of the config (plain values, cheap to send to a process)."""
+
+    kind: str
+    delta_order: int
+    delta_window: int
+    cmvn: str
+    fmllr_iters: int
+    fmllr_passes: int
+    min_count: float
+    device: str
+
+    @classmethod
+    def from_config(cls, fcfg: Any) -> "AdaptOptions":
+        f = fcfg.fmllr
+        return cls(fcfg.kind, fcfg.delta_order, fcfg.delta_window, fcfg.cmvn, f.fmllr_iters, f.fmllr_passes, f.min_count,
+                   fcfg.device)
+
+
+@dataclass
+class AdaptTask:
+    index: int
+    speakers: dict[str, list[str]]  # speaker -> its utterances
+    model_dir: str
+    base_dir: str
+    out_dir: str  # the set's temporary directory; the part writes feats.<index>.{ark,scp} there
+    utt2spk: dict[str, str]
+    options: AdaptOptions
+
+
+@dataclass
+class AdaptResult:
+    num_frames: dict[str, int] = field(default_factory=dict)
+    stats: dict[str, np.ndarray] = field(default_factory=dict)  # CMVN statistics of the output
+    transforms: dict[str, np.ndarray] = field(default_factory=dict)
+    speaker_lines: dict[str, str] = field(default_factory=dict)  # fmllr_speakers
+
+
+def adapt_set(model_dir: Path, model_checksum: str, base_dir: Path, data_dir: Path, out_dir: Path, fcfg: Any) -> SetSummary:
+    """Per-speaker fMLLR of one set and the recipe's per-frame composition, the speakers
+    split over `features.jobs` worker processes."""
+    checksum = _checksum(model_checksum, _source_checksum(base_dir), fcfg.kind, fcfg.delta_order, fcfg.delta_window,
+                         fcfg.cmvn, _plain(fcfg.fmllr))
+    if not fcfg.force and _complete(out_dir, SET_OUTPUTS, checksum):
+        log.info("%s: complete already (%s), skipping; features.force=true recomputes it", out_dir.name, out_dir)
+        return SetSummary(out_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
+    started = time.perf_counter()
+    utt2spk = read_data_dir(data_dir).utt2spk
+    num_frames = {u: int(n) for u, n in read_table(base_dir / "utt2num_frames").items()}
+    speakers = spk2utt({u: s for u, s in utt2spk.items() if u in num_frames})
+    if not speakers:
+        raise InputError(f"{base_dir}: no features to adapt; check the filterbank stage's log")
+    parts = split_speakers(speakers, num_frames, fcfg.jobs)
+    log.info("%s: fMLLR for %d speakers in %d part(s) into %s", out_dir.name, len(speakers), len(parts), out_dir)
+    options = AdaptOptions.from_config(fcfg)
+    with atomic_dir(out_dir) as tmp:
+        tasks = [AdaptTask(i, part, str(model_dir), str(base_dir), str(tmp), utt2spk, options) for i, part in enumerate(parts)]
+        results = run_parts(tasks, desc=out_dir.name, total=len(speakers), work=adapt_part, unit="spk")
+        join_parts(tmp, out_dir, len(parts))
+        summary = _finish_set(results, tmp, out_dir, base_dir, fcfg, checksum)
+    summary.wall_seconds = time.perf_counter() - started
+    summary.seconds = summary.frames * fcfg.frame_shift_ms / 1000.0  # one frame per shift
+    _log_summary(summary)
+    return summary
+
+
+def split_speakers(speakers: dict[str, list[str]], num_frames: dict[str, int], jobs: int) -> list[dict[str, list[str]]]:
+    """At most `jobs` parts of about equal frames: the largest speaker first to the lightest part."""
+    jobs = max(1, min(jobs, len(speakers)))
+    parts: list[dict[str, list[str]]] = [{} for _ in range(jobs)]
+    loads = [0] * jobs
+    for speaker in sorted(speakers, key=lambda s: -sum(num_frames[u] for u in speakers[s])):
+        lightest = loads.index(min(loads))
+        parts[lightest][speaker] = speakers[speaker]
+        loads[lightest] += sum(num_frames[u] for u in speakers[speaker])
+    return [p for p in parts if p]
+
+
+def adapt_part(task: AdaptTask, on_speaker_done) -> AdaptResult:
+    """One part's speakers: transforms and composed features into feats.<index>.{ark,scp}."""
+    with single_thread():
+        return _adapt_part(task, on_speaker_done)
+
+
+def _adapt_part(task: AdaptTask, on_speaker_done) -> AdaptResult:
+    opts = task.options
+    model = FmllrModel.load(task.model_dir, opts.device)
+    frames = SpeakerFrames(task.base_dir, task.utt2spk, model.norm_vars)
+    result = AdaptResult()
+    out = Path(task.out_dir)
+    with kaldiio.WriteHelper(f"ark,scp:{out / f'feats.{task.index}.ark'},{out / f'feats.{task.index}.scp'}") as writer:
+        for speaker, utts in task.speakers.items():
+            for utt, feats in adapt_speaker(model, frames, speaker, utts, opts, result):
+                writer(utt, feats)
+                result.num_frames[utt] = feats.shape[0]
+                if opts.cmvn != "none":
+                    _add_stats(result.stats, cmvn.compute_stats(opts.cmvn, {utt: feats}, task.utt2spk))
+            on_speaker_done()
+    return result
+
+
+def adapt_speaker(model: FmllrModel, frames: SpeakerFrames, speaker: str, utts: list[str], opts: AdaptOptions,
+                  result: AdaptResult) -> list[tuple[str, np.ndarray]]:
+    """(utt, composed features) for one speaker; its transform and diagnostics go to `result`."""
+    raw = [frames.raw(u) for u in utts]
+    projected = [model.project(frames.cmvn(u, r)) for u, r in zip(utts, raw)]
+    device = model.gmm.means.device
+    fmllr = estimate_fmllr(model.gmm, torch.from_numpy(np.concatenate(projected)).to(device),
+                           opts.fmllr_iters, opts.fmllr_passes, opts.min_count)
+    result.transforms[speaker] = fmllr.transform
+    result.speaker_lines[speaker] = (f"{fmllr.count:.0f} {'adapted' if fmllr.updated else 'identity'} "
+                                     f"{fmllr.loglike_before:.4f} {fmllr.loglike_after:.4f} "
+                                     f"{fmllr.objective[0]:.4f} {fmllr.objective[-1]:.4f}")
+    out = []
+    for utt, r, z in zip(utts, raw, projected):
+        adapted = transform_frames(torch.from_numpy(z), fmllr.transform).numpy().astype(np.float32)
+        if opts.kind == "fmllr_fbank":
+            logmel = add_deltas(r, opts.delta_order, opts.delta_window) if opts.delta_order > 0 else r
+            adapted = np.concatenate([adapted, logmel.astype(np.float32)], axis=1)
+        out.append((utt, adapted))
+    return out
+
+
+def _finish_set(results: list[AdaptResult], tmp: Path, out_dir: Path, base_dir: Path, fcfg: Any, checksum: str) -> SetSummary:
+    """Everything beside the joined features: transforms, frame counts, dimension, CMVN."""
+    final = out_dir.absolute()
+    num_frames = {u: n for r in results for u, n in r.num_frames.items()}
+    transforms = {s: t for r in results for s, t in r.transforms.items()}
+    speaker_lines = {s: line for r in results for s, line in r.speaker_lines.items()}
+    write_transforms(tmp, transforms)
+    repoint_scp(tmp / "trans.scp", final / "trans.ark")
+    write_table(tmp / "utt2num_frames", {u: str(n) for u, n in num_frames.items()})
+    (tmp / "feat_dim").write_text(f"{feature_dim(fcfg)}\n")
+    stats = merge_stats(r.stats for r in results)
+    cmvn.write_stats(stats, tmp, fcfg.cmvn)
+    if stats:
+        repoint_scp(tmp / "cmvn.scp", final / "cmvn.ark")
+    # speaker, frames, adapted|identity, log-likelihood per frame before/after, and the same
+    # plus log|det A| (the objective fMLLR maximises) before/after
+    write_table(tmp / "fmllr_speakers", speaker_lines)
+    for name in ("fbank.conf", "skipped"):
+        if (base_dir / name).is_file():
+            shutil.copyfile(base_dir / name, tmp / name)
+    (tmp / CHECKSUM_FILE).write_text(checksum)
+    adapted = sum(1 for line in speaker_lines.values() if " adapted " in line)
+    log.info("%s: %d of %d speakers adapted (the others had fewer than %g frames: identity)",
+             out_dir.name, adapted, len(speaker_lines), fcfg.fmllr.min_count)
+    skipped = len(read_table(base_dir / "skipped")) if (base_dir / "skipped").is_file() else 0
+    return SetSummary(out_dir.name, len(num_frames), sum(num_frames.values()), 0.0, 0.0, skipped)

@@ -1,0 +1,199 @@
+"""Kaldi file formats for the models and transforms the feature stage makes.
+
+Matrices and tables of matrices go through kaldiio (Kaldi's binary `\\0B` + `FM`/`DM`
+format, ark/scp). This module adds what kaldiio does not have:
+
+  * a diagonal GMM in Kaldi's `DiagGmm` binary format (what `gmm-global-init-from-feats`
+    writes as `final.dubm` and `gmm-global-*` read): `<DiagGMM> <GCONSTS> FV <WEIGHTS> FV
+    <MEANS_INVVARS> FM <INV_VARS> FM </DiagGMM>`, floats as Kaldi's BaseFloat (float32);
+  * per-speaker affine transforms as `trans.ark`/`trans.scp` (what `transform-feats
+    --utt2spk=ark:utt2spk scp:trans.scp` reads), and applying a transform the way
+    `transform-feats` does: a d x D matrix is linear, a d x (D+1) one has the offset last.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+from pathlib import Path
+
+import kaldiio
+import numpy as np
+
+from asr.data.datadir import c_sort_key
+from asr.utils.atomic import atomic_path
+from asr.utils.errors import InputError
+
+BINARY_MARK = b"\0B"
+
+
+# ----------------------------------------------------------------------- matrices
+
+
+def write_matrix(path: str | os.PathLike, matrix: np.ndarray) -> None:
+    """One Kaldi binary matrix file (like est-lda's final.mat), float32, atomically."""
+    with atomic_path(path) as tmp:
+        kaldiio.save_mat(str(tmp), np.ascontiguousarray(matrix, dtype=np.float32))
+
+
+def read_matrix(path: str | os.PathLike) -> np.ndarray:
+    try:
+        return np.asarray(kaldiio.load_mat(str(path)), dtype=np.float64)
+    except FileNotFoundError:
+        raise InputError(f"{path}: missing Kaldi matrix; re-run the features stage") from None
+    except Exception as err:  # kaldiio raises assorted errors for a damaged file
+        raise InputError(f"{path}: not a readable Kaldi matrix ({err})") from None
+
+
+def apply_transform(feats: np.ndarray, transform: np.ndarray) -> np.ndarray:
+    """`transform-feats`: y = A x (d x D) or y = A x + b (d x (D+1), b the last column)."""
+    dim = feats.shape[1]
+    if transform.shape[1] == dim:
+        out = feats @ transform.T
+    elif transform.shape[1] == dim + 1:
+        out = feats @ transform[:, :dim].T + transform[:, dim]
+    else:
+        raise InputError(f"transform of shape {transform.shape} does not apply to {dim}-dim features "
+                         f"(expected {dim} or {dim + 1} columns)")
+    return out.astype(np.float32)
+
+
+def write_transforms(out_dir: str | os.PathLike, transforms: dict[str, np.ndarray], name: str = "trans") -> Path:
+    """`<name>.ark` + `<name>.scp` keyed by speaker (sorted, C locale); returns the scp.
+
+    The scp names the ark by its absolute path, so write into the final directory (or
+    repoint the scp after renaming, as the feature driver does).
+    """
+    out_dir = Path(out_dir)
+    ark, scp = out_dir / f"{name}.ark", out_dir / f"{name}.scp"
+    with kaldiio.WriteHelper(f"ark,scp:{ark.absolute()},{scp}") as writer:
+        for key in sorted(transforms, key=c_sort_key):
+            writer(key, np.ascontiguousarray(transforms[key], dtype=np.float32))
+    return scp
+
+
+def read_transforms(scp: str | os.PathLike) -> dict[str, np.ndarray]:
+    """A `trans.scp` (Kaldi's or ours): speaker -> d x (d+1) (or d x d) float64 matrix."""
+    if not Path(scp).is_file():
+        raise InputError(f"{scp}: missing transforms; re-run the features stage")
+    try:
+        return {k: np.asarray(v, dtype=np.float64) for k, v in kaldiio.load_scp(str(scp)).items()}
+    except Exception as err:
+        raise InputError(f"{scp}: cannot read the transforms it names ({err})") from None
+
+
+# ------------------------------------------------------------------- DiagGmm I/O
+
+
+def gconsts(weights: np.ndarray, means: np.ndarray, variances: np.ndarray) -> np.ndarray:
+    """Kaldi's per-component constant: log w - D/2 log 2pi - 1/2 sum(log var + mean^2/var)."""
+    dim = means.shape[1]
+    return (np.log(weights) - 0.5 * dim * np.log(2 * np.pi)
+            - 0.5 * (np.log(variances) + means * means / variances).sum(axis=1))
+
+
+def _token(name: str) -> bytes:
+    return name.encode() + b" "
+
+
+def _vector(values: np.ndarray) -> bytes:
+    values = np.ascontiguousarray(values, dtype="<f4")
+    return b"FV " + b"\4" + struct.pack("<i", len(values)) + values.tobytes()
+
+
+def _matrix(values: np.ndarray) -> bytes:
+    values = np.ascontiguousarray(values, dtype="<f4")
+    rows, cols = values.shape
+    return b"FM " + b"\4" + struct.pack("<i", rows) + b"\4" + struct.pack("<i", cols) + values.tobytes()
+
+
+def diag_gmm_bytes(weights: np.ndarray, means: np.ndarray, variances: np.ndarray) -> bytes:
+    """A DiagGmm in Kaldi's binary form (what DiagGmm::Write(binary=true) emits)."""
+    inv_vars = 1.0 / variances
+    return b"".join([
+        BINARY_MARK, _token("<DiagGMM>"),
+        _token("<GCONSTS>"), _vector(gconsts(weights, means, variances)),
+        _token("<WEIGHTS>"), _vector(weights),
+        _token("<MEANS_INVVARS>"), _matrix(means * inv_vars),
+        _token("<INV_VARS>"), _matrix(inv_vars),
+        _token("</DiagGMM>"),
+    ])
+
+
+def write_diag_gmm(path: str | os.PathLike, weights: np.ndarray, means: np.ndarray, variances: np.ndarray) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(diag_gmm_bytes(weights, means, variances))
+
+
+class _Reader:
+    """Kaldi's binary tokens and objects from a byte stream."""
+
+    def __init__(self, data: bytes, name: str):
+        self.stream = io.BytesIO(data)
+        self.name = name
+
+    def fail(self, what: str) -> InputError:
+        return InputError(f"{self.name}: not a Kaldi binary DiagGmm ({what} at byte {self.stream.tell()})")
+
+    def token(self) -> str:
+        chars = bytearray()
+        while (c := self.stream.read(1)) not in (b" ", b""):
+            chars += c
+        return chars.decode(errors="replace")
+
+    def int32(self) -> int:
+        size = self.stream.read(1)
+        if size != b"\4":
+            raise self.fail("expected a 4-byte integer")
+        return struct.unpack("<i", self.stream.read(4))[0]
+
+    def floats(self, count: int, kind: str) -> np.ndarray:
+        dtype, width = ("<f4", 4) if kind[0] == "F" else ("<f8", 8)
+        data = self.stream.read(count * width)
+        if len(data) != count * width:
+            raise self.fail("truncated data")
+        return np.frombuffer(data, dtype=dtype).astype(np.float64)
+
+    def vector(self) -> np.ndarray:
+        kind = self.token()
+        if kind not in ("FV", "DV"):
+            raise self.fail(f"expected a vector, got {kind!r}")
+        return self.floats(self.int32(), kind)
+
+    def matrix(self) -> np.ndarray:
+        kind = self.token()
+        if kind not in ("FM", "DM"):
+            raise self.fail(f"expected a matrix, got {kind!r}")
+        rows, cols = self.int32(), self.int32()
+        return self.floats(rows * cols, kind).reshape(rows, cols)
+
+    def expect(self, *names: str) -> str:
+        got = self.token()
+        if got not in names:
+            raise self.fail(f"expected {' or '.join(names)}, got {got!r}")
+        return got
+
+
+def read_diag_gmm(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(weights, means, variances) from a Kaldi binary DiagGmm file (ours or Kaldi's)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: missing GMM; re-run the features stage")
+    data = path.read_bytes()
+    reader = _Reader(data[2:], str(path))
+    if not data.startswith(BINARY_MARK):
+        raise reader.fail("no binary mark; convert text models with gmm-global-copy --binary=true")
+    reader.expect("<DiagGMM>", "<DiagGMMBegin>")
+    if reader.expect("<GCONSTS>", "<WEIGHTS>") == "<GCONSTS>":
+        reader.vector()  # recomputed from the parameters
+        reader.expect("<WEIGHTS>")
+    weights = reader.vector()
+    reader.expect("<MEANS_INVVARS>")
+    means_invvars = reader.matrix()
+    reader.expect("<INV_VARS>")
+    inv_vars = reader.matrix()
+    reader.expect("</DiagGMM>", "<DiagGMMEnd>")
+    if not (len(weights) == means_invvars.shape[0] == inv_vars.shape[0] and means_invvars.shape == inv_vars.shape):
+        raise reader.fail("inconsistent sizes")
+    return weights, means_invvars / inv_vars, 1.0 / inv_vars

@@ -1,0 +1,196 @@
+"""The LDA+MLLT front end of a GMM system, estimated without transcripts.
+
+Kaldi's `steps/train_lda_mllt.sh` splices frames (+-3), projects them with LDA whose classes
+are the tied states of a forced alignment, and then estimates MLLT (a semi-tied covariance,
+Gales 1999) so diagonal Gaussians fit the projected features. Without alignments the
+classes here are the components of a UBM trained on the unspliced frames, with soft
+(posterior) class membership; everything else is as in Kaldi:
+
+  LDA   W maximises between-class over within-class scatter: the top generalised
+        eigenvectors of (S_b, S_w), scaled so the within-class covariance becomes the
+        identity (est-lda);
+  MLLT  T maximises beta log|det T| - 1/2 sum_i t_i G_i t_i^T with
+        G_i = sum_tm gamma_tm / var_mi (z_t - mu_m)(z_t - mu_m)^T, one row at a time
+        (MlltAccs::Update), alternated with EM on the GMM in the rotated space.
+
+The front end is the single matrix T_mllt @ W_lda (d x spliced dim), saved as a Kaldi matrix
+(`final.mat`, what `transform-feats` applies after `splice-feats`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.linalg
+import torch
+from torch import Tensor
+
+from asr.features import gmm as gmm_lib
+from asr.features.gmm import CHUNK_FRAMES, OUTER_PRODUCT_CHUNK, DiagGmm, GmmStats
+
+log = logging.getLogger("asr.features")
+
+RIDGE = 1e-6  # relative regularisation of the within-class scatter (spliced features are nearly collinear)
+
+
+# --------------------------------------------------------------------------- LDA
+
+
+@dataclass
+class LdaStats:
+    occupancy: Tensor  # (M,) soft class counts
+    first: Tensor  # (M, K) class sums
+    scatter: Tensor  # (K, K) sum of x x^T over all frames
+    total: Tensor  # (K,) sum of x
+
+    @classmethod
+    def zeros(cls, classes: int, dim: int, like: Tensor) -> "LdaStats":
+        return cls(like.new_zeros(classes), like.new_zeros(classes, dim), like.new_zeros(dim, dim), like.new_zeros(dim))
+
+    def add(self, posteriors: Tensor, x: Tensor) -> None:
+        self.occupancy += posteriors.sum(dim=0)
+        self.first += posteriors.T @ x
+        self.scatter += x.T @ x
+        self.total += x.sum(dim=0)
+
+
+def accumulate_lda(class_posteriors: Tensor, x: Tensor, stats: LdaStats | None = None) -> LdaStats:
+    """Add frames `x` (T, K) with soft class memberships (T, M) to the statistics (float64)."""
+    class_posteriors = class_posteriors.double()
+    x = x.to(class_posteriors)
+    if stats is None:
+        stats = LdaStats.zeros(class_posteriors.shape[1], x.shape[1], class_posteriors)
+    stats.add(class_posteriors, x)
+    return stats
+
+
+def scatter_matrices(stats: LdaStats) -> tuple[np.ndarray, np.ndarray]:
+    """Within- and between-class covariances (K, K), each divided by the frame count."""
+    count = float(stats.occupancy.sum())
+    used = stats.occupancy > 0
+    class_means = stats.first[used] / stats.occupancy[used, None]
+    explained = (class_means.T * stats.occupancy[used]) @ class_means  # sum_m n_m mu_m mu_m^T
+    mean = stats.total / count
+    within = (stats.scatter - explained) / count
+    between = explained / count - torch.outer(mean, mean)
+    return within.cpu().double().numpy(), between.cpu().double().numpy()
+
+
+def estimate_lda(stats: LdaStats, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (dim, K) LDA projection and all generalised eigenvalues (descending)."""
+    within, between = scatter_matrices(stats)
+    within = 0.5 * (within + within.T) + RIDGE * np.trace(within) / len(within) * np.eye(len(within))
+    between = 0.5 * (between + between.T)
+    values, vectors = scipy.linalg.eigh(between, within)  # vectors^T within vectors = I
+    order = np.argsort(values)[::-1]
+    return vectors[:, order[:dim]].T.copy(), values[order]
+
+
+# -------------------------------------------------------------------------- MLLT
+
+
+@dataclass
+class MlltStats:
+    beta: float
+    G: np.ndarray  # (d, d, d)
+
+
+def accumulate_mllt(gmm: DiagGmm, z: Tensor) -> tuple[MlltStats, GmmStats]:
+    """MLLT statistics of frames `z` (T, d) under the GMM (and the GMM's own EM statistics).
+
+    G_i = sum_t g_ti z z^T - sum_m (F_m mu_m^T + mu_m F_m^T) / var_mi + sum_m n_m mu_m mu_m^T / var_mi
+    with g_ti = sum_m gamma_tm / var_mi and F_m = sum_t gamma_tm z_t, so only the first term
+    touches every frame.
+    """
+    d = gmm.dim
+    inv_vars = 1.0 / gmm.variances
+    G = gmm.means.new_zeros(d, d * d)
+    stats = GmmStats.zeros(gmm)
+    for chunk in z.split(OUTER_PRODUCT_CHUNK):
+        chunk = chunk.to(gmm.means)
+        posteriors, loglikes = gmm.posteriors(chunk)
+        posteriors = posteriors.to(chunk.dtype)
+        stats.add(posteriors, chunk, loglikes)
+        G += (posteriors @ inv_vars).T @ (chunk[:, :, None] * chunk[:, None, :]).reshape(chunk.shape[0], -1)
+    G = G.reshape(d, d, d)
+    mu, F, n = gmm.means, stats.first, stats.occupancy
+    cross = torch.einsum("mi,mj,mk->ijk", inv_vars, F, mu)
+    G += -cross - cross.transpose(1, 2) + torch.einsum("mi,m,mj,mk->ijk", inv_vars, n, mu, mu)
+    return MlltStats(float(n.sum()), G.cpu().numpy()), stats
+
+
+def mllt_aux(transform: np.ndarray, stats: MlltStats) -> float:
+    return stats.beta * float(np.linalg.slogdet(transform)[1]) - 0.5 * float(np.einsum("ij,ijk,ik->", transform, stats.G, transform))
+
+
+def update_mllt(stats: MlltStats, passes: int = 10, trace: list[float] | None = None) -> np.ndarray:
+    """The MLLT matrix (d, d) from the identity: row i = sqrt(beta / (c G_i^-1 c^T)) c G_i^-1
+    with c the i-th cofactor row (the fMLLR update without offset and linear term)."""
+    d = stats.G.shape[0]
+    inv_G = np.linalg.inv(stats.G)
+    transform = np.eye(d)
+    for _ in range(passes):
+        for row in range(d):
+            cofactor = np.linalg.inv(transform)[:, row]
+            direction = inv_G[row] @ cofactor
+            transform[row] = np.sqrt(stats.beta / (cofactor @ direction)) * direction
+            if trace is not None:
+                trace.append(mllt_aux(transform, stats))
+    return transform
+
+
+# --------------------------------------------------------------------- front end
+
+
+@dataclass
+class FrontEnd:
+    matrix: np.ndarray  # (d, K): MLLT @ LDA, applied to spliced frames
+    gmm: DiagGmm  # in the front end's output space
+    lda_eigenvalues: np.ndarray
+    loglike_per_frame: list[float] = field(default_factory=list)  # of the GMM, per EM iteration
+
+
+def train_front_end(base: Tensor, spliced: Tensor, dim: int, num_components: int, mllt_iters: int = 4,
+                    em_iters: int = 2, final_iters: int = 4, var_floor_ratio: float = 0.01) -> FrontEnd:
+    """LDA (classes: a UBM's components on `base`), then MLLT alternated with EM.
+
+    base: (T, D) frames the class UBM is trained on; spliced: (T, K) the same frames spliced.
+    """
+    class_ubm, _ = gmm_lib.train_gmm(base, num_components, var_floor_ratio=var_floor_ratio)
+    lda_stats = None
+    for frames, context in zip(base.split(CHUNK_FRAMES), spliced.split(CHUNK_FRAMES)):
+        posteriors, _ = class_ubm.posteriors(frames.to(class_ubm.means))
+        lda_stats = accumulate_lda(posteriors, context, lda_stats)
+    assert lda_stats is not None
+    lda, eigenvalues = estimate_lda(lda_stats, dim)
+    log.info("LDA %d -> %d: eigenvalues %.2f .. %.2f (kept), %.3f (first dropped)",
+             spliced.shape[1], dim, eigenvalues[0], eigenvalues[dim - 1], eigenvalues[dim] if len(eigenvalues) > dim else float("nan"))
+    matrix = torch.as_tensor(lda, dtype=class_ubm.means.dtype, device=class_ubm.means.device)
+    z = torch.cat([c.to(matrix) @ matrix.T for c in spliced.split(CHUNK_FRAMES)])
+    floor = gmm_lib.variance_floor(z, var_floor_ratio)
+    gmm = _gmm_from_class_posteriors(class_ubm, base, z, floor)
+    report = gmm_lib.EmReport()
+    for _ in range(mllt_iters):
+        gmm = gmm_lib.em(gmm, z, em_iters, floor, report)
+        stats, _ = accumulate_mllt(gmm, z)
+        mllt = torch.as_tensor(update_mllt(stats), dtype=z.dtype, device=z.device)
+        z, matrix = z @ mllt.T, mllt @ matrix
+        gmm = DiagGmm(gmm.weights, gmm.means @ mllt.T, gmm.variances, gmm.precision)  # variances: re-estimated by EM next
+        floor = gmm_lib.variance_floor(z, var_floor_ratio)
+    gmm = gmm_lib.em(gmm, z, final_iters, floor, report)
+    log.info("LDA+MLLT GMM: log-likelihood per frame %.3f -> %.3f over %d EM iterations",
+             report.loglike_per_frame[0], report.loglike_per_frame[-1], len(report.loglike_per_frame))
+    return FrontEnd(matrix.cpu().numpy(), gmm, eigenvalues, report.loglike_per_frame)
+
+
+def _gmm_from_class_posteriors(class_ubm: DiagGmm, base: Tensor, z: Tensor, floor: Tensor) -> DiagGmm:
+    """The projected space's GMM: one M-step with the class UBM's posteriors."""
+    stats = GmmStats.zeros(DiagGmm(class_ubm.weights, z.new_zeros(class_ubm.num_components, z.shape[1]),
+                                   z.new_ones(class_ubm.num_components, z.shape[1])))
+    for frames, projected in zip(base.split(CHUNK_FRAMES), z.split(CHUNK_FRAMES)):
+        posteriors, loglikes = class_ubm.posteriors(frames.to(class_ubm.means))
+        stats.add(posteriors, projected, loglikes)
+    start = DiagGmm(class_ubm.weights, z.new_zeros(stats.first.shape), z.new_ones(stats.first.shape), class_ubm.precision)
+    return gmm_lib.maximize(start, stats, floor, min_occupancy=1e-3)

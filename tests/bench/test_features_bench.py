@@ -1,0 +1,32 @@
+"""`python -m asr.bench features` at toy size: the JSON it writes and the relations between
+its numbers (not their values, which are the benchmark's business)."""
+
+import json
+
+import pytest
+
+from asr.bench.features import RECIPES, main
+
+pytestmark = pytest.mark.slow
+
+
+def test_benchmark_reports_every_recipe_beside_the_reference(tmp_path):
+    out = tmp_path / "features.json"
+    assert main(["--minutes", "0.4", "--out", str(out), "features.fmllr.num_components=8",
+                 "features.fmllr.min_count=100"]) == 0
+    report = json.loads(out.read_text())
+    assert report["benchmark"] == "features" and report["audio"]["data_dir"] == "synthetic"
+    seconds = report["audio"]["seconds"]
+    assert 20 < seconds <= 24 and report["machine"]["torch_threads"] == 1
+    for entry in [report["reference_fbank"], report["fbank"], *report["recipes"].values()]:
+        assert entry["seconds"] > 0 and entry["cpu_seconds"] > 0
+        assert entry["rtf"] == pytest.approx(entry["seconds"] / seconds, rel=1e-2, abs=1e-4)  # both rounded
+        assert entry["seconds_per_hour"] == pytest.approx(entry["rtf"] * 3600, rel=1e-2, abs=0.1)
+    assert list(report["recipes"]) == list(RECIPES)
+    assert {name: r["feat_dim"] for name, r in report["recipes"].items()} == {
+        "logmel80": 80, "logmel40_deltas": 120, "fmllr40": 40, "fmllr40_logmel40_deltas": 160}
+    fmllr = report["recipes"]["fmllr40_logmel40_deltas"]
+    assert fmllr["with_model_training"]["seconds"] == pytest.approx(
+        fmllr["seconds"] + fmllr["model_training"]["seconds"], rel=1e-3, abs=2e-3)
+    speedup = report["fbank_speedup_vs_reference"]
+    assert speedup["wall"] == pytest.approx(report["reference_fbank"]["seconds"] / report["fbank"]["seconds"], rel=0.02)

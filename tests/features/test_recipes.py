@@ -1,0 +1,199 @@
+"""The feature recipes on a small SPHERE data dir: log-mel with deltas, fMLLR (+ log-mel with
+deltas), the Kaldi files they leave, and reading them back as Kaldi features (kind=kaldi)."""
+
+import shutil
+
+import kaldiio
+import numpy as np
+import pytest
+import torch
+
+from asr.config import load_config
+from asr.features.deltas import add_deltas
+from asr.features.extract import extract_set
+from asr.features.fbank import FbankOptions
+from asr.features.fmllr import transform_frames
+from asr.features.fmllr_model import FmllrModel
+from asr.features.fmllr_recipe import adapt_set
+from asr.features.kaldi_io import read_transforms
+from asr.features.recipes import feature_dim, make_features
+from test_features_extract import make_data_dir
+
+SETS = ("train", "dev", "eval")
+# Small enough for 12 utterances of ~0.9 s (about 180 frames per speaker).
+SMALL_FMLLR = ["features.fmllr.num_components=4", "features.fmllr.min_count=100", "features.fmllr.mllt_iters=2",
+               "features.fmllr.em_iters=2", "features.fmllr.fmllr_passes=4", "features.jobs=1"]
+
+
+def config(tmp_path, recipe: str, *extra: str):
+    return load_config([f"features={recipe}", f"data.data_dir={tmp_path / 'data'}", "data.train_set=train",
+                        "data.dev_set=dev", "data.eval_set=eval", f"features.feats_dir={tmp_path / 'feats'}",
+                        f"exp_dir={tmp_path / 'exp'}", *extra])
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    for name in SETS:
+        make_data_dir(root, name)
+    return root
+
+
+def test_recipe_dimensions():
+    dims = {name: feature_dim(load_config([f"features={name}"]).features)
+            for name in ("logmel80", "logmel40", "logmel40_deltas", "fmllr40", "fmllr40_logmel40_deltas")}
+    assert dims == {"logmel80": 80, "logmel40": 40, "logmel40_deltas": 120, "fmllr40": 40, "fmllr40_logmel40_deltas": 160}
+
+
+def test_logmel_with_deltas(tmp_path, corpus):
+    options = FbankOptions(sample_frequency=8000, num_mel_bins=40)
+    plain = extract_set(corpus / "data" / "train", tmp_path / "plain", options, jobs=1)
+    with_deltas = extract_set(corpus / "data" / "train", tmp_path / "deltas", options, jobs=1, deltas=(2, 2))
+    assert (tmp_path / "deltas" / "feat_dim").read_text() == "120\n"
+    assert (tmp_path / "deltas" / "delta_opts").read_text() == "--delta-order=2 --delta-window=2\n"
+    assert not (tmp_path / "plain" / "delta_opts").exists()
+    a, b = (kaldiio.load_scp(str(tmp_path / d / "feats.scp")) for d in ("plain", "deltas"))
+    for utt in a:
+        np.testing.assert_allclose(b[utt], add_deltas(a[utt], 2, 2), rtol=1e-6, atol=1e-5)
+    assert with_deltas.frames == plain.frames
+    # The delta options are part of what makes a set complete: asking for none recomputes it.
+    again = extract_set(corpus / "data" / "train", tmp_path / "deltas", options, jobs=1)
+    assert not again.skipped and (tmp_path / "deltas" / "feat_dim").read_text() == "40\n"
+    assert extract_set(corpus / "data" / "train", tmp_path / "plain", options, jobs=1).skipped
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """These sets are tiny: a second torch thread only adds synchronisation (and spins when
+    the test machine is busy)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def fmllr_run(tmp_path_factory, corpus):
+    """features=fmllr40_logmel40_deltas over train/dev/eval."""
+    root = tmp_path_factory.mktemp("fmllr")
+    (root / "data").symlink_to(corpus / "data")
+    cfg = config(root, "fmllr40_logmel40_deltas", *SMALL_FMLLR)
+    return root, cfg, make_features(cfg)
+
+
+def test_fmllr_logmel_composition(fmllr_run):
+    root, cfg, summaries = fmllr_run
+    out = root / "feats" / "fmllr40_logmel40_deltas"
+    assert [s.utterances for s in summaries] == [12, 12, 12]
+    model = FmllrModel.load(out / "gmm")
+    assert model.matrix.shape == (40, 280) and model.gmm.num_components == 4
+    base = kaldiio.load_scp(str(out / "fbank" / "eval" / "feats.scp"))
+    base_cmvn = kaldiio.load_scp(str(out / "fbank" / "eval" / "cmvn.scp"))
+    for set_name in SETS:
+        set_dir = out / set_name
+        assert (set_dir / "feat_dim").read_text() == "160\n" and (set_dir / "cmvn_type").read_text() == "speaker\n"
+        transforms = read_transforms(set_dir / "trans.scp")
+        assert len(transforms) == 6 and all(t.shape == (40, 41) for t in transforms.values())
+        speakers = (set_dir / "fmllr_speakers").read_text().splitlines()
+        assert len(speakers) == 6 and all(" adapted " in line for line in speakers)  # test-time adaptation too
+    feats = kaldiio.load_scp(str(out / "eval" / "feats.scp"))
+    transforms = read_transforms(out / "eval" / "trans.scp")
+    for utt, mat in feats.items():
+        speaker = utt.split("_")[0]
+        raw = base[utt]
+        assert mat.shape == (raw.shape[0], 160) and mat.dtype == np.float32
+        np.testing.assert_allclose(mat[:, 40:], add_deltas(raw, 2, 2), rtol=1e-5, atol=1e-4)
+        normalised = raw - base_cmvn[speaker][0, :-1] / base_cmvn[speaker][0, -1]
+        expected = transform_frames(torch.from_numpy(model.project(normalised)), transforms[speaker]).numpy()
+        np.testing.assert_allclose(mat[:, :40], expected, rtol=1e-4, atol=1e-3)
+
+
+def test_fmllr_rerun_skips_and_reuses_the_model(fmllr_run, caplog):
+    root, _, _ = fmllr_run
+    out = root / "feats" / "fmllr40_logmel40_deltas"
+    made = (out / "gmm" / "final.dubm").stat().st_mtime_ns
+    with caplog.at_level("INFO", logger="asr.features"):
+        assert all(s.skipped for s in make_features(config(root, "fmllr40_logmel40_deltas", *SMALL_FMLLR)))
+    assert "fMLLR model: complete already" in caplog.text
+    # A different composition of the same model: the sets are redone, the model is not.
+    fmllr_only = config(root, "fmllr40_logmel40_deltas", *SMALL_FMLLR, "features.kind=fmllr", "features.name=fmllr40_logmel40_deltas")
+    summaries = make_features(fmllr_only)
+    assert not any(s.skipped for s in summaries) and (out / "gmm" / "final.dubm").stat().st_mtime_ns == made
+    assert (out / "eval" / "feat_dim").read_text() == "40\n"
+    assert next(iter(kaldiio.load_scp(str(out / "eval" / "feats.scp")).values())).shape[1] == 40
+
+
+def test_fmllr_without_lda_adapts_the_log_mel_frames(corpus, tmp_path):
+    """features.fmllr.lda=false: the GMM and fMLLR work on the per-speaker CMN'd log-mel."""
+    (tmp_path / "data").symlink_to(corpus / "data")
+    cfg = config(tmp_path, "fmllr40", *SMALL_FMLLR, "features.fmllr.lda=false", "features.num_mel_bins=23",
+                 "features.fmllr.sat_iters=0", "features.fmllr.fmllr_iters=2")
+    make_features(cfg)
+    out = tmp_path / "feats" / "fmllr40"
+    assert not (out / "gmm" / "final.mat").exists() and FmllrModel.load(out / "gmm").dim == 23
+    assert (out / "eval" / "feat_dim").read_text() == "23\n"
+    transforms = read_transforms(out / "eval" / "trans.scp")
+    assert all(t.shape == (23, 24) for t in transforms.values())
+    assert any(not np.allclose(t, np.hstack([np.eye(23), np.zeros((23, 1))])) for t in transforms.values())
+
+
+def test_kaldi_files_reproduce_the_fmllr_features(fmllr_run, tmp_path):
+    """Our fbank feats.scp + cmvn.scp, final.mat, splice_opts, cmvn_opts and trans.scp read as
+    a Kaldi system's files (features.kind=kaldi) give the same fMLLR features."""
+    root, _, _ = fmllr_run
+    out = root / "feats" / "fmllr40_logmel40_deltas"
+    kaldi = tmp_path / "kaldi"
+    for name in ("final.mat", "splice_opts", "cmvn_opts"):
+        (kaldi / name).parent.mkdir(exist_ok=True)
+        shutil.copy(out / "gmm" / name, kaldi / name)
+    for set_name in SETS:
+        (kaldi / set_name).mkdir()
+        for name in ("feats.scp", "cmvn.scp"):
+            shutil.copy(out / "fbank" / set_name / name, kaldi / set_name / name)
+        shutil.copy(out / set_name / "trans.scp", kaldi / set_name / "trans.scp")
+    cfg = config(root, "logmel40", "features.kind=kaldi", f"features.kaldi_dir={kaldi}", "features.name=from_kaldi")
+    make_features(cfg)
+    imported = kaldiio.load_scp(str(root / "feats" / "from_kaldi" / "eval" / "feats.scp"))
+    ours = kaldiio.load_scp(str(out / "eval" / "feats.scp"))
+    assert sorted(imported) == sorted(ours) and (root / "feats" / "from_kaldi" / "eval" / "feat_dim").read_text() == "40\n"
+    for utt in ours:
+        np.testing.assert_allclose(imported[utt], ours[utt][:, :40], rtol=1e-4, atol=1e-3)
+
+
+def test_kaldi_feats_and_cmvn_used_as_they_are(corpus, tmp_path):
+    """A Kaldi data dir's feats.scp and per-speaker cmvn.scp are referenced, not copied."""
+    logmel = extract_set(corpus / "data" / "train", tmp_path / "made_by_kaldi" / "train",
+                         FbankOptions(sample_frequency=8000, num_mel_bins=23), cmvn_unit="speaker", jobs=1)
+    for set_name in ("dev", "eval"):
+        shutil.copytree(tmp_path / "made_by_kaldi" / "train", tmp_path / "made_by_kaldi" / set_name)
+    (tmp_path / "data").symlink_to(corpus / "data")
+    cfg = config(tmp_path, "logmel40", "features.kind=kaldi", f"features.kaldi_dir={tmp_path / 'made_by_kaldi'}",
+                 "features.name=kaldi23")
+    make_features(cfg)
+    out = tmp_path / "feats" / "kaldi23" / "train"
+    assert (out / "feats.scp").read_text() == (tmp_path / "made_by_kaldi" / "train" / "feats.scp").read_text()
+    assert (out / "cmvn_type").read_text() == "speaker\n" and (out / "feat_dim").read_text() == "23\n"
+    frames = dict(line.split() for line in (out / "utt2num_frames").read_text().splitlines())
+    assert sum(int(n) for n in frames.values()) == logmel.frames
+
+
+@pytest.mark.slow
+def test_parallel_adaptation_gives_the_same_features(fmllr_run, tmp_path):
+    """Speakers split over two worker processes: the same features and transforms as one."""
+    root, cfg, _ = fmllr_run
+    out = root / "feats" / "fmllr40_logmel40_deltas"
+    checksum = (out / "gmm" / "recipe_checksum").read_text()
+    for jobs in (1, 2):
+        fcfg = cfg.features.copy()
+        fcfg.jobs = jobs
+        summary = adapt_set(out / "gmm", checksum, out / "fbank" / "eval", root / "data" / "eval", tmp_path / f"jobs{jobs}", fcfg)
+        assert summary.utterances == 12
+    one = kaldiio.load_scp(str(tmp_path / "jobs1" / "feats.scp"))
+    two = kaldiio.load_scp(str(tmp_path / "jobs2" / "feats.scp"))
+    assert list(one) == list(two)  # one sorted scp over the joined ark
+    for utt in one:
+        assert two[utt].shape == (one[utt].shape[0], 160)
+        np.testing.assert_allclose(two[utt], one[utt], rtol=1e-5, atol=1e-5)
+    a, b = (read_transforms(tmp_path / d / "trans.scp") for d in ("jobs1", "jobs2"))
+    assert sorted(a) == sorted(b) and all(np.allclose(a[s], b[s], atol=1e-5) for s in a)
+    assert (tmp_path / "jobs2" / "cmvn.ark").read_bytes() == (tmp_path / "jobs1" / "cmvn.ark").read_bytes()

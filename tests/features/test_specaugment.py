@@ -1,0 +1,47 @@
+"""SpecAugment-style masking and its hook in the training loader."""
+
+import kaldiio
+import numpy as np
+import torch
+
+from asr.features.config import SpecAugmentConfig
+from asr.features.specaugment import SpecAugment
+from asr.train.data import FeatureReader
+
+
+def test_off_by_default():
+    assert SpecAugment.from_config(SpecAugmentConfig()) is None
+    assert SpecAugment.from_config(SpecAugmentConfig(time_masks=1)) == SpecAugment(0, 10, 1, 40, 0.2)
+
+
+def test_masks_bands_and_runs_within_their_limits():
+    feats = torch.arange(1, 1 + 200 * 40, dtype=torch.float32).reshape(200, 40)  # no zeros
+    augment = SpecAugment(freq_masks=2, freq_width=5, time_masks=3, time_width=30, time_ratio=0.1)
+    widths_f, widths_t = [], []
+    for seed in range(50):
+        out = augment(feats, torch.Generator().manual_seed(seed))
+        zero_cols = (out == 0).all(dim=0)
+        zero_rows = (out == 0).all(dim=1)
+        unmasked = (out != 0)
+        assert torch.equal(out[unmasked], feats[unmasked])  # everything else untouched
+        assert torch.equal((out == 0), zero_cols[None, :] | zero_rows[:, None])  # whole bands and runs only
+        widths_f.append(int(zero_cols.sum()))
+        widths_t.append(int(zero_rows.sum()))
+    assert max(widths_f) <= 2 * 5 and max(widths_t) <= 3 * 20  # runs limited to 10% of 200 frames
+    assert np.mean(widths_f) > 2 and np.mean(widths_t) > 10
+    assert torch.equal(augment(feats, torch.Generator().manual_seed(7)), augment(feats, torch.Generator().manual_seed(7)))
+    assert feats.min() > 0  # the input is not modified
+
+
+def test_training_reader_applies_the_hook(tmp_path):
+    mat = np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32) + 3
+    with kaldiio.WriteHelper(f"ark,scp:{tmp_path / 'feats.ark'},{tmp_path / 'feats.scp'}") as writer:
+        writer("u1", mat)
+    (tmp_path / "feat_dim").write_text("8\n")
+    (tmp_path / "cmvn_type").write_text("none\n")
+    reader = FeatureReader(tmp_path, {"u1": "s1"})
+    assert torch.equal(reader("u1"), torch.from_numpy(mat))
+    reader.augment = SpecAugment(freq_masks=1, freq_width=8, time_masks=0)
+    torch.manual_seed(3)
+    masked = reader("u1")
+    assert masked.shape == (50, 8) and bool(((masked == 0).all(dim=0)).any())
