@@ -11,12 +11,13 @@ TORCH := torch==2.13.0
 
 install: $(STAMP)
 
-$(STAMP): setup.py scripts/install_system.sh
+$(STAMP): setup.py scripts/install_system.sh scripts/build_kenlm.sh
 	bash scripts/install_system.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
 	$(PY) -m pip install -q -e '.[dev]'
+	bash scripts/build_kenlm.sh $(VENV)
 	$(PY) -c "import asr.config, torch, kaldiio, sentencepiece, jiwer, soundfile; print('asr toolkit installed, torch', torch.__version__)"
 	touch $(STAMP)
 

@@ -3,6 +3,10 @@
 # Without them the toolkit still runs; the features that need them say so when used.
 set -euo pipefail
 packages=(sctk)   # NIST SCTK: sclite/hubscr.pl for official Hub5 scoring
+# To build KenLM's lmplz/build_binary/query (scripts/build_kenlm.sh): compiler, CMake, Boost, compression libs
+packages+=(g++ make cmake libboost-program-options-dev libboost-system-dev libboost-thread-dev libboost-test-dev
+           zlib1g-dev libbz2-dev liblzma-dev)
+packages+=(iproute2)  # `ip netns`: the two-host distributed training test (tests/distributed)
 
 missing=()
 for p in "${packages[@]}"; do

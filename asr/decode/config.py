@@ -6,8 +6,27 @@ from dataclasses import dataclass, field
 @dataclass
 class DecodeConfig:
     name: str = "greedy"
-    kind: str = "greedy"  # greedy | beam_lm
+    kind: str = "greedy"  # greedy | beam_lm (word LM) | loglikes (Kaldi log-likelihoods of a frame_ce model)
     sets: list = field(default_factory=list)  # data sets to decode; empty -> [data.eval_set]
     checkpoint: str = "last"  # last | best | path
     batch_size: int = 32
     frame_shift_ms: float = 10.0
+    # kind=loglikes (asr/decode/loglikes.py): log posterior - prior_scale x log prior, Kaldi ark/scp
+    pdf_counts: str = ""  # the priors' counts (Kaldi vector); empty = <exp_dir>/pdf_counts from training
+    prior_scale: float = 1.0
+    upsample: bool = True  # one row per 10 ms frame (repeat each output frame model.subsample times)
+    # kind=beam_lm (asr/decode/beam.py, search.py): CTC prefix beam search with the word LM
+    lm: str = "auto"  # auto: <lm.dir>/<lm.decode_order>gram.bin | none: lexicon only | a KenLM file
+    lexicon_words: str = "auto"  # auto: the LM vocabulary <lm.dir>/words.txt | a words file
+    beam_size: int = 16
+    beam_size_token: int = 10
+    beam_threshold: float = 20.0
+    lm_weight: float = 0.5  # times ln P_LM
+    word_score: float = 0.0  # per word (insertion bonus)
+    jobs: int = 2  # beam search worker processes
+    # The dev-set sweep (python -m asr.decode.tune) and using its best values
+    use_tuned: bool = True
+    tuning_file: str = "${exp_dir}/lm_tuning.json"
+    tune_set: str = "${data.dev_set}"
+    tune_lm_weights: list = field(default_factory=lambda: [0.3, 0.5, 0.8, 1.2])
+    tune_word_scores: list = field(default_factory=lambda: [-1.0, 0.0, 1.0, 2.0])

@@ -7,17 +7,10 @@ search returns the same `Hypothesis` so word timing and output code serve both.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 from torch import Tensor
 
-
-@dataclass
-class Hypothesis:
-    tokens: list[int] = field(default_factory=list)  # blank-free token ids
-    frames: list[int] = field(default_factory=list)  # output frame where each token is emitted
-    probs: list[float] = field(default_factory=list)  # its posterior at that frame (a confidence)
+from asr.decode.hypothesis import Hypothesis  # noqa: F401  (re-exported: the type lives there, torch-free)
 
 
 def ctc_greedy(log_probs: Tensor, lengths: Tensor, blank: int = 0) -> list[Hypothesis]:

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 
 from asr.data.datadir import DataDir, c_sort_key, write_table
-from asr.decode.greedy import Hypothesis
+from asr.decode.hypothesis import Hypothesis
 from asr.text.tokenizer import Tokenizer
 from asr.utils.atomic import atomic_open, atomic_path
 

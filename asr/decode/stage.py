@@ -12,10 +12,10 @@ from pathlib import Path
 import torch
 
 from asr.data.datadir import DataDir, read_data_dir
-from asr.decode.greedy import ctc_greedy
 from asr.decode.output import CtmLine, ctm_lines, timed_words, write_ctm, write_hyp_text
+from asr.decode.search import ParallelBeamSearch, Search, beam_options, beam_search, beam_spec, greedy_search
 from asr.models.blstm import AcousticModel
-from asr.text.tokenizer import BLANK_ID, Tokenizer, tokenizer_model_path
+from asr.text.tokenizer import Tokenizer, tokenizer_model_path
 from asr.train.checkpoint import CheckpointDir, load_checkpoint, model_from_checkpoint
 from asr.train.data import FeatureReader, data_set_dir, feature_set_dir
 from asr.train.device import select_device
@@ -32,6 +32,9 @@ def load_decoding_model(cfg, device: torch.device) -> tuple[AcousticModel, Token
     """The model of decode.checkpoint (last | best | path) and the tokenizer it was trained with."""
     path = CheckpointDir(Path(cfg.exp_dir) / "checkpoints").resolve(str(cfg.decode.checkpoint))
     state = load_checkpoint(path, map_location="cpu")
+    head = state["model_info"]["config"].get("head", "ctc")
+    if head != "ctc":
+        raise InputError(f"{path}: a {head} model, not CTC; export its log-likelihoods for Kaldi with decode=loglikes")
     model = model_from_checkpoint(state, path).to(device)
     tokenizer = Tokenizer(tokenizer_model_path(cfg.tokenizer))
     if tokenizer.vocab_size != state["model_info"]["num_outputs"]:
@@ -53,9 +56,16 @@ class SetDecoder:
     """Decodes the utterances of one set batch by batch, collecting hyp text and CTM lines."""
 
     def __init__(
-        self, model: AcousticModel, tokenizer: Tokenizer, device: torch.device, data: DataDir, reader: FeatureReader, frame_shift_ms: float
+        self,
+        model: AcousticModel,
+        tokenizer: Tokenizer,
+        device: torch.device,
+        data: DataDir,
+        reader: FeatureReader,
+        frame_shift_ms: float,
+        search: Search = greedy_search,
     ):
-        self.model, self.tokenizer, self.device = model, tokenizer, device
+        self.model, self.tokenizer, self.device, self.search = model, tokenizer, device, search
         self.data, self.reader = data, reader
         self.frame_seconds = frame_shift_ms / 1000.0 * model.subsample
         self.hyps: dict[str, str] = {}
@@ -67,20 +77,22 @@ class SetDecoder:
         lengths = torch.tensor([f.shape[0] for f in feats])
         padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(self.device)
         log_probs, out_lens = self.model(padded, lengths.to(self.device))
-        for utt, hyp in zip(utts, ctc_greedy(log_probs, out_lens, blank=BLANK_ID)):
+        for utt, hyp in zip(utts, self.search(log_probs, out_lens)):
             words = timed_words(hyp, self.tokenizer)
             self.hyps[utt] = " ".join(w.word for w in words)
             self.ctm.extend(ctm_lines(self.data, utt, words, self.frame_seconds))
 
 
-def decode_set(cfg, set_name: str, model: AcousticModel, tokenizer: Tokenizer, device: torch.device) -> Path:
+def decode_set(
+    cfg, set_name: str, model: AcousticModel, tokenizer: Tokenizer, device: torch.device, search: Search = greedy_search
+) -> Path:
     data = read_data_dir(data_set_dir(cfg, set_name))
     reader = FeatureReader(feature_set_dir(cfg, set_name), data.utt2spk, cfg.features.norm_vars)
     if reader.feat_dim != model.input_dim:
         raise InputError(f"{reader.set_dir}/feat_dim: {reader.feat_dim}, but the model was trained on {model.input_dim}-dim features")
     utts = [u for u in reader.utts() if u in data.utt2spk]
     log.info("%s: decoding %d of %d utterances (those with features)", set_name, len(utts), len(data.utt2spk))
-    decoder = SetDecoder(model, tokenizer, device, data, reader, cfg.decode.frame_shift_ms)
+    decoder = SetDecoder(model, tokenizer, device, data, reader, cfg.decode.frame_shift_ms, search)
     for batch in length_sorted_batches(utts, reader.num_frames, cfg.decode.batch_size):
         decoder.decode_batch(batch)
     out_dir = Path(cfg.exp_dir) / f"decode_{set_name}"
@@ -92,9 +104,27 @@ def decode_set(cfg, set_name: str, model: AcousticModel, tokenizer: Tokenizer, d
 
 def decode(cfg) -> list[Path]:
     """The decode stage; returns the output directories."""
+    if cfg.decode.kind == "loglikes":
+        from asr.decode.loglikes import export_loglikes  # imported here: it builds on this module
+
+        return export_loglikes(cfg)
+    if cfg.decode.kind == "beam_lm":
+        return decode_with_lm(cfg)
     if cfg.decode.kind != "greedy":
-        raise InputError(f"decode.kind={cfg.decode.kind!r}: this decoder does CTC greedy search only (decode.kind=greedy)")
+        raise InputError(f"decode.kind={cfg.decode.kind!r}: choose greedy, beam_lm or loglikes")
     torch.set_num_threads(cfg.train.threads)  # the same CPU budget as training
     device = select_device(cfg.device)
     model, tokenizer = load_decoding_model(cfg, device)
     return [decode_set(cfg, name, model, tokenizer, device) for name in decode_sets(cfg)]
+
+
+def decode_with_lm(cfg) -> list[Path]:
+    """decode.kind=beam_lm: the acoustic model here, the beam search in decode.jobs workers."""
+    tokenizer = Tokenizer(tokenizer_model_path(cfg.tokenizer))
+    options = beam_options(cfg)
+    with ParallelBeamSearch(beam_spec(cfg, tokenizer), cfg.decode.jobs) as pool:  # forked before torch runs
+        torch.set_num_threads(cfg.train.threads)
+        device = select_device(cfg.device)
+        model, tokenizer = load_decoding_model(cfg, device)
+        search = beam_search(pool, options)
+        return [decode_set(cfg, name, model, tokenizer, device, search) for name in decode_sets(cfg)]

@@ -5,5 +5,10 @@ from dataclasses import dataclass
 
 @dataclass
 class ScoreConfig:
-    kind: str = "jiwer"  # jiwer (asr.score.wer) | hub5 (NIST SCTK, a later scorer)
+    kind: str = "jiwer"  # jiwer (asr.score.wer, Kaldi text) | hub5 (stm/ctm/GLM, asr.score.hub5)
     per_speaker: bool = True  # also write wer_by_speaker.md
+    # kind=hub5
+    backend: str = "auto"  # auto: SCTK if installed, else native (logged) | sctk | native
+    sctk_bin: str = ""  # dir of hubscr.pl/sclite; empty: /usr/lib/sctk/bin, then $PATH
+    stm: str = "auto"  # auto: <data_dir>/<set>/stm
+    glm: str = "auto"  # auto: <data_dir>/<set>/glm | none: no GLM (logged) | a path

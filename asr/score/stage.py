@@ -10,6 +10,7 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
+from asr.score.hub5.scorer import score_hub5
 from asr.score.report import markdown_table, write_reports
 from asr.score.result import ScoreResult
 from asr.score.wer import score_files
@@ -25,8 +26,8 @@ def score_with_jiwer(cfg: DictConfig, set_name: str) -> ScoreResult:
     return score_files(data / "text", decode_dir(cfg, set_name) / HYP_TXT, data / "utt2spk")
 
 
-# score.kind -> scorer of one set; the Hub5 (SCTK) scorer registers here beside jiwer.
-SCORERS: dict[str, Callable[[DictConfig, str], ScoreResult]] = {"jiwer": score_with_jiwer}
+# score.kind -> scorer of one set.
+SCORERS: dict[str, Callable[[DictConfig, str], ScoreResult]] = {"jiwer": score_with_jiwer, "hub5": score_hub5}
 
 
 def sets_to_score(cfg: DictConfig) -> list[str]:

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Mini recipe: the synthetic LDC-format Switchboard-1 + Hub5-2000 corpus, end to end.
-#   ./run.sh [--stage N] [--stop-stage M] [--exp NAME] [hydra overrides...]
-# Stages: 0 synth, 1 prepare, 2 validate, 3 features, 4 tokenizer, 5 train, 6 decode, 7 score.
+#   ./run.sh [--stage N] [--stop-stage M] [--exp NAME] [--decode beam_lm|greedy] [--score hub5|jiwer] [hydra overrides...]
+# Stages: 0 synth, 1 prepare, 2 validate, 3 features, 4 tokenizer, 5 lm, 6 train, 7 tune (LM weight on dev), 8 decode, 9 score.
 cd "$(dirname "$0")"
 RECIPE_ARGS=("$@")
 . ../../scripts/recipe.sh
+recipe_option decode beam_lm   # beam_lm: CTC beam search with the word LM; greedy: best path
+recipe_option score hub5       # hub5: stm/CTM/GLM with NIST SCTK (native Python without it); jiwer: Kaldi text
+recipe_option speed_perturb false  # true: train on <train>_sp, Kaldi's 3-way speed perturbation (0.9 1.0 1.1)
 usage() { sed -n '2,4p' "$0"; }
 parse_options "$@"
 data=$(override_value data.data_dir data)
@@ -12,13 +15,22 @@ data=$(override_value data.data_dir data)
 run_stage 0 synth     python -m asr.data.synth "${overrides[@]}"
 run_stage 1 prepare   python -m asr.data.prepare "${overrides[@]}"
 run_stage 2 validate  python -m asr.data.validate $data/train $data/train_dev $data/eval2000
+if [[ $speed_perturb == true ]]; then  # from here on every stage trains on the perturbed set
+  train_set=$(override_value data.train_set train)
+  run_stage 3 perturb python -m asr.data.perturb $data/$train_set
+  overrides+=("data.train_set=${train_set}_sp")
+fi
 run_stage 3 features  python -m asr.features "${overrides[@]}"
 run_stage 4 tokenizer python -m asr.text "${overrides[@]}"
-run_stage 5 train     $(train_launcher) asr.train "${overrides[@]}"
-run_stage 6 decode    python -m asr.decode "${overrides[@]}"
-run_stage 7 score     python -m asr.score "${overrides[@]}"
+run_stage 5 lm        python -m asr.lm "${overrides[@]}"
+run_stage 6 train     $(train_launcher) asr.train "${overrides[@]}"
+if [[ $decode == beam_lm ]]; then
+  run_stage 7 tune    python -m asr.decode.tune decode=beam_lm "${overrides[@]}"
+fi
+run_stage 8 decode    python -m asr.decode decode=$decode "${overrides[@]}"
+run_stage 9 score     python -m asr.score score=$score "${overrides[@]}"
 
-if (( stop_stage >= 7 )) && [[ -f "$exp_dir/decode_eval2000/wer.md" ]]; then
-  log "WER on eval2000 ($exp_dir/decode_eval2000/wer.md):"
+if (( stop_stage >= 9 )) && [[ -f "$exp_dir/decode_eval2000/wer.md" ]]; then
+  log "WER on eval2000, $decode decoding, $score scoring ($exp_dir/decode_eval2000/wer.md):"
   cat "$exp_dir/decode_eval2000/wer.md"
 fi

@@ -55,6 +55,30 @@ def test_tokenizer_train_decode_cli(tmp_path):
             assert any(s - 1e-6 <= start and end <= e + 0.03 for s, e in spans[(file, channel)]), (file, start)
             assert 0 < float(conf) <= 1
 
+    # The LM path: LM stage, LM-weight sweep on dev, beam search with the tuned values.
+    from asr.lm.tools import kenlm_tool
+
+    try:
+        kenlm_tool("lmplz")
+    except InputError:
+        pytest.skip("KenLM tools not built (make install runs scripts/build_kenlm.sh)")
+    greedy_eval = (root / "exp" / "decode_eval" / "hyp.txt").read_text()
+    lm = ["lm.orders=[2]", "lm.decode_order=2", "lm.perplexity_sets=[eval]"]
+    beam = ["decode=beam_lm", "decode.jobs=2", "decode.tune_lm_weights=[0.2,1.0]", "decode.tune_word_scores=[0.0]", *lm]
+    run_stage("asr.lm", root, lm)
+    assert (root / "lang" / "lm" / "2gram.bin").is_file() and (root / "lang" / "lm" / "perplexity.json").is_file()
+    run_stage("asr.decode.tune", root, beam)
+    tuning = __import__("json").loads((root / "exp" / "lm_tuning.json").read_text())
+    assert tuning["set"] == "dev" and len(tuning["grid"]) == 2 and tuning["best"] in tuning["grid"]
+    run_stage("asr.decode", root, beam)
+    data = read_data_dir(root / "data" / "eval")
+    hyp = read_table(root / "exp" / "decode_eval" / "hyp.txt", allow_empty_value=True)
+    greedy = read_table_text(greedy_eval)
+    refs = [data.text[u] for u in data.utts]
+    assert jiwer.wer(refs, [hyp[u] or "<empty>" for u in data.utts]) <= jiwer.wer(refs, [greedy[u] or "<empty>" for u in data.utts])
+    ctm = (root / "exp" / "decode_eval" / "hyp.ctm").read_text().splitlines()
+    assert len(ctm) == sum(len(h.split()) for h in hyp.values())
+
     # decode.checkpoint=best works; a damaged checkpoint is a clean error naming the file.
     best = decode(load_config(toy_overrides(root, ["decode.checkpoint=best"])))
     assert best == [root / "exp" / "decode_eval"]
@@ -62,3 +86,7 @@ def test_tokenizer_train_decode_cli(tmp_path):
     bad.write_bytes(b"not a checkpoint")
     with pytest.raises(InputError, match="bad.pt: unreadable checkpoint"):
         decode(load_config(toy_overrides(root, [f"decode.checkpoint={bad}"])))
+
+
+def read_table_text(text: str) -> dict[str, str]:
+    return {line.split(maxsplit=1)[0]: (line.split(maxsplit=1) + [""])[1] for line in text.splitlines() if line.strip()}

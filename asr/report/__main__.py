@@ -1,0 +1,43 @@
+"""`python -m asr.report exp/* [--eval-set eval2000] [--out report]`: compare experiments.
+
+Writes <out>.md (one row per scored experiment) and <out>.png (WER against training time,
+or epochs), prints the table, and names the directories it skipped (no wer.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from asr.report.experiments import read_experiment
+from asr.report.render import write_report
+from asr.utils.log import setup_logging
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m asr.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("exp_dirs", nargs="+", help="experiment directories (exp/<name>)")
+    parser.add_argument("--eval-set", default="eval2000", help="the decoded set to compare (decode_<set>/wer.json)")
+    parser.add_argument("--out", default="report", help="output prefix: <out>.md and <out>.png")
+    args = parser.parse_args(argv)
+    setup_logging("report")
+    log = logging.getLogger("asr.report")
+    experiments = []
+    for path in args.exp_dirs:
+        experiment = read_experiment(path, args.eval_set)
+        if experiment is None:
+            log.info("skipped %s: no decode_%s/wer.json", path, args.eval_set)
+        else:
+            experiments.append(experiment)
+    if not experiments:
+        log.error("none of the %d directories has decode_%s/wer.json; run decode and score first", len(args.exp_dirs), args.eval_set)
+        return 2
+    table = write_report(experiments, f"{args.out}.md", f"{args.out}.png")
+    print(table, end="")
+    log.info("compared %d experiments -> %s.md, %s.png", len(experiments), args.out, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

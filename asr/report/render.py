@@ -1,0 +1,75 @@
+"""The comparison report: a Markdown table and a PNG of WER against training time or epochs."""
+
+from __future__ import annotations
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+from asr.report.experiments import Experiment  # noqa: E402
+from asr.utils.atomic import atomic_path, write_text  # noqa: E402
+
+SUBSETS = ("swb", "callhome", "total")
+
+
+def _cell(value, fmt: str) -> str:
+    return "" if value is None else format(value, fmt)
+
+
+def _hours(seconds: float | None) -> str:
+    return "" if seconds is None else f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+
+
+def markdown_table(experiments: list[Experiment]) -> str:
+    header = "| Experiment | Config | Epochs | Training time | Decoding | Scorer | WER SWB | WER CH | WER total |"
+    rule = "|---|---|---:|---:|---|---|---:|---:|---:|"
+    rows = [
+        "| " + " | ".join([
+            e.name, e.config, _cell(e.epochs, "d"), _hours(e.train_seconds), e.decoding, e.scorer,
+            *(_cell(e.wer.get(s), ".2f") for s in SUBSETS),
+        ]) + " |"
+        for e in experiments
+    ]
+    return "\n".join([header, rule, *rows]) + "\n"
+
+
+def plot_wer(experiments: list[Experiment], path: str | os.PathLike) -> str:
+    """WER (total, and SWB/CallHome where present) against training time; epochs when no
+    experiment has a training time. Returns the x-axis used."""
+    timed = [e for e in experiments if e.train_seconds is not None]
+    by_time = bool(timed)
+    points = timed if by_time else [e for e in experiments if e.epochs is not None] or experiments
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    markers = {"total": "o", "swb": "s", "callhome": "^"}
+    for subset in SUBSETS:
+        xs, ys, names = [], [], []
+        for e in points:
+            if subset in e.wer:
+                xs.append(e.train_seconds / 3600 if by_time else (e.epochs or 0))
+                ys.append(e.wer[subset])
+                names.append(e.name)
+        if xs:
+            ax.scatter(xs, ys, marker=markers[subset], label=subset)
+            if subset == "total":
+                for x, y, name in zip(xs, ys, names):
+                    ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xlabel("training time (hours)" if by_time else "epochs")
+    ax.set_ylabel("WER (%)")
+    ax.set_title("WER on the evaluation set")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+    return "time" if by_time else "epochs"
+
+
+def write_report(experiments: list[Experiment], markdown_path: str | os.PathLike, png_path: str | os.PathLike) -> str:
+    table = markdown_table(experiments)
+    write_text(markdown_path, table)
+    plot_wer(experiments, png_path)
+    return table

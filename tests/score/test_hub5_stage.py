@@ -1,0 +1,120 @@
+"""`score.kind=hub5` through the stage: SCTK and native give the same reports, and every
+missing input (SCTK, GLM, stm, hypotheses) gives a clear error or a logged fallback."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from asr.config import load_config
+from asr.score.hub5 import scorer as hub5_scorer
+from asr.score.hub5.sctk import find_sctk
+from asr.score.stage import score_set
+from asr.utils.errors import InputError
+from tests.score.hub5_cases import GLM, STM_HEADER
+
+STM = STM_HEADER + (
+    "en_4001 A en_4001_A 0.00 3.00 <O,en,F> I DON'T KNOW (%HESITATION)\n"
+    "en_4001 A en_4001_A 4.00 6.00 <O,en,F> IGNORE_TIME_SEGMENT_IN_SCORING\n"
+    "sw_4002 B sw_4002_B 0.00 2.00 <O,sw,M> OK THEN\n"
+)
+CTM = (
+    "en_4001 A 0.20 0.20 i 0.9\n"
+    "en_4001 A 0.50 0.20 do 0.9\n"
+    "en_4001 A 0.80 0.20 not 0.9\n"
+    "en_4001 A 1.10 0.20 know 0.9\n"
+    "en_4001 A 1.40 0.20 uh 0.9\n"  # dropped by the CTM filter
+    "en_4001 A 4.50 0.20 noise 0.9\n"  # in the ignored segment
+    "sw_4002 B 0.50 0.20 okay 0.9\n"
+    "sw_4002 B 1.00 0.20 than 0.9\n"
+)
+
+
+@pytest.fixture
+def hub5_exp(tmp_path):
+    data = tmp_path / "data" / "eval2000"
+    data.mkdir(parents=True)
+    (data / "stm").write_text(STM)
+    (data / "glm").write_text(GLM)
+    decode = tmp_path / "exp" / "t" / "decode_eval2000"
+    decode.mkdir(parents=True)
+    (decode / "hyp.ctm").write_text(CTM)
+    return tmp_path
+
+
+def config(root, *overrides):
+    return load_config([f"data.data_dir={root}/data", f"exp_dir={root}/exp/t", "score=hub5", *overrides])
+
+
+def test_native_backend_writes_the_reports(hub5_exp):
+    result = score_set(config(hub5_exp, "score.backend=native"), "eval2000")
+    wer = json.loads((hub5_exp / "exp/t/decode_eval2000/wer.json").read_text())
+    assert wer["callhome"] == {"wer": 0.0, "sub": 0, "del": 0, "ins": 0, "words": 5, "sentences": 1}
+    assert wer["swb"] == {"wer": 50.0, "sub": 1, "del": 0, "ins": 0, "words": 2, "sentences": 1}
+    assert wer["total"]["words"] == 7 and result.subsets["total"].substitutions == 1
+    hub5 = hub5_exp / "exp/t/decode_eval2000/hub5"
+    assert (hub5 / "scorer.txt").read_text() == "native\n"
+    assert "uh" not in (hub5 / "hyp_filtered.ctm").read_text().split()
+
+
+@pytest.mark.skipif(find_sctk() is None, reason="NIST SCTK not installed (Debian package sctk)")
+def test_sctk_backend_gives_the_same_numbers(hub5_exp):
+    native = score_set(config(hub5_exp, "score.backend=native"), "eval2000")
+    sctk = score_set(config(hub5_exp, "score.backend=sctk"), "eval2000")
+    assert sctk.subsets == native.subsets
+    hub5 = hub5_exp / "exp/t/decode_eval2000/hub5"
+    assert (hub5 / "scorer.txt").read_text() == "sctk\n" and (hub5 / "hyp.ctm.filt.sys").is_file()
+
+
+def test_missing_sctk_falls_back_to_native_with_a_warning(hub5_exp, monkeypatch, caplog):
+    monkeypatch.setattr(hub5_scorer, "find_sctk", lambda sctk_bin="": None)
+    with caplog.at_level(logging.WARNING):
+        result = score_set(config(hub5_exp), "eval2000")
+    assert "NIST SCTK not found" in caplog.text and "native Python scorer" in caplog.text
+    assert result.subsets["total"].words == 7
+    with pytest.raises(InputError, match="score.backend=sctk but NIST SCTK"):
+        score_set(config(hub5_exp, "score.backend=sctk"), "eval2000")
+
+
+def test_missing_glm_is_an_error_unless_asked_to_score_without(hub5_exp, caplog):
+    (hub5_exp / "data/eval2000/glm").unlink()
+    with pytest.raises(InputError, match="GLM not found"):
+        score_set(config(hub5_exp, "score.backend=native"), "eval2000")
+    with caplog.at_level(logging.WARNING):
+        result = score_set(config(hub5_exp, "score.backend=native", "score.glm=none"), "eval2000")
+    assert "without a GLM" in caplog.text
+    assert result.subsets["swb"].substitutions == 2  # OK vs okay no longer mapped
+
+
+def test_empty_hypothesis_file_is_an_error(hub5_exp, caplog):
+    decode = hub5_exp / "exp/t/decode_eval2000"
+    (decode / "hyp.ctm").write_text("")
+    with pytest.raises(InputError, match="no words; re-run the decode stage"):
+        score_set(config(hub5_exp, "score.backend=native"), "eval2000")
+    # ... unless hyp.txt shows the decoder ran and found no word: all deletions, said loudly.
+    (decode / "hyp.txt").write_text("en_4001-A_000000-000300 \nsw_4002-B_000000-000200 \n")
+    with caplog.at_level(logging.WARNING):
+        result = score_set(config(hub5_exp, "score.backend=native"), "eval2000")
+    assert "hypothesised no word for any of its 2 utterances" in caplog.text
+    assert result.subsets["total"].deletions == 5 and result.subsets["total"].correct == 1  # (%HESITATION)
+
+
+def test_hypothesis_sides_missing_from_the_stm_are_an_error(hub5_exp):
+    (hub5_exp / "exp/t/decode_eval2000/hyp.ctm").write_text(CTM + "sw_9999 A 0.1 0.2 hi 0.9\n")
+    with pytest.raises(InputError, match="not in the stm"):
+        score_set(config(hub5_exp, "score.backend=native"), "eval2000")
+
+
+def test_a_set_without_stm_is_scored_with_jiwer_and_says_so(hub5_exp, caplog):
+    dev = hub5_exp / "data/train_dev"
+    dev.mkdir()
+    (dev / "text").write_text("sw02001-A_000000-000100 hello there\n")
+    decode = hub5_exp / "exp/t/decode_train_dev"
+    decode.mkdir()
+    (decode / "hyp.txt").write_text("sw02001-A_000000-000100 hello\n")
+    with caplog.at_level(logging.WARNING):
+        result = score_set(config(hub5_exp), "train_dev")
+    assert "not a Hub5 set; scored with jiwer" in caplog.text
+    assert result.subsets["total"].deletions == 1
