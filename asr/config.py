@@ -22,9 +22,12 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from asr.data.config import DataConfig, SynthConfig
 from asr.decode.config import DecodeConfig
+from asr.distributed.config import DistributedConfig
 from asr.features.config import FeaturesConfig
+from asr.lm.config import LMConfig
 from asr.models.config import ModelConfig
 from asr.score.config import ScoreConfig
+from asr.sweep.config import SweepConfig
 from asr.text.config import TokenizerConfig
 from asr.train.config import TrainConfig
 from asr.utils.errors import InputError
@@ -39,10 +42,13 @@ class AsrConfig:
     synth: SynthConfig = field(default_factory=SynthConfig)
     features: FeaturesConfig = MISSING
     tokenizer: TokenizerConfig = MISSING
+    lm: LMConfig = MISSING
     model: ModelConfig = MISSING
     train: TrainConfig = MISSING
+    distributed: DistributedConfig = MISSING
     decode: DecodeConfig = MISSING
     score: ScoreConfig = MISSING
+    sweep: SweepConfig = MISSING
     exp_name: str = "default"
     exp_dir: str = "exp/${exp_name}"
     seed: int = 1

@@ -1,8 +1,8 @@
 """BLSTM acoustic model: frame stacking + subsampling, LSTM layers, bottleneck, output head.
 
 The model is split into an encoder (everything up to the optional bottleneck) and a head
-(the output layer), so another head, e.g. frame-level cross-entropy over context-dependent
-states, can be put on the same encoder by adding it to `HEADS`.
+(the output layer) chosen by model.head from `HEADS`: `ctc` over tokens, or `frame_ce` over
+context-dependent HMM states (Kaldi pdf ids) for hybrid models.
 
 Time axis: output frame i starts at input frame i * subsample and sees input frames
 i * subsample ... i * subsample + stack_frames - 1 (the last real frame of the utterance is
@@ -129,7 +129,23 @@ class CtcHead(nn.Module):
         return torch.log_softmax(self.linear(hidden), dim=-1)
 
 
-HEADS: dict[str, type[nn.Module]] = {"ctc": CtcHead}
+class FrameCeHead(nn.Module):
+    """Output layer over context-dependent HMM states (Kaldi pdf ids) giving log-posteriors.
+
+    Trained with frame-level cross-entropy against alignments; one output per model frame,
+    i.e. every `subsample`-th input frame (see asr.train.frame_targets for which label each
+    frame is trained on, and asr.decode.loglikes for the way back to 10 ms frames).
+    """
+
+    def __init__(self, input_dim: int, num_pdfs: int):
+        super().__init__()
+        self.linear = nn.Linear(input_dim, num_pdfs)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return torch.log_softmax(self.linear(hidden), dim=-1)
+
+
+HEADS: dict[str, type[nn.Module]] = {"ctc": CtcHead, "frame_ce": FrameCeHead}
 
 
 class AcousticModel(nn.Module):

@@ -13,4 +13,5 @@ class ModelConfig:
     stack_frames: int = 3  # concatenate this many neighbouring frames (current + following)...
     subsample: int = 3  # ...and keep every Nth stacked frame
     dropout: float = 0.1
-    head: str = "ctc"  # output layer: ctc (tokens + blank); see asr.models.blstm.HEADS
+    head: str = "ctc"  # output layer: ctc (tokens + blank) | frame_ce (pdf ids); asr.models.blstm.HEADS
+    num_pdfs: int = 0  # frame_ce: outputs; 0 = from the transition model, else the alignments' largest pdf id + 1

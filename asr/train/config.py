@@ -6,10 +6,14 @@ from dataclasses import dataclass
 @dataclass
 class TrainConfig:
     epochs: int = 20
-    max_frames: int = 20000  # batch size in padded input frames (utterances x longest)
-    max_utts: int = 64  # and at most this many utterances per batch
+    max_frames: int = 20000  # batch size per learner in padded input frames (utterances x longest)
+    max_utts: int = 64  # and at most this many utterances per batch (the global batch is learners x these)
     optimizer: str = "adam"  # adam | sgd (with momentum)
     lr: float = 1e-3
+    # Scale lr with the global batch (learners x max_frames): none | linear | sqrt, relative
+    # to lr_reference_frames (0 = max_frames: lr is tuned for one learner's batch).
+    lr_scaling: str = "none"
+    lr_reference_frames: int = 0
     momentum: float = 0.9
     weight_decay: float = 0.0
     warmup_steps: int = 200  # linear warm-up over this many updates
@@ -21,3 +25,10 @@ class TrainConfig:
     num_workers: int = 0  # DataLoader worker processes
     threads: int = 2  # torch.set_num_threads
     force: bool = False  # resume even if the model/data config changed
+    # What is trained (asr/train/objectives.py): ctc, or frame_ce on Kaldi alignments
+    # (asr/train/alignments.py) with model.head=frame_ce (experiment=hybrid_ce sets both).
+    objective: str = "ctc"  # ctc | frame_ce
+    alignments: str = ""  # frame_ce: Kaldi alignments: a dir (its ali.N.gz), a glob, an .ark/.gz or .scp
+    dev_alignments: str = ""  # frame_ce: of the dev set; empty = train.alignments
+    transition_model: str = "auto"  # transition id -> pdf id: auto | none | final.mdl (binary/text) | `tid pdf` table
+    ali_length_tolerance: int = 2  # alignment and features may differ by this many frames

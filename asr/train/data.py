@@ -72,6 +72,7 @@ class FeatureReader:
         self.num_frames = read_num_frames(self.set_dir, self.feats)
         self.feat_dim = read_feat_dim(self.set_dir)
         self.cmvn = CmvnApplier(self.set_dir, utt2spk, norm_vars)
+        self.augment = None  # training-time masking (asr.features.specaugment), set by the trainer
 
     def utts(self) -> list[str]:
         return sorted(set(self.feats.keys()) & set(self.num_frames), key=c_sort_key)
@@ -83,7 +84,8 @@ class FeatureReader:
             raise InputError(f"{self.set_dir / 'feats.scp'}: cannot read features of {utt!r} ({err}); re-run the features stage") from None
         if mat.ndim != 2 or mat.shape[1] != self.feat_dim:
             raise InputError(f"{self.set_dir}: {utt!r} has shape {mat.shape}, expected (T, {self.feat_dim}) from feat_dim")
-        return torch.from_numpy(self.cmvn(utt, mat))
+        feats = torch.from_numpy(self.cmvn(utt, mat))
+        return self.augment(feats) if self.augment is not None else feats
 
 
 def ctc_min_frames(tokens: Sequence[int]) -> int:
@@ -158,23 +160,29 @@ def collate(items: list[tuple[str, Tensor, Tensor]]) -> Batch:
     )
 
 
-def make_buckets(lengths: Sequence[int], order: Sequence[int], max_frames: int, max_utts: int) -> list[list[int]]:
+def make_buckets(lengths: Sequence[int], order: Sequence[int], max_frames: int, max_utts: int, min_utts: int = 1) -> list[list[int]]:
     """Cut `order` (ascending length) into batches whose padded size fits max_frames.
 
     Padded size = utterances x longest utterance. An utterance longer than max_frames on its
-    own is a batch of one (dropping it would silently shrink the training set).
+    own is a batch of one (dropping it would silently shrink the training set). With
+    min_utts > 1 (one utterance per learner at least) a batch closes only once it has that
+    many, and a short last batch joins the one before it.
     """
     batches: list[list[int]] = []
     current: list[int] = []
     longest = 0
     for index in order:
         longest = max(longest, lengths[index])
-        if current and ((len(current) + 1) * longest > max_frames or len(current) >= max_utts):
+        full = (len(current) + 1) * longest > max_frames or len(current) >= max_utts
+        if current and full and len(current) >= min_utts:
             batches.append(current)
             current, longest = [], lengths[index]
         current.append(index)
     if current:
-        batches.append(current)
+        if len(current) < min_utts and batches:
+            batches[-1].extend(current)
+        else:
+            batches.append(current)
     return batches
 
 
@@ -185,28 +193,50 @@ class BucketBatchSampler(Sampler[list[int]]):
     most `max_frames` padded frames and `max_utts` utterances, and the batch order shuffled.
     `set_epoch(epoch, start)` positions the sampler `start` batches into an epoch, which is
     how training resumes mid-epoch exactly where its checkpoint was taken.
+
+    Several learners (`num_replicas`, this one's `rank`): the batches are cut for the global
+    batch, num_replicas x (max_frames, max_utts), with at least one utterance per learner,
+    and each is dealt out by stride (learner r takes utterances r, r + N, ... of the
+    length-sorted batch), so every learner gets the same number of batches, of similar
+    lengths, and the union of the learners' batches at step t is exactly the batch one
+    learner with N x (max_frames, max_utts) gets at step t.
     """
 
-    def __init__(self, lengths: Sequence[int], max_frames: int, max_utts: int, seed: int = 0, shuffle: bool = True):
+    def __init__(
+        self, lengths: Sequence[int], max_frames: int, max_utts: int, seed: int = 0, shuffle: bool = True,
+        num_replicas: int = 1, rank: int = 0,
+    ):
         if max_frames < 1 or max_utts < 1:
             raise ValueError(f"max_frames ({max_frames}) and max_utts ({max_utts}) must be >= 1")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} is not one of {num_replicas} learners")
+        if len(lengths) < num_replicas:
+            raise InputError(f"{len(lengths)} utterances cannot give a batch to each of {num_replicas} learners; use fewer processes")
         self.lengths = list(lengths)
         self.max_frames = max_frames
         self.max_utts = max_utts
         self.seed = seed
         self.shuffle = shuffle
+        self.num_replicas = num_replicas
+        self.rank = rank
         self.epoch = 0
         self.start = 0
 
-    def batches(self, epoch: int) -> list[list[int]]:
+    def global_batches(self, epoch: int) -> list[list[int]]:
+        """The batches of all learners together (of the only learner when there is one)."""
+        n = self.num_replicas
         if not self.shuffle:
             order = sorted(range(len(self.lengths)), key=lambda i: self.lengths[i])
-            return make_buckets(self.lengths, order, self.max_frames, self.max_utts)
+            return make_buckets(self.lengths, order, self.max_frames * n, self.max_utts * n, min_utts=n)
         rng = np.random.default_rng([self.seed, epoch])
         shuffled = rng.permutation(len(self.lengths)).tolist()
         order = sorted(shuffled, key=lambda i: self.lengths[i])  # stable: ties stay shuffled
-        batches = make_buckets(self.lengths, order, self.max_frames, self.max_utts)
+        batches = make_buckets(self.lengths, order, self.max_frames * n, self.max_utts * n, min_utts=n)
         return [batches[i] for i in rng.permutation(len(batches))]
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        """This learner's batches."""
+        return [batch[self.rank :: self.num_replicas] for batch in self.global_batches(epoch)]
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         self.epoch = epoch

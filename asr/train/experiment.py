@@ -57,8 +57,9 @@ def config_changes(saved: dict, current: dict) -> list[str]:
     ]
 
 
-def check_and_save_config(exp_dir: str | Path, cfg, force: bool = False) -> None:
-    """Refuse a changed model/data config (unless forced); write the snapshot."""
+def check_and_save_config(exp_dir: str | Path, cfg, force: bool = False, write: bool = True) -> None:
+    """Refuse a changed model/data config (unless forced); write the snapshot (unless
+    write=False: the learners other than rank 0 only check)."""
     path = Path(exp_dir) / SNAPSHOT_NAME
     current = guarded_config(cfg)
     if path.is_file():
@@ -74,4 +75,5 @@ def check_and_save_config(exp_dir: str | Path, cfg, force: bool = False) -> None
             log.warning("train.force=true: continuing with a changed config:\n  %s", "\n  ".join(changes))
         else:
             return
-    write_text(path, OmegaConf.to_yaml(OmegaConf.create(current)))
+    if write:
+        write_text(path, OmegaConf.to_yaml(OmegaConf.create(current)))

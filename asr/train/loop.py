@@ -3,8 +3,13 @@
 `train(cfg)` is the whole stage. A re-run resumes from the newest readable checkpoint
 (losing at most the steps since it) and reproduces the uninterrupted run exactly: the
 batch order is a function of (seed, epoch), the sampler restarts at the saved batch, and
-model, optimizer, schedule and RNG states are restored. The loss optimised and reported is
-the CTC loss summed over the batch divided by its number of target tokens.
+model, optimizer, schedule and RNG states are restored. What is trained is the objective of
+train.objective (asr/train/objectives.py): the loss optimised and reported is its loss summed
+over the batch divided by its count (CTC: target tokens; frame CE: frames).
+
+Under torchrun (distributed=ssgd|adpsgd|hadpsgd, asr/distributed/) every learner runs this
+loop on its own shard of each batch; rank 0 alone writes checkpoints, logs and plots;
+evaluation and checkpoints use the weights all learners agree on (`Updater.consensus()`).
 """
 
 from __future__ import annotations
@@ -16,31 +21,26 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from asr.config import to_container
+from asr.distributed.build import build_training_updater
+from asr.distributed.checkpointing import check_learners, distributed_entry, learner_rng, load_resume_state
+from asr.distributed.context import DistributedContext, DistributedError, fail_fast, init_distributed
+from asr.features.specaugment import SpecAugment
 from asr.models.blstm import build_model
-from asr.text.tokenizer import BLANK_ID, Tokenizer, tokenizer_model_path
 from asr.train.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, restore_rng_state, rng_state
-from asr.train.data import Batch, BucketBatchSampler, CtcDataset, collate, data_set_dir, feature_set_dir
+from asr.train.data import Batch, BucketBatchSampler, collate
 from asr.train.device import select_device
 from asr.train.experiment import check_and_save_config
+from asr.train.objectives import build_objective, ctc_loss_sum  # noqa: F401  (ctc_loss_sum: re-exported)
 from asr.train.trainlog import LogRow, TrainLog
-from asr.train.updater import build_updater
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
 
 NAN = float("nan")
-
-
-def ctc_loss_sum(log_probs: torch.Tensor, out_lens: torch.Tensor, batch: Batch) -> torch.Tensor:
-    """Summed CTC loss; zero_infinity so one impossible alignment cannot poison the batch."""
-    return F.ctc_loss(
-        log_probs.transpose(0, 1), batch.targets, out_lens, batch.target_lens, blank=BLANK_ID, reduction="sum", zero_infinity=True
-    )
 
 
 @dataclass
@@ -65,38 +65,46 @@ def mean(loss_sum: float, tokens: int) -> float:
 
 
 class Trainer:
-    def __init__(self, cfg):
+    def __init__(self, cfg, dist: DistributedContext | None = None):
         self.cfg = cfg
         self.tcfg = cfg.train
         self.exp_dir = Path(cfg.exp_dir)
-        self.device = select_device(cfg.device)
-        self.tokenizer = Tokenizer(tokenizer_model_path(cfg.tokenizer))
+        self.dist = dist or DistributedContext(device=select_device(cfg.device))
+        self.device = self.dist.device
+        self.objective = build_objective(cfg)
         self.train_set = self.dataset(cfg.data.train_set)
         self.dev_set = self.dataset(cfg.data.dev_set)
+        self.train_set.reader.augment = SpecAugment.from_config(cfg.features.specaugment)  # None: off
         if self.dev_set.feat_dim != self.train_set.feat_dim:
             raise InputError(f"{self.dev_set.reader.set_dir}: feat_dim {self.dev_set.feat_dim} differs from the training set's {self.train_set.feat_dim}")
         torch.manual_seed(cfg.seed)
-        self.model_info = {"config": to_container(cfg.model), "input_dim": self.train_set.feat_dim, "num_outputs": self.tokenizer.vocab_size}
-        self.model = build_model(cfg.model, self.train_set.feat_dim, self.tokenizer.vocab_size).to(self.device)
-        self.updater = build_updater(self.model, self.tcfg)
-        self.sampler = BucketBatchSampler(self.train_set.num_frames, self.tcfg.max_frames, self.tcfg.max_utts, seed=cfg.seed)
-        self.dev_sampler = BucketBatchSampler(self.dev_set.num_frames, self.tcfg.max_frames, self.tcfg.max_utts, shuffle=False)
+        self.objective.write_training_files(self.exp_dir, self.train_set)
+        self.dev_metrics: dict[str, float] = {}
+        num_outputs = self.objective.num_outputs
+        self.model_info = {"config": to_container(cfg.model), "input_dim": self.train_set.feat_dim, "num_outputs": num_outputs}
+        self.model = build_model(cfg.model, self.train_set.feat_dim, num_outputs).to(self.device)
+        self.updater = build_training_updater(self.model, cfg, self.dist)
+        if self.dist.distributed:
+            torch.manual_seed(cfg.seed + 1000 * self.dist.rank)  # same initial weights, own dropout masks
+        shard = {"num_replicas": self.dist.world_size, "rank": self.dist.rank}
+        self.sampler = BucketBatchSampler(self.train_set.num_frames, self.tcfg.max_frames, self.tcfg.max_utts, seed=cfg.seed, **shard)
+        self.dev_sampler = BucketBatchSampler(self.dev_set.num_frames, self.tcfg.max_frames, self.tcfg.max_utts, shuffle=False, **shard)
         self.checkpoints = CheckpointDir(self.exp_dir / "checkpoints", self.tcfg.keep_checkpoints)
         self.trainlog = TrainLog(self.exp_dir)
         self.progress = Progress()
         self.run_start = time.monotonic()
 
-    def dataset(self, set_name: str) -> CtcDataset:
-        cfg = self.cfg
-        return CtcDataset(feature_set_dir(cfg, set_name), data_set_dir(cfg, set_name), self.tokenizer, cfg.model.subsample, cfg.features.norm_vars)
+    def dataset(self, set_name: str):
+        return self.objective.dataset(set_name)
 
     # --- state ---------------------------------------------------------------------------
 
     def resume(self) -> bool:
         # On the CPU: RNG states must stay CPU tensors; load_state_dict moves the rest.
-        state = self.checkpoints.load_newest(map_location="cpu")
+        state = load_resume_state(self.checkpoints, self.dist)
         if state is None:
             return False
+        check_learners(state, self.dist, self.checkpoints.dir)
         try:
             self.model.load_state_dict(state["model"])
             self.updater.load_state_dict(state["updater"])
@@ -106,8 +114,11 @@ class Trainer:
                 "use a new exp_name for a different model"
             ) from None
         self.progress = Progress(**state["progress"])
-        restore_rng_state(state["rng"])
-        self.trainlog.truncate_after(self.progress.step)
+        rng = learner_rng(state, self.dist)
+        if rng is not None:
+            restore_rng_state(rng)
+        if self.dist.is_writer:
+            self.trainlog.truncate_after(self.progress.step)
         log.info("resumed from step %d (epoch %d, batch %d)", self.progress.step, self.progress.epoch + 1, self.progress.batches_done)
         return True
 
@@ -115,6 +126,7 @@ class Trainer:
         return self.progress.elapsed_s + time.monotonic() - self.run_start
 
     def state(self) -> dict:
+        spread = self.updater.consensus()  # the weights all learners agree on
         p = self.progress
         progress = asdict(p) | {"elapsed_s": self.elapsed()}
         return {
@@ -128,7 +140,13 @@ class Trainer:
             "epoch": p.epoch,
             "progress": progress,
             "config": to_container(self.cfg),
+            "distributed": distributed_entry(self.dist, spread),
         }
+
+    def save_checkpoint(self) -> Path | None:
+        """Every learner calls it (state() is a collective); rank 0 writes the file."""
+        state = self.state()
+        return self.checkpoints.save(state) if self.dist.is_writer else None
 
     # --- training --------------------------------------------------------------------------
 
@@ -143,6 +161,8 @@ class Trainer:
         while self.progress.epoch < epochs:
             self.train_epoch()
             self.finish_epoch()
+        if not self.dist.is_writer:
+            return self.checkpoints.last
         self.checkpoints.copy_to(self.checkpoints.periodic()[-1], self.checkpoints.last)
         log.info(
             "training complete after %d epochs: %s (best dev loss %.4f: %s)",
@@ -159,7 +179,7 @@ class Trainer:
             total=total,
             initial=p.batches_done,
             desc=f"epoch {p.epoch + 1}/{self.tcfg.epochs}",
-            disable=None,  # only on a terminal; logs get one line per epoch instead
+            disable=None if self.dist.is_writer else True,  # only on a terminal; logs get one line per epoch instead
             leave=False,
             dynamic_ncols=True,
         )
@@ -169,21 +189,22 @@ class Trainer:
             p.step += 1
             p.batches_done += 1
             if p.step % self.tcfg.log_every_steps == 0:
-                self.log_row(epoch=p.epoch + 1)
-                bar.set_postfix(loss=f"{self.trainlog.rows[-1].train_loss:.3f}", lr=f"{self.updater.lr:.2e}")
+                row = self.log_row(epoch=p.epoch + 1)
+                bar.set_postfix(loss=f"{row.train_loss:.3f}", lr=f"{self.updater.lr:.2e}")
             if p.step % self.tcfg.checkpoint_every_steps == 0 and p.batches_done < total:
-                self.checkpoints.save(self.state())
+                self.save_checkpoint()
         bar.close()
 
     def train_batch(self, batch: Batch) -> None:
         batch = batch.to(self.device)
+        self.updater.begin_step()  # ADPSGD: the weight exchange runs during forward and backward
         log_probs, out_lens = self.model(batch.feats, batch.feat_lens)
-        loss_sum = ctc_loss_sum(log_probs, out_lens, batch)
+        loss_sum, tokens = self.objective.loss(log_probs, out_lens, batch)
         if not torch.isfinite(loss_sum):
             self.record_bad_batch(batch, loss_sum.item())
+            self.updater.skip_batch()  # other learners still count on this one's part
             return
-        tokens = int(batch.target_lens.sum())
-        self.updater.step(loss_sum / max(tokens, 1))
+        self.updater.step(loss_sum / max(tokens, 1), weight=tokens)
         value = loss_sum.item()
         p = self.progress
         p.epoch_loss += value
@@ -195,35 +216,54 @@ class Trainer:
         """Skip it, and keep its utterance ids so the data can be inspected."""
         self.progress.bad_batches += 1
         path = self.exp_dir / "bad_batches.txt"
+        line = f"step {self.progress.step} epoch {self.progress.epoch + 1} loss {loss}: {' '.join(batch.utts)}"
+        if not self.dist.is_writer:  # only rank 0 writes files; the ids go to this learner's log
+            log.warning("learner %d, bad batch: %s", self.dist.rank, line)
+            return
         with open(path, "a", encoding="utf-8") as f:
-            f.write(f"step {self.progress.step} epoch {self.progress.epoch + 1} loss {loss}: {' '.join(batch.utts)}\n")
+            f.write(line + "\n")
         log.warning("step %d: non-finite loss %s; batch of %d utterances skipped (ids in %s)", self.progress.step, loss, len(batch.utts), path)
 
     @torch.no_grad()
     def evaluate(self) -> float:
-        """CTC loss per token on the dev set (dropout off)."""
+        """The objective's loss per token (CTC) or frame (CE) on the dev set (dropout off);
+        its other statistics (CE: frame accuracy) go to self.dev_metrics. Learners evaluate
+        their shards of the dev set with the weights they agree on."""
+        self.updater.consensus()
         self.model.eval()
         loss_sum, tokens = 0.0, 0
+        stats: dict[str, float] = {}
         for batch in self.loader(self.dev_set, self.dev_sampler):
             batch = batch.to(self.device)
             log_probs, out_lens = self.model(batch.feats, batch.feat_lens)
-            loss_sum += float(ctc_loss_sum(log_probs, out_lens, batch))
-            tokens += int(batch.target_lens.sum())
+            batch_loss, batch_count = self.objective.loss(log_probs, out_lens, batch)
+            loss_sum += float(batch_loss)
+            tokens += batch_count
+            for key, value in self.objective.eval_stats(log_probs, out_lens, batch).items():
+                stats[key] = stats.get(key, 0.0) + value
         self.model.train()
-        return mean(loss_sum, tokens)
+        keys = sorted(stats)
+        loss_sum, tokens, *values = self.dist.all_reduce_sum([loss_sum, tokens] + [stats[k] for k in keys])
+        self.dev_metrics = self.objective.metrics(dict(zip(keys, values)))
+        return mean(loss_sum, int(tokens))
 
     # --- logging and epoch ends --------------------------------------------------------------
 
-    def log_row(self, epoch: int, dev_loss: float = NAN) -> None:
-        """A train_log.csv row for the steps since the previous one (`epoch` 1-based)."""
+    def log_row(self, epoch: int, dev_loss: float = NAN) -> LogRow:
+        """A train_log.csv row for the steps since the previous one (`epoch` 1-based); the
+        train loss is rank 0's own (no collective between epoch ends)."""
         p = self.progress
-        self.trainlog.append(LogRow(p.step, epoch, mean(p.window_loss, p.window_tokens), dev_loss, self.updater.lr, round(self.elapsed(), 1)))
+        row = LogRow(p.step, epoch, mean(p.window_loss, p.window_tokens), dev_loss, self.updater.lr, round(self.elapsed(), 1))
+        if self.dist.is_writer:
+            self.trainlog.append(row)
         p.window_loss, p.window_tokens = 0.0, 0
+        return row
 
     def finish_epoch(self) -> None:
         p = self.progress
         dev_loss = self.evaluate()
-        train_loss = mean(p.epoch_loss, p.epoch_tokens)
+        epoch_loss, epoch_tokens = self.dist.all_reduce_sum([p.epoch_loss, p.epoch_tokens])
+        train_loss = mean(epoch_loss, int(epoch_tokens))
         self.updater.end_epoch()
         improved = dev_loss < p.best_dev_loss
         p.epoch += 1
@@ -232,13 +272,17 @@ class Trainer:
         p.dev_loss = dev_loss
         p.best_dev_loss = min(p.best_dev_loss, dev_loss)
         self.log_row(epoch=p.epoch, dev_loss=dev_loss)
-        path = self.checkpoints.save(self.state())
+        path = self.save_checkpoint()
+        if path is None:
+            return
         if improved:
             self.checkpoints.copy_to(path, self.checkpoints.best)
         self.trainlog.plot()
         log.info(
-            "epoch %d/%d: train loss %.4f, dev loss %.4f%s, lr %.3g, %d steps, %.0f s",
-            p.epoch, self.tcfg.epochs, train_loss, dev_loss, " (best)" if improved else "", self.updater.lr, p.step, self.elapsed(),
+            "epoch %d/%d: train loss %.4f, dev loss %.4f%s%s, lr %.3g, %d steps, %.0f s",
+            p.epoch, self.tcfg.epochs, train_loss, dev_loss, " (best)" if improved else "",
+            "".join(f", dev {name.replace('_', ' ')} {value:.4f}" for name, value in self.dev_metrics.items()),
+            self.updater.lr, p.step, self.elapsed(),
         )
 
 
@@ -248,10 +292,20 @@ def train(cfg) -> Path:
         raise InputError(f"train.epochs={cfg.train.epochs}: train for at least one epoch")
     torch.set_num_threads(cfg.train.threads)
     exp_dir = Path(cfg.exp_dir)
-    check_and_save_config(exp_dir, cfg, force=cfg.train.force)
-    trainer = Trainer(cfg)
-    trainer.resume()
-    if trainer.progress.epoch >= cfg.train.epochs and trainer.checkpoints.last.is_file():
-        log.info("%s: already trained for %d epochs; skipping", trainer.checkpoints.last, trainer.progress.epoch)
-        return trainer.checkpoints.last
-    return trainer.run()
+    dist = init_distributed(cfg)
+    try:
+        check_and_save_config(exp_dir, cfg, force=cfg.train.force, write=dist.is_writer)
+        trainer = Trainer(cfg, dist)
+        trainer.resume()
+        if trainer.progress.epoch >= cfg.train.epochs and trainer.checkpoints.last.is_file():
+            log.info("%s: already trained for %d epochs; skipping", trainer.checkpoints.last, trainer.progress.epoch)
+            last = trainer.checkpoints.last
+        else:
+            last = trainer.run()
+        trainer.updater.close()
+    except BaseException as err:
+        if dist.distributed or isinstance(err, DistributedError):
+            fail_fast(err)  # threads may be blocked in a receive: exit now, with the reason, never hang
+        raise
+    dist.close()
+    return last

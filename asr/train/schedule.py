@@ -1,9 +1,15 @@
 """Optimizers and the learning-rate schedule: linear warm-up, then per-epoch annealing.
 
-lr(step, epoch) = lr * min(1, (step + 1) / warmup_steps) * lr_decay ** epoch
+lr(step, epoch) = peak * min(1, (step + 1) / warmup_steps) * lr_decay ** epoch
 
 where `step` counts updates and `epoch` counts completed epochs. The schedule is a pure
 function of those two counters, so resuming only needs them.
+
+The peak is train.lr scaled with the global batch (`scaled_lr`): with N learners of
+train.max_frames each, the global batch is N x max_frames frames, and train.lr_scaling=linear
+multiplies train.lr by global / train.lr_reference_frames (Goyal et al. 2017; sqrt: by its
+square root), reached through the warm-up as large-batch recipes do. lr_scaling=none (the
+default) keeps train.lr as given, e.g. when a preset already states the scaled value.
 """
 
 from __future__ import annotations
@@ -20,6 +26,20 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], train_cfg) -> torch.op
     if train_cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=train_cfg.lr, momentum=train_cfg.momentum, weight_decay=train_cfg.weight_decay)
     raise ValueError(f"unknown train.optimizer {train_cfg.optimizer!r}; choose adam or sgd")
+
+
+def scaled_lr(train_cfg, learners: int = 1) -> float:
+    """train.lr for a global batch of `learners` x train.max_frames frames."""
+    mode = getattr(train_cfg, "lr_scaling", "none")
+    if mode == "none":
+        return float(train_cfg.lr)
+    reference = getattr(train_cfg, "lr_reference_frames", 0) or train_cfg.max_frames
+    ratio = learners * train_cfg.max_frames / reference
+    if mode == "linear":
+        return float(train_cfg.lr) * ratio
+    if mode == "sqrt":
+        return float(train_cfg.lr) * ratio**0.5
+    raise ValueError(f"unknown train.lr_scaling {mode!r}; choose none, linear or sqrt")
 
 
 class LrSchedule:

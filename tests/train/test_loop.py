@@ -6,7 +6,7 @@ import pytest
 import torch
 from toy_corpus import make_toy_experiment, toy_config
 
-from asr.train import loop
+from asr.train import loop, objectives
 from asr.train.checkpoint import CheckpointDir, load_checkpoint
 from asr.train.trainlog import TrainLog
 from asr.utils.errors import InputError
@@ -142,7 +142,7 @@ def test_changed_model_config_is_refused_unless_forced(root, monkeypatch, caplog
 
 
 def test_non_finite_loss_batch_is_skipped_and_recorded(root, monkeypatch, caplog):
-    original = loop.ctc_loss_sum
+    original = objectives.ctc_loss_sum
     calls = {"n": 0}
 
     def poisoned(log_probs, out_lens, batch):
@@ -150,7 +150,7 @@ def test_non_finite_loss_batch_is_skipped_and_recorded(root, monkeypatch, caplog
         loss = original(log_probs, out_lens, batch)
         return loss * float("nan") if calls["n"] == 2 else loss
 
-    monkeypatch.setattr(loop, "ctc_loss_sum", poisoned)
+    monkeypatch.setattr(objectives, "ctc_loss_sum", poisoned)
     with caplog.at_level("WARNING"):
         loop.train(toy_config(root, ["train.epochs=1"]))
     bad = (root / "exp" / "bad_batches.txt").read_text().splitlines()

@@ -1,0 +1,20 @@
+"""Configuration of distributed training (Hydra group `distributed`)."""
+
+from dataclasses import dataclass
+
+ALGORITHMS = ("none", "ssgd", "adpsgd", "hadpsgd")
+
+
+@dataclass
+class DistributedConfig:
+    # none: one learner | ssgd: gradient all-reduce every step | adpsgd: ring weight averaging
+    # with one neighbour per step, overlapped with compute | hadpsgd: all-reduce inside a node,
+    # adpsgd between nodes. Processes come from torchrun (--nproc-per-node, --nnodes).
+    algorithm: str = "none"
+    backend: str = "auto"  # auto (nccl for CUDA devices, gloo on CPU) | gloo | nccl
+    # H-ADPSGD super-learner size; 0 = torchrun's processes per node (LOCAL_WORLD_SIZE).
+    # Set it to act as several nodes on one machine (4 processes, 2 -> 2 nodes x 2).
+    learners_per_node: int = 0
+    # A collective or neighbour exchange that waits longer than this is an error (a learner
+    # hung or died), reported with the learner's rank. Epoch ends wait for the slowest learner.
+    timeout_s: float = 1800.0

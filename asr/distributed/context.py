@@ -1,0 +1,205 @@
+"""The process's place in a torchrun job: rank, node, device, backend, and the collectives
+training needs beyond gradients (object broadcast/gather, sums, the final teardown).
+
+torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (the node) and the
+rendezvous address; `init_distributed` reads them and joins the process group. Without
+torchrun (WORLD_SIZE unset or 1) the context is a single learner and every collective is a
+no-op, so the training loop has one code path.
+
+Backend: NCCL for CUDA devices, gloo on CPU, chosen from the training device. On GPUs the
+default group is `cpu:gloo,cuda:nccl`, so CPU tensors (RNG states, counters) work too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+
+from asr.distributed.config import ALGORITHMS
+from asr.train.device import select_device
+from asr.utils.errors import InputError
+
+log = logging.getLogger(__name__)
+
+
+EXIT_DISTRIBUTED_ERROR = 3
+
+
+class DistributedError(RuntimeError):
+    """A learner stopped answering or a collective failed: the job cannot go on."""
+
+
+def fail_fast(err: BaseException) -> None:
+    """Log why and exit at once: status 3 for a DistributedError, 2 for bad input, else 1.
+
+    Used when a learner of a distributed job fails: a communication thread may be blocked in a
+    receive that gloo cannot cancel, and the interpreter's normal exit would wait on it, or
+    abort in the process group's destructor; exiting directly is the only way to never hang.
+    torchrun then sees the failed learner, stops the others and, with --max-restarts,
+    restarts the job from its last checkpoint.
+    """
+    if isinstance(err, DistributedError):
+        status = EXIT_DISTRIBUTED_ERROR
+        log.error("%s", err)
+    elif isinstance(err, InputError):
+        status = 2
+        log.error("%s", err)
+    else:
+        status = 1
+        log.error("learner failed", exc_info=err)
+    logging.shutdown()
+    os._exit(status)
+
+
+@contextmanager
+def collective(what: str, rank: int, timeout_s: float) -> Iterator[None]:
+    """Turn a failed or timed-out collective into a DistributedError that says what to check."""
+    try:
+        yield
+    except RuntimeError as err:
+        if isinstance(err, DistributedError):
+            raise
+        last = (str(err).strip().splitlines() or [""])[-1][:300]
+        raise DistributedError(
+            f"learner {rank}: {what} failed ({last}). Another learner died, hung or cannot be reached "
+            f"within distributed.timeout_s={timeout_s:g}; see the other learners' logs"
+        ) from err
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.strip() else default
+
+
+def choose_backend(requested: str, device: torch.device) -> str:
+    """NCCL for CUDA tensors (with gloo for the CPU ones: counters, RNG states), else gloo."""
+    if requested not in ("auto", "gloo", "nccl"):
+        raise InputError(f"distributed.backend={requested!r}: choose auto, gloo or nccl")
+    if requested == "nccl" and device.type != "cuda":
+        raise InputError("distributed.backend=nccl needs CUDA devices (device=cuda or auto on a GPU machine); use backend=auto or gloo on CPU")
+    if device.type == "cuda" and requested in ("auto", "nccl"):
+        return "cpu:gloo,cuda:nccl"
+    return "gloo"
+
+
+@dataclass
+class DistributedContext:
+    algorithm: str = "none"
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    backend: str = ""
+    timeout_s: float = 1800.0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_writer(self) -> bool:
+        """Rank 0 alone writes checkpoints, logs and configs."""
+        return self.rank == 0
+
+    # --- collectives (no-ops for one learner) ----------------------------------------------
+
+    def all_reduce_sum(self, values: list[float]) -> list[float]:
+        if not self.distributed:
+            return list(values)
+        tensor = torch.tensor(values, dtype=torch.float64)
+        with collective("sum over learners", self.rank, self.timeout_s):
+            dist.all_reduce(tensor)
+        return tensor.tolist()
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        if not self.distributed:
+            return obj
+        holder = [obj]
+        with collective("broadcast from learner 0", self.rank, self.timeout_s):
+            dist.broadcast_object_list(holder, src=src)
+        return holder[0]
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        """Every learner's `obj`, in rank order, on every learner."""
+        if not self.distributed:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        with collective("gathering from all learners", self.rank, self.timeout_s):
+            dist.all_gather_object(out, obj)
+        return out
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def restart_safe_store(world_size: int, timeout: timedelta):
+    """torchrun's shared rendezvous store, with this attempt's keys kept apart (None: not shared).
+
+    torchrun lets the workers use the store of its rendezvous (TORCHELASTIC_USE_AGENT_STORE)
+    but does not separate the attempts: after a restart (--max-restarts) the workers read the
+    previous attempt's gloo/NCCL addresses and fail to connect (pytorch/pytorch#135712). A
+    prefix per attempt keeps them apart; setting TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 for
+    torchrun avoids the shared store altogether.
+    """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False, timeout=timeout)
+    return dist.PrefixStore(f"asr/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+
+
+def validate_launch(algorithm: str, world_size: int) -> None:
+    if algorithm not in ALGORITHMS:
+        raise InputError(f"distributed.algorithm={algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
+    if algorithm == "none" and world_size > 1:
+        raise InputError(
+            f"torchrun started {world_size} processes but distributed=none; "
+            "choose distributed=ssgd, adpsgd or hadpsgd (or run one process)"
+        )
+
+
+def init_distributed(cfg) -> DistributedContext:
+    """Join torchrun's process group (if launched by it) and pick this learner's device."""
+    dcfg = cfg.distributed
+    world_size = env_int("WORLD_SIZE", 1)
+    validate_launch(dcfg.algorithm, world_size)
+    rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
+    device = select_device(cfg.device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    ctx = DistributedContext(
+        algorithm=dcfg.algorithm if world_size > 1 else "none",
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        local_world_size=env_int("LOCAL_WORLD_SIZE", world_size),
+        device=device,
+        timeout_s=float(dcfg.timeout_s),
+    )
+    if world_size == 1:
+        if dcfg.algorithm != "none":
+            log.info("distributed=%s with one process: training as a single learner", dcfg.algorithm)
+        return ctx
+    ctx.backend = choose_backend(dcfg.backend, device)
+    if not dist.is_initialized():
+        timeout = timedelta(seconds=ctx.timeout_s)
+        store = restart_safe_store(world_size, timeout)
+        if store is None:
+            dist.init_process_group(backend=ctx.backend, timeout=timeout)
+        else:
+            dist.init_process_group(backend=ctx.backend, timeout=timeout, store=store, rank=rank, world_size=world_size)
+    log.info(
+        "learner %d of %d (local %d of %d) on %s, backend %s, algorithm %s",
+        rank, world_size, local_rank, ctx.local_world_size, device, ctx.backend, ctx.algorithm,
+    )
+    return ctx

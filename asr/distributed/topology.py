@@ -1,0 +1,120 @@
+"""Who talks to whom: node groups (super-learners) and ADPSGD's bipartite ring.
+
+Learners (ranks) are grouped into nodes of `learners_per_node` consecutive ranks, as
+torchrun numbers them. ADPSGD runs on a ring of nodes (of learners when every node has one
+learner). The ring is split into *active* (even) and *passive* (odd) members: only an active
+member starts a weight exchange, and only with a passive neighbour, so two exchanges can never
+wait on each other (Lian et al. 2018, Sec. 4). A ring of odd size is not bipartite (its last
+and first members are both even), so for odd sizes the edge between them is left out and the
+ring becomes a path, which is still connected.
+
+The partner of an active member at step t is `neighbours[t % len(neighbours)]`: on an even
+ring every active member averages with its left neighbour on even steps and its right one on
+odd steps, which pairs every member exactly once per step. Because the schedule is a function
+of the step, a passive member knows how many exchanges to expect up to any step, which is how
+checkpoints are taken without missing one in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from asr.utils.errors import InputError
+
+
+def node_groups(world_size: int, learners_per_node: int) -> list[list[int]]:
+    """Consecutive ranks per node: [[0..L-1], [L..2L-1], ...]."""
+    if learners_per_node < 1 or world_size % learners_per_node:
+        raise InputError(
+            f"distributed.learners_per_node={learners_per_node} does not divide the {world_size} learners; "
+            "choose a divisor of the number of processes (0 = processes per node from torchrun)"
+        )
+    return [list(range(start, start + learners_per_node)) for start in range(0, world_size, learners_per_node)]
+
+
+@dataclass(frozen=True)
+class Ring:
+    """ADPSGD's communication graph over `size` members (nodes or learners)."""
+
+    size: int
+
+    def is_active(self, member: int) -> bool:
+        return member % 2 == 0
+
+    def neighbours(self, member: int) -> list[int]:
+        """[left, right] on the ring, without duplicates and without the odd ring's wrap edge."""
+        n = self.size
+        if n < 2:
+            return []
+        left, right = (member - 1) % n, (member + 1) % n
+        found = []
+        for other in (left, right):
+            wraps = {member, other} == {0, n - 1} and n > 2
+            if (wraps and n % 2) or other in found:
+                continue
+            found.append(other)
+        return found
+
+    def partner(self, active: int, step: int) -> int:
+        """The passive neighbour `active` averages with at `step`."""
+        neighbours = self.neighbours(active)
+        return neighbours[step % len(neighbours)]
+
+    def active_neighbours(self, passive: int) -> list[int]:
+        return [m for m in self.neighbours(passive) if self.is_active(m)]
+
+    def last_request(self, active: int, passive: int, through_step: int) -> int:
+        """The last step <= through_step at which `active` averages with `passive` (-1: none)."""
+        period = len(self.neighbours(active))
+        for step in range(through_step, max(-1, through_step - period), -1):
+            if self.partner(active, step) == passive:
+                return step
+        return -1
+
+    def pairs(self, step: int) -> list[tuple[int, int]]:
+        """(active, passive) exchanges of one step, actives in ascending order."""
+        return [(a, self.partner(a, step)) for a in range(self.size) if self.is_active(a) and self.neighbours(a)]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One learner's place: its node (super-learner), the node's leader, the ring of nodes.
+
+    ADPSGD is the case learners_per_node=1 (every learner a node of its own); SSGD's
+    communication is the case of a single node.
+    """
+
+    rank: int
+    world_size: int
+    learners_per_node: int
+
+    @property
+    def nodes(self) -> list[list[int]]:
+        return node_groups(self.world_size, self.learners_per_node)
+
+    @property
+    def num_nodes(self) -> int:
+        return self.world_size // self.learners_per_node
+
+    @property
+    def node(self) -> int:
+        return self.rank // self.learners_per_node
+
+    @property
+    def is_leader(self) -> bool:
+        """The node's first learner runs its exchanges with the neighbouring nodes."""
+        return self.rank % self.learners_per_node == 0
+
+    def leader_of(self, node: int) -> int:
+        return node * self.learners_per_node
+
+    @property
+    def ring(self) -> Ring:
+        return Ring(self.num_nodes)
+
+    @property
+    def role(self) -> str:
+        """active | passive | alone (one node: nobody to exchange with)."""
+        if self.num_nodes == 1:
+            return "alone"
+        return "active" if self.ring.is_active(self.node) else "passive"

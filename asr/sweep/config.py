@@ -1,0 +1,19 @@
+"""Configuration of the batch-size sweep (Hydra group `sweep`; `python -m asr.sweep`)."""
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SweepConfig:
+    algorithms: list = field(default_factory=lambda: ["ssgd", "adpsgd"])  # any of ssgd, adpsgd, hadpsgd
+    learners: int = 8  # virtual learners (asr.distributed.simulation)
+    learners_per_node: int = 2  # hadpsgd only
+    global_batches: list = field(default_factory=lambda: [32, 64, 128, 256])  # utterances per step, all learners
+    epochs: int = 2
+    # lr = train.lr x (global batch / reference_batch) under lr_scaling=linear (sqrt: its root),
+    # reached by train.warmup_steps of warm-up and annealed by train.lr_decay per epoch.
+    lr_scaling: str = "linear"  # none | linear | sqrt
+    reference_batch: int = 32
+    max_train_utts: int = 0  # train on the first N utterances only (0 = all): a quicker sweep
+    consensus_every_steps: int = 0  # learners average all weights this often (0 = train.checkpoint_every_steps), and at epoch ends
+    out_dir: str = "${exp_dir}/sweep"

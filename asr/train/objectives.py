@@ -1,0 +1,201 @@
+"""Training objectives: the targets, the output layer's size and the loss the loop minimises.
+
+The loop (asr/train/loop.py) is the same for every objective. It asks the objective for
+
+    num_outputs                        the size of the output layer
+    dataset(set_name)                  (utt, features, targets) items of a data set
+    loss(log_probs, out_lens, batch)   (summed loss, count); the loss optimised and logged is
+                                       sum / count: CTC per target token, CE per frame
+    eval_stats(...) / metrics(stats)   dev statistics beyond the loss (CE: frame accuracy)
+    write_training_files(exp_dir, train_set)
+                                       what decoding needs later (CE: the pdf counts)
+
+`train.objective` chooses one: `ctc` (token targets from the transcripts and the tokenizer)
+or `frame_ce` (Kaldi alignments, asr/train/alignments.py), and each needs its `model.head`.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from asr.text.tokenizer import BLANK_ID, Tokenizer, tokenizer_model_path
+from asr.train.alignments import AlignmentArchives, write_pdf_counts
+from asr.train.data import Batch, CtcDataset, data_set_dir, feature_set_dir
+from asr.train.frame_targets import FrameCeDataset
+from asr.utils.errors import InputError
+from asr.utils.log import rank
+
+log = logging.getLogger(__name__)
+
+PDF_COUNTS_NAME = "pdf_counts"  # in the experiment dir; the priors of asr.decode.loglikes
+
+
+def ctc_loss_sum(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> Tensor:
+    """Summed CTC loss; zero_infinity so one impossible alignment cannot poison the batch."""
+    return F.ctc_loss(
+        log_probs.transpose(0, 1), batch.targets, out_lens, batch.target_lens, blank=BLANK_ID, reduction="sum", zero_infinity=True
+    )
+
+
+def valid_frames(log_probs: Tensor, out_lens: Tensor) -> Tensor:
+    """(sum of out_lens, V): the output frames of each utterance, utterance after utterance,
+    which is the order the collated frame targets are concatenated in."""
+    mask = torch.arange(log_probs.shape[1], device=log_probs.device)[None, :] < out_lens[:, None]
+    return log_probs[mask]
+
+
+def frame_ce_sum(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> Tensor:
+    """Summed frame-level cross-entropy against the pdf targets."""
+    return F.nll_loss(valid_frames(log_probs, out_lens), batch.targets, reduction="sum")
+
+
+class Objective:
+    name = ""
+    head = ""  # the model.head it trains
+    unit = ""  # what the loss is averaged over
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    @property
+    def num_outputs(self) -> int:
+        raise NotImplementedError
+
+    def dataset(self, set_name: str):
+        raise NotImplementedError
+
+    def loss(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, int]:
+        raise NotImplementedError
+
+    def eval_stats(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> dict[str, float]:
+        return {}
+
+    def metrics(self, stats: dict[str, float]) -> dict[str, float]:
+        return {}
+
+    def write_training_files(self, exp_dir: Path, train_set) -> None:
+        """Nothing by default."""
+
+
+class CtcObjective(Objective):
+    name = head = "ctc"
+    unit = "token"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.tokenizer = Tokenizer(tokenizer_model_path(cfg.tokenizer))
+
+    @property
+    def num_outputs(self) -> int:
+        return self.tokenizer.vocab_size
+
+    def dataset(self, set_name: str) -> CtcDataset:
+        cfg = self.cfg
+        return CtcDataset(feature_set_dir(cfg, set_name), data_set_dir(cfg, set_name), self.tokenizer, cfg.model.subsample, cfg.features.norm_vars)
+
+    def loss(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, int]:
+        return ctc_loss_sum(log_probs, out_lens, batch), int(batch.target_lens.sum())
+
+
+class FrameCeObjective(Objective):
+    """Cross-entropy of every output frame against its pdf id from a Kaldi alignment."""
+
+    name = head = "frame_ce"
+    unit = "frame"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        tcfg = cfg.train
+        if not tcfg.alignments:
+            raise InputError("train.objective=frame_ce needs train.alignments=<Kaldi alignment dir (ali.N.gz), glob, .ark or .scp>")
+        self.train_alignments = AlignmentArchives(tcfg.alignments, tcfg.transition_model)
+        dev_spec = tcfg.dev_alignments or tcfg.alignments
+        self.dev_alignments = AlignmentArchives(dev_spec, tcfg.transition_model) if dev_spec != tcfg.alignments else self.train_alignments
+        self.declared_pdfs = self._declared_num_pdfs()
+        self.datasets: list[FrameCeDataset] = []
+        self._num_outputs = self.declared_pdfs
+
+    def _declared_num_pdfs(self) -> int:
+        from_model = self.train_alignments.mapping.num_pdfs if self.train_alignments.mapping else 0
+        configured = self.cfg.model.num_pdfs
+        if configured and from_model and configured != from_model:
+            raise InputError(f"model.num_pdfs={configured}, but {self.train_alignments.mapping.source} has {from_model} pdfs; leave model.num_pdfs=0 or fix it")
+        return configured or from_model
+
+    @property
+    def num_outputs(self) -> int:
+        if not self._num_outputs:
+            if not self.datasets:
+                raise RuntimeError("the number of pdfs comes from the alignments: read the datasets first")
+            self._num_outputs = 1 + max(d.max_pdf() for d in self.datasets)
+            log.warning(
+                "model.num_pdfs=0 and the alignments hold pdf ids: %d outputs from the largest pdf id seen; set model.num_pdfs "
+                "(Kaldi: tree-info <ali dir>/tree | grep num-pdfs) so pdfs absent from these alignments get outputs too",
+                self._num_outputs,
+            )
+        return self._num_outputs
+
+    def dataset(self, set_name: str) -> FrameCeDataset:
+        cfg = self.cfg
+        is_dev = set_name == cfg.data.dev_set and set_name != cfg.data.train_set
+        alignments = self.dev_alignments if is_dev else self.train_alignments
+        try:
+            dataset = FrameCeDataset(
+                feature_set_dir(cfg, set_name),
+                data_set_dir(cfg, set_name),
+                alignments,
+                cfg.model.subsample,
+                cfg.features.norm_vars,
+                tolerance=cfg.train.ali_length_tolerance,
+                num_pdfs=self.declared_pdfs,
+            )
+        except InputError as err:
+            if is_dev and not cfg.train.dev_alignments:
+                raise InputError(f"{err}\nKaldi's held-out set is usually aligned separately: set train.dev_alignments=<its alignments>") from None
+            raise
+        self.datasets.append(dataset)
+        return dataset
+
+    def loss(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, int]:
+        return frame_ce_sum(log_probs, out_lens, batch), int(batch.targets.numel())
+
+    def eval_stats(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> dict[str, float]:
+        best = valid_frames(log_probs, out_lens).argmax(dim=-1)
+        return {"correct": float((best == batch.targets).sum()), "frames": float(batch.targets.numel())}
+
+    def metrics(self, stats: dict[str, float]) -> dict[str, float]:
+        return {"frame_accuracy": stats["correct"] / stats["frames"]} if stats.get("frames") else {}
+
+    def write_training_files(self, exp_dir: Path, train_set: FrameCeDataset) -> None:
+        """`<exp_dir>/pdf_counts`: how often each pdf is a training target, for the priors."""
+        if rank() != 0:
+            return
+        counts = train_set.pdf_counts(self.num_outputs)
+        write_pdf_counts(Path(exp_dir) / PDF_COUNTS_NAME, counts)
+        log.info(
+            "%s: counts of %d pdfs over %d training frames (%d pdfs never seen)",
+            Path(exp_dir) / PDF_COUNTS_NAME, len(counts), int(counts.sum()), int(np.sum(counts == 0)),
+        )
+
+
+OBJECTIVES: dict[str, type[Objective]] = {"ctc": CtcObjective, "frame_ce": FrameCeObjective}
+
+
+def build_objective(cfg) -> Objective:
+    """The objective of train.objective, checked against model.head."""
+    name = cfg.train.objective
+    if name not in OBJECTIVES:
+        raise InputError(f"train.objective={name!r}: choose one of {', '.join(OBJECTIVES)}")
+    objective = OBJECTIVES[name]
+    if cfg.model.head != objective.head:
+        raise InputError(
+            f"train.objective={name} trains model.head={objective.head}, but model.head={cfg.model.head}; "
+            f"set both (experiment=hybrid_ce does it for frame_ce)"
+        )
+    return objective(cfg)

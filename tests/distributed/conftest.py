@@ -1,0 +1,52 @@
+"""Helpers for the distributed tests: the toy corpus, and jobs launched by torchrun."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# The toy corpus writer lives with the training tests.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
+
+from toy_corpus import make_toy_experiment, toy_overrides  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_env(**extra) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), **extra)
+    env.pop("WORLD_SIZE", None)
+    env.pop("RANK", None)
+    return env
+
+
+def torchrun_command(nproc: int, module_args: list[str], *launcher: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *launcher, "-m", *module_args]
+
+
+def run_torchrun(nproc: int, module_args: list[str], *launcher: str, timeout: float = 300, cwd=None) -> subprocess.CompletedProcess:
+    cmd = torchrun_command(nproc, module_args, *launcher)
+    return subprocess.run(cmd, env=worker_env(), cwd=cwd or REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def train_overrides(root: Path, *extra: str) -> list[str]:
+    """The toy experiment at a size where the multi-process runs take seconds."""
+    return toy_overrides(root, ["train.threads=1", *extra])
+
+
+@pytest.fixture(scope="session")
+def toy_corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist_toy")
+    make_toy_experiment(root)
+    return root

@@ -1,0 +1,143 @@
+"""Small multi-process jobs around the real updaters, for the shutdown and timeout tests.
+
+    python learner_jobs.py '[JSON_SPEC, ...]'
+
+A spec says how many learners, which algorithm, how many steps, and optionally which
+learner freezes (SIGSTOP, a process that stops answering) at which step. The driver imports
+torch once and forks one child per learner (no threads exist before the fork), so a job
+costs a fraction of a second and can be repeated; each child joins a gloo process group,
+trains a small regression model with the real Updater, then closes and exits through the
+normal interpreter shutdown, where an unclean exit would abort. The driver prints one JSON
+line per job: its name, and each learner's exit status, stderr and report.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from asr.distributed.build import build_training_updater  # noqa: E402  (imported before forking)
+from asr.distributed.context import DistributedError, fail_fast, init_distributed  # noqa: E402
+
+# The first optimizer imports torch's compiler machinery (seconds): once, before forking.
+torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+# What the children inherit is left out of the final garbage collection of their exit (3x
+# faster); what a child creates itself (process groups, threads, updaters) is still
+# collected and finalized at its exit, which is what the shutdown test checks.
+gc.freeze()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def config(spec: dict) -> SimpleNamespace:
+    train = SimpleNamespace(
+        optimizer="sgd", lr=0.05, momentum=0.9, weight_decay=0.0, warmup_steps=0, lr_decay=1.0, grad_clip=0.0,
+        max_frames=1, lr_scaling="none", lr_reference_frames=0,
+    )
+    distributed = SimpleNamespace(
+        algorithm=spec["algorithm"], backend="gloo", learners_per_node=spec.get("per_node", 0), timeout_s=spec.get("timeout_s", 30.0)
+    )
+    return SimpleNamespace(train=train, distributed=distributed, device="cpu")
+
+
+def learner(spec: dict, rank: int, out: Path) -> None:
+    """One learner: its own data, the real updater, clean close."""
+    torch.set_num_threads(1)
+    cfg = config(spec)
+    t = time.monotonic()
+    ctx = init_distributed(cfg)
+    report_init = time.monotonic() - t
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    updater = build_training_updater(model, cfg, ctx)
+    target = torch.randn(8, 4, generator=torch.Generator().manual_seed(99))  # one problem...
+    gen = torch.Generator().manual_seed(100 + rank)  # ...each learner its own samples
+    t0 = time.monotonic()
+    report = {"rank": rank, "init_s": report_init, "build_s": time.monotonic() - t}
+    try:
+        for step in range(spec["steps"]):
+            if rank == spec.get("freeze_rank", -1) and step == spec.get("freeze_step", -1):
+                os.kill(os.getpid(), signal.SIGSTOP)
+            updater.begin_step()
+            x = torch.randn(16, 8, generator=gen)
+            loss = (model(x) - x @ target).pow(2).mean()
+            updater.step(loss, weight=16)
+            if spec.get("slow_rank", -1) == rank:
+                time.sleep(spec.get("slow_s", 0.0))
+        report["train_s"] = time.monotonic() - t0
+        report["spread"] = updater.consensus()
+        report["weights"] = [float(v) for v in torch.cat([p.detach().reshape(-1) for p in model.parameters()])]
+        updater.close()
+        report["exchanges"] = getattr(updater, "exchanges", 0)
+    except DistributedError as err:
+        (out / f"report.{rank}.json").write_text(json.dumps(report | {"error": str(err)}))
+        fail_fast(err)
+    ctx.close()
+    (out / f"report.{rank}.json").write_text(json.dumps(report))
+
+
+def run_job(spec: dict) -> dict:
+    """Fork the learners, wait for them (SIGKILL a frozen one once the rest have exited)."""
+    out = Path(tempfile.mkdtemp(prefix="learners."))
+    port = free_port()
+    pids = {}
+    start = time.monotonic()
+    for rank in range(spec["learners"]):
+        pid = os.fork()
+        if pid == 0:
+            os.environ.update(
+                RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(spec["learners"]), LOCAL_WORLD_SIZE=str(spec["learners"]),
+                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+            )
+            err = os.open(out / f"stderr.{rank}", os.O_WRONLY | os.O_CREAT)
+            os.dup2(err, 2)
+            learner(spec, rank, out)
+            sys.exit(0)  # the normal interpreter exit: an unclean shutdown aborts here
+        pids[pid] = rank
+    status, seconds = {}, {}
+    frozen = spec.get("freeze_rank", -1)
+    while len(status) < len(pids):
+        pid, code = os.waitpid(-1, os.WNOHANG | os.WUNTRACED)
+        if pid == 0:
+            if len(status) == len(pids) - 1 and frozen >= 0 and frozen not in status:
+                victim = next(p for p, r in pids.items() if r == frozen)
+                os.kill(victim, signal.SIGKILL)
+            time.sleep(0.05)
+            continue
+        if os.WIFSTOPPED(code):
+            continue
+        status[pids[pid]] = os.waitstatus_to_exitcode(code)
+        seconds[pids[pid]] = round(time.monotonic() - start, 2)
+    learners = []
+    for rank in range(spec["learners"]):
+        report_path = out / f"report.{rank}.json"
+        report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+        learners.append(report | {"exit": status[rank], "seconds": seconds[rank], "stderr": (out / f"stderr.{rank}").read_text()})
+    return {"learners": learners}
+
+
+def main() -> None:
+    """Run each spec of the JSON list (`repeat` times); one output line per job."""
+    for spec in json.loads(sys.argv[1]):
+        for _ in range(spec.get("repeat", 1)):
+            print(json.dumps({"name": spec["name"]} | run_job(spec)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""Launch checks: backend from the device, a clear error for a bad launch, one-process no-ops."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from asr.distributed.context import DistributedContext, choose_backend, init_distributed
+from asr.utils.errors import InputError
+
+
+def test_backend_follows_the_device():
+    assert choose_backend("auto", torch.device("cpu")) == "gloo"
+    assert choose_backend("auto", torch.device("cuda", 1)) == "cpu:gloo,cuda:nccl"
+    assert choose_backend("nccl", torch.device("cuda", 0)) == "cpu:gloo,cuda:nccl"
+    assert choose_backend("gloo", torch.device("cuda", 0)) == "gloo"
+    with pytest.raises(InputError, match="backend=nccl needs CUDA devices"):
+        choose_backend("nccl", torch.device("cpu"))
+    with pytest.raises(InputError, match="choose auto, gloo or nccl"):
+        choose_backend("mpi", torch.device("cpu"))
+
+
+def cfg(algorithm):
+    return SimpleNamespace(distributed=SimpleNamespace(algorithm=algorithm, backend="auto", learners_per_node=0, timeout_s=60.0), device="cpu")
+
+
+def test_launch_without_torchrun_is_one_learner_and_collectives_are_no_ops(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    ctx = init_distributed(cfg("adpsgd"))
+    assert (ctx.rank, ctx.world_size, ctx.algorithm, ctx.distributed, ctx.is_writer) == (0, 1, "none", False, True)
+    assert ctx.all_reduce_sum([1.5, 2.0]) == [1.5, 2.0]
+    assert ctx.broadcast_object({"a": 1}) == {"a": 1} and ctx.gather_objects(7) == [7]
+    assert DistributedContext().device == torch.device("cpu")
+
+
+def test_several_processes_need_a_distributed_algorithm(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(InputError, match="torchrun started 4 processes but distributed=none"):
+        init_distributed(cfg("none"))
+    with pytest.raises(InputError, match="distributed.algorithm='dp'"):
+        init_distributed(cfg("dp"))

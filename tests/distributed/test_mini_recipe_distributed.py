@@ -1,0 +1,105 @@
+"""The mini recipe under torchrun on the tiny synthetic corpus: distributed=ssgd|adpsgd|hadpsgd
+with 2 and 4 processes (H-ADPSGD with 4 as 2 nodes x 2). SSGD equals one learner with the
+union batch; H-ADPSGD with one node equals SSGD bit for bit; ADPSGD's learners stay close."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from asr.config import load_config
+from asr.train import loop
+from tests.recipes.conftest import TINY, Recipe
+
+pytestmark = pytest.mark.slow
+
+# 64 training utterances (one more held out than TINY's 20), two per learner and step: 16
+# (2 learners) or 8 (4 learners) steps per epoch, every global batch full. No dropout, so
+# runs can be compared exactly.
+TINY = [*TINY, "data.dev_utts=21"]
+PER_LEARNER = ["train.max_utts=2", "train.max_frames=20000", "model.dropout=0"]
+RUNS = {
+    "ssgd2": (2, ["distributed=ssgd"]),
+    "adpsgd2": (2, ["distributed=adpsgd"]),
+    "hadpsgd2": (2, ["distributed=hadpsgd"]),  # one node of 2: SSGD inside it, nobody to exchange with
+    "ssgd4": (4, ["distributed=ssgd"]),
+    "adpsgd4": (4, ["distributed=adpsgd"]),
+    "hadpsgd4": (4, ["distributed=hadpsgd", "distributed.learners_per_node=2"]),  # 2 nodes x 2
+}
+
+
+def stage_number(recipe: Recipe, name: str) -> int:
+    """The recipe's number for a stage, read from its run.sh (stages get renumbered)."""
+    return int(re.search(rf"run_stage (\d+) {name}\b", (recipe.dir / "run.sh").read_text()).group(1))
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory) -> Recipe:
+    r = Recipe(tmp_path_factory.mktemp("mini_dist"), "mini")
+    r.run("--exp", "prep", "--stop-stage", str(stage_number(r, "train") - 1), *TINY)
+    return r
+
+
+@pytest.fixture(scope="module")
+def runs(recipe) -> dict:
+    """Every run's train stage; the headline one (H-ADPSGD, 2 nodes x 2) is also decoded and
+    scored, the stages after training being the same for every algorithm."""
+    train, score = stage_number(recipe, "train"), stage_number(recipe, "score")
+    out = {}
+    for name, (nproc, overrides) in RUNS.items():
+        stop = score if name == "hadpsgd4" else train
+        proc = recipe.run("--exp", name, "--stage", str(train), "--stop-stage", str(stop), "--nproc", str(nproc),
+                          "--decode", "greedy", "--score", "jiwer", *TINY, *PER_LEARNER, *overrides)
+        out[name] = proc.stderr + proc.stdout
+    return out
+
+
+def last(recipe: Recipe, exp: str) -> dict:
+    return torch.load(recipe.dir / "exp" / exp / "checkpoints" / "last.pt", weights_only=True)
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_every_algorithm_trains_under_torchrun(recipe, runs, name):
+    nproc, _ = RUNS[name]
+    state = last(recipe, name)
+    assert state["epoch"] == 2 and state["distributed"]["world_size"] == nproc
+    assert state["distributed"]["algorithm"] == name[:-1]
+    assert f"torchrun --standalone --nproc-per-node {nproc} --max-restarts 0 -m asr.train" in runs[name]
+    if name == "hadpsgd4":  # decoded and scored like any experiment
+        assert (recipe.dir / "exp" / name / "decode_eval2000" / "wer.json").is_file()
+    assert all(torch.isfinite(t).all() for t in state["model"].values())
+
+
+@pytest.mark.parametrize("name,learners", [("ssgd2", 2), ("ssgd4", 4)])
+def test_ssgd_equals_one_learner_with_the_union_batch(recipe, runs, name, learners, monkeypatch):
+    monkeypatch.chdir(recipe.dir)
+    single = [*TINY, "train.max_utts=%d" % (2 * learners), "train.max_frames=%d" % (20000 * learners), "model.dropout=0",
+              "exp_name=single%d" % learners]
+    loop.train(load_config(single))
+    expected = last(recipe, f"single{learners}")
+    got = last(recipe, name)
+    assert got["step"] == expected["step"]
+    for key, tensor in expected["model"].items():
+        torch.testing.assert_close(got["model"][key], tensor, rtol=1e-4, atol=1e-5)
+    assert got["progress"]["dev_loss"] == pytest.approx(expected["progress"]["dev_loss"], rel=1e-4)
+
+
+def test_hadpsgd_on_one_node_is_ssgd_bit_for_bit(recipe, runs):
+    assert "one node of 2 learners: no exchanges (SSGD inside the node)" in runs["hadpsgd2"]
+    ssgd, hadpsgd = last(recipe, "ssgd2"), last(recipe, "hadpsgd2")
+    for key, tensor in ssgd["model"].items():
+        assert torch.equal(hadpsgd["model"][key], tensor), key
+
+
+@pytest.mark.parametrize("name,exchangers", [("adpsgd2", [0, 1]), ("adpsgd4", [0, 1, 2, 3]), ("hadpsgd4", [0, 2])])
+def test_decentralized_learners_exchange_every_step_and_stay_close(recipe, runs, name, exchangers):
+    state = last(recipe, name)
+    for rank in exchangers:
+        assert f"[rank{rank} asr.distributed.adpsgd] learner {rank}: {state['step']} ADPSGD weight exchanges" in runs[name]
+    if name == "hadpsgd4":
+        assert "2 nodes x 2 learners" in runs[name]
+    spreads = [float(s) for s in re.findall(r"their spread before was ([0-9.e-]+)", runs[name])]
+    assert len(spreads) == 2 and all(0 < s < 0.05 for s in spreads), spreads  # one average per epoch end
+    assert state["distributed"]["spread"] == pytest.approx(spreads[-1], rel=1e-2)

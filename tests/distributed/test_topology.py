@@ -1,0 +1,69 @@
+"""Node groups and ADPSGD's bipartite ring: who averages with whom, at which step."""
+
+import pytest
+
+from asr.distributed.topology import Layout, Ring, node_groups
+from asr.utils.errors import InputError
+
+
+def test_node_groups_are_consecutive_ranks():
+    assert node_groups(4, 2) == [[0, 1], [2, 3]]
+    assert node_groups(6, 1) == [[0], [1], [2], [3], [4], [5]]
+    assert node_groups(4, 4) == [[0, 1, 2, 3]]
+    with pytest.raises(InputError, match="learners_per_node=3 does not divide the 4 learners"):
+        node_groups(4, 3)
+
+
+@pytest.mark.parametrize("size", [2, 4, 6, 8, 16])
+def test_even_ring_pairs_every_member_once_per_step_alternating_sides(size):
+    ring = Ring(size)
+    for step in range(4):
+        pairs = ring.pairs(step)
+        members = [m for pair in pairs for m in pair]
+        assert sorted(members) == list(range(size))  # a perfect matching: nobody waits on two
+        for active, passive in pairs:
+            assert ring.is_active(active) and not ring.is_active(passive)
+            side = (active - 1) % size if step % 2 == 0 else (active + 1) % size
+            assert passive == side  # left on even steps, right on odd ones
+    # Over two steps every ring edge is used once: the mixing graph is the whole ring.
+    edges = {frozenset(p) for step in (0, 1) for p in ring.pairs(step)}
+    assert edges == {frozenset({m, (m + 1) % size}) for m in range(size)}
+
+
+def test_two_learners_always_pair_and_one_learner_never_does():
+    assert Ring(2).neighbours(0) == [1] and Ring(2).neighbours(1) == [0]
+    assert [Ring(2).pairs(s) for s in range(3)] == [[(0, 1)]] * 3
+    assert Ring(1).neighbours(0) == [] and Ring(1).pairs(0) == []
+
+
+@pytest.mark.parametrize("size", [3, 5, 7])
+def test_odd_ring_drops_the_wrap_edge_to_stay_bipartite(size):
+    ring = Ring(size)
+    for member in range(size):
+        for other in ring.neighbours(member):
+            assert ring.is_active(member) != ring.is_active(other)  # every edge active-passive
+    assert ring.neighbours(0) == [1] and ring.neighbours(size - 1) == [size - 2]
+    # Still connected: a path 0 - 1 - ... - (size-1).
+    edges = {frozenset(p) for step in range(2) for p in ring.pairs(step)}
+    assert edges == {frozenset({m, m + 1}) for m in range(size - 1)}
+
+
+@pytest.mark.parametrize("size", [2, 3, 4, 5, 8])
+def test_last_request_matches_the_schedule(size):
+    ring = Ring(size)
+    for passive in range(size):
+        if ring.is_active(passive):
+            continue
+        for active in ring.active_neighbours(passive):
+            for through in range(-1, 7):
+                expected = max([s for s in range(through + 1) if ring.partner(active, s) == passive], default=-1)
+                assert ring.last_request(active, passive, through) == expected
+
+
+def test_layout_roles_and_leaders():
+    layouts = [Layout(rank, 4, 2) for rank in range(4)]
+    assert [lay.node for lay in layouts] == [0, 0, 1, 1]
+    assert [lay.is_leader for lay in layouts] == [True, False, True, False]
+    assert [lay.role for lay in layouts] == ["active", "active", "passive", "passive"]
+    assert layouts[3].leader_of(layouts[3].node) == 2
+    assert Layout(1, 2, 2).role == "alone" and Layout(3, 4, 1).role == "passive"

@@ -1,0 +1,167 @@
+"""Real torchrun jobs of `asr.train`: a killed learner makes torchrun restart the job, which
+resumes from the last checkpoint exactly; and one job spread over two network hosts (network
+namespaces joined by a veth pair) with H-ADPSGD's exchanges crossing the link."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+from asr.train.trainlog import TrainLog
+
+from .conftest import REPO, run_torchrun, torchrun_command, train_overrides, worker_env
+
+pytestmark = pytest.mark.slow
+
+# Enough steps that a learner can be killed mid-run: 10 global batches of 4 per epoch.
+KILL_RUN = ["train.max_utts=2", "train.max_frames=200", "train.epochs=5", "train.checkpoint_every_steps=4",
+            "train.log_every_steps=1", "model.dropout=0.2", "distributed=ssgd", "distributed.timeout_s=60"]
+
+
+def workers_of(job: str) -> dict[int, int]:
+    """{rank: pid} of the live first-attempt workers whose environment carries `job`."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            env = dict(kv.split("=", 1) for kv in (proc / "environ").read_bytes().decode(errors="replace").split("\0") if "=" in kv)
+        except OSError:
+            continue
+        if env.get("ASR_TEST_JOB") == job and "RANK" in env and env.get("TORCHELASTIC_RESTART_COUNT") == "0":
+            found[int(env["RANK"])] = int(proc.name)
+    return found
+
+
+def final_weights(exp: Path) -> dict:
+    return torch.load(exp / "checkpoints" / "last.pt", weights_only=True)["model"]
+
+
+def log_rows(exp: Path) -> list:
+    clean = lambda x: None if x != x else round(x, 6)  # noqa: E731
+    return [(r.step, r.epoch, clean(r.train_loss), clean(r.dev_loss), clean(r.lr)) for r in TrainLog(exp).rows]
+
+
+def test_killed_learner_restarts_and_resumes_from_the_last_checkpoint(toy_corpus, tmp_path):
+    reference = tmp_path / "reference"
+    done = run_torchrun(2, ["asr.train", *train_overrides(toy_corpus, *KILL_RUN, f"exp_dir={reference}")])
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    exp = tmp_path / "killed"
+    job = uuid.uuid4().hex
+    cmd = torchrun_command(2, ["asr.train", *train_overrides(toy_corpus, *KILL_RUN, f"exp_dir={exp}")], "--max-restarts=1")
+    log = tmp_path / "killed.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=worker_env(ASR_TEST_JOB=job), cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 240
+        while not (exp / "checkpoints" / "step-000000008.pt").exists():  # mid-epoch 1
+            assert proc.poll() is None and time.time() < deadline, log.read_text()[-4000:]
+            time.sleep(0.02)
+        os.kill(workers_of(job)[1], signal.SIGKILL)
+        saved_at_kill = max(int(p.name[5:14]) for p in (exp / "checkpoints").glob("step-*.pt"))
+        assert proc.wait(timeout=240) == 0, log.read_text()[-6000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    resumed = [int(s) for s in re.findall(r"\[rank0 asr\.train\.loop\] resumed from step (\d+)", text)]
+    assert len(resumed) == 1 and resumed[0] >= saved_at_kill >= 8, text[-4000:]
+    assert "Restarting" in text or "restart" in text.lower()
+    # Model, optimizer, schedule, sampler position and every learner's RNG came back: the
+    # restarted job ends with exactly the weights and log of the uninterrupted one.
+    expected = final_weights(reference)
+    got = final_weights(exp)
+    for name, tensor in expected.items():
+        assert torch.equal(got[name], tensor), name
+    assert log_rows(exp) == log_rows(reference)
+    state = torch.load(exp / "checkpoints" / "last.pt", weights_only=True)
+    rngs = state["distributed"]["rng_by_rank"]
+    assert len(rngs) == 2 and not torch.equal(rngs[0]["torch"], rngs[1]["torch"])  # each learner its own dropout
+
+
+# --- two hosts --------------------------------------------------------------------------------
+
+def sh(*cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+@pytest.fixture
+def two_hosts():
+    """Two network namespaces joined by a veth pair: 10.231.N.1 and 10.231.N.2."""
+    if shutil.which("ip") is None:
+        pytest.skip("two-host test: `ip` (iproute2) is not installed")
+    tag = uuid.uuid4().hex[:6]
+    hosts = [f"asr{tag}a", f"asr{tag}b"]
+    links = [f"v{tag}a", f"v{tag}b"]
+    subnet = f"10.231.{int(tag, 16) % 250 + 1}"
+    made = sh("ip", "netns", "add", hosts[0])
+    if made.returncode != 0:
+        pytest.skip(f"two-host test: cannot create network namespaces here ({made.stderr.strip()}); it needs root (CAP_SYS_ADMIN)")
+    try:
+        steps = [
+            ["ip", "netns", "add", hosts[1]],
+            ["ip", "link", "add", links[0], "type", "veth", "peer", "name", links[1]],
+        ]
+        for i in range(2):
+            steps += [
+                ["ip", "link", "set", links[i], "netns", hosts[i]],
+                ["ip", "-n", hosts[i], "addr", "add", f"{subnet}.{i + 1}/24", "dev", links[i]],
+                ["ip", "-n", hosts[i], "link", "set", links[i], "up"],
+                ["ip", "-n", hosts[i], "link", "set", "lo", "up"],
+            ]
+        for step in steps:
+            result = sh(*step)
+            if result.returncode != 0:
+                pytest.skip(f"two-host test: `{' '.join(step)}` failed: {result.stderr.strip()}")
+        yield [(hosts[i], links[i], f"{subnet}.{i + 1}") for i in range(2)]
+    finally:
+        for host in hosts:
+            sh("ip", "netns", "del", host)
+
+
+def tx_bytes(host: str, link: str) -> int:
+    return int(sh("ip", "netns", "exec", host, "cat", f"/sys/class/net/{link}/statistics/tx_bytes").stdout)
+
+
+def test_hadpsgd_across_two_hosts_joined_by_a_veth_link(toy_corpus, tmp_path, two_hosts):
+    exp = tmp_path / "two_hosts"
+    endpoint = f"{two_hosts[0][2]}:29531"
+    args = ["asr.train", *train_overrides(toy_corpus, "train.max_utts=2", "train.max_frames=200", "train.epochs=1",
+                                          "train.checkpoint_every_steps=100", "distributed=hadpsgd", "distributed.timeout_s=60",
+                                          f"exp_dir={exp}")]
+    before = tx_bytes(two_hosts[0][0], two_hosts[0][1])
+    procs = []
+    for node, (host, link, address) in enumerate(two_hosts):
+        # The same command as on real machines (README), plus the host's own address: the
+        # namespaces share this machine's hostname, which resolves to neither of them.
+        launcher = ["ip", "netns", "exec", host, "env", f"GLOO_SOCKET_IFNAME={link}"]
+        cmd = torchrun_command(2, args, f"--nnodes=2", f"--node-rank={node}", "--rdzv-backend=c10d",
+                               f"--rdzv-endpoint={endpoint}", "--rdzv-id=two-hosts", f"--local-addr={address}",
+                               f"--rdzv-conf=is_host={int(node == 0)}")
+        cmd.remove("--standalone")
+        procs.append(subprocess.Popen(launcher + cmd, env=worker_env(), cwd=REPO, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    for p, out in zip(procs, outputs):
+        assert p.returncode == 0, out[-5000:]
+    sent = tx_bytes(two_hosts[0][0], two_hosts[0][1]) - before
+    state = torch.load(exp / "checkpoints" / "last.pt", weights_only=True)
+    steps = state["step"]
+    weights = sum(t.numel() for t in state["model"].values())
+    # Learner 0 (host a) is node 0's leader and learner 2 (host b) node 1's: they exchanged
+    # every step, and the only way between the hosts is the veth link.
+    assert f"learner 0: {steps} ADPSGD weight exchanges" in outputs[0]
+    assert f"learner 2: {steps} ADPSGD weight exchanges" in outputs[1]
+    assert "2 nodes x 2 learners" in outputs[0]
+    assert sent >= steps * weights * 4, (sent, steps, weights)
+    assert state["distributed"]["world_size"] == 4
