@@ -6,6 +6,8 @@
 #   --exp NAME                  experiment name -> exp/NAME (default: base)
 #   --nproc N                   training processes per node (torchrun); 1 = plain python
 #   --nnodes N --node-rank K --rdzv-endpoint HOST:PORT   several machines (torchrun)
+#   --max-restarts N            torchrun restarts a failed training job N times (it resumes
+#                               from its last checkpoint); default 0
 #   --force                     re-run stages even if their .done marker exists
 #   anything else               a Hydra override passed to every stage (key=value)
 
@@ -24,6 +26,7 @@ nproc=1
 nnodes=1
 node_rank=0
 rdzv_endpoint=""
+max_restarts=0
 force=false
 overrides=()
 declare -A recipe_opts=()
@@ -45,6 +48,7 @@ parse_options() {
       --nnodes) nnodes=$2; shift 2 ;;
       --node-rank) node_rank=$2; shift 2 ;;
       --rdzv-endpoint) rdzv_endpoint=$2; shift 2 ;;
+      --max-restarts) max_restarts=$2; shift 2 ;;
       --force) force=true; shift ;;
       -h|--help) usage; exit 0 ;;
       --*)
@@ -95,10 +99,61 @@ train_launcher() {
   if (( nproc == 1 && nnodes == 1 )); then
     echo python -m
   elif (( nnodes == 1 )); then
-    echo torchrun --standalone --nproc-per-node "$nproc" -m
+    echo torchrun --standalone --nproc-per-node "$nproc" --max-restarts "$max_restarts" -m
   else
     [[ -n "$rdzv_endpoint" ]] || die "--nnodes $nnodes needs --rdzv-endpoint HOST:PORT"
     echo torchrun --nnodes "$nnodes" --node-rank "$node_rank" --nproc-per-node "$nproc" \
-      --rdzv-backend c10d --rdzv-endpoint "$rdzv_endpoint" -m
+      --max-restarts "$max_restarts" --rdzv-backend c10d --rdzv-endpoint "$rdzv_endpoint" -m
+  fi
+}
+
+# corpus_overrides START_DIR data=GROUP key=value...: select the data group and set data.<key>
+# for each corpus option given (relative paths are taken from START_DIR, where run.sh was
+# started). A value with spaces is a list (--fisher-dirs "A B"). The data group goes before the
+# user's overrides, the paths after them.
+corpus_overrides() {
+  local start=$1 group=$2 kv key value path list; shift 2
+  overrides=("${overrides[0]}" "$group" "${overrides[@]:1}")
+  for kv in "$@"; do
+    key=${kv%%=*}; value=${kv#*=}
+    [[ -n "$value" ]] || continue
+    list=()
+    for path in $value; do
+      [[ "$path" == /* ]] || path="$start/$path"
+      list+=("'$path'")
+    done
+    if [[ "$key" == *_dirs ]]; then
+      overrides+=("data.$key=[$(IFS=,; echo "${list[*]}")]")
+    else
+      overrides+=("data.$key=${list[0]}")
+    fi
+  done
+}
+
+# switchboard_stages: the stages of the real-corpus recipes (swb300, swb2000), after
+# corpus_overrides has pointed the data group at the corpus.
+switchboard_stages() {
+  local data
+  data=$(override_value data.data_dir data)
+  run_stage 0 prepare   python -m asr.data.prepare "${overrides[@]}"
+  run_stage 1 validate  python -m asr.data.validate $data/$(override_value data.train_set train_nodup) \
+                          $data/$(override_value data.dev_set train_dev) $data/$(override_value data.eval_set eval2000)
+  run_stage 2 features  python -m asr.features "${overrides[@]}"
+  run_stage 3 tokenizer python -m asr.text "${overrides[@]}"
+  run_stage 4 lm        python -m asr.lm "${overrides[@]}"
+  run_stage 5 train     $(train_launcher) asr.train "${overrides[@]}"
+  run_stage 6 decode    python -m asr.decode "${overrides[@]}"
+  run_stage 7 score     python -m asr.score "${overrides[@]}"
+  show_wer
+}
+
+# show_wer: print the eval set's WER table after the score stage.
+show_wer() {
+  local eval_set wer
+  eval_set=$(override_value data.eval_set eval2000)
+  wer="$exp_dir/decode_$eval_set/wer.md"
+  if (( stop_stage >= 7 )) && [[ -f "$wer" ]]; then
+    log "WER on $eval_set ($wer):"
+    cat "$wer"
   fi
 }

@@ -2,8 +2,13 @@
 
 A wav.scp value is one of
   * a file path (NIST SPHERE, WAV, FLAC... anything libsndfile reads), first channel;
+    shorten-compressed SPHERE (the header's `sample_coding` says so) is decoded through
+    FFmpeg (asr.data.shorten);
   * Kaldi's Switchboard form `sph2pipe -f wav -p -c N /path/x.sph |`, read natively
     (channel N, 1-based) so sph2pipe need not be installed;
+  * Kaldi's speed perturbation `<entry> | sox -t wav - -t wav - speed F |` (or
+    `sox -t wav <file> -t wav - speed F |`), read natively with the speed change done in
+    Python (asr.data.perturb), so sox need not be installed;
   * any other command ending in `|` whose standard output is a WAV file (run by the shell).
 Samples are returned as float32 in [-1, 1) at the file's own rate.
 """
@@ -19,6 +24,9 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+from asr.data.perturb import change_speed, sox_speed_pipe
+from asr.data.shorten import CONVERT_HINT, decode_shorten
+from asr.data.sphere import is_sphere, read_sphere_header
 from asr.utils.errors import InputError
 
 # How far a segment may end past the last sample: a frame of rounding, as Kaldi tolerates.
@@ -37,6 +45,8 @@ def parse_wav_scp_entry(value: str) -> AudioSource:
     if not value.endswith("|"):
         return AudioSource(path=value)
     command = value[:-1].strip()
+    if sox_speed_pipe(command) is not None:
+        return AudioSource(path=None, command=command)  # read natively by _read_pipe
     words = shlex.split(command)
     if words and Path(words[0]).name == "sph2pipe":
         channel, path = 1, None
@@ -57,11 +67,35 @@ def parse_wav_scp_entry(value: str) -> AudioSource:
     return AudioSource(path=None, command=command)
 
 
-def _read_file(path: str, channel: int) -> tuple[np.ndarray, int]:
+def _check_exists(path: str) -> None:
     if not Path(path).is_file():
         raise InputError(f"{path}: audio file not found (named in wav.scp); check the corpus path")
+
+
+def _read_compressed_sphere(path: str) -> tuple[np.ndarray, int]:
+    """All channels of a compressed SPHERE file, or an InputError saying how to convert it."""
+    header = read_sphere_header(path)
+    if not header.shorten:
+        raise InputError(f"{path}: SPHERE sample_coding {header.sample_coding!r} is not supported; {CONVERT_HINT}")
+    return decode_shorten(path, header.header_bytes, header.sample_rate, header.sample_count), header.sample_rate
+
+
+def _is_compressed_sphere(path: str) -> bool:
+    return is_sphere(path) and read_sphere_header(path).compressed
+
+
+def _read_file(path: str, channel: int, start: float = 0.0, end: float | None = None) -> tuple[np.ndarray, int]:
+    """One channel of [start, end) seconds (the whole file by default); plain files are read from
+    the requested frame on, so a segment costs only its own samples."""
+    _check_exists(path)
     try:
-        samples, rate = sf.read(path, dtype="float32", always_2d=True)
+        if _is_compressed_sphere(path):
+            samples, rate = _read_compressed_sphere(path)
+            samples = samples[int(round(start * rate)):None if end is None else int(round(end * rate))]
+        else:
+            rate = sf.info(path).samplerate
+            first, last = int(round(start * rate)), None if end is None else int(round(end * rate))
+            samples, rate = sf.read(path, start=first, stop=last, dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError) as err:
         raise InputError(f"{path}: cannot read audio ({err}); the file is damaged or in a format libsndfile does not know") from None
     if channel >= samples.shape[1]:
@@ -70,6 +104,11 @@ def _read_file(path: str, channel: int) -> tuple[np.ndarray, int]:
 
 
 def _read_pipe(command: str, channel: int) -> tuple[np.ndarray, int]:
+    perturbed = sox_speed_pipe(command)
+    if perturbed is not None:
+        inner, factor = perturbed
+        samples, rate = read_recording(inner)
+        return change_speed(samples, factor), rate
     proc = subprocess.run(command, shell=True, capture_output=True)
     if proc.returncode != 0:
         raise InputError(f"wav.scp command failed ({proc.returncode}): {command}\n{proc.stderr.decode(errors='replace')[-500:]}")
@@ -92,8 +131,9 @@ def recording_duration(wav_scp_value: str) -> float:
     """Duration in seconds, from the header when the entry is a file (cheap)."""
     source = parse_wav_scp_entry(wav_scp_value)
     if source.path is not None:
-        if not Path(source.path).is_file():
-            raise InputError(f"{source.path}: audio file not found (named in wav.scp); check the corpus path")
+        _check_exists(source.path)
+        if is_sphere(source.path):
+            return read_sphere_header(source.path).duration  # libsndfile cannot open shorten ones
         try:
             info = sf.info(source.path)
         except (sf.LibsndfileError, RuntimeError) as err:
@@ -101,6 +141,24 @@ def recording_duration(wav_scp_value: str) -> float:
         return info.frames / info.samplerate
     samples, rate = _read_pipe(source.command or "", source.channel)
     return len(samples) / rate
+
+
+def read_segment(wav_scp_value: str, start: float, end: float, name: str = "") -> tuple[np.ndarray, int]:
+    """One segment of a recording without reading the rest of a plain file (nor writing a wav).
+
+    Like Kaldi's extract-segments, a segment may end a little past the audio (tolerance below);
+    further is an error naming the segment.
+    """
+    source = parse_wav_scp_entry(wav_scp_value)
+    if source.path is None:
+        samples, rate = _read_pipe(source.command or "", source.channel)
+        return cut_segment(samples, rate, start, end, name), rate
+    if start < 0 or end <= start:
+        raise InputError(f"segment {name}: bad times {start:.2f}-{end:.2f}")
+    duration = recording_duration(wav_scp_value)
+    if end > duration + SEGMENT_END_TOLERANCE_S:
+        raise InputError(f"segment {name}: ends at {end:.2f}s but the recording lasts {duration:.2f}s; fix or drop it (python -m asr.data.fix)")
+    return _read_file(source.path, source.channel, start, end)
 
 
 def cut_segment(samples: np.ndarray, rate: int, start: float, end: float, name: str = "") -> np.ndarray:

@@ -13,6 +13,17 @@ class DataConfig:
     ms98_dir: str = MISSING  # swb_ms98_transcriptions/NN/NNNN/swNNNNA-ms98-a-trans.text
     eval2000_dir: str = MISSING  # LDC2002S09/hub5e_00: english/*.sph, english/hub5e_00.pem
     eval2000_text_dir: str = MISSING  # LDC2002T43: reference/*.stm, *.glm
+    # SWB-2000 adds Fisher English: the release dirs (LDC2004T19 LDC2005T19 LDC2004S13
+    # LDC2005S13) or their folders (fe_03_p1_tran, fe_03_p1_sph1, ...); [] = SWB-300 only.
+    fisher_dirs: list[str] = MISSING
+    expected_fisher_files: int = 11699  # release count of each of transcripts and audio
+    # A conversation side with audio but no transcript: skip (counted and named) | error.
+    missing_transcript: str = "skip"
+    # Cap repeated training transcripts as Kaldi's train_nodup does (remove_dup_utts.sh 300);
+    # 0 keeps every utterance.
+    max_duplicates: int = 0
+    # Also write the training transcripts, one sentence a line, here (the LM's text); "" = no.
+    lm_text: str = ""
     data_dir: str = "data"  # Kaldi data dirs are written to <data_dir>/<set>
     train_set: str = "train"
     dev_set: str = "train_dev"
@@ -36,3 +47,9 @@ class SynthConfig:
     eval_swb_conversations: int = 4  # Hub5-2000 sw_4NNN (Switchboard-like)
     eval_callhome_conversations: int = 4  # Hub5-2000 en_4NNN (CallHome-like, harder)
     eval_conversation_minutes: float = 3.0
+    # Fisher English style conversations (fe_03_NNNNN, parts 1 and 2) for SWB-2000 recipes.
+    fisher_conversations: int = 0
+    # Defects of the real releases to reproduce, any of asr.data.synth.quirks.QUIRKS:
+    # asides, missing_side, past_end, shorten, stm_typos, unsorted. None by default.
+    quirks: list[str] = field(default_factory=list)
+    force: bool = False  # rebuild even if out_dir holds a corpus made with this config

@@ -84,6 +84,18 @@ class DataDir:
         )
 
 
+def combine_data_dirs(*parts: DataDir) -> DataDir:
+    """One data dir holding all of `parts` (Kaldi's utils/combine_data.sh); ids must not collide."""
+    out = DataDir()
+    for part in parts:
+        clash = set(part.utt2spk) & set(out.utt2spk) or set(part.wav_scp) & set(out.wav_scp)
+        if clash:
+            raise InputError(f"cannot combine data dirs: ids {sorted(clash, key=c_sort_key)[:5]} occur in two of them")
+        for name in ("wav_scp", "text", "utt2spk", "segments", "reco2file_and_channel", "utt2dur", "feats_scp"):
+            getattr(out, name).update(getattr(part, name))
+    return out
+
+
 def spk2utt(utt2spk: dict[str, str]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for utt in sorted(utt2spk, key=c_sort_key):

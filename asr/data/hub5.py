@@ -77,14 +77,20 @@ def find_eval2000_sph(eval2000_dir: str | os.PathLike) -> dict[str, Path]:
     return {p.stem.lower(): p for p in sorted(english.rglob("*")) if p.suffix.lower() == ".sph" and p.is_file()}
 
 
-def missing_eval2000_inputs(eval2000_dir: str | os.PathLike, eval2000_text_dir: str | os.PathLike) -> list[str]:
-    """Each missing input as 'path: what should be there' (empty when everything is present)."""
+def missing_eval2000_inputs(
+    eval2000_dir: str | os.PathLike | None, eval2000_text_dir: str | os.PathLike | None
+) -> list[str]:
+    """Each missing input as 'path: what should be there' (empty when everything is present);
+    a location that is None (not given) is not checked."""
     missing = []
-    speech = speech_dir(eval2000_dir)
-    if not find_eval2000_sph(eval2000_dir):
-        missing.append(f"{speech / 'english'}/*.sph: no Hub5-2000 audio (LDC2002S09 hub5e_00/english/sw_4NNN.sph, en_4NNN.sph)")
-    if not (speech / PEM).is_file():
-        missing.append(f"{speech / PEM}: segment file not found")
+    if eval2000_dir is not None:
+        speech = speech_dir(eval2000_dir)
+        if not find_eval2000_sph(eval2000_dir):
+            missing.append(f"{speech / 'english'}/*.sph: no Hub5-2000 audio (LDC2002S09 hub5e_00/english/sw_4NNN.sph, en_4NNN.sph)")
+        if not (speech / PEM).is_file():
+            missing.append(f"{speech / PEM}: segment file not found")
+    if eval2000_text_dir is None:
+        return missing
     reference = text_dir(eval2000_text_dir)
     for name, what in ((STM, "reference transcript (LDC2002T43)"), (GLM, "scoring GLM (LDC2002T43)")):
         if not (reference / name).is_file():

@@ -2,11 +2,18 @@
 
     python -m asr.data.prepare [hydra overrides]      e.g. data.prepare_sets=[eval]
 
-Both corpora are checked before any work starts, so one run lists every missing path. The
-first `data.dev_utts` Switchboard utterances (sorted by id, so whole conversation sides)
-form the dev set and the rest the training set, as Kaldi's `subset_data_dir.sh --first`
-makes train_dev. Each data dir gets utt2dur (segment lengths) and is validated, audio
-included, before it is renamed into place.
+Every corpus the requested sets need is checked before any work starts, so one run lists
+every missing path. As Kaldi's swbd/s5c and fisher_swbd/s5 recipes do:
+
+  * dev: the first `data.dev_utts` Switchboard utterances (sorted by id, so whole
+    conversation sides), Kaldi's train_dev;
+  * train: the rest of Switchboard (train_nodev), plus all of Fisher when `data.fisher_dirs`
+    is set (SWB-2000), with repeated transcripts capped at `data.max_duplicates` (train_nodup);
+  * eval: Hub5-2000 with its stm and GLM.
+
+Each data dir gets utt2dur (segment lengths) and is validated, audio included, before it is
+renamed into place. With `data.lm_text` set, the training transcripts before the duplicate
+cap (Switchboard train_nodev and Fisher, as fisher_swbd's LM text) are written there too.
 """
 
 from __future__ import annotations
@@ -17,13 +24,16 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from asr.config import stage_main
-from asr.data.datadir import DataDir, write_data_dir
+from asr.data.datadir import DataDir, combine_data_dirs, write_data_dir
+from asr.data.fisher import LAYOUT as FISHER_LAYOUT
+from asr.data.fisher import missing_fisher_inputs, prepare_fisher
 from asr.data.hub5 import LAYOUT as EVAL2000_LAYOUT
 from asr.data.hub5 import missing_eval2000_inputs, prepare_eval2000
 from asr.data.swbd import LAYOUT as SWBD_LAYOUT
+from asr.data.subsets import remove_duplicates, split_first
 from asr.data.swbd import missing_swbd_inputs, prepare_swbd
 from asr.data.validate import validate_data_dir
-from asr.utils.atomic import atomic_dir
+from asr.utils.atomic import atomic_dir, atomic_open
 from asr.utils.errors import InputError
 
 log = logging.getLogger("asr.data.prepare")  # not __main__ when run with -m
@@ -45,17 +55,27 @@ def _required_paths(cfg: DictConfig, keys: tuple[str, ...]) -> list[str]:
     return [f"data.{key}: required (pass data.{key}=/path/to/corpus)" for key in keys if OmegaConf.is_missing(cfg, key)]
 
 
+def _given(cfg: DictConfig, *keys: str) -> list[str | None]:
+    """The corpus locations that are set; None for the `???` ones (reported as required)."""
+    return [None if OmegaConf.is_missing(cfg, key) else cfg[key] for key in keys]
+
+
 def preflight(cfg: DictConfig, sets: list[str]) -> None:
     """Check every corpus input the requested sets need; one InputError lists all that is missing."""
     missing, layouts = [], []
     if {"train", "dev"} & set(sets):
-        unset = _required_paths(cfg, ("swbd_dir", "ms98_dir"))
-        swbd_missing = unset or missing_swbd_inputs(cfg.swbd_dir, cfg.ms98_dir)
+        swbd_missing = _required_paths(cfg, ("swbd_dir", "ms98_dir")) + missing_swbd_inputs(*_given(cfg, "swbd_dir", "ms98_dir"))
         missing += swbd_missing
         layouts += [SWBD_LAYOUT] if swbd_missing else []
+    if "train" in sets and OmegaConf.is_missing(cfg, "fisher_dirs"):
+        missing.append("data.fisher_dirs: required for SWB-2000 (pass data.fisher_dirs=[dir,...] or the recipe's --fisher-dirs)")
+    elif "train" in sets and cfg.fisher_dirs:
+        fisher_missing = missing_fisher_inputs(list(cfg.fisher_dirs))
+        missing += fisher_missing
+        layouts += [FISHER_LAYOUT] if fisher_missing else []
     if "eval" in sets:
-        unset = _required_paths(cfg, ("eval2000_dir", "eval2000_text_dir"))
-        eval_missing = unset or missing_eval2000_inputs(cfg.eval2000_dir, cfg.eval2000_text_dir)
+        eval_missing = _required_paths(cfg, ("eval2000_dir", "eval2000_text_dir")) + missing_eval2000_inputs(
+            *_given(cfg, "eval2000_dir", "eval2000_text_dir"))
         missing += eval_missing
         layouts += [EVAL2000_LAYOUT] if eval_missing else []
     if missing:
@@ -70,11 +90,32 @@ def with_utt2dur(d: DataDir) -> DataDir:
 
 def split_dev(d: DataDir, dev_utts: int) -> tuple[DataDir, DataDir]:
     """(train, dev): dev is the first `dev_utts` utterances in sorted order, train the rest."""
-    utts = d.utts
-    if not 0 < dev_utts < len(utts):
-        n = len(utts)
-        raise InputError(f"data.dev_utts={dev_utts} but Switchboard has {n} utterances; choose 0 < dev_utts < {n}")
-    return d.subset(utts[dev_utts:]), d.subset(utts[:dev_utts])
+    return split_first(d, dev_utts, "data.dev_utts", "Switchboard")
+
+
+def training_set(cfg: DictConfig, swbd_nodev: DataDir) -> tuple[DataDir, DataDir]:
+    """(train, the transcripts for the LM): Switchboard train_nodev, plus Fisher for SWB-2000,
+    then with repeated transcripts capped."""
+    train = swbd_nodev
+    if cfg.fisher_dirs:
+        fisher = with_utt2dur(prepare_fisher(list(cfg.fisher_dirs), cfg.expected_fisher_files, cfg.missing_transcript))
+        train = combine_data_dirs(fisher, swbd_nodev)
+        log.info("train: Fisher (%s) + Switchboard (%s)", describe(fisher), describe(swbd_nodev))
+    full = train
+    if cfg.max_duplicates:
+        train = remove_duplicates(train, cfg.max_duplicates)
+        log.info("train: kept %d of %d utterances with repeated transcripts capped at %d (Kaldi's train_nodup)",
+                 len(train.utt2spk), len(full.utt2spk), cfg.max_duplicates)
+    return train, full
+
+
+def write_lm_text(d: DataDir, path: Path) -> None:
+    """One transcript a line, in utterance-id order, without ids."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(path, encoding="utf-8") as f:
+        for utt in d.utts:
+            f.write(d.text[utt] + "\n")
+    log.info("%s: %d sentences for the language model", path, len(d.utts))
 
 
 def describe(d: DataDir) -> str:
@@ -100,12 +141,17 @@ def prepare_data(cfg: DictConfig) -> dict[str, Path]:
     data_dir = Path(cfg.data_dir)
     written = {}
     if {"train", "dev"} & set(sets):
-        swbd = with_utt2dur(prepare_swbd(cfg.swbd_dir, cfg.ms98_dir, cfg.expected_sph_files))
-        train, dev = split_dev(swbd, cfg.dev_utts)
-        for role, name, d in (("train", cfg.train_set, train), ("dev", cfg.dev_set, dev)):
-            if role in sets:
-                write_validated(d, data_dir / name)
-                written[role] = data_dir / name
+        swbd = with_utt2dur(prepare_swbd(cfg.swbd_dir, cfg.ms98_dir, cfg.expected_sph_files, cfg.missing_transcript))
+        nodev, dev = split_dev(swbd, cfg.dev_utts)
+        if "dev" in sets:
+            write_validated(dev, data_dir / cfg.dev_set)
+            written["dev"] = data_dir / cfg.dev_set
+        if "train" in sets:
+            train, lm_source = training_set(cfg, nodev)
+            write_validated(train, data_dir / cfg.train_set)
+            written["train"] = data_dir / cfg.train_set
+            if cfg.lm_text:
+                write_lm_text(lm_source, Path(cfg.lm_text))
     if "eval" in sets:
         evaluation = with_utt2dur(prepare_eval2000(cfg.eval2000_dir, cfg.eval2000_text_dir))
         write_validated(evaluation, data_dir / cfg.eval_set)

@@ -36,6 +36,11 @@ class SphereHeader:
         return "shorten" in self.sample_coding or "wavpack" in self.sample_coding or "shortpack" in self.sample_coding
 
     @property
+    def shorten(self) -> bool:
+        """`pcm,embedded-shorten-v2.00` and the like: decodable through asr.data.shorten."""
+        return "shorten" in self.sample_coding
+
+    @property
     def expected_file_bytes(self) -> int:
         return self.header_bytes + self.sample_count * self.channel_count * self.sample_n_bytes
 

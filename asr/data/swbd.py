@@ -17,8 +17,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from asr.data.datadir import DataDir, Segment, c_sort_key, swbd_utt_id
+from asr.data.datadir import DataDir, Segment, swbd_utt_id
 from asr.data.fix import fit_segments_to_audio
+from asr.data.pairing import names, pair_sides
 from asr.data.text_norm import normalize_ms98_text
 from asr.utils.errors import InputError
 
@@ -29,7 +30,6 @@ SPH_NAME = re.compile(r"^(sw0\d{4})\.sph$", re.IGNORECASE)
 MS98_GLOB = "*/*/*-trans.text"
 MS98_SUBDIR = "swb_ms98_transcriptions"  # as unpacked from switchboard_word_alignments.tar.gz
 MS98_LABEL = re.compile(r"^sw(\d{4})([AB])-ms98-a-\d+$", re.IGNORECASE)
-MAX_NAMES = 10  # names listed in one log line
 LAYOUT = """expected layout:
   <swbd_dir>/swb1_d{1,2,3,4}/data/sw0NNNN.sph                (LDC97S62 audio, NIST SPHERE)
   <ms98_dir>/NN/NNNN/swNNNN{A,B}-ms98-a-trans.text            (MS98 transcripts, swb_ms98_transcriptions)"""
@@ -77,13 +77,16 @@ def find_ms98_transcripts(ms98_dir: str | os.PathLike) -> list[Path]:
     return sorted(path.glob(MS98_GLOB))
 
 
-def missing_swbd_inputs(swbd_dir: str | os.PathLike, ms98_dir: str | os.PathLike) -> list[str]:
-    """Each missing input as 'path: what should be there' (empty when everything is present)."""
+def missing_swbd_inputs(swbd_dir: str | os.PathLike | None, ms98_dir: str | os.PathLike | None) -> list[str]:
+    """Each missing input as 'path: what should be there' (empty when everything is present);
+    a location that is None (not given) is not checked."""
     missing = []
-    if not Path(swbd_dir).is_dir():
+    if swbd_dir is not None and not Path(swbd_dir).is_dir():
         missing.append(f"{swbd_dir}: Switchboard-1 audio directory (LDC97S62) not found")
-    elif not find_sph_files(swbd_dir):
+    elif swbd_dir is not None and not find_sph_files(swbd_dir):
         missing.append(f"{Path(swbd_dir) / 'swb1_d1/data/sw0NNNN.sph'}: no SPHERE files sw0NNNN.sph below {swbd_dir}")
+    if ms98_dir is None:
+        return missing
     if not Path(ms98_dir).is_dir():
         missing.append(f"{ms98_dir}: MS98 transcript directory (swb_ms98_transcriptions) not found")
     elif not find_ms98_transcripts(ms98_dir):
@@ -100,7 +103,11 @@ def ms98_side(label: str, where: str) -> str:
 
 
 def read_ms98_transcript(path: Path) -> list[TranscriptLine]:
-    """Lines `sw2001A-ms98-a-0002 0.977625 11.561375 hi um yeah ...` of one -trans.text file."""
+    """Lines `sw2001A-ms98-a-0002 0.977625 11.561375 hi um yeah ...` of one -trans.text file.
+
+    Kaldi checks that the lines come in order (`sort -c`) and stops if not; the order does not
+    matter to us (utterances are keyed by id), so an unsorted file is only reported.
+    """
     lines = []
     with open(path, encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, 1):
@@ -114,13 +121,16 @@ def read_ms98_transcript(path: Path) -> list[TranscriptLine]:
                 raise InputError(f"{where}: expected '<label> <start> <end> <words>', got {line.strip()!r}") from None
             words = fields[3] if len(fields) > 3 else ""
             lines.append(TranscriptLine(ms98_side(fields[0], where), start, end, words, where))
+    _report_disorder(path, lines)
     return lines
 
 
-def _names(items) -> str:
-    items = sorted(items, key=c_sort_key)
-    more = f" (and {len(items) - MAX_NAMES} more)" if len(items) > MAX_NAMES else ""
-    return ", ".join(items[:MAX_NAMES]) + more
+def _report_disorder(path: Path, lines: list[TranscriptLine]) -> None:
+    keys = [(line.side, centiseconds(line.start), centiseconds(line.end)) for line in lines]
+    out_of_order = sum(1 for a, b in zip(keys, keys[1:]) if b < a)
+    if out_of_order:
+        log.warning("%s: %d lines come before the line above them (Kaldi's sort -c would stop here); "
+                    "the utterances are sorted by id anyway", path, out_of_order)
 
 
 def _warn_missing_sph(found: int, expected: int) -> None:
@@ -167,24 +177,25 @@ def read_transcripts_by_side(ms98_dir: str | os.PathLike) -> dict[str, list[Tran
     return by_side
 
 
-def sides_without_audio(by_side: dict[str, list[TranscriptLine]], sph: dict[str, Path]) -> set[str]:
-    """Log both kinds of unpaired sides (transcript without audio, audio without transcript)."""
-    no_audio = {side for side in by_side if side.split("-")[0] not in sph}
-    if no_audio:
-        log.warning("skipped %d transcript sides with no audio file: %s", len(no_audio), _names(no_audio))
-    no_transcript = {f"{conv}-{ch}" for conv in sph for ch in "AB"} - set(by_side)
-    if no_transcript:
-        log.warning("skipped %d audio sides with no transcript: %s", len(no_transcript), _names(no_transcript))
-    return no_audio
+def expected_ms98_file(ms98_dir: str | os.PathLike, side: str) -> str:
+    """Where the MS98 transcript of `sw02001-B` lives: <ms98_dir>/20/2001/sw2001B-ms98-a-trans.text."""
+    root = Path(ms98_dir) / MS98_SUBDIR if (Path(ms98_dir) / MS98_SUBDIR).is_dir() else Path(ms98_dir)
+    number, channel = side[3:7], side[-1]
+    return str(root / number[:2] / number / f"sw{number}{channel}-ms98-a-trans.text")
 
 
 def prepare_swbd(
-    swbd_dir: str | os.PathLike, ms98_dir: str | os.PathLike, expected_sph_files: int = RELEASE_SPH_FILES
+    swbd_dir: str | os.PathLike,
+    ms98_dir: str | os.PathLike,
+    expected_sph_files: int = RELEASE_SPH_FILES,
+    missing_transcript: str = "skip",
 ) -> DataDir:
     """The Switchboard-1 training data dir (all conversations; the dev split is the caller's).
 
     What is left out (unpaired sides, [silence]-only lines, segments past the audio) is
     counted and logged with names; a missing corpus is an InputError showing the layout.
+    A side with audio but no transcript is skipped, or refused when `missing_transcript` is
+    "error".
     """
     missing = missing_swbd_inputs(swbd_dir, ms98_dir)
     if missing:
@@ -192,7 +203,7 @@ def prepare_swbd(
     sph = find_sph_files(swbd_dir)
     _warn_missing_sph(len(sph), expected_sph_files)
     by_side = read_transcripts_by_side(ms98_dir)
-    paired = set(by_side) - sides_without_audio(by_side, sph)
+    paired = pair_sides(by_side, sph, missing_transcript, lambda side: expected_ms98_file(ms98_dir, side), "swbd")
     d, dropped = DataDir(), Counter()
     for side in sorted(paired):
         _add_utterances(d, by_side[side], dropped)
@@ -200,7 +211,7 @@ def prepare_swbd(
         log.info("dropped %d transcript lines: %s", count, reason)
     silent = paired - set(d.utt2spk.values())
     if silent:
-        log.warning("skipped %d sides with no speech left after normalisation: %s", len(silent), _names(silent))
+        log.warning("skipped %d sides with no speech left after normalisation: %s", len(silent), names(silent))
     _add_recordings(d, sph)
     d, _, _ = fit_segments_to_audio(d)
     log.info("swbd: %d utterances from %d conversation sides", len(d.utt2spk), len(d.wav_scp))

@@ -1,4 +1,5 @@
-"""Transcript normalisation: MS98 Switchboard transcripts and Hub5 stm references.
+"""Transcript normalisation: MS98 Switchboard transcripts, Fisher transcripts and Hub5 stm
+references.
 
 MS98 rules follow Kaldi's egs/swbd/s5c local/swbd1_data_prep.sh (drop `[silence]` and the
 `<b_aside>`/`<e_aside>` markers) and local/swbd1_map_words.pl (one word at a time, the rules
@@ -10,6 +11,12 @@ parentheses); we apply what ESPnet's swbd recipe applies on top of it, so `text`
 same lower-case vocabulary as the training transcripts: lower case, `(%HESITATION)`-style
 placeholders and `<...>` tags removed, the parentheses around optionally deletable words
 removed (the word is kept). Scoring uses the stm itself, not this text.
+
+Fisher rules follow Kaldi's egs/fisher_swbd/s5 local/fisher_data_prep.sh, which makes the
+training text of SWB-2000: a line with an uncertain `((...))` transcription is dropped whole,
+and the Fisher event tags become the three Switchboard ones. We also lower-case (Fisher is
+lower case except a few words such as `I'm`), so that the Fisher and Switchboard halves of
+the combined training text share one vocabulary; Kaldi leaves that to its lexicon lookup.
 """
 
 from __future__ import annotations
@@ -146,3 +153,34 @@ def normalize_stm_text(text: str) -> str:
     words = drop_hesitation_placeholders(words)
     words = drop_angle_tags(words)
     return " ".join(unwrap_optional_words(words))
+
+
+# --- Fisher rules (fisher_data_prep.sh), applied to the words of one transcript line ---
+
+UNCERTAIN_MARK = "(("
+# fisher_data_prep.sh's sed lines, in its order: laughter keeps its own phone, the rest is noise.
+FISHER_TAGS = {
+    "[laugh]": "[laughter]",
+    "[sigh]": "[noise]",
+    "[cough]": "[noise]",
+    "[mn]": "[noise]",
+    "[breath]": "[noise]",
+    "[lipsmack]": "[noise]",
+}
+
+
+def is_uncertain_fisher_line(text: str) -> bool:
+    """`(( what was that ))`: the transcriber was unsure; Kaldi drops the whole line."""
+    return UNCERTAIN_MARK in text
+
+
+def map_fisher_tags(words: list[str]) -> list[str]:
+    """`[laugh]` -> `[laughter]`; `[sigh]`, `[cough]`, `[mn]`, `[breath]`, `[lipsmack]` -> `[noise]`."""
+    return [FISHER_TAGS.get(w, w) for w in words]
+
+
+def normalize_fisher_text(text: str) -> str:
+    """The words of one Fisher line (after `A:`) -> the data dir's `text` ("" = drop the line)."""
+    if is_uncertain_fisher_line(text):
+        return ""
+    return " ".join(map_fisher_tags(text.lower().split()))

@@ -19,6 +19,7 @@ from asr.data.prepare import prepare_data, preflight
 from asr.data.swbd import prepare_swbd
 from asr.data.validate import validate_data_dir
 from asr.utils.errors import InputError
+from tests.data.test_fisher import fisher_tree  # noqa: F401  (fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,6 +34,7 @@ def data_config(tree, out: Path, **overrides) -> OmegaConf:
         data_dir=str(out),
         dev_utts=2,
         expected_sph_files=3,
+        fisher_dirs=[],
     )
     for key, value in overrides.items():
         setattr(cfg, key, value)
@@ -252,3 +254,54 @@ def test_prepare_cli_end_to_end_and_missing_corpus(ldc_tree, tmp_path):
     assert f"{tmp_path / 'nowhere/LDC97S62'}: Switchboard-1 audio directory (LDC97S62) not found" in bad.stderr
     assert f"{tmp_path / 'nowhere/LDC2002T43/reference/en20000405_hub5.glm'}: scoring GLM" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+# --- quirks of the real releases, and SWB-2000 ---
+
+
+def test_swbd_missing_transcript_side_skipped_or_refused(ldc_copy, caplog):
+    (ldc_copy.ms98_dir / "20/2001/sw2001B-ms98-a-trans.text").unlink()
+    with caplog.at_level(logging.WARNING, logger="asr.data"):
+        d = prepare_swbd(ldc_copy.swbd_dir, ldc_copy.ms98_dir, expected_sph_files=3)
+    assert sorted(d.wav_scp) == ["sw02001-A", "sw02005-A"]
+    assert "skipped 3 audio sides with no transcript: sw02001-B, sw02010-A, sw02010-B" in caplog.text
+    with pytest.raises(InputError) as err:
+        prepare_swbd(ldc_copy.swbd_dir, ldc_copy.ms98_dir, expected_sph_files=3, missing_transcript="error")
+    message = str(err.value)
+    assert "swbd: 3 conversation sides have audio but no transcript:" in message
+    assert f"sw02001-B: expected {ldc_copy.ms98_dir / '20/2001/sw2001B-ms98-a-trans.text'}" in message
+    assert "data.missing_transcript=skip" in message
+
+
+def test_swbd_unsorted_transcript_gives_the_same_data_dir(ldc_tree, ldc_copy, caplog):
+    path = ldc_copy.ms98_dir / "20/2001/sw2001A-ms98-a-trans.text"
+    path.write_text("".join(reversed(path.read_text().splitlines(keepends=True))))
+    with caplog.at_level(logging.WARNING, logger="asr.data"):
+        shuffled = prepare_swbd(ldc_copy.swbd_dir, ldc_copy.ms98_dir, expected_sph_files=3)
+    original = prepare_swbd(ldc_tree.swbd_dir, ldc_tree.ms98_dir, expected_sph_files=3)
+    assert f"{path}: 3 lines come before the line above them (Kaldi's sort -c would stop here)" in caplog.text
+    assert shuffled.text == original.text and shuffled.segments == original.segments
+
+
+def test_prepare_swb2000_combines_fisher_and_writes_lm_text(ldc_tree, fisher_tree, tmp_path):
+    cfg = data_config(ldc_tree, tmp_path / "data", fisher_dirs=fisher_tree, expected_fisher_files=3,
+                      max_duplicates=300, lm_text=str(tmp_path / "data/lm/text"))
+    written = prepare_data(cfg)
+    train = read_data_dir(written["train"])
+    assert train.utts[:5] == ["fe_03_00001-A-000738-000877", "fe_03_00001-A-001200-001451", "fe_03_00001-B-001510-001620",
+                              "fe_03_05851-A-000050-000225", "fe_03_05851-B-000270-000400"]
+    assert train.utts[5:] == ["sw02001-B_000250-000613", "sw02001-B_000613-000999", "sw02005-A_000050-000400",
+                              "sw02005-A_001000-001230"]
+    assert read_data_dir(written["dev"]).utts == ["sw02001-A_000098-001156", "sw02001-A_001156-001528"]
+    lm = (tmp_path / "data/lm/text").read_text().splitlines()
+    assert lm == [train.text[u] for u in train.utts] and lm[0] == "an- so the topic is"
+    assert validate_data_dir(written["train"]) == []
+
+
+def test_preflight_names_missing_fisher(ldc_tree, tmp_path):
+    cfg = data_config(ldc_tree, tmp_path / "data", fisher_dirs=[str(tmp_path / "LDC2004T19")])
+    with pytest.raises(InputError) as err:
+        preflight(cfg, ["train", "dev", "eval"])
+    assert f"{tmp_path / 'LDC2004T19'}: Fisher directory not found" in str(err.value)
+    assert "fe_03_p{1,2}_tran/data/trans/NNN/fe_03_NNNNN.txt" in str(err.value)
+    preflight(cfg, ["dev", "eval"])  # Fisher is only part of the training set

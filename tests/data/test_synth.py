@@ -22,7 +22,7 @@ from asr.data.synth import grammar as gr
 from asr.data.synth import layouts
 from asr.data.synth import speakers as sp
 from asr.data.synth import tokens as tk
-from asr.data.synth.corpus import SPEAKERS_FILE, plan_corpus, synthesize_corpus
+from asr.data.synth.corpus import SPEAKERS_FILE, is_synthesized, plan_corpus, synthesize_corpus
 from asr.data.synth.render import MARGIN, UtteranceRenderer, smoothed_power
 from asr.utils.errors import InputError
 
@@ -379,3 +379,10 @@ def test_another_seed_gives_other_audio_and_text(corpus, tmp_path):
     trans = "swb_ms98_transcriptions/20/2001/sw2001A-ms98-a-trans.text"
     mine, theirs = file_hashes(corpus), file_hashes(other)
     assert mine[first] != theirs[first] and mine[trans] != theirs[trans]
+
+
+def test_a_corpus_made_with_the_same_config_is_recognised(corpus):
+    assert is_synthesized(tiny_config(corpus))
+    assert is_synthesized(tiny_config(corpus, "synth.jobs=1"))  # how fast is not what
+    assert not is_synthesized(tiny_config(corpus, "synth.seed=2"))
+    assert not is_synthesized(tiny_config(corpus.parent / "elsewhere"))

@@ -6,8 +6,11 @@ from asr.data.text_norm import (
     drop_hesitation_placeholders,
     drop_silence_and_asides,
     is_ignored_segment,
+    is_uncertain_fisher_line,
     laughter_word,
+    map_fisher_tags,
     mispronounced_word,
+    normalize_fisher_text,
     normalize_ms98_text,
     normalize_ms98_word,
     normalize_stm_text,
@@ -117,3 +120,21 @@ def test_stm_only_hesitation_is_empty():
 def test_ignored_segment_recognised():
     assert is_ignored_segment("IGNORE_TIME_SEGMENT_IN_SCORING")
     assert not is_ignored_segment("IGNORE THIS")
+
+
+# --- Fisher (fisher_data_prep.sh), on lines shaped like fe_03_p1_tran transcripts ---
+
+
+def test_fisher_uncertain_line_dropped_whole():
+    assert is_uncertain_fisher_line("(( i don't know )) what")
+    assert normalize_fisher_text("yeah (( i don't know )) what") == ""
+
+
+def test_fisher_tags_mapped_as_kaldi():
+    assert map_fisher_tags(["[laugh]", "[sigh]", "[cough]", "[mn]", "[breath]", "[lipsmack]", "[noise]"]) == [
+        "[laughter]", "[noise]", "[noise]", "[noise]", "[noise]", "[noise]", "[noise]"]
+    assert normalize_fisher_text("[lipsmack] an- so the topic is [laugh]") == "[noise] an- so the topic is [laughter]"
+
+
+def test_fisher_lower_cased_and_plain_words_untouched():
+    assert normalize_fisher_text("I'm not sure what they're doing") == "i'm not sure what they're doing"

@@ -13,15 +13,16 @@ import json
 import logging
 import multiprocessing as mp
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from asr.data.synth import grammar as gr
 from asr.data.synth import layouts
+from asr.data.synth.quirks import QUIRKS, apply_quirks
 from asr.data.synth.channel import RATE
 from asr.data.synth.conversation import Conversation, ConversationSpec, render_conversation
 from asr.data.synth.speakers import Speaker, SpeakerSets, make_speakers
@@ -31,6 +32,7 @@ from asr.utils.errors import InputError
 log = logging.getLogger("asr.synth")
 
 SUBSETS = ("train", "eval_swb", "eval_callhome")
+FISHER = "fisher"  # a subset only when synth.fisher_conversations > 0
 FIRST_SWB_NUMBER = 2001  # Switchboard-1 conversations are sw02001 .. sw04940
 EVAL_NUMBERS = (4000, 5000)  # Hub5-2000 names are sw_4NNN and en_4NNN
 DISCS = 4
@@ -43,10 +45,12 @@ class CorpusPlan:
     conversations: list[ConversationSpec]
     speakers: SpeakerSets
     train_numbers: dict[str, tuple[int, int]]  # sw0NNNN -> (NNNN, disc)
+    fisher_numbers: dict[str, tuple[int, int]] = field(default_factory=dict)  # fe_03_NNNNN -> (NNNNN, disc)
 
 
 def _validate(cfg: DictConfig) -> None:
-    counts = {k: int(cfg[k]) for k in ("train_conversations", "eval_swb_conversations", "eval_callhome_conversations", "jobs")}
+    counts = {k: int(cfg[k]) for k in ("train_conversations", "eval_swb_conversations", "eval_callhome_conversations",
+                                       "fisher_conversations", "jobs")}
     if any(v < 0 for v in counts.values()) or counts["jobs"] < 1:
         raise InputError(f"synth config: counts must be >= 0 and jobs >= 1, got {counts}")
     if cfg.train_speakers < 2:
@@ -55,6 +59,9 @@ def _validate(cfg: DictConfig) -> None:
         raise InputError("synth.conversation_minutes and synth.eval_conversation_minutes must be > 0")
     if cfg.eval_swb_conversations + cfg.eval_callhome_conversations > 0 and cfg.train_conversations == 0:
         raise InputError("synth: evaluation speakers are defined relative to training ones; set train_conversations > 0")
+    unknown = [q for q in cfg.quirks if q not in QUIRKS]
+    if unknown:
+        raise InputError(f"synth.quirks: unknown {unknown}; choose among {list(QUIRKS)}")
 
 
 def _seed(seed: int, subset: int, index: int) -> int:
@@ -108,6 +115,21 @@ def _eval_specs(cfg: DictConfig, rng: np.random.Generator, code: int, prefix: st
             for i, number in enumerate(numbers)]
 
 
+def _fisher_specs(cfg: DictConfig, rng: np.random.Generator, pool: list[Speaker]) -> dict[str, tuple[ConversationSpec, int, int]]:
+    """Fisher style calls by name: (spec, number, disc); the first half in part 1, the rest in part 2."""
+    count = int(cfg.fisher_conversations)
+    topics = sorted(gr.TOPICS)
+    in_part1 = (count + 1) // 2
+    out = {}
+    for i, pair in enumerate(_train_pairs(rng, pool, count)):
+        number = 1 + i if i < in_part1 else layouts.FISHER_PART2_FIRST + i - in_part1
+        name = layouts.fisher_name(number)
+        spec = ConversationSpec(name, FISHER, pair, topics[int(rng.integers(len(topics)))],
+                                60.0 * float(cfg.conversation_minutes), _seed(cfg.seed, 3, i), "swb", held_out=False)
+        out[name] = (spec, number, 1 + i % layouts.FISHER_DISCS)
+    return out
+
+
 def plan_corpus(cfg: DictConfig) -> CorpusPlan:
     _validate(cfg)
     rng = np.random.default_rng(np.random.SeedSequence([int(cfg.seed), 99]))
@@ -118,13 +140,18 @@ def plan_corpus(cfg: DictConfig) -> CorpusPlan:
     conversations += _eval_specs(cfg, rng, 1, "sw", speakers.eval_swb, "swb")
     conversations += _eval_specs(cfg, rng, 2, "en", speakers.eval_callhome, "callhome")
     numbers = {name: (number, disc) for name, (_, number, disc) in train.items()}
-    return CorpusPlan(conversations=conversations, speakers=speakers, train_numbers=numbers)
+    fisher = _fisher_specs(cfg, rng, speakers.train) if cfg.fisher_conversations else {}
+    conversations += [spec for spec, _, _ in fisher.values()]
+    fisher_numbers = {name: (number, disc) for name, (_, number, disc) in fisher.items()}
+    return CorpusPlan(conversations=conversations, speakers=speakers, train_numbers=numbers, fisher_numbers=fisher_numbers)
 
 
 def _audio_path(root: Path, plan: CorpusPlan, spec: ConversationSpec) -> Path:
     if spec.subset == "train":
         number, disc = plan.train_numbers[spec.name]
         return layouts.swb_audio_path(root, number, disc)
+    if spec.subset == FISHER:
+        return layouts.fisher_audio_path(root, *plan.fisher_numbers[spec.name])
     return layouts.hub5_audio_path(root, spec.name)
 
 
@@ -173,8 +200,13 @@ def subset_summary(conversations: list[Conversation]) -> dict:
     }
 
 
+def subsets_of(conversations: list[Conversation]) -> tuple[str, ...]:
+    return SUBSETS + ((FISHER,) if any(c.spec.subset == FISHER for c in conversations) else ())
+
+
 def corpus_summary(conversations: list[Conversation]) -> dict:
-    summary = {subset: subset_summary([c for c in conversations if c.spec.subset == subset]) for subset in SUBSETS}
+    summary = {subset: subset_summary([c for c in conversations if c.spec.subset == subset])
+               for subset in subsets_of(conversations)}
     vocabulary = set().union(*(s.pop("_words") for s in summary.values()))
     summary["total_vocabulary"] = len(vocabulary)
     return summary
@@ -183,8 +215,9 @@ def corpus_summary(conversations: list[Conversation]) -> dict:
 def format_summary(summary: dict) -> str:
     columns = ("conversations", "speakers", "audio_hours", "speech_hours", "utterances", "words", "vocabulary")
     lines = [f"{'subset':<14}" + "".join(f"{c:>14}" for c in columns)]
-    for subset in SUBSETS:
-        lines.append(f"{subset:<14}" + "".join(f"{summary[subset][c]:>14}" for c in columns))
+    for subset in SUBSETS + (FISHER,):
+        if subset in summary:
+            lines.append(f"{subset:<14}" + "".join(f"{summary[subset][c]:>14}" for c in columns))
     lines.append(f"vocabulary over all subsets: {summary['total_vocabulary']} words")
     return "\n".join(lines)
 
@@ -209,11 +242,30 @@ def write_corpus(root: Path, plan: CorpusPlan, conversations: list[Conversation]
     for conversation in conversations:
         if conversation.spec.subset == "train":
             layouts.write_ms98(root, plan.train_numbers[conversation.spec.name][0], conversation)
-    evaluation = [c for c in conversations if c.spec.subset != "train"]
+        elif conversation.spec.subset == FISHER:
+            layouts.write_fisher_transcript(root, plan.fisher_numbers[conversation.spec.name][0], conversation)
+    evaluation = [c for c in conversations if c.spec.subset.startswith("eval")]
     if evaluation:
         layouts.write_hub5_text(root, evaluation)
     (root / SPEAKERS_FILE).write_text(_speaker_rows(plan), encoding="ascii")
     (root / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="ascii")
+
+
+CONFIG_RECORD = "synth_config.json"
+
+
+def config_record(cfg: DictConfig) -> str:
+    """What the corpus is made from (not where or how fast), recorded inside it."""
+    settings = OmegaConf.to_container(cfg, resolve=True)
+    for key in ("out_dir", "jobs", "force"):
+        settings.pop(key, None)
+    return json.dumps(settings, sort_keys=True) + "\n"
+
+
+def is_synthesized(cfg: DictConfig) -> bool:
+    """True when cfg.out_dir holds a complete corpus made from this config."""
+    record = Path(cfg.out_dir) / CONFIG_RECORD
+    return record.is_file() and record.read_text(encoding="ascii") == config_record(cfg)
 
 
 def synthesize_corpus(cfg: DictConfig) -> dict:
@@ -228,8 +280,12 @@ def synthesize_corpus(cfg: DictConfig) -> dict:
         conversations = render_all(jobs, int(cfg.jobs))
         summary = corpus_summary(conversations)
         write_corpus(tmp, plan, conversations, summary)
+        if cfg.quirks:
+            summary["quirks"] = apply_quirks(tmp, list(cfg.quirks), conversations, plan.train_numbers)
+            (tmp / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="ascii")
+        (tmp / CONFIG_RECORD).write_text(config_record(cfg), encoding="ascii")
     elapsed = time.perf_counter() - started
-    audio_hours = sum(summary[s]["audio_hours"] for s in SUBSETS)
+    audio_hours = sum(summary[s]["audio_hours"] for s in subsets_of(conversations))
     log.info("corpus summary:\n%s", format_summary(summary))
     log.info("synthesised %.3f h of audio (2 channels) in %.1f s: %.1f s per hour of audio with %d processes",
              audio_hours, elapsed, elapsed / max(audio_hours, 1e-9), cfg.jobs)

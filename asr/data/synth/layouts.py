@@ -4,6 +4,9 @@
     swb_ms98_transcriptions/NN/NNNN/swNNNN{A,B}-ms98-a-{trans,word}.text
     LDC2002S09/hub5e_00/english/{sw,en}_4NNN.sph, hub5e_00.pem   Hub5-2000 audio, segments
     LDC2002T43/reference/hub5e00.english.000405.stm, en20000405_hub5.glm
+    LDC2004T19/fe_03_p1_tran/data/trans/000/fe_03_00001.txt        Fisher part 1 transcripts
+    LDC2004S13/fe_03_p1_sph1/audio/000/fe_03_00001.sph             Fisher part 1 audio
+    LDC2005T19/fe_03_p2_tran/..., LDC2005S13/fisher_eng_tr_sp_d1/... Fisher part 2
 
 The same corpus preparers read these and the real releases, so the formats follow the
 real files: MS98 segments cover each side's whole timeline with `[silence]` between speech,
@@ -31,6 +34,13 @@ HUB5_TEXT_DIR = "LDC2002T43/reference"
 PEM_NAME = "hub5e_00.pem"
 STM_NAME = "hub5e00.english.000405.stm"
 GLM_NAME = "en20000405_hub5.glm"
+FISHER_TEXT_DIRS = {1: "LDC2004T19/fe_03_p1_tran", 2: "LDC2005T19/fe_03_p2_tran"}
+# Part 2 audio under the later LDC naming, so that preparers meet both namings.
+FISHER_AUDIO_DIRS = {1: "LDC2004S13/fe_03_p1_sph{disc}", 2: "LDC2005S13/fisher_eng_tr_sp_d{disc}"}
+FISHER_DISCS = 7
+FISHER_PART2_FIRST = 5851  # part 2 numbering continues after part 1's 5,850 calls
+UNCERTAIN_EVERY = 9  # one Fisher line in this many is an uncertain "(( ... ))" transcription
+FISHER_NOISES = ("[noise]", "[cough]", "[breath]", "[lipsmack]", "[sigh]")
 IGNORE = "IGNORE_TIME_SEGMENT_IN_SCORING"
 TYPO_EVERY = 12  # one segment with a hesitation in this many has a "((%HESITATION)" typo
 
@@ -48,6 +58,24 @@ def ms98_path(root: Path, number: int, side: str, kind: str) -> Path:
 
 def hub5_audio_path(root: Path, name: str) -> Path:
     return root / HUB5_AUDIO_DIR / f"{name}.sph"
+
+
+def fisher_name(number: int) -> str:
+    return f"fe_03_{number:05d}"
+
+
+def fisher_part(number: int) -> int:
+    return 1 if number < FISHER_PART2_FIRST else 2
+
+
+def fisher_transcript_path(root: Path, number: int) -> Path:
+    part = fisher_part(number)
+    return root / FISHER_TEXT_DIRS[part] / "data" / "trans" / f"{number // 100:03d}" / f"{fisher_name(number)}.txt"
+
+
+def fisher_audio_path(root: Path, number: int, disc: int) -> Path:
+    folder = FISHER_AUDIO_DIRS[fisher_part(number)].format(disc=disc)
+    return root / folder / "audio" / f"{number // 100:03d}" / f"{fisher_name(number)}.sph"
 
 
 def pem_path(root: Path) -> Path:
@@ -243,3 +271,44 @@ def write_hub5_text(root: Path, conversations: list[Conversation]) -> None:
                        (glm_path(root), glm_text())):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="ascii")
+
+
+# ---- Fisher ---------------------------------------------------------------------------
+
+def fisher_word(token: tk.Token, index: int) -> str:
+    """A token as the Fisher transcribers wrote it: plain lower-case words, `an-` for a cut-off
+    word, `[laugh]`, `[mn]` and a handful of event tags."""
+    if token.is_lexical:
+        return token.word
+    if token.kind == tk.PARTIAL:
+        return token.ms98.split("[")[0] + "-"
+    if token.kind == tk.VOCAL:
+        return "[mn]"
+    if token.kind == tk.EVENT:
+        return "[laugh]" if token.ms98 == tk.LAUGHTER else FISHER_NOISES[index % len(FISHER_NOISES)]
+    return ""  # stm-only marks
+
+
+def fisher_lines(conversation: Conversation) -> list[str]:
+    """`7.38 8.78 A: an- so the topic is` lines of both sides in time order."""
+    timed = sorted((segment.start, side, segment) for side, segments in conversation.segments.items()
+                   for segment in segments)
+    lines, events = [], 0
+    for i, (_, side, segment) in enumerate(timed):
+        words = []
+        for t in segment.tokens:
+            words.append(fisher_word(t.token, events))
+            events += t.token.is_event
+        text = " ".join(w for w in words if w)
+        if i % UNCERTAIN_EVERY == UNCERTAIN_EVERY - 1:
+            text = f"(( {text} ))"
+        start, end = segment.start / RATE, segment.end / RATE
+        lines.append(f"{start:.2f} {end:.2f} {side}: {text}")
+    return lines
+
+
+def write_fisher_transcript(root: Path, number: int, conversation: Conversation) -> None:
+    path = fisher_transcript_path(root, number)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = [f"# {fisher_name(number)}.sph", "# Transcribed at the LDC", ""]
+    path.write_text("\n".join(header + fisher_lines(conversation)) + "\n", encoding="ascii")

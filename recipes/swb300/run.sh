@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# SWB-300: Switchboard-1 (LDC97S62) + MS98 transcripts, scored on Hub5-2000 (LDC2002S09/T43).
+#   ./run.sh --swbd-dir DIR --ms98-dir DIR --eval2000-dir DIR --eval2000-text-dir DIR \
+#            [--stage N] [--stop-stage M] [--exp NAME] [--nproc N --nnodes N ...] [overrides...]
+# Stages: 0 prepare, 1 validate, 2 features, 3 tokenizer, 4 lm, 5 train, 6 decode, 7 score.
+# Presets: experiment=swb300_ssgd | swb300_adpsgd; results and GPU commands in RESULTS.md.
+here=$PWD
+cd "$(dirname "$0")"
+RECIPE_ARGS=("$@")
+. ../../scripts/recipe.sh
+usage() { sed -n '2,7p' "$0"; }
+recipe_option swbd_dir ""
+recipe_option ms98_dir ""
+recipe_option eval2000_dir ""
+recipe_option eval2000_text_dir ""
+parse_options "$@"
+corpus_overrides "$here" data=swb300 swbd_dir="$swbd_dir" ms98_dir="$ms98_dir" \
+  eval2000_dir="$eval2000_dir" eval2000_text_dir="$eval2000_text_dir"
+switchboard_stages

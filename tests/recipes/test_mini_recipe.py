@@ -1,0 +1,113 @@
+"""The mini recipe end to end on the tiny synthetic corpus: stages, markers, skipping, WER files,
+and kill-during-training then resume."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from tests.recipes.conftest import TINY
+
+pytestmark = pytest.mark.slow
+
+STAGES = ["0.synth", "1.prepare", "2.validate", "3.features", "4.tokenizer", "5.lm", "6.train", "7.tune", "8.decode", "9.score"]
+
+
+def test_stages_run_one_by_one_then_skip(mini_recipe):
+    r = mini_recipe
+    for n, name in enumerate(STAGES):
+        proc = r.run("--exp", "smoke", "--stage", str(n), "--stop-stage", str(n), *TINY)
+        assert f"stage {n} ({name.split('.')[1]})" in proc.stderr
+        assert (r.dir / "exp/smoke/.done" / name).is_file(), f"no marker after stage {name}"
+
+    # The Kaldi data dirs and features exist and agree.
+    train_utts = (r.dir / "data/train/utt2spk").read_text().splitlines()
+    feats = (r.dir / "feats/logmel80/train/feats.scp").read_text().splitlines()
+    assert len(train_utts) == len(feats) > 20
+    assert (r.dir / "feats/logmel80/train/feat_dim").read_text().strip() == "80"
+
+    # Training wrote its log, plot and a final checkpoint after 2 epochs.
+    exp = r.dir / "exp/smoke"
+    rows = list(csv.DictReader(open(exp / "train_log.csv")))
+    assert rows and int(rows[-1]["epoch"]) == 2
+    assert (exp / "loss.png").stat().st_size > 1000
+    assert torch.load(exp / "checkpoints/last.pt", weights_only=True)["epoch"] == 2
+
+    # Decoding and scoring: a hypothesis per utterance and the wer.json contract.
+    ref = (r.dir / "data/eval2000/text").read_text().splitlines()
+    hyp = (exp / "decode_eval2000/hyp.txt").read_text().splitlines()
+    assert [h.split()[0] for h in hyp] == [x.split()[0] for x in ref]
+    wer = json.loads((exp / "decode_eval2000/wer.json").read_text())
+    assert set(wer) == {"swb", "callhome", "total"}
+    for subset in wer.values():
+        assert set(subset) >= {"wer", "sub", "del", "ins", "words", "sentences"}
+        assert subset["wer"] == pytest.approx(100 * (subset["sub"] + subset["del"] + subset["ins"]) / subset["words"], abs=0.01)
+    assert wer["total"]["words"] == wer["swb"]["words"] + wer["callhome"]["words"]
+    assert (exp / "decode_eval2000/wer.md").read_text().startswith("|")
+
+    # A second run of every stage skips them all and still prints the WER table.
+    proc = r.run("--exp", "smoke", *TINY, timeout=120)
+    for n, name in enumerate(STAGES):
+        assert f"stage {n} ({name.split('.')[1]}): done already" in proc.stderr
+    assert "| total |" in proc.stdout
+    commands = (exp / "commands.log").read_text().splitlines()
+    assert len(commands) == len(STAGES) + 1 and "--exp smoke" in commands[-1]
+
+
+def _wait_for(predicate, timeout: float, what: str, proc, log) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"run.sh ended ({proc.returncode}) before {what}:\n{log.read_text()[-4000:]}")
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()[-4000:]}")
+
+
+def test_killed_training_resumes_from_last_checkpoint(mini_recipe, tmp_path):
+    r = mini_recipe
+    r.run("--exp", "kill", "--stop-stage", "5", *TINY)
+    args = ["--exp", "kill", "--stage", "6", "--stop-stage", "6", *TINY,
+            "train.epochs=6", "train.checkpoint_every_steps=3", "train.log_every_steps=1"]
+    ckpt_dir = r.dir / "exp/kill/checkpoints"
+    log = tmp_path / "first.log"
+    proc = r.start(*args, log=log)
+    try:
+        _wait_for(lambda: len(list(ckpt_dir.glob("step-*.pt"))) >= 2, 300, "two checkpoints", proc, log)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not (r.dir / "exp/kill/.done/6.train").exists(), "a killed stage must not look finished"
+    assert not (ckpt_dir / "last.pt").exists()
+    saved = max(torch.load(p, weights_only=True)["step"] for p in ckpt_dir.glob("step-*.pt"))
+
+    proc = r.run(*args)
+    assert f"resumed from step {saved}" in proc.stderr, proc.stderr[-3000:]
+    final = torch.load(ckpt_dir / "last.pt", weights_only=True)
+    assert final["epoch"] == 6
+    # The resumed run continued the same schedule: steps = 6 epochs of the same batches.
+    per_epoch = final["step"] / 6
+    assert per_epoch == int(per_epoch) and final["step"] > saved
+    # One training row per step (log_every_steps=1) plus one dev-loss row per epoch end:
+    # the rows written after the checkpoint by the killed run are not repeated.
+    rows = list(csv.DictReader(open(r.dir / "exp/kill/train_log.csv")))
+    train_steps = [int(row["step"]) for row in rows if row["train_loss"]]
+    assert train_steps == list(range(1, final["step"] + 1))
+    assert sum(1 for row in rows if row["dev_loss"]) == 6
+    assert (r.dir / "exp/kill/.done/6.train").is_file()
+
+
+def test_missing_corpus_fails_naming_the_path(mini_recipe):
+    proc = mini_recipe.run("--exp", "bad", "--stage", "1", "--stop-stage", "1", *TINY,
+                           "data.swbd_dir=/nonexistent/LDC97S62", check=False)
+    assert proc.returncode != 0
+    assert "/nonexistent/LDC97S62" in proc.stderr
+    assert "stage 1 (prepare) failed" in proc.stderr
+    assert not (mini_recipe.dir / "exp/bad/.done/1.prepare").exists()

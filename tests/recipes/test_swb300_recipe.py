@@ -1,0 +1,69 @@
+"""recipes/swb300 end to end on the tiny synthetic LDC tree with every release quirk: each stage's
+output checked, corpus options mapped to data.* overrides, a missing corpus refused up front.
+
+The lm stage (4) belongs to the LM issue and is skipped here while `python -m asr.lm` does not exist."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from asr.data.datadir import read_data_dir
+from asr.data.validate import validate_data_dir
+from tests.recipes.conftest import Recipe
+from tests.recipes.swb_corpus import HAS_LM_STAGE, quirky_corpus, quirks_done, swb_recipes
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def swb300():
+    return swb_recipes()["swb300"]
+
+
+def test_every_stage_done_and_its_output_valid(swb300):
+    done = sorted(p.name for p in (swb300.dir / "exp/tiny/.done").iterdir() if not p.name.endswith(".cmd"))
+    expected = ["0.prepare", "1.validate", "2.features", "3.tokenizer", "5.train", "6.decode", "7.score"]
+    assert done == sorted(expected + (["4.lm"] if HAS_LM_STAGE else []))
+    for name in ("train_nodup", "train_dev", "eval2000"):
+        assert validate_data_dir(swb300.dir / "data" / name) == [], name
+    feats = (swb300.dir / "feats/logmel40/train_nodup/feats.scp").read_text().splitlines()
+    assert len(feats) == len((swb300.dir / "data/train_nodup/utt2spk").read_text().splitlines())
+    wer = json.loads((swb300.dir / "exp/tiny/decode_eval2000/wer.json").read_text())
+    assert 0 <= wer["total"]["wer"] and wer["total"]["words"] > 100
+
+
+def test_quirks_handled_as_kaldi_would(swb300):
+    quirks = quirks_done(quirky_corpus())
+    train = read_data_dir(swb300.dir / "data/train_nodup")
+    dev = read_data_dir(swb300.dir / "data/train_dev")
+    sides = set(train.wav_scp) | set(dev.wav_scp)
+    assert quirks["missing_side"]["side"] not in sides  # skipped (data.missing_transcript=skip)
+    log = (swb300.dir / "exp/tiny/log/prepare.log").read_text()
+    assert f"skipped 1 audio sides with no transcript: {quirks['missing_side']['side']}" in log
+    assert "come before the line above them" in log  # the unsorted MS98 file
+    clipped = [s for s in (train.segments | dev.segments).values() if s.recording == quirks["past_end"]["side"]]
+    assert max(s.end for s in clipped) <= quirks["past_end"]["audio_seconds"]
+    texts = " ".join(train.text.values()) + " " + " ".join(dev.text.values())
+    assert "aside" not in texts and "[silence]" not in texts
+    evaluation = read_data_dir(swb300.dir / "data/eval2000")
+    assert "((" not in evaluation.verbatim["stm"] and "<B_ASIDE>" not in evaluation.verbatim["stm"]
+    shortened = quirks["shorten"]["file"].split("/")[-1][:-4]
+    assert any(r.startswith(shortened) for r in evaluation.wav_scp)  # decoded, validated, featurised
+
+
+def test_corpus_options_become_data_overrides(swb300):
+    cmd = (swb300.dir / "exp/tiny/.done/0.prepare.cmd").read_text()
+    root = quirky_corpus()
+    assert "data=swb300" in cmd and f"data.swbd_dir='{root / 'LDC97S62'}'" in cmd
+    assert f"data.eval2000_text_dir='{root / 'LDC2002T43'}'" in cmd
+
+
+def test_missing_corpus_refused_before_any_work(tmp_path):
+    recipe = Recipe(tmp_path, "swb300")
+    proc = recipe.run("--exp", "x", "--swbd-dir", "nowhere", check=False)
+    assert proc.returncode != 0
+    assert f"{recipe.dir / 'nowhere'}: Switchboard-1 audio directory (LDC97S62) not found" in proc.stderr
+    assert "data.ms98_dir: required" in proc.stderr and "data.eval2000_dir: required" in proc.stderr
+    assert not (recipe.dir / "data").exists()
