@@ -130,6 +130,23 @@ corpus_overrides() {
   done
 }
 
+# decode_options: --decode beam_lm|greedy and --score hub5|jiwer, for recipes that end in a WER.
+decode_options() {
+  recipe_option decode beam_lm   # beam_lm: CTC beam search with the word LM; greedy: best path
+  recipe_option score hub5       # hub5: stm/CTM/GLM with NIST SCTK (native Python without it); jiwer: Kaldi text
+}
+
+# decode_stages FIRST: tune (beam_lm only), decode and score as stages FIRST..FIRST+2.
+decode_stages() {
+  local n=$1
+  if [[ $decode == beam_lm ]]; then
+    run_stage $n tune   python -m asr.decode.tune decode=beam_lm "${overrides[@]}"
+  fi
+  run_stage $((n + 1)) decode python -m asr.decode decode=$decode "${overrides[@]}"
+  run_stage $((n + 2)) score  python -m asr.score score=$score "${overrides[@]}"
+  last_stage=$((n + 2))
+}
+
 # switchboard_stages: the stages of the real-corpus recipes (swb300, swb2000), after
 # corpus_overrides has pointed the data group at the corpus.
 switchboard_stages() {
@@ -142,18 +159,17 @@ switchboard_stages() {
   run_stage 3 tokenizer python -m asr.text "${overrides[@]}"
   run_stage 4 lm        python -m asr.lm "${overrides[@]}"
   run_stage 5 train     $(train_launcher) asr.train "${overrides[@]}"
-  run_stage 6 decode    python -m asr.decode "${overrides[@]}"
-  run_stage 7 score     python -m asr.score "${overrides[@]}"
+  decode_stages 6
   show_wer
 }
 
-# show_wer: print the eval set's WER table after the score stage.
+# show_wer: print the eval set's WER table after the score stage (decode_stages ran).
 show_wer() {
   local eval_set wer
   eval_set=$(override_value data.eval_set eval2000)
   wer="$exp_dir/decode_$eval_set/wer.md"
-  if (( stop_stage >= 7 )) && [[ -f "$wer" ]]; then
-    log "WER on $eval_set ($wer):"
+  if (( stop_stage >= last_stage )) && [[ -f "$wer" ]]; then
+    log "WER on $eval_set, $decode decoding, $score scoring ($wer):"
     cat "$wer"
   fi
 }

@@ -5,8 +5,7 @@
 cd "$(dirname "$0")"
 RECIPE_ARGS=("$@")
 . ../../scripts/recipe.sh
-recipe_option decode beam_lm   # beam_lm: CTC beam search with the word LM; greedy: best path
-recipe_option score hub5       # hub5: stm/CTM/GLM with NIST SCTK (native Python without it); jiwer: Kaldi text
+decode_options
 recipe_option speed_perturb false  # true: train on <train>_sp, Kaldi's 3-way speed perturbation (0.9 1.0 1.1)
 usage() { sed -n '2,4p' "$0"; }
 parse_options "$@"
@@ -24,13 +23,5 @@ run_stage 3 features  python -m asr.features "${overrides[@]}"
 run_stage 4 tokenizer python -m asr.text "${overrides[@]}"
 run_stage 5 lm        python -m asr.lm "${overrides[@]}"
 run_stage 6 train     $(train_launcher) asr.train "${overrides[@]}"
-if [[ $decode == beam_lm ]]; then
-  run_stage 7 tune    python -m asr.decode.tune decode=beam_lm "${overrides[@]}"
-fi
-run_stage 8 decode    python -m asr.decode decode=$decode "${overrides[@]}"
-run_stage 9 score     python -m asr.score score=$score "${overrides[@]}"
-
-if (( stop_stage >= 9 )) && [[ -f "$exp_dir/decode_eval2000/wer.md" ]]; then
-  log "WER on eval2000, $decode decoding, $score scoring ($exp_dir/decode_eval2000/wer.md):"
-  cat "$exp_dir/decode_eval2000/wer.md"
-fi
+decode_stages 7
+show_wer

@@ -2,13 +2,15 @@
 # SWB-300: Switchboard-1 (LDC97S62) + MS98 transcripts, scored on Hub5-2000 (LDC2002S09/T43).
 #   ./run.sh --swbd-dir DIR --ms98-dir DIR --eval2000-dir DIR --eval2000-text-dir DIR \
 #            [--stage N] [--stop-stage M] [--exp NAME] [--nproc N --nnodes N ...] [overrides...]
-# Stages: 0 prepare, 1 validate, 2 features, 3 tokenizer, 4 lm, 5 train, 6 decode, 7 score.
+# Stages: 0 prepare, 1 validate, 2 features, 3 tokenizer, 4 lm, 5 train, 6 tune (LM weight on dev),
+#         7 decode (--decode beam_lm|greedy), 8 score (--score hub5|jiwer).
 # Presets: experiment=swb300_ssgd | swb300_adpsgd; results and GPU commands in RESULTS.md.
 here=$PWD
 cd "$(dirname "$0")"
 RECIPE_ARGS=("$@")
 . ../../scripts/recipe.sh
-usage() { sed -n '2,7p' "$0"; }
+usage() { sed -n '2,8p' "$0"; }
+decode_options
 recipe_option swbd_dir ""
 recipe_option ms98_dir ""
 recipe_option eval2000_dir ""

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-from importlib.util import find_spec
 from pathlib import Path
 
 from tests.recipes.conftest import Recipe
@@ -67,19 +66,13 @@ TINY_SWB = [
 ]
 
 
-# Stage 4 (lm) belongs to the LM issue: run it once `python -m asr.lm` and its config group exist.
-HAS_LM_STAGE = find_spec("asr.lm") is not None and find_spec("asr.lm.__main__") is not None and (REPO / "conf/lm").is_dir()
 _recipes: dict[str, Recipe] = {}
 _lock = threading.Lock()
 
 
 def _run_all_stages(recipe: Recipe, args: list[str], failures: dict) -> None:
     try:
-        if HAS_LM_STAGE:
-            recipe.run(*args)
-        else:
-            recipe.run(*args, "--stop-stage", "3")
-            recipe.run(*args, "--stage", "5")
+        recipe.run(*args)
     except AssertionError as err:
         failures[recipe.dir.name] = str(err)
 

@@ -1,7 +1,5 @@
 """recipes/swb300 end to end on the tiny synthetic LDC tree with every release quirk: each stage's
-output checked, corpus options mapped to data.* overrides, a missing corpus refused up front.
-
-The lm stage (4) belongs to the LM issue and is skipped here while `python -m asr.lm` does not exist."""
+output checked, corpus options mapped to data.* overrides, a missing corpus refused up front."""
 
 from __future__ import annotations
 
@@ -12,7 +10,7 @@ import pytest
 from asr.data.datadir import read_data_dir
 from asr.data.validate import validate_data_dir
 from tests.recipes.conftest import Recipe
-from tests.recipes.swb_corpus import HAS_LM_STAGE, quirky_corpus, quirks_done, swb_recipes
+from tests.recipes.swb_corpus import quirky_corpus, quirks_done, swb_recipes
 
 pytestmark = pytest.mark.slow
 
@@ -24,8 +22,7 @@ def swb300():
 
 def test_every_stage_done_and_its_output_valid(swb300):
     done = sorted(p.name for p in (swb300.dir / "exp/tiny/.done").iterdir() if not p.name.endswith(".cmd"))
-    expected = ["0.prepare", "1.validate", "2.features", "3.tokenizer", "5.train", "6.decode", "7.score"]
-    assert done == sorted(expected + (["4.lm"] if HAS_LM_STAGE else []))
+    assert done == ["0.prepare", "1.validate", "2.features", "3.tokenizer", "4.lm", "5.train", "6.tune", "7.decode", "8.score"]
     for name in ("train_nodup", "train_dev", "eval2000"):
         assert validate_data_dir(swb300.dir / "data" / name) == [], name
     feats = (swb300.dir / "feats/logmel40/train_nodup/feats.scp").read_text().splitlines()
