@@ -136,7 +136,8 @@ decode_options() {
   recipe_option score hub5       # hub5: stm/CTM/GLM with NIST SCTK (native Python without it); jiwer: Kaldi text
 }
 
-# decode_stages FIRST: tune (beam_lm only), decode and score as stages FIRST..FIRST+2.
+# decode_stages FIRST: tune (beam_lm only), decode and score as stages FIRST..FIRST+2. With the
+# LM, greedy decoding is scored too (decode_<set>_greedy/, seconds), to show what the LM brings.
 decode_stages() {
   local n=$1
   if [[ $decode == beam_lm ]]; then
@@ -144,6 +145,10 @@ decode_stages() {
   fi
   run_stage $((n + 1)) decode python -m asr.decode decode=$decode "${overrides[@]}"
   run_stage $((n + 2)) score  python -m asr.score score=$score "${overrides[@]}"
+  if [[ $decode == beam_lm ]]; then
+    run_stage $((n + 1)) decode_greedy python -m asr.decode decode=greedy decode.dir_suffix=_greedy "${overrides[@]}"
+    run_stage $((n + 2)) score_greedy  python -m asr.score score=$score decode.dir_suffix=_greedy "${overrides[@]}"
+  fi
   last_stage=$((n + 2))
 }
 
@@ -163,12 +168,18 @@ switchboard_stages() {
   show_wer
 }
 
-# show_wer: print the eval set's WER table after the score stage (decode_stages ran).
+# show_wer: print the eval set's WER tables after the score stage (decode_stages ran).
 show_wer() {
   local eval_set wer
   eval_set=$(override_value data.eval_set eval2000)
+  (( stop_stage >= last_stage )) || return 0
+  wer="$exp_dir/decode_${eval_set}_greedy/wer.md"
+  if [[ $decode == beam_lm && -f "$wer" ]]; then
+    log "WER on $eval_set, greedy decoding (no LM), $score scoring ($wer):"
+    cat "$wer"
+  fi
   wer="$exp_dir/decode_$eval_set/wer.md"
-  if (( stop_stage >= last_stage )) && [[ -f "$wer" ]]; then
+  if [[ -f "$wer" ]]; then
     log "WER on $eval_set, $decode decoding, $score scoring ($wer):"
     cat "$wer"
   fi

@@ -9,6 +9,7 @@ class DecodeConfig:
     kind: str = "greedy"  # greedy | beam_lm (word LM) | loglikes (Kaldi log-likelihoods of a frame_ce model)
     sets: list = field(default_factory=list)  # data sets to decode; empty -> [data.eval_set]
     checkpoint: str = "last"  # last | best | path
+    dir_suffix: str = ""  # output in <exp_dir>/decode_<set><dir_suffix>/ (e.g. _greedy beside the LM decode)
     batch_size: int = 32
     frame_shift_ms: float = 10.0
     # kind=loglikes (asr/decode/loglikes.py): log posterior - prior_scale x log prior, Kaldi ark/scp

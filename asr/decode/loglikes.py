@@ -40,6 +40,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from asr.data.datadir import c_sort_key, read_data_dir
+from asr.decode.output import decode_dir
 from asr.decode.stage import decode_sets, length_sorted_batches
 from asr.models.blstm import AcousticModel
 from asr.train.alignments import read_pdf_counts
@@ -153,7 +154,7 @@ def export_set(cfg, set_name: str, model: AcousticModel, log_prior: Tensor, devi
         raise InputError(f"{reader.set_dir}/feat_dim: {reader.feat_dim}, but the model was trained on {model.input_dim}-dim features")
     utts = [u for u in reader.utts() if u in data.utt2spk]
     exporter = SetExporter(model, log_prior, reader, device, cfg.decode.prior_scale, cfg.decode.upsample)
-    out_dir = Path(cfg.exp_dir) / f"decode_{set_name}"
+    out_dir = decode_dir(cfg, set_name)
     batches = length_sorted_batches(utts, reader.num_frames, cfg.decode.batch_size)
     with loglike_archive(out_dir) as archive:
         for batch in tqdm(batches, desc=f"loglikes {set_name}", disable=None, leave=False, dynamic_ncols=True):

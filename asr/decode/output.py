@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from asr.data.datadir import DataDir, c_sort_key, write_table
 from asr.decode.hypothesis import Hypothesis
@@ -17,6 +18,11 @@ from asr.text.tokenizer import Tokenizer
 from asr.utils.atomic import atomic_open, atomic_path
 
 DEFAULT_CHANNEL = "A"
+
+
+def decode_dir(cfg, set_name: str) -> Path:
+    """Where a set's hypotheses and scores go: <exp_dir>/decode_<set><decode.dir_suffix>."""
+    return Path(cfg.exp_dir) / f"decode_{set_name}{cfg.decode.get('dir_suffix', '')}"
 
 
 @dataclass(frozen=True)

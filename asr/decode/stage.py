@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from asr.data.datadir import DataDir, read_data_dir
-from asr.decode.output import CtmLine, ctm_lines, timed_words, write_ctm, write_hyp_text
+from asr.decode.output import CtmLine, ctm_lines, decode_dir, timed_words, write_ctm, write_hyp_text
 from asr.decode.search import ParallelBeamSearch, Search, beam_options, beam_search, beam_spec, greedy_search
 from asr.models.blstm import AcousticModel
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path
@@ -95,7 +95,7 @@ def decode_set(
     decoder = SetDecoder(model, tokenizer, device, data, reader, cfg.decode.frame_shift_ms, search)
     for batch in length_sorted_batches(utts, reader.num_frames, cfg.decode.batch_size):
         decoder.decode_batch(batch)
-    out_dir = Path(cfg.exp_dir) / f"decode_{set_name}"
+    out_dir = decode_dir(cfg, set_name)
     write_hyp_text(out_dir / "hyp.txt", decoder.hyps)
     write_ctm(out_dir / "hyp.ctm", decoder.ctm)
     log.info("%s: %d hypotheses, %d words -> %s", set_name, len(decoder.hyps), len(decoder.ctm), out_dir)

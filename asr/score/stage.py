@@ -10,6 +10,7 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
+from asr.decode.output import decode_dir
 from asr.score.hub5.scorer import score_hub5
 from asr.score.report import markdown_table, write_reports
 from asr.score.result import ScoreResult
@@ -33,10 +34,6 @@ SCORERS: dict[str, Callable[[DictConfig, str], ScoreResult]] = {"jiwer": score_w
 def sets_to_score(cfg: DictConfig) -> list[str]:
     """The decoded sets: decode.sets, or the evaluation set when that list is empty."""
     return list(cfg.decode.sets) or [cfg.data.eval_set]
-
-
-def decode_dir(cfg: DictConfig, set_name: str) -> Path:
-    return Path(cfg.exp_dir) / f"decode_{set_name}"
 
 
 def scorer(kind: str) -> Callable[[DictConfig, str], ScoreResult]:

@@ -51,11 +51,20 @@ def test_stages_run_one_by_one_then_skip(mini_recipe):
     assert wer["total"]["words"] == wer["swb"]["words"] + wer["callhome"]["words"]
     assert (exp / "decode_eval2000/wer.md").read_text().startswith("|")
 
+    # Beside the LM decode, greedy decoding is scored for comparison, in its own dir.
+    for name in ("8.decode_greedy", "9.score_greedy"):
+        assert (exp / ".done" / name).is_file(), name
+    greedy = json.loads((exp / "decode_eval2000_greedy/wer.json").read_text())
+    # The same references; SCTK counts a GLM alternative's words as the hypothesis matched them.
+    assert greedy["total"]["words"] == pytest.approx(wer["total"]["words"], rel=0.01)
+    assert (exp / "decode_eval2000_greedy/hyp.ctm").is_file() and (exp / "decode_eval2000_greedy/wer.md").is_file()
+
     # A second run of every stage skips them all and still prints the WER table.
     proc = r.run("--exp", "smoke", *TINY, timeout=120)
     for n, name in enumerate(STAGES):
         assert f"stage {n} ({name.split('.')[1]}): done already" in proc.stderr
-    assert "| total |" in proc.stdout
+    assert "greedy decoding (no LM)" in proc.stderr and "beam_lm decoding" in proc.stderr
+    assert proc.stdout.count("| total |") == 2
     commands = (exp / "commands.log").read_text().splitlines()
     assert len(commands) == len(STAGES) + 1 and "--exp smoke" in commands[-1]
 

@@ -23,7 +23,8 @@ def swb2000():
 
 def test_every_stage_done_and_its_output_valid(swb2000):
     done = sorted(p.name for p in (swb2000.dir / "exp/tiny/.done").iterdir() if not p.name.endswith(".cmd"))
-    assert done == ["0.prepare", "1.validate", "2.features", "3.tokenizer", "4.lm", "5.train", "6.tune", "7.decode", "8.score"]
+    assert done == ["0.prepare", "1.validate", "2.features", "3.tokenizer", "4.lm", "5.train", "6.tune", "7.decode",
+                    "7.decode_greedy", "8.score", "8.score_greedy"]
     for name in ("train_nodup", "train_dev", "eval2000"):
         assert validate_data_dir(swb2000.dir / "data" / name) == [], name
     wer = json.loads((swb2000.dir / "exp/tiny/decode_eval2000/wer.json").read_text())

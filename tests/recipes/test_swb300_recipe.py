@@ -22,7 +22,8 @@ def swb300():
 
 def test_every_stage_done_and_its_output_valid(swb300):
     done = sorted(p.name for p in (swb300.dir / "exp/tiny/.done").iterdir() if not p.name.endswith(".cmd"))
-    assert done == ["0.prepare", "1.validate", "2.features", "3.tokenizer", "4.lm", "5.train", "6.tune", "7.decode", "8.score"]
+    assert done == ["0.prepare", "1.validate", "2.features", "3.tokenizer", "4.lm", "5.train", "6.tune", "7.decode",
+                    "7.decode_greedy", "8.score", "8.score_greedy"]
     for name in ("train_nodup", "train_dev", "eval2000"):
         assert validate_data_dir(swb300.dir / "data" / name) == [], name
     feats = (swb300.dir / "feats/logmel40/train_nodup/feats.scp").read_text().splitlines()

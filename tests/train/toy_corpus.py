@@ -99,6 +99,7 @@ def toy_overrides(root: Path, extra: list[str] | None = None) -> list[str]:
         f"features.feats_dir={root / 'feats'}",
         "features.name=toy",
         f"tokenizer.lang_dir={root / 'lang'}",
+        "tokenizer=bpe300",  # the toy words are letter patterns BPE learns whole
         "tokenizer.vocab_size=40",
         f"exp_dir={root / 'exp'}",
         "model.num_layers=1",

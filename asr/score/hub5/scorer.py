@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from asr.decode.output import decode_dir
 from asr.score.hub5.ctm import filter_ctm, read_ctm, write_ctm_words
 from asr.score.hub5.glm import read_glm
 from asr.score.hub5.native import score_native
@@ -66,7 +67,7 @@ def choose_backend(cfg):
 
 
 def score_hub5(cfg, set_name: str) -> ScoreResult:
-    from asr.score.stage import decode_dir, score_with_jiwer  # the stage module registers this scorer
+    from asr.score.stage import score_with_jiwer  # the stage module registers this scorer
 
     stm_path = reference_file(cfg, set_name, "stm")
     if not stm_path.is_file():
