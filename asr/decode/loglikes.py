@@ -41,10 +41,10 @@ from tqdm import tqdm
 
 from asr.data.datadir import c_sort_key, read_data_dir
 from asr.decode.output import decode_dir
-from asr.decode.stage import decode_sets, length_sorted_batches
+from asr.decode.stage import decode_sets, length_sorted_batches, load_checkpoint_with_head
 from asr.models.blstm import AcousticModel
 from asr.train.alignments import read_pdf_counts
-from asr.train.checkpoint import CheckpointDir, load_checkpoint, model_from_checkpoint
+from asr.train.checkpoint import model_from_checkpoint
 from asr.train.data import FeatureReader, data_set_dir, feature_set_dir
 from asr.train.device import select_device
 from asr.train.objectives import PDF_COUNTS_NAME
@@ -105,11 +105,8 @@ def loglike_archive(out_dir: Path) -> Iterator[LoglikeWriter]:
 
 
 def load_frame_ce_model(cfg, device: torch.device) -> tuple[AcousticModel, Path]:
-    path = CheckpointDir(Path(cfg.exp_dir) / "checkpoints").resolve(str(cfg.decode.checkpoint))
-    state = load_checkpoint(path, map_location="cpu")
-    head = state["model_info"]["config"].get("head", "ctc")
-    if head != "frame_ce":
-        raise InputError(f"{path}: a model with a {head!r} head; log-likelihoods need a frame_ce (hybrid) model (decode.kind=greedy decodes CTC)")
+    state, path = load_checkpoint_with_head(
+        cfg, "frame_ce", "log-likelihoods need a frame_ce (hybrid) model (decode.kind=greedy decodes CTC)")
     log.info("log-likelihoods of %s (epoch %d, step %d)", path, state["epoch"], state["step"])
     return model_from_checkpoint(state, path).to(device), path
 

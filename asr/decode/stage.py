@@ -28,13 +28,20 @@ def decode_sets(cfg) -> list[str]:
     return list(cfg.decode.sets) or [cfg.data.eval_set]
 
 
-def load_decoding_model(cfg, device: torch.device) -> tuple[AcousticModel, Tokenizer]:
-    """The model of decode.checkpoint (last | best | path) and the tokenizer it was trained with."""
+def load_checkpoint_with_head(cfg, head: str, otherwise: str) -> tuple[dict, Path]:
+    """decode.checkpoint (last | best | path), refused with `otherwise` unless the model has `head`."""
     path = CheckpointDir(Path(cfg.exp_dir) / "checkpoints").resolve(str(cfg.decode.checkpoint))
     state = load_checkpoint(path, map_location="cpu")
-    head = state["model_info"]["config"].get("head", "ctc")
-    if head != "ctc":
-        raise InputError(f"{path}: a {head} model, not CTC; export its log-likelihoods for Kaldi with decode=loglikes")
+    actual = state["model_info"]["config"].get("head", "ctc")
+    if actual != head:
+        raise InputError(f"{path}: a model with a {actual!r} head; {otherwise}")
+    return state, path
+
+
+def load_decoding_model(cfg, device: torch.device) -> tuple[AcousticModel, Tokenizer]:
+    """The CTC model of decode.checkpoint and the tokenizer it was trained with."""
+    state, path = load_checkpoint_with_head(
+        cfg, "ctc", "not CTC; export a frame_ce model's log-likelihoods for Kaldi with decode=loglikes")
     model = model_from_checkpoint(state, path).to(device)
     tokenizer = Tokenizer(tokenizer_model_path(cfg.tokenizer))
     if tokenizer.vocab_size != state["model_info"]["num_outputs"]:

@@ -124,5 +124,5 @@ def test_export_refuses_ctc_models_and_mismatched_counts(exp, tmp_path):
     save_checkpoint(ctc_path, checkpoint_state(build_model(model_cfg, FEAT_DIM, 5), model_cfg))
     with pytest.raises(InputError, match="a model with a 'ctc' head; log-likelihoods need a frame_ce"):
         decode(load_config(hybrid_overrides(exp, ["decode.sets=[eval]", f"decode.checkpoint={ctc_path}"])))
-    with pytest.raises(InputError, match="a frame_ce model, not CTC; export its log-likelihoods for Kaldi with decode=loglikes"):
+    with pytest.raises(InputError, match="a model with a 'frame_ce' head; not CTC; export a frame_ce model's log-likelihoods for Kaldi with decode=loglikes"):
         decode(load_config(hybrid_overrides(exp, ["decode.sets=[eval]", "decode=greedy"])))

@@ -21,8 +21,8 @@ from pathlib import Path
 import kaldiio
 import numpy as np
 
-from asr.data.datadir import DataDir, Segment, write_data_dir
-from asr.features.cmvn import compute_stats, write_stats
+from asr.data.datadir import DataDir, Segment
+from tests.train.toy_corpus import write_data_and_features
 
 # (phone, hmm_state, pdf), sorted as Kaldi keeps them.
 HMM_TRIPLES = [
@@ -190,13 +190,7 @@ def write_hybrid_set(root: Path, set_name: str, num_utts: int, seed: int, feats_
         data.segments[utt] = Segment(speaker, start, start + len(padded) / 100)
         data.wav_scp[speaker] = f"/dev/null/{speaker}.wav"
         data.reco2file_and_channel[speaker] = (speaker.split("-")[0], speaker.split("-")[1])
-    write_data_dir(data, root / "data" / set_name)
-    with kaldiio.WriteHelper(f"ark,scp:{feats_dir / 'feats.ark'},{feats_dir / 'feats.scp'}") as writer:
-        for utt in sorted(mats):
-            writer(utt, mats[utt])
-    (feats_dir / "feat_dim").write_text(f"{FEAT_DIM}\n")
-    (feats_dir / "utt2num_frames").write_text("".join(f"{u} {len(mats[u])}\n" for u in sorted(mats)))
-    write_stats(compute_stats("global", mats, data.utt2spk), feats_dir, "global")
+    write_data_and_features(root / "data" / set_name, data, feats_dir, mats)
     return tids, pdfs
 
 

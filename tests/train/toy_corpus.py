@@ -58,15 +58,20 @@ def write_set(root: Path, set_name: str, num_utts: int, seed: int, feats_name: s
         data.segments[utt] = Segment(speaker, start, start + len(mat) / 100)
         data.wav_scp[speaker] = f"/dev/null/{speaker}.wav"
         data.reco2file_and_channel[speaker] = (speaker.split("-")[0], speaker.split("-")[1])
-    write_data_dir(data, root / "data" / set_name)
+    write_data_and_features(root / "data" / set_name, data, feats_dir, mats)
+    return transcripts
+
+
+def write_data_and_features(data_dir: Path, data: DataDir, feats_dir: Path, mats: dict[str, np.ndarray]) -> None:
+    """A set's Kaldi data dir and its features (ark/scp, feat_dim, utt2num_frames, global CMVN)."""
+    write_data_dir(data, data_dir)
     with kaldiio.WriteHelper(f"ark,scp:{feats_dir / 'feats.ark'},{feats_dir / 'feats.scp'}") as writer:
         for utt in sorted(mats):
             writer(utt, mats[utt])
-    (feats_dir / "feat_dim").write_text(f"{FEAT_DIM}\n")
+    (feats_dir / "feat_dim").write_text(f"{next(iter(mats.values())).shape[1]}\n")
     (feats_dir / "utt2num_frames").write_text("".join(f"{u} {len(mats[u])}\n" for u in sorted(mats)))
     # Global CMVN: per-utterance means would shift a word's pattern with the words around it.
     write_stats(compute_stats("global", mats, data.utt2spk), feats_dir, "global")
-    return transcripts
 
 
 def write_toy_corpus(root: Path, num_train: int = 40, num_dev: int = 8) -> None:
