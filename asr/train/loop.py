@@ -90,7 +90,7 @@ class Trainer:
         self.sampler = BucketBatchSampler(self.train_set.num_frames, self.tcfg.max_frames, self.tcfg.max_utts, seed=cfg.seed, **shard)
         self.dev_sampler = BucketBatchSampler(self.dev_set.num_frames, self.tcfg.max_frames, self.tcfg.max_utts, shuffle=False, **shard)
         self.checkpoints = CheckpointDir(self.exp_dir / "checkpoints", self.tcfg.keep_checkpoints)
-        self.trainlog = TrainLog(self.exp_dir)
+        self.trainlog = TrainLog(self.exp_dir, self.objective.loss_label)
         self.progress = Progress()
         self.run_start = time.monotonic()
 

@@ -59,6 +59,7 @@ class Objective:
     name = ""
     head = ""  # the model.head it trains
     unit = ""  # what the loss is averaged over
+    loss_label = "loss"  # the y axis of loss.png
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -86,6 +87,7 @@ class Objective:
 class CtcObjective(Objective):
     name = head = "ctc"
     unit = "token"
+    loss_label = "CTC loss per token"
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -108,6 +110,7 @@ class FrameCeObjective(Objective):
 
     name = head = "frame_ce"
     unit = "frame"
+    loss_label = "cross-entropy per frame"
 
     def __init__(self, cfg):
         super().__init__(cfg)

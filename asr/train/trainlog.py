@@ -46,7 +46,8 @@ def _parse(text: str, kind: type):
 
 
 class TrainLog:
-    def __init__(self, exp_dir: str | Path):
+    def __init__(self, exp_dir: str | Path, loss_label: str = "loss"):
+        self.loss_label = loss_label
         self.csv_path = Path(exp_dir) / "train_log.csv"
         self.plot_path = Path(exp_dir) / "loss.png"
         self.rows: list[LogRow] = self._read()
@@ -86,7 +87,7 @@ class TrainLog:
         if dev:
             ax.plot(*zip(*dev), "o-", label="dev (epoch end)")
         ax.set_xlabel("step")
-        ax.set_ylabel("CTC loss per token")
+        ax.set_ylabel(self.loss_label)
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()

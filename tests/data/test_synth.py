@@ -300,7 +300,7 @@ def test_glm_is_nist1(corpus):
 def test_eval_speakers_are_new_combinations_within_training_ranges():
     plan = plan_corpus(load_config(["synth=mini"]).synth)
     train, swb, callhome = plan.speakers.train, plan.speakers.eval_swb, plan.speakers.eval_callhome
-    assert (len(train), len(swb), len(callhome)) == (60, 8, 8)
+    assert (len(train), len(swb), len(callhome)) == (240, 8, 8)
     trained = {s.combination for s in train}
     assert not trained & {s.combination for s in swb + callhome}
     assert {s.accent for s in swb + callhome} <= {s.accent for s in train}

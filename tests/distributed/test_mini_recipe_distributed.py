@@ -31,8 +31,12 @@ RUNS = {
 
 
 def stage_number(recipe: Recipe, name: str) -> int:
-    """The recipe's number for a stage, read from its run.sh (stages get renumbered)."""
-    return int(re.search(rf"run_stage (\d+) {name}\b", (recipe.dir / "run.sh").read_text()).group(1))
+    """The recipe's number for a stage, read from its run.sh (stages get renumbered); tune,
+    decode and score are the three stages from `decode_stages N` on (scripts/recipe.sh)."""
+    script = (recipe.dir / "run.sh").read_text()
+    if name in ("tune", "decode", "score"):
+        return int(re.search(r"decode_stages (\d+)", script).group(1)) + ("tune", "decode", "score").index(name)
+    return int(re.search(rf"run_stage (\d+) {name}\b", script).group(1))
 
 
 @pytest.fixture(scope="module")
