@@ -30,7 +30,7 @@ from asr.config import load_config
 from asr.data.datadir import read_data_dir
 from asr.decode.search import ParallelBeamSearch, beam_options, beam_spec
 from asr.decode.greedy import ctc_greedy
-from asr.text.tokenizer import BLANK_ID, Tokenizer, tokenizer_model_path
+from asr.text.tokenizer import BLANK_ID
 from asr.train.data import data_set_dir
 from asr.utils.atomic import write_text
 
@@ -61,7 +61,7 @@ def run(cfg, set_name: str, jobs: list[int]) -> dict:
     tensors = [(torch.from_numpy(a)[None], torch.tensor([a.shape[0]])) for a in arrays.values()]
     _, greedy_seconds = timed(lambda: [ctc_greedy(lp, n, blank=BLANK_ID) for lp, n in tensors])
     results = {"acoustic_model": am_seconds, "greedy": greedy_seconds}
-    spec, options = beam_spec(cfg, Tokenizer(tokenizer_model_path(cfg.tokenizer))), beam_options(cfg)
+    spec, options = beam_spec(cfg, tokenizer), beam_options(cfg)
     for n in jobs:
         with ParallelBeamSearch(spec, n) as pool:
             _, seconds = timed(lambda: pool([arrays[u] for u in utts], options))

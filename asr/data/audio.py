@@ -26,7 +26,7 @@ import soundfile as sf
 
 from asr.data.perturb import change_speed, sox_speed_pipe
 from asr.data.shorten import CONVERT_HINT, decode_shorten
-from asr.data.sphere import is_sphere, read_sphere_header
+from asr.data.sphere import SphereHeader, is_sphere, read_sphere_header
 from asr.utils.errors import InputError
 
 # How far a segment may end past the last sample: a frame of rounding, as Kaldi tolerates.
@@ -72,16 +72,11 @@ def _check_exists(path: str) -> None:
         raise InputError(f"{path}: audio file not found (named in wav.scp); check the corpus path")
 
 
-def _read_compressed_sphere(path: str) -> tuple[np.ndarray, int]:
+def _read_compressed_sphere(path: str, header: SphereHeader) -> tuple[np.ndarray, int]:
     """All channels of a compressed SPHERE file, or an InputError saying how to convert it."""
-    header = read_sphere_header(path)
     if not header.shorten:
         raise InputError(f"{path}: SPHERE sample_coding {header.sample_coding!r} is not supported; {CONVERT_HINT}")
     return decode_shorten(path, header.header_bytes, header.sample_rate, header.sample_count), header.sample_rate
-
-
-def _is_compressed_sphere(path: str) -> bool:
-    return is_sphere(path) and read_sphere_header(path).compressed
 
 
 def _read_file(path: str, channel: int, start: float = 0.0, end: float | None = None) -> tuple[np.ndarray, int]:
@@ -89,8 +84,9 @@ def _read_file(path: str, channel: int, start: float = 0.0, end: float | None = 
     the requested frame on, so a segment costs only its own samples."""
     _check_exists(path)
     try:
-        if _is_compressed_sphere(path):
-            samples, rate = _read_compressed_sphere(path)
+        header = read_sphere_header(path) if is_sphere(path) else None
+        if header is not None and header.compressed:
+            samples, rate = _read_compressed_sphere(path, header)
             samples = samples[int(round(start * rate)):None if end is None else int(round(end * rate))]
         else:
             rate = sf.info(path).samplerate

@@ -81,10 +81,11 @@ def missing_swbd_inputs(swbd_dir: str | os.PathLike | None, ms98_dir: str | os.P
     """Each missing input as 'path: what should be there' (empty when everything is present);
     a location that is None (not given) is not checked."""
     missing = []
-    if swbd_dir is not None and not Path(swbd_dir).is_dir():
-        missing.append(f"{swbd_dir}: Switchboard-1 audio directory (LDC97S62) not found")
-    elif swbd_dir is not None and not find_sph_files(swbd_dir):
-        missing.append(f"{Path(swbd_dir) / 'swb1_d1/data/sw0NNNN.sph'}: no SPHERE files sw0NNNN.sph below {swbd_dir}")
+    if swbd_dir is not None:
+        if not Path(swbd_dir).is_dir():
+            missing.append(f"{swbd_dir}: Switchboard-1 audio directory (LDC97S62) not found")
+        elif not find_sph_files(swbd_dir):
+            missing.append(f"{Path(swbd_dir) / 'swb1_d1/data/sw0NNNN.sph'}: no SPHERE files sw0NNNN.sph below {swbd_dir}")
     if ms98_dir is None:
         return missing
     if not Path(ms98_dir).is_dir():

@@ -61,14 +61,10 @@ def average_optimizer_state(optimizer: torch.optim.Optimizer, world_size: int, r
         raise DistributedError(f"learner {rank}: optimizer states differ in shape between learners ({low.tolist()} vs {high.tolist()}); cannot average them")
     if not tensors:
         return
-    device = tensors[0].device
-    flat = torch.cat([t.detach().reshape(-1).to(device, torch.float64) for t in tensors])
+    flat = flat_parameters(tensors).to(torch.float64)
     dist.all_reduce(flat)
     flat /= world_size
-    offset = 0
-    for t in tensors:
-        t.copy_(flat[offset : offset + t.numel()].view_as(t))
-        offset += t.numel()
+    set_parameters_(tensors, flat)
 
 
 class AdpsgdUpdater(Updater):

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from asr.data.datadir import c_sort_key, read_data_dir, read_table, write_table
 from asr.features import cmvn
-from asr.features.extract import SetSummary, repoint_scp
+from asr.features.extract import SetSummary, _add_stats, repoint_scp
 from asr.features.kaldi_io import apply_transform, read_matrix, read_transforms
 from asr.features.splice import splice
 from asr.utils.atomic import atomic_dir
@@ -148,8 +148,7 @@ def _materialise(kaldi_dir: Path, kaldi_set: Path, feats, utt2spk: dict[str, str
             writer(utt, out)
             num_frames[utt], dim = out.shape[0], out.shape[1]
             if cmvn_unit != "none":
-                for key, value in cmvn.compute_stats(cmvn_unit, {utt: out}, utt2spk).items():
-                    stats[key] = stats[key] + value if key in stats else value
+                _add_stats(stats, cmvn.compute_stats(cmvn_unit, {utt: out}, utt2spk))
     repoint_scp(tmp / "feats.scp", out_dir.absolute() / "feats.ark")
     _write_stats(stats, tmp, out_dir, cmvn_unit)
     return num_frames, dim

@@ -118,8 +118,11 @@ class BlstmEncoder(nn.Module):
         return hidden, out_lens
 
 
-class CtcHead(nn.Module):
-    """Output layer over the token vocabulary (blank = 0) giving log-probabilities."""
+class OutputHead(nn.Module):
+    """Output layer giving log-probabilities, one row per model frame: over the token
+    vocabulary (blank = 0) for CTC, or over context-dependent HMM states (Kaldi pdf ids) for
+    frame-level cross-entropy (see asr.train.frame_targets for which label each frame is
+    trained on, and asr.decode.loglikes for the way back to 10 ms frames)."""
 
     def __init__(self, input_dim: int, num_outputs: int):
         super().__init__()
@@ -129,23 +132,7 @@ class CtcHead(nn.Module):
         return torch.log_softmax(self.linear(hidden), dim=-1)
 
 
-class FrameCeHead(nn.Module):
-    """Output layer over context-dependent HMM states (Kaldi pdf ids) giving log-posteriors.
-
-    Trained with frame-level cross-entropy against alignments; one output per model frame,
-    i.e. every `subsample`-th input frame (see asr.train.frame_targets for which label each
-    frame is trained on, and asr.decode.loglikes for the way back to 10 ms frames).
-    """
-
-    def __init__(self, input_dim: int, num_pdfs: int):
-        super().__init__()
-        self.linear = nn.Linear(input_dim, num_pdfs)
-
-    def forward(self, hidden: Tensor) -> Tensor:
-        return torch.log_softmax(self.linear(hidden), dim=-1)
-
-
-HEADS: dict[str, type[nn.Module]] = {"ctc": CtcHead, "frame_ce": FrameCeHead}
+HEADS: dict[str, type[nn.Module]] = {"ctc": OutputHead, "frame_ce": OutputHead}
 
 
 class AcousticModel(nn.Module):
