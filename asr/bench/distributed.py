@@ -32,6 +32,7 @@ import json
 import logging
 import multiprocessing
 import os
+import shutil
 import platform
 import socket
 import sys
@@ -119,6 +120,7 @@ def run_job(job: dict, processes: int) -> dict:
     if any(p.exitcode != 0 for p in procs):
         raise RuntimeError(f"benchmark job {job} failed: exit codes {[p.exitcode for p in procs]}")
     seconds = [json.loads((out / f"{r}.json").read_text())["seconds"] for r in range(processes)]
+    shutil.rmtree(out, ignore_errors=True)
     steps, batch = job["steps"], job["arch"]["batch"]
     return {
         "step_s": sum(seconds) / len(seconds) / steps,

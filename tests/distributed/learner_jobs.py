@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -129,6 +130,7 @@ def run_job(spec: dict) -> dict:
         report_path = out / f"report.{rank}.json"
         report = json.loads(report_path.read_text()) if report_path.is_file() else {}
         learners.append(report | {"exit": status[rank], "seconds": seconds[rank], "stderr": (out / f"stderr.{rank}").read_text()})
+    shutil.rmtree(out, ignore_errors=True)  # everything the test needs is in the returned reports
     return {"learners": learners}
 
 

@@ -5,8 +5,10 @@ process start-up, so two cores finish both in little more than the time of one).
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,10 +22,17 @@ QUIRKS = "[asides,missing_side,past_end,shorten,stm_typos,unsorted]"
 _built: dict[str, Path] = {}
 
 
+def session_dir(prefix: str) -> Path:
+    """A temporary directory removed when the test session's interpreter exits."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
 def quirky_corpus() -> Path:
     """The corpus root (built on first use into a temporary directory kept for the session)."""
     if "root" not in _built:
-        base = Path(tempfile.mkdtemp(prefix="swb_corpus_"))
+        base = session_dir("swb_corpus_")
         env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
         proc = subprocess.run(
             [sys.executable, "-m", "asr.data.synth", "synth=tiny", f"synth.out_dir={base / 'corpus'}",
@@ -81,7 +90,7 @@ def swb_recipes() -> dict[str, Recipe]:
     """recipes/swb300 and recipes/swb2000 run end to end (experiment `tiny`) on the quirky corpus."""
     with _lock:
         if not _recipes:
-            root, base = quirky_corpus(), Path(tempfile.mkdtemp(prefix="swb_recipes_"))
+            root, base = quirky_corpus(), session_dir("swb_recipes_")
             failures: dict[str, str] = {}
             threads = []
             for name, fisher in (("swb300", False), ("swb2000", True)):
