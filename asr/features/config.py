@@ -36,13 +36,15 @@ class FmllrConfig:
 
 @dataclass
 class SpecAugmentConfig:
-    """SpecAugment-style masking of training features (asr.features.specaugment); 0 masks = off."""
+    """SpecAugment-style masking and VTLP-style warping of training features
+    (asr.features.specaugment); 0 masks and 0 warp = off."""
 
     freq_masks: int = 0  # bands of feature dimensions set to zero (the CMVN'd mean)
     freq_width: int = 10  # each band at most this wide
     time_masks: int = 0  # runs of frames set to zero
     time_width: int = 40  # each run at most this long...
     time_ratio: float = 0.2  # ...and at most this fraction of the utterance
+    freq_warp: float = 0.0  # feature axis stretched by a factor uniform in 1 +- this (VTLP; 0.1 is usual)
 
 
 @dataclass

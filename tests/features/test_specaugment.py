@@ -5,13 +5,35 @@ import numpy as np
 import torch
 
 from asr.features.config import SpecAugmentConfig
-from asr.features.specaugment import SpecAugment
+from asr.features.specaugment import SpecAugment, warp_frequency
 from asr.train.data import FeatureReader
 
 
 def test_off_by_default():
     assert SpecAugment.from_config(SpecAugmentConfig()) is None
     assert SpecAugment.from_config(SpecAugmentConfig(time_masks=1)) == SpecAugment(0, 10, 1, 40, 0.2)
+    assert SpecAugment.from_config(SpecAugmentConfig(freq_warp=0.1)) == SpecAugment(0, 10, 0, 40, 0.2, 0.1)
+
+
+def test_frequency_warp_moves_spectral_peaks_and_keeps_the_edges():
+    ramp = torch.arange(40, dtype=torch.float32).repeat(3, 1)  # value = bin index
+    assert torch.equal(warp_frequency(ramp, 1.0), ramp)
+    for alpha in (0.9, 1.1):
+        out = warp_frequency(ramp, alpha)
+        assert out[0, 0] == 0 and out[0, -1] == 39  # edges stay in place
+        assert bool((out[0, 1:] > out[0, :-1]).all())  # monotone: no bins swapped
+        assert torch.allclose(out[:, :20], alpha * ramp[:, :20])  # linear below the knee
+    peak = torch.exp(-0.5 * (torch.arange(40.0) - 20.0) ** 2)[None, :]
+    assert int(warp_frequency(peak, 1.1).argmax()) == 18  # 20 / 1.1 = 18.2: a longer vocal tract
+    assert int(warp_frequency(peak, 0.9).argmax()) == 22  # 20 / 0.9 = 22.2
+
+
+def test_warp_factor_is_drawn_within_its_range():
+    ramp = torch.arange(40, dtype=torch.float32)[None, :]
+    augment = SpecAugment(freq_warp=0.1)
+    slopes = [float(augment(ramp, torch.Generator().manual_seed(seed))[0, 10] / 10) for seed in range(200)]
+    assert 0.9 <= min(slopes) < 0.92 and 1.08 < max(slopes) <= 1.1
+    assert abs(np.mean(slopes) - 1.0) < 0.01
 
 
 def test_masks_bands_and_runs_within_their_limits():
