@@ -32,8 +32,8 @@ import json
 import logging
 import multiprocessing
 import os
-import shutil
 import platform
+import shutil
 import socket
 import sys
 import tempfile
