@@ -7,7 +7,9 @@ output indices, with the CTC blank at 0 and no offset arithmetic anywhere.
 
 Transcript tags (`[noise]`, `[laughter]`, `[vocalized-noise]`) are user-defined symbols
 written with their word-boundary mark (`▁[noise]`), so each tag is exactly one token and
-one CTC emission. Partial words (`ab-`) need nothing special: `-` is an ordinary character.
+one CTC emission. A tag is a whole word on output too: a piece emitted right after it starts
+a new word even without its own '▁' (greedy CTC can emit `▁[noise] t`, which must not become
+the word `[noise]t`). Partial words (`ab-`) need nothing special: `-` is an ordinary character.
 
 Files in the language dir, for a model named `<type><N>` (e.g. `bpe300`):
 `<type><N>.model` (sentencepiece), `<type><N>.vocab` (piece<TAB>score, as sentencepiece
@@ -107,7 +109,12 @@ class Tokenizer:
         return self.sp.encode(text)
 
     def decode(self, ids: Iterable[int]) -> str:
-        return self.sp.decode([int(i) for i in ids if i != BLANK_ID]).strip()
+        ids = [int(i) for i in ids if i != BLANK_ID]
+        return " ".join(word for word, _, _ in self.word_spans(ids))
+
+    def _is_tag(self, token_id: int) -> bool:
+        piece = self.piece(token_id)
+        return piece.startswith(WORD_BOUNDARY + "[") and piece.endswith("]") and len(piece) > 3
 
     def piece(self, token_id: int) -> str:
         return self.sp.id_to_piece(int(token_id))
@@ -117,18 +124,18 @@ class Tokenizer:
 
         Returns (word, first, last) with `first`/`last` the inclusive positions in `ids` of
         the word's tokens, so callers can map them to emission frames. A word starts at
-        each piece beginning with '▁' (sentencepiece's word-boundary mark).
+        each piece beginning with '▁' (sentencepiece's word-boundary mark) and after each tag.
         """
         groups: list[tuple[int, int]] = []
         for pos, token in enumerate(ids):
-            if not groups or self.piece(token).startswith(WORD_BOUNDARY):
+            if not groups or self.piece(token).startswith(WORD_BOUNDARY) or self._is_tag(ids[pos - 1]):
                 groups.append((pos, pos))
             else:
                 groups[-1] = (groups[-1][0], pos)
         spans = []
         for first, last in groups:
             # A group can decode to nothing (a lone '▁') or, defensively, to several words.
-            for word in self.decode(ids[first : last + 1]).split():
+            for word in self.sp.decode(ids[first : last + 1]).split():
                 spans.append((word, first, last))
         return spans
 

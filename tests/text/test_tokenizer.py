@@ -103,3 +103,12 @@ def test_bad_inputs(tmp_path):
     with pytest.raises(InputError, match="junk.model"):
         Tokenizer(tmp_path / "junk.model")
     assert not (tmp_path / "lang").exists() or not list((tmp_path / "lang").iterdir())
+
+
+def test_a_piece_after_a_tag_starts_a_new_word(bpe):
+    # Greedy CTC can emit a word-internal piece right after a tag: `▁[noise] s`.
+    s_inside_word = bpe.sp.piece_to_id("s")
+    assert s_inside_word != bpe.sp.unk_id()
+    ids = bpe.encode("yes [noise]") + [s_inside_word] + bpe.encode("no")
+    assert bpe.decode(ids) == "yes [noise] s no"
+    assert [w for w, _, _ in bpe.word_spans(ids)] == ["yes", "[noise]", "s", "no"]
