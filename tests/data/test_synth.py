@@ -150,6 +150,27 @@ def test_word_times_lie_inside_their_segment_and_in_order(corpus):
     assert checked > 300
 
 
+def test_speech_segments_keep_a_margin_of_silence(corpus):
+    # Transcribers' segments include some silence around the speech (as the eval segments get
+    # 0.1 s more in data prep); segments cut at the first and last word would not.
+    from asr.data.synth.conversation import SEGMENT_MARGIN_S
+    leads, tails = [], []
+    for trans, words, _, _ in ms98_sides(corpus):
+        spans: dict[str, list[float]] = {}
+        for sid, start, end, _ in words:
+            spans.setdefault(sid, [start, end])[1] = end
+        for sid, start, end, text in trans:
+            if sid in spans and any(not w.startswith("[") for w in text):
+                leads.append(spans[sid][0] - start)
+                tails.append(end - spans[sid][1])
+    leads, tails = np.array(leads), np.array(tails)
+    assert len(leads) > 30 and leads.min() >= 0 and tails.min() >= 0
+    for margin in (leads, tails):
+        assert 0.08 < np.median(margin) < 0.3, np.median(margin)
+        assert np.mean(margin > 0.1) > 0.3
+        assert margin.max() < SEGMENT_MARGIN_S[1] + 0.5  # the drawn margin plus the renderer's own silence
+
+
 def test_speech_is_far_louder_than_silence(corpus):
     speech, silence, events = [], [], []
     for trans, words, audio, channel in ms98_sides(corpus):
