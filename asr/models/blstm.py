@@ -129,7 +129,8 @@ class OutputHead(nn.Module):
         self.linear = nn.Linear(input_dim, num_outputs)
 
     def forward(self, hidden: Tensor) -> Tensor:
-        return torch.log_softmax(self.linear(hidden), dim=-1)
+        # The normalisation in fp32 whatever precision the layers ran in (bf16 training).
+        return torch.log_softmax(self.linear(hidden).float(), dim=-1)
 
 
 HEADS: dict[str, type[nn.Module]] = {"ctc": OutputHead, "frame_ce": OutputHead}

@@ -24,6 +24,9 @@ class TrainConfig:
     log_every_steps: int = 50  # a train_log.csv row every this many steps
     num_workers: int = 0  # DataLoader worker processes
     threads: int = 2  # torch.set_num_threads
+    # fp32 | bf16 (autocast: bfloat16 matrix products, fp32 weights) | auto: bf16 where the
+    # hardware computes it (CUDA with bf16, CPUs with AVX512-BF16/AMX), else fp32.
+    precision: str = "fp32"
     force: bool = False  # resume even if the model/data config changed
     # What is trained (asr/train/objectives.py): ctc, or frame_ce on Kaldi alignments
     # (asr/train/alignments.py) with model.head=frame_ce (experiment=hybrid_ce sets both).

@@ -32,7 +32,7 @@ from asr.features.specaugment import SpecAugment
 from asr.models.blstm import build_model
 from asr.train.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, restore_rng_state, rng_state
 from asr.train.data import Batch, BucketBatchSampler, collate
-from asr.train.device import select_device
+from asr.train.device import autocast, select_device, training_precision
 from asr.train.experiment import check_and_save_config
 from asr.train.objectives import build_objective, ctc_loss_sum  # noqa: F401  (ctc_loss_sum: re-exported)
 from asr.train.trainlog import LogRow, TrainLog
@@ -71,6 +71,7 @@ class Trainer:
         self.exp_dir = Path(cfg.exp_dir)
         self.dist = dist or DistributedContext(device=select_device(cfg.device))
         self.device = self.dist.device
+        self.precision = training_precision(self.tcfg.precision, self.device)
         self.objective = build_objective(cfg)
         self.train_set = self.dataset(cfg.data.train_set)
         self.dev_set = self.dataset(cfg.data.dev_set)
@@ -158,6 +159,7 @@ class Trainer:
 
     def run(self) -> Path:
         epochs = self.tcfg.epochs
+        log.info("training on %s in %s", self.device, self.precision)
         while self.progress.epoch < epochs:
             self.train_epoch()
             self.finish_epoch()
@@ -198,7 +200,8 @@ class Trainer:
     def train_batch(self, batch: Batch) -> None:
         batch = batch.to(self.device)
         self.updater.begin_step()  # ADPSGD: the weight exchange runs during forward and backward
-        log_probs, out_lens = self.model(batch.feats, batch.feat_lens)
+        with autocast(self.device, self.precision):
+            log_probs, out_lens = self.model(batch.feats, batch.feat_lens)
         loss_sum, tokens = self.objective.loss(log_probs, out_lens, batch)
         if not torch.isfinite(loss_sum):
             self.record_bad_batch(batch, loss_sum.item())
@@ -235,7 +238,8 @@ class Trainer:
         stats: dict[str, float] = {}
         for batch in self.loader(self.dev_set, self.dev_sampler):
             batch = batch.to(self.device)
-            log_probs, out_lens = self.model(batch.feats, batch.feat_lens)
+            with autocast(self.device, self.precision):
+                log_probs, out_lens = self.model(batch.feats, batch.feat_lens)
             batch_loss, batch_count = self.objective.loss(log_probs, out_lens, batch)
             loss_sum += float(batch_loss)
             tokens += batch_count

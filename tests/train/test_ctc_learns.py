@@ -3,11 +3,13 @@
 import time
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from asr.models.blstm import build_model
 from asr.models.config import ModelConfig
 from asr.train.data import collate
+from asr.train.device import autocast
 from asr.train.loop import ctc_loss_sum
 from asr.train.schedule import LrSchedule, build_optimizer
 from asr.train.updater import Updater
@@ -41,7 +43,8 @@ def per_token_loss(model, batch) -> float:
     return loss
 
 
-def test_ctc_loss_falls_hundredfold_in_seconds():
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_ctc_loss_falls_hundredfold_in_seconds(precision):
     torch.manual_seed(0)
     cfg = ModelConfig(num_layers=1, hidden_size=32, bidirectional=True, stack_frames=2, subsample=2, dropout=0.0)
     model = build_model(cfg, FEAT_DIM, NUM_TOKENS + 1)
@@ -51,10 +54,12 @@ def test_ctc_loss_falls_hundredfold_in_seconds():
     initial = per_token_loss(model, held_out)
     start = time.monotonic()
     for _ in range(60):
-        log_probs, out_lens = model(train.feats, train.feat_lens)
+        with autocast(torch.device("cpu"), precision):
+            log_probs, out_lens = model(train.feats, train.feat_lens)
+        assert log_probs.dtype == torch.float32  # the CTC loss always sees fp32
         updater.step(ctc_loss_sum(log_probs, out_lens, train) / train.target_lens.sum())
     elapsed = time.monotonic() - start
     final = per_token_loss(model, held_out)
-    print(f"held-out CTC loss per token {initial:.3f} -> {final:.3f} in {elapsed:.2f} s")
+    print(f"{precision}: held-out CTC loss per token {initial:.3f} -> {final:.3f} in {elapsed:.2f} s")
     assert final < initial / 100, (initial, final)
     assert elapsed < 10

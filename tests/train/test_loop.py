@@ -160,3 +160,28 @@ def test_non_finite_loss_batch_is_skipped_and_recorded(root, monkeypatch, caplog
     assert state["progress"]["bad_batches"] == 1
     assert state["updater"]["schedule"]["steps"] == state["step"] - 1  # one batch gave no update
     assert all(torch.isfinite(t).all() for t in state["model"].values())
+
+
+def test_training_precision_choice():
+    from asr.train.device import autocast, native_bf16, training_precision
+    cpu = torch.device("cpu")
+    assert training_precision("fp32", cpu) == "fp32" and training_precision("bf16", cpu) == "bf16"
+    assert training_precision("auto", cpu) == ("bf16" if native_bf16(cpu) else "fp32")
+    with pytest.raises(InputError, match="train.precision='fp16'"):
+        training_precision("fp16", cpu)
+    a = torch.randn(4, 4)
+    with autocast(cpu, "bf16"):
+        assert (a @ a).dtype == torch.bfloat16
+    with autocast(cpu, "fp32"):
+        assert (a @ a).dtype == torch.float32
+
+
+def test_bf16_training_learns_as_fp32_does(trained, root, caplog):
+    caplog.set_level("INFO")
+    loop.train(toy_config(root, ["train.precision=bf16"]))
+    assert "training on cpu in bf16" in caplog.text
+    dev = {name: [r.dev_loss for r in TrainLog(exp / "exp").rows if r.dev_loss == r.dev_loss]
+           for name, exp in (("fp32", trained), ("bf16", root))}
+    print(dev)
+    assert dev["bf16"][1] < dev["bf16"][0]
+    assert abs(dev["bf16"][-1] - dev["fp32"][-1]) < 0.1 * dev["fp32"][0]
