@@ -375,6 +375,14 @@ def test_grammar_makes_ms98_forms():
 
 # ---- config, entry point, determinism ---------------------------------------------------
 
+def test_the_eval_set_does_not_depend_on_the_training_size(tmp_path):
+    def eval_specs(train_conversations):
+        plan = plan_corpus(tiny_config(tmp_path, f"synth.train_conversations={train_conversations}"))
+        return [c for c in plan.conversations if c.subset != "train"]
+    assert eval_specs(4) == eval_specs(7)
+    assert len(eval_specs(4)) == 4
+
+
 def test_bad_config_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="train_speakers"):
         plan_corpus(tiny_config(tmp_path / "c", "synth.train_speakers=1"))

@@ -137,8 +137,11 @@ def plan_corpus(cfg: DictConfig) -> CorpusPlan:
                              2 * int(cfg.eval_callhome_conversations))
     train = _train_specs(cfg, rng, speakers.train)
     conversations = [spec for spec, _, _ in train.values()]
-    conversations += _eval_specs(cfg, rng, 1, "sw", speakers.eval_swb, "swb")
-    conversations += _eval_specs(cfg, rng, 2, "en", speakers.eval_callhome, "callhome")
+    # The test set's own stream: the same evaluation conversations whatever the training size,
+    # so that WERs of differently sized training sets compare on one test set.
+    eval_rng = np.random.default_rng(np.random.SeedSequence([int(cfg.seed), 98]))
+    conversations += _eval_specs(cfg, eval_rng, 1, "sw", speakers.eval_swb, "swb")
+    conversations += _eval_specs(cfg, eval_rng, 2, "en", speakers.eval_callhome, "callhome")
     numbers = {name: (number, disc) for name, (_, number, disc) in train.items()}
     fisher = _fisher_specs(cfg, rng, speakers.train) if cfg.fisher_conversations else {}
     conversations += [spec for spec, _, _ in fisher.values()]
