@@ -176,12 +176,15 @@ def test_training_precision_choice():
         assert (a @ a).dtype == torch.float32
 
 
-def test_bf16_training_learns_as_fp32_does(trained, root, caplog):
+def test_bf16_training_learns_as_fp32_does(corpus, tmp_path, caplog):
     caplog.set_level("INFO")
-    loop.train(toy_config(root, ["train.precision=bf16"]))
-    assert "training on cpu in bf16" in caplog.text
-    dev = {name: [r.dev_loss for r in TrainLog(exp / "exp").rows if r.dev_loss == r.dev_loss]
-           for name, exp in (("fp32", trained), ("bf16", root))}
+    dev = {}
+    for precision in ("fp32", "bf16"):
+        root = tmp_path / precision
+        shutil.copytree(corpus, root)
+        loop.train(toy_config(root, [f"train.precision={precision}"]))
+        assert f"training on cpu in {precision}" in caplog.text
+        dev[precision] = [r.dev_loss for r in TrainLog(root / "exp").rows if r.dev_loss == r.dev_loss]
     print(dev)
     assert dev["bf16"][1] < dev["bf16"][0]
     assert abs(dev["bf16"][-1] - dev["fp32"][-1]) < 0.1 * dev["fp32"][0]

@@ -191,14 +191,16 @@ class _Dialogue:
         (at most half the gap to a neighbour, so segments stay SEGMENT_APART apart)."""
         # A stream of its own: the margins do not change what is said or how it sounds.
         rng = np.random.default_rng([self.spec.seed, 1 + SIDES.index(side)])
-        spans = [(start, start + len(u.audio)) for start, u in self.tracks[side].placed]
-        bounds = [0] + [(end + (nxt - end) // 2) for (_, end), (nxt, _) in zip(spans, spans[1:])] + [num_samples]
+        placed = self.tracks[side].placed
+        ends = [start + len(u.audio) for start, u in placed]
+        middles = [(end + nxt) // 2 for end, (nxt, _) in zip(ends, placed[1:])]
+        lowest = [0] + [m + SEGMENT_APART // 2 for m in middles]
+        highest = [m - SEGMENT_APART // 2 for m in middles] + [num_samples]
         segments = []
-        for i, ((start, end), (_, utterance)) in enumerate(zip(spans, self.tracks[side].placed)):
+        for (start, utterance), end, low, high in zip(placed, ends, lowest, highest):
             lead, tail = (int(rng.uniform(*SEGMENT_MARGIN_S) * RATE) for _ in range(2))
-            first = max(start - lead, bounds[i] + (SEGMENT_APART // 2 if i else 0))
-            last = min(end + tail, bounds[i + 1] - (SEGMENT_APART // 2 if i + 1 < len(spans) else 0))
-            segments.append(Segment(first, last, tuple(t.shifted(start) for t in utterance.tokens)))
+            segments.append(Segment(max(start - lead, low), min(end + tail, high),
+                                    tuple(t.shifted(start) for t in utterance.tokens)))
         return segments
 
     def channel(self, side: str, num_samples: int) -> np.ndarray:
