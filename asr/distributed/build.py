@@ -16,18 +16,21 @@ from asr.train.updater import Updater, build_updater
 log = logging.getLogger(__name__)
 
 
-def build_training_updater(model: torch.nn.Module, cfg, ctx: DistributedContext) -> Updater:
+def build_training_updater(model: torch.nn.Module, cfg, ctx: DistributedContext, total_steps: int = 0) -> Updater:
+    """`total_steps`: this learner's updates over the whole training (for train.final_lr)."""
     tcfg = cfg.train
     if not ctx.distributed:
-        return build_updater(model, tcfg)
+        return build_updater(model, tcfg, total_steps=total_steps)
     if ctx.algorithm == "ssgd":
-        return build_updater(model, tcfg, ctx.world_size, SsgdUpdater, rank=ctx.rank, timeout_s=ctx.timeout_s)
+        return build_updater(
+            model, tcfg, ctx.world_size, SsgdUpdater, total_steps=total_steps, rank=ctx.rank, timeout_s=ctx.timeout_s
+        )
     per_node = learners_per_node(ctx, cfg.distributed.learners_per_node, ctx.algorithm)
     node_groups(ctx.world_size, per_node)  # a clear error if it does not divide the learners
     layout = Layout(ctx.rank, ctx.world_size, per_node)
     node_group, exchange_group = make_groups(layout)
     log.info("%s: %s", ctx.algorithm, describe(layout))
     return build_updater(
-        model, tcfg, ctx.world_size, AdpsgdUpdater,
+        model, tcfg, ctx.world_size, AdpsgdUpdater, total_steps=total_steps,
         layout=layout, node_group=node_group, exchange_group=exchange_group, timeout_s=ctx.timeout_s,
     )

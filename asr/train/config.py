@@ -18,6 +18,9 @@ class TrainConfig:
     weight_decay: float = 0.0
     warmup_steps: int = 200  # linear warm-up over this many updates
     lr_decay: float = 0.85  # lr multiplied by this after every epoch
+    # > 0: instead of lr_decay, the lr falls exponentially with every update to this value at
+    # the last update (Kaldi nnet3's initial/final effective lrate)
+    final_lr: float = 0.0
     grad_clip: float = 5.0  # global gradient-norm clipping; 0 = off
     checkpoint_every_steps: int = 200  # plus one at every epoch end
     keep_checkpoints: int = 3  # periodic checkpoints kept (best.pt and last.pt are extra)

@@ -84,11 +84,12 @@ class Trainer:
         num_outputs = self.objective.num_outputs
         self.model_info = {"config": to_container(cfg.model), "input_dim": self.train_set.feat_dim, "num_outputs": num_outputs}
         self.model = build_model(cfg.model, self.train_set.feat_dim, num_outputs).to(self.device)
-        self.updater = build_training_updater(self.model, cfg, self.dist)
-        if self.dist.distributed:
-            torch.manual_seed(cfg.seed + 1000 * self.dist.rank)  # same initial weights, own dropout masks
         shard = {"num_replicas": self.dist.world_size, "rank": self.dist.rank}
         self.sampler = BucketBatchSampler(self.train_set.num_frames, self.tcfg.max_frames, self.tcfg.max_utts, seed=cfg.seed, **shard)
+        total_steps = self.sampler.num_batches() * self.tcfg.epochs
+        self.updater = build_training_updater(self.model, cfg, self.dist, total_steps)
+        if self.dist.distributed:
+            torch.manual_seed(cfg.seed + 1000 * self.dist.rank)  # same initial weights, own dropout masks
         self.dev_sampler = BucketBatchSampler(self.dev_set.num_frames, self.tcfg.max_frames, self.tcfg.max_utts, shuffle=False, **shard)
         self.checkpoints = CheckpointDir(self.exp_dir / "checkpoints", self.tcfg.keep_checkpoints)
         self.trainlog = TrainLog(self.exp_dir, self.objective.loss_label)

@@ -1,9 +1,12 @@
-"""Optimizers and the learning-rate schedule: linear warm-up, then per-epoch annealing.
+"""Optimizers and the learning-rate schedule: linear warm-up, then annealing.
 
-lr(step, epoch) = peak * min(1, (step + 1) / warmup_steps) * lr_decay ** epoch
+lr(step, epoch) = peak * min(1, (step + 1) / warmup_steps) * annealing
 
-where `step` counts updates and `epoch` counts completed epochs. The schedule is a pure
-function of those two counters, so resuming only needs them.
+where `step` counts updates and `epoch` counts completed epochs. Annealing is per epoch,
+lr_decay ** epoch, unless train.final_lr is set: then, as in Kaldi's nnet3 recipes
+(initial/final effective lrate), the lr decays exponentially with every update, from the peak
+to final_lr at the last update, (final_lr / lr) ** (step / total_steps). The schedule is a
+pure function of those counters, so resuming only needs them.
 
 The peak is train.lr scaled with the global batch (`scaled_lr`): with N learners of
 train.max_frames each, the global batch is N x max_frames frames, and train.lr_scaling=linear
@@ -42,12 +45,27 @@ def scaled_lr(train_cfg, learners: int = 1) -> float:
     raise ValueError(f"unknown train.lr_scaling {mode!r}; choose none, linear or sqrt")
 
 
+def final_lr_ratio(train_cfg) -> float:
+    """train.final_lr as a fraction of train.lr (0: per-epoch lr_decay instead)."""
+    final_lr = float(getattr(train_cfg, "final_lr", 0.0) or 0.0)
+    if final_lr < 0 or final_lr > float(train_cfg.lr):
+        raise ValueError(f"train.final_lr={final_lr} must lie between 0 (off) and train.lr={train_cfg.lr}")
+    return final_lr / float(train_cfg.lr)
+
+
 class LrSchedule:
-    def __init__(self, optimizer: torch.optim.Optimizer, base_lr: float, warmup_steps: int = 0, decay: float = 1.0):
+    def __init__(
+        self, optimizer: torch.optim.Optimizer, base_lr: float, warmup_steps: int = 0, decay: float = 1.0,
+        final_ratio: float = 0.0, total_steps: int = 0,
+    ):
+        if final_ratio > 0 and total_steps < 1:
+            raise ValueError("an lr that decays to a final value needs the number of updates (total_steps)")
         self.optimizer = optimizer
         self.base_lr = base_lr
         self.warmup_steps = warmup_steps
         self.decay = decay
+        self.final_ratio = final_ratio
+        self.total_steps = total_steps
         self.steps = 0
         self.epochs = 0
         self._apply()
@@ -55,7 +73,12 @@ class LrSchedule:
     @property
     def lr(self) -> float:
         warmup = min(1.0, (self.steps + 1) / self.warmup_steps) if self.warmup_steps > 0 else 1.0
-        return self.base_lr * warmup * self.decay**self.epochs
+        return self.base_lr * warmup * self.annealing()
+
+    def annealing(self) -> float:
+        if self.final_ratio > 0:
+            return self.final_ratio ** min(1.0, self.steps / self.total_steps)
+        return self.decay**self.epochs
 
     def _apply(self) -> None:
         for group in self.optimizer.param_groups:

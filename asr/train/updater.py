@@ -27,7 +27,7 @@ from contextlib import nullcontext
 
 import torch
 
-from asr.train.schedule import LrSchedule, build_optimizer, scaled_lr
+from asr.train.schedule import LrSchedule, build_optimizer, final_lr_ratio, scaled_lr
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +120,15 @@ class Updater:
         self.schedule.load_state_dict(state["schedule"])
 
 
-def build_updater(model: torch.nn.Module, train_cfg, learners: int = 1, cls: type[Updater] = Updater, **extra) -> Updater:
+def build_updater(
+    model: torch.nn.Module, train_cfg, learners: int = 1, cls: type[Updater] = Updater, total_steps: int = 0, **extra
+) -> Updater:
     """train.optimizer with the warm-up/annealing schedule, its peak scaled to `learners`
-    learners' global batch; `cls` (a distributed updater) gets `extra` arguments."""
+    learners' global batch (train.final_lr: annealed over `total_steps` updates); `cls` (a
+    distributed updater) gets `extra` arguments."""
     optimizer = build_optimizer(model.parameters(), train_cfg)
-    schedule = LrSchedule(optimizer, scaled_lr(train_cfg, learners), train_cfg.warmup_steps, train_cfg.lr_decay)
+    schedule = LrSchedule(
+        optimizer, scaled_lr(train_cfg, learners), train_cfg.warmup_steps, train_cfg.lr_decay,
+        final_ratio=final_lr_ratio(train_cfg), total_steps=total_steps,
+    )
     return cls(model, optimizer, schedule, train_cfg.grad_clip, **extra)

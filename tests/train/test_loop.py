@@ -85,6 +85,15 @@ def test_training_writes_checkpoints_log_plot_and_snapshot(trained, caplog):
     assert last.stat().st_mtime_ns == mtime and "already trained" in caplog.text
 
 
+def test_final_lr_is_reached_at_the_last_update(root):
+    loop.train(toy_config(root, ["train.final_lr=0.001"]))
+    rows = TrainLog(root / "exp").rows
+    total = rows[-1].step
+    assert rows[0].lr == pytest.approx(0.01 * 0.1 ** (rows[0].step / total))  # warm-up (2 steps) is over
+    assert rows[-1].lr == pytest.approx(0.001)
+    assert all(a.lr > b.lr for a, b in zip(rows, rows[1:]) if a.step < b.step)  # every update, across epochs
+
+
 @pytest.mark.parametrize("corrupt_newest", [False, True])
 def test_resume_after_crash_equals_uninterrupted_run(trained, root, monkeypatch, caplog, corrupt_newest):
     expected = final_weights(trained / "exp")

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from asr.train.schedule import LrSchedule, build_optimizer
+from asr.train.schedule import LrSchedule, build_optimizer, final_lr_ratio
 from asr.train.updater import Updater
 
 torch.set_num_threads(1)
@@ -30,6 +30,32 @@ def test_warmup_then_per_epoch_decay():
     fresh.load_state_dict(s.state_dict())
     assert fresh.lr == s.lr == opt.param_groups[0]["lr"]
     assert LrSchedule(opt, 2.0, warmup_steps=0).lr == 2.0
+
+
+def test_kaldi_style_exponential_decay_to_final_lr():
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=123.0)
+    s = LrSchedule(opt, base_lr=1.0, warmup_steps=0, decay=0.5, final_ratio=0.01, total_steps=4)
+    lrs = [opt.param_groups[0]["lr"]]
+    for _ in range(4):
+        s.step()
+        lrs.append(opt.param_groups[0]["lr"])
+    assert lrs == pytest.approx([1.0, 0.01**0.25, 0.1, 0.01**0.75, 0.01])
+    s.end_epoch()  # lr_decay does not apply on top
+    s.step()  # nor does the lr fall below final_lr after the planned updates
+    assert s.lr == pytest.approx(0.01)
+    fresh = LrSchedule(opt, base_lr=1.0, final_ratio=0.01, total_steps=4)
+    fresh.load_state_dict({"steps": 2, "epochs": 0})
+    assert fresh.lr == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="total_steps"):
+        LrSchedule(opt, base_lr=1.0, final_ratio=0.1)
+
+
+def test_final_lr_ratio_from_config():
+    assert final_lr_ratio(train_cfg(lr=0.004, final_lr=0.0004)) == pytest.approx(0.1)
+    assert final_lr_ratio(train_cfg(lr=0.004)) == 0.0  # configs without the key: per-epoch decay
+    for bad in (-1e-4, 0.005):
+        with pytest.raises(ValueError, match="train.final_lr"):
+            final_lr_ratio(train_cfg(lr=0.004, final_lr=bad))
 
 
 def test_optimizers():
