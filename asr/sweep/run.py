@@ -99,7 +99,9 @@ class SweepData:
 
 def train_run(cfg, data: SweepData, settings: dict) -> dict:
     learners, per_learner = settings["learners"], settings["per_learner_batch"]
-    train_cfg = OmegaConf.merge(cfg.train, {"lr": settings["lr"], "lr_scaling": "none"})
+    # Per-epoch annealing (lr_decay) whatever train.final_lr says: runs of different batch sizes
+    # take different numbers of steps, and their peaks differ.
+    train_cfg = OmegaConf.merge(cfg.train, {"lr": settings["lr"], "lr_scaling": "none", "final_lr": 0.0})
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, data.train.feat_dim, data.objective.num_outputs)
     consensus = cfg.sweep.consensus_every_steps or cfg.train.checkpoint_every_steps

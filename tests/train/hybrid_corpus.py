@@ -217,6 +217,7 @@ def hybrid_overrides(root: Path, extra: list[str] | None = None) -> list[str]:
         "train.lr=0.02",
         "train.warmup_steps=2",
         "train.lr_decay=1.0",
+        "train.final_lr=0.0",
         "train.checkpoint_every_steps=100",
         "train.log_every_steps=5",
         "train.threads=1",

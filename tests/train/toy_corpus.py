@@ -118,6 +118,7 @@ def toy_overrides(root: Path, extra: list[str] | None = None) -> list[str]:
         "train.lr=0.01",
         "train.warmup_steps=2",
         "train.lr_decay=0.9",
+        "train.final_lr=0.0",  # per-epoch decay: the tests below know its lr values
         "train.checkpoint_every_steps=3",
         "train.log_every_steps=2",
         "train.threads=1",
