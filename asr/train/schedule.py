@@ -46,7 +46,8 @@ def scaled_lr(train_cfg, learners: int = 1) -> float:
 
 
 def final_lr_ratio(train_cfg) -> float:
-    """train.final_lr as a fraction of train.lr (0: per-epoch lr_decay instead)."""
+    """train.final_lr as a fraction of train.lr (0: per-epoch lr_decay instead); with lr_scaling
+    the schedule applies it to the scaled peak, so the final lr scales with the peak."""
     final_lr = float(getattr(train_cfg, "final_lr", 0.0) or 0.0)
     if final_lr < 0 or final_lr > float(train_cfg.lr):
         raise ValueError(f"train.final_lr={final_lr} must lie between 0 (off) and train.lr={train_cfg.lr}")
