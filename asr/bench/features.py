@@ -8,7 +8,9 @@ Audio: a Kaldi data dir (e.g. recipes/mini/data/eval2000), or by default a synth
 
 Measured, all on `--threads` CPU threads (torch) and one process:
   reference_fbank   kaldi-native-fbank on every segment (80 bins; audio already in memory)
-  fbank             ours on the same segments (80 bins; audio in memory, batched as the driver does)
+  fbank             ours on the same segments (80 bins; audio in memory, batched as the driver does),
+                    its spectrum in float64 (the default: the same digits on every CPU)
+  fbank_float32     the same with a float32 spectrum (last digits depend on the CPU's FFT kernel)
   recipes           each conf/features recipe end to end through the stage's own code (reading
                     audio, writing ark/scp and CMVN stats); for the fMLLR recipes the one-off
                     training of the GMM/LDA+MLLT model on the same set is timed apart
@@ -142,12 +144,12 @@ def time_reference_fbank(waves: list[np.ndarray]) -> Timing:
     return timings[0]
 
 
-def time_our_fbank(waves: list[np.ndarray]) -> Timing:
+def time_our_fbank(waves: list[np.ndarray], compute_dtype: torch.dtype = torch.float64) -> Timing:
     options = FbankOptions(sample_frequency=RATE, num_mel_bins=80)
-    compute_features(waves[:4], options)  # warm-up (mel matrix, window cache)
+    compute_features(waves[:4], options, compute_dtype=compute_dtype)  # warm-up (mel matrix, window cache)
     timings: list[Timing] = []
     with timed(timings):
-        compute_features(waves, options)
+        compute_features(waves, options, compute_dtype=compute_dtype)
     return timings[0]
 
 
@@ -198,6 +200,7 @@ def _run(data_dir: Path | None, minutes: float, threads: int, fmllr_overrides: l
         log.info("%d segments, %.1f s of audio from %s", len(waves), audio_seconds, data_dir)
         reference = time_reference_fbank(waves)
         ours = time_our_fbank(waves)
+        ours_float32 = time_our_fbank(waves, torch.float32)
         recipes = {name: time_recipe(name, data_dir, work, fmllr_overrides, audio_seconds) for name in RECIPES}
     return {
         "benchmark": "features",
@@ -207,7 +210,9 @@ def _run(data_dir: Path | None, minutes: float, threads: int, fmllr_overrides: l
                     "torch_threads": threads, "torch": torch.__version__, "python": platform.python_version()},
         "reference_fbank": {"implementation": "kaldi-native-fbank", "num_mel_bins": 80} | rates(reference, audio_seconds),
         "fbank": {"implementation": "asr.features.fbank", "num_mel_bins": 80} | rates(ours, audio_seconds),
+        "fbank_float32": {"implementation": "asr.features.fbank, float32 spectrum", "num_mel_bins": 80} | rates(ours_float32, audio_seconds),
         "fbank_speedup_vs_reference": {"wall": round(reference.wall / ours.wall, 2), "cpu": round(reference.cpu / ours.cpu, 2)},
+        "fbank_float64_cost": {"wall": round(ours.wall / ours_float32.wall, 2), "cpu": round(ours.cpu / ours_float32.cpu, 2)},
         "recipes": recipes,
         "fmllr_overrides": fmllr_overrides,
     }

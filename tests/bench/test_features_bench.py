@@ -18,7 +18,7 @@ def test_benchmark_reports_every_recipe_beside_the_reference(tmp_path):
     assert report["benchmark"] == "features" and report["audio"]["data_dir"] == "synthetic"
     seconds = report["audio"]["seconds"]
     assert 20 < seconds <= 24 and report["machine"]["torch_threads"] == 1
-    for entry in [report["reference_fbank"], report["fbank"], *report["recipes"].values()]:
+    for entry in [report["reference_fbank"], report["fbank"], report["fbank_float32"], *report["recipes"].values()]:
         assert entry["seconds"] > 0 and entry["cpu_seconds"] > 0
         assert entry["rtf"] == pytest.approx(entry["seconds"] / seconds, rel=1e-2, abs=1e-4)  # both rounded
         assert entry["seconds_per_hour"] == pytest.approx(entry["rtf"] * 3600, rel=1e-2, abs=0.1)
@@ -31,3 +31,5 @@ def test_benchmark_reports_every_recipe_beside_the_reference(tmp_path):
     # The ratio is of the unrounded times; the reported seconds are rounded to 1 ms.
     speedup, ref, ours = report["fbank_speedup_vs_reference"]["wall"], report["reference_fbank"]["seconds"], report["fbank"]["seconds"]
     assert (ref - 5e-4) / (ours + 5e-4) - 0.01 <= speedup <= (ref + 5e-4) / max(ours - 5e-4, 1e-6) + 0.01
+    cost, fp64, fp32 = report["fbank_float64_cost"]["cpu"], report["fbank"]["cpu_seconds"], report["fbank_float32"]["cpu_seconds"]
+    assert (fp64 - 5e-4) / (fp32 + 5e-4) - 0.01 <= cost <= (fp64 + 5e-4) / max(fp32 - 5e-4, 1e-6) + 0.01

@@ -44,7 +44,7 @@ def per_token_loss(model, batch) -> float:
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_ctc_loss_falls_hundredfold_in_seconds(precision):
+def test_ctc_loss_falls_hundredfold_in_60_updates(precision):
     torch.manual_seed(0)
     cfg = ModelConfig(num_layers=1, hidden_size=32, bidirectional=True, stack_frames=2, subsample=2, dropout=0.0)
     model = build_model(cfg, FEAT_DIM, NUM_TOKENS + 1)
@@ -62,4 +62,3 @@ def test_ctc_loss_falls_hundredfold_in_seconds(precision):
     final = per_token_loss(model, held_out)
     print(f"{precision}: held-out CTC loss per token {initial:.3f} -> {final:.3f} in {elapsed:.2f} s")
     assert final < initial / 100, (initial, final)
-    assert elapsed < 10

@@ -60,7 +60,7 @@ def frame_accuracy(model, batch) -> float:
     return (best == batch.targets).float().mean().item()
 
 
-def test_frame_ce_learns_from_chance_to_over_90_percent_in_seconds():
+def test_frame_ce_learns_from_chance_to_over_90_percent_in_40_updates():
     torch.manual_seed(0)
     cfg = ModelConfig(num_layers=1, hidden_size=32, stack_frames=2, subsample=SUBSAMPLE, dropout=0.0, head="frame_ce")
     model = build_model(cfg, 8, NUM_PDFS)
@@ -78,7 +78,6 @@ def test_frame_ce_learns_from_chance_to_over_90_percent_in_seconds():
     print(f"held-out frame accuracy {initial:.3f} -> {final:.3f} in {elapsed:.2f} s (chance {1 / NUM_PDFS:.2f}, majority {majority:.2f})")
     assert initial < max(0.3, majority + 0.05)
     assert final > 0.9
-    assert elapsed < 10
 
 
 def test_frame_ce_loss_is_the_mean_negative_log_posterior_of_the_targets():
