@@ -10,11 +10,14 @@ computed on the currently transformed frames, the EM auxiliary function is
     G_i  = sum_tm gamma_tm / var_mi  xi_t xi_t^T                           ((d+1) x (d+1)).
 
 Gales' update maximises Q exactly one row at a time: with c_i the i-th row of the cofactors
-of A (extended by 0), w_i = (alpha c_i + k_i) G_i^-1 where alpha solves a quadratic; a few
-passes over the rows per EM iteration, a few EM iterations (posteriors recomputed on the
-transformed frames). This is Kaldi's `gmm-est-fmllr --fmllr-update-type=full`
-(FmllrInnerUpdate), including its default minimum count of 500 frames below which the
-transform stays the identity.
+of A (extended by 0), w_i = (alpha c_i + k_i) G_i^-1 where alpha solves a quadratic. This is
+Kaldi's `gmm-est-fmllr --fmllr-update-type=full` (FmllrInnerUpdate), including its default
+minimum count of 500 frames below which the transform stays the identity.
+
+Both loops run to convergence: passes over the rows (at most 40 per EM iteration, Kaldi's
+--fmllr-num-iters) stop once a pass raises Q by less than `tolerance` nats per frame, and EM
+iterations (posteriors recomputed on the transformed frames) stop once the objective (log-
+likelihood + log|det A| per frame) rises by less than `tolerance`, or after `iters`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from torch import Tensor
 from asr.features.gmm import OUTER_PRODUCT_CHUNK, DiagGmm
 
 MIN_COUNT = 500.0  # Kaldi's --fmllr-min-count
+PASSES = 40  # most row passes per EM iteration (Kaldi's --fmllr-num-iters)
+ITERS = 20  # most EM iterations per estimate
+TOLERANCE = 1e-4  # nats per frame: a pass or an EM iteration that gains less ends its loop
 
 
 @dataclass
@@ -106,22 +112,27 @@ def update_row(transform: np.ndarray, row: int, inv_G: np.ndarray, k: np.ndarray
     inverse -= np.outer(column, change @ inverse) / (1.0 + change @ column)
 
 
-def update_transform(transform: np.ndarray, stats: FmllrStats, passes: int = 10,
-                     trace: list[float] | None = None) -> np.ndarray:
-    """`passes` sweeps of row updates from `transform`; Q before and after every row update
-    goes to `trace`."""
+def update_transform(transform: np.ndarray, stats: FmllrStats, passes: int = PASSES,
+                     trace: list[float] | None = None, tolerance: float = 0.0) -> np.ndarray:
+    """Sweeps of row updates from `transform` until one raises Q by less than `tolerance`
+    nats per frame, at most `passes`; Q before and after every row update goes to `trace`."""
     inv_G = np.linalg.inv(stats.G)
     new = transform.copy()
+    start = previous = aux_function(new, stats)
     if trace is not None:
-        trace.append(aux_function(new, stats))
+        trace.append(start)
     for _ in range(passes):
         inverse = np.linalg.inv(new[:, :-1])  # fresh once per sweep, so round-off cannot build up
         for row in range(stats.dim):
             update_row(new, row, inv_G[row], stats.K[row], stats.beta, inverse)
             if trace is not None:
                 trace.append(aux_function(new, stats))
+        current = aux_function(new, stats)
+        if current - previous < tolerance * stats.beta:
+            break
+        previous = current
     # Rounding can make a converged update a hair worse; keep the old transform then (as Kaldi).
-    return new if aux_function(new, stats) >= aux_function(transform, stats) else transform
+    return new if aux_function(new, stats) >= start else transform
 
 
 @dataclass
@@ -135,9 +146,12 @@ class FmllrResult:
     aux_trace: list[list[float]] = field(default_factory=list)  # per EM iteration: Q before and after each row update
 
 
-def estimate_fmllr(gmm: DiagGmm, x: Tensor | np.ndarray, iters: int = 3, passes: int = 10,
-                   min_count: float = MIN_COUNT, trace: bool = False) -> FmllrResult:
-    """The fMLLR transform of one speaker's frames `x` (T, d), starting from the identity."""
+def estimate_fmllr(gmm: DiagGmm, x: Tensor | np.ndarray, iters: int = ITERS, passes: int = PASSES,
+                   min_count: float = MIN_COUNT, trace: bool = False, tolerance: float = TOLERANCE) -> FmllrResult:
+    """The fMLLR transform of one speaker's frames `x` (T, d), starting from the identity.
+
+    EM iterations continue while the objective per frame rises by at least `tolerance`
+    (at most `iters`); row passes within one likewise (at most `passes`)."""
     x = torch.as_tensor(x).to(gmm.means)
     frames = max(int(x.shape[0]), 1)
     transform = identity_transform(gmm.dim)
@@ -149,10 +163,13 @@ def estimate_fmllr(gmm: DiagGmm, x: Tensor | np.ndarray, iters: int = 3, passes:
         if iteration > 0:
             stats, loglike = accumulate(gmm, x, transform)
             result.objective.append(loglike / frames + log_det(transform))
+            if result.objective[-1] - result.objective[-2] < tolerance:
+                break
         if trace:
             result.aux_trace.append([])
-        transform = update_transform(transform, stats, passes, result.aux_trace[-1] if trace else None)
-    loglike = float(gmm.log_likelihood(transform_frames(x, transform)).sum())
-    result.objective.append(loglike / frames + log_det(transform))
+        transform = update_transform(transform, stats, passes, result.aux_trace[-1] if trace else None, tolerance)
+    else:
+        loglike = float(gmm.log_likelihood(transform_frames(x, transform)).sum())
+        result.objective.append(loglike / frames + log_det(transform))
     result.transform, result.updated, result.loglike_after = transform, True, loglike / frames
     return result

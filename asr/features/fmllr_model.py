@@ -35,11 +35,13 @@ import torch
 from asr.data.datadir import c_sort_key
 from asr.features import gmm as gmm_lib
 from asr.features.cmvn import CmvnApplier
-from asr.features.fmllr import estimate_fmllr, transform_frames
+from asr.features.extract import run_parts
+from asr.features.fmllr import FmllrResult, estimate_fmllr, transform_frames
 from asr.features.gmm import DiagGmm
 from asr.features.kaldi_io import read_matrix, write_matrix
 from asr.features.lda_mllt import train_front_end
 from asr.features.splice import splice, splice_opts
+from asr.features.subset import speaker_subset, split_speakers
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
 
@@ -101,20 +103,6 @@ def single_thread():
 # ------------------------------------------------------------------------- data
 
 
-def training_utterances(num_frames: dict[str, int], max_frames: int) -> list[str]:
-    """Every k-th utterance (C-sorted, so spread over speakers) with at most `max_frames` in all."""
-    utts = sorted(num_frames, key=c_sort_key)
-    total = sum(num_frames.values())
-    step = max(1, -(-total // max(max_frames, 1)))
-    chosen, frames = [], 0
-    for utt in utts[::step]:
-        if frames + num_frames[utt] > max_frames and chosen:
-            break
-        chosen.append(utt)
-        frames += num_frames[utt]
-    return chosen
-
-
 class SpeakerFrames:
     """Per-speaker CMVN'd log-mel frames of one feature set directory, read on demand."""
 
@@ -148,9 +136,10 @@ class SpeakerFrames:
 
 
 def train_fmllr_model(frames: SpeakerFrames, num_frames: dict[str, int], cfg: Any, device: str = "cpu",
-                      on_speaker: Callable[[], None] | None = None) -> tuple[FmllrModel, dict]:
-    """The model from a training set's log-mel frames; `cfg` is a features.fmllr config."""
-    utts = training_utterances(num_frames, cfg.max_train_frames)
+                      jobs: int = 1) -> tuple[FmllrModel, dict]:
+    """The model from a training set's log-mel frames; `cfg` is a features.fmllr config. The
+    SAT speakers' fMLLR estimates are split over `jobs` worker processes."""
+    utts = speaker_subset(num_frames, frames.utt2spk, cfg.max_train_frames, cfg.min_count)
     by_speaker = frames.speakers(utts)
     normalised = {u: frames.normalised(u) for u in utts}
     base = torch.from_numpy(np.concatenate([normalised[u] for u in utts]))
@@ -159,6 +148,8 @@ def train_fmllr_model(frames: SpeakerFrames, num_frames: dict[str, int], cfg: An
         raise InputError(f"{frames.base_dir}: {base.shape[0]} training frames, fewer than the {needed} that "
                          f"{cfg.num_components} Gaussians need; lower features.fmllr.num_components")
     report: dict[str, Any] = {"train_utterances": len(utts), "train_frames": int(base.shape[0]), "speakers": len(by_speaker)}
+    log.info("fMLLR model: %d frames of %d speakers (whole speakers with at least %g frames each)",
+             base.shape[0], len(by_speaker), cfg.min_count)
     if cfg.lda:
         spliced = torch.from_numpy(np.concatenate([splice(normalised[u], cfg.splice_left, cfg.splice_right) for u in utts]))
         front = train_front_end(base.to(device), spliced.to(device), cfg.dim, cfg.num_components, cfg.mllt_iters,
@@ -172,37 +163,94 @@ def train_fmllr_model(frames: SpeakerFrames, num_frames: dict[str, int], cfg: An
         model = FmllrModel(0, 0, None, gmm, cfg.base_norm_vars)
         report["gmm_loglike_per_frame"] = em_report.loglike_per_frame
     del base
-    report["sat"] = speaker_adaptive_training(model, by_speaker, normalised, cfg, on_speaker)
+    report["sat"] = speaker_adaptive_training(model, by_speaker, normalised, cfg, jobs)
     return model, report
 
 
 def speaker_adaptive_training(model: FmllrModel, by_speaker: dict[str, list[str]], normalised: dict[str, np.ndarray],
-                              cfg: Any, on_speaker: Callable[[], None] | None = None) -> list[dict]:
-    """`cfg.sat_iters` rounds of: fMLLR per training speaker, then EM on the adapted frames."""
-    projected = {spk: torch.from_numpy(np.concatenate([model.project(normalised[u]) for u in spk_utts]))
-                 for spk, spk_utts in by_speaker.items()}
+                              cfg: Any, jobs: int = 1) -> list[dict]:
+    """`cfg.sat_iters` rounds of: fMLLR per training speaker (split over `jobs` processes),
+    then EM on the adapted frames."""
+    projected = {spk: np.concatenate([model.project(normalised[u]) for u in spk_utts]) for spk, spk_utts in by_speaker.items()}
+    sizes = {spk: z.shape[0] for spk, z in projected.items()}
+    parts = split_speakers({spk: [spk] for spk in projected}, sizes, jobs)
     rounds = []
     for _ in range(cfg.sat_iters):
-        adapted, gains, updated = [], [], 0
-        with single_thread():
-            for z in projected.values():
-                result = estimate_fmllr(model.gmm, z, cfg.fmllr_iters, cfg.fmllr_passes, cfg.min_count)
-                adapted.append(transform_frames(z.to(model.gmm.means), result.transform))
-                gains.append(result.objective[-1] - result.objective[0])
-                updated += result.updated
-                if on_speaker is not None:
-                    on_speaker()
+        gmm = SatGmm.of(model.gmm)
+        tasks = [SatTask(gmm, {spk: projected[spk] for spk in part}, FmllrOptions.from_config(cfg)) for part in parts]
+        results = {spk: r for part in run_parts(tasks, desc="SAT speakers", total=len(projected), work=estimate_part, unit="spk")
+                   for spk, r in part.items()}
+        adapted = [transform_frames(torch.from_numpy(projected[spk]).to(model.gmm.means), results[spk].transform)
+                   for spk in projected]
         frames = torch.cat(adapted)
         em_report = gmm_lib.EmReport()
         floor = gmm_lib.variance_floor(frames, cfg.var_floor_ratio)
         model.gmm = gmm_lib.em(model.gmm, frames, cfg.em_iters, floor, em_report)
+        updated = sum(r.updated for r in results.values())
+        gains = [r.objective[-1] - r.objective[0] for r in results.values()]
         rounds.append({"speakers_adapted": updated, "speakers": len(projected),
                        "mean_objective_gain_per_frame": float(np.mean(gains)) if gains else 0.0,
+                       "mean_em_iterations": float(np.mean([len(r.objective) - 1 for r in results.values() if r.updated] or [0])),
                        "gmm_loglike_per_frame": em_report.loglike_per_frame})
         log.info("SAT round %d: %d of %d speakers adapted, objective +%.3f per frame; GMM log-likelihood %.3f -> %.3f",
                  len(rounds), updated, len(projected), rounds[-1]["mean_objective_gain_per_frame"],
                  em_report.loglike_per_frame[0], em_report.loglike_per_frame[-1])
     return rounds
+
+
+# ------------------------------------------------------------- SAT worker parts
+
+
+@dataclass
+class FmllrOptions:
+    """How each fMLLR estimate runs (features.fmllr.*), as plain values for worker processes."""
+
+    iters: int
+    passes: int
+    tolerance: float
+    min_count: float
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "FmllrOptions":
+        return cls(cfg.fmllr_iters, cfg.fmllr_passes, cfg.fmllr_tolerance, cfg.min_count)
+
+    def estimate(self, gmm: DiagGmm, x: torch.Tensor | np.ndarray) -> FmllrResult:
+        return estimate_fmllr(gmm, x, self.iters, self.passes, self.min_count, tolerance=self.tolerance)
+
+
+@dataclass
+class SatGmm:
+    """A DiagGmm as numpy arrays (what a worker process is sent)."""
+
+    weights: np.ndarray
+    means: np.ndarray
+    variances: np.ndarray
+    device: str
+
+    @classmethod
+    def of(cls, gmm: DiagGmm) -> "SatGmm":
+        return cls(*(t.detach().cpu().numpy() for t in (gmm.weights, gmm.means, gmm.variances)), str(gmm.means.device))
+
+    def gmm(self) -> DiagGmm:
+        return DiagGmm(*(torch.from_numpy(a).to(self.device) for a in (self.weights, self.means, self.variances)))
+
+
+@dataclass
+class SatTask:
+    gmm: SatGmm
+    frames: dict[str, np.ndarray]  # speaker -> frames in the GMM's space
+    options: FmllrOptions
+
+
+def estimate_part(task: SatTask, on_speaker_done: Callable[[], None]) -> dict[str, FmllrResult]:
+    """fMLLR estimates of one part's speakers (one torch thread: parallelism is across parts)."""
+    gmm = task.gmm.gmm()
+    results = {}
+    with single_thread():
+        for speaker, z in task.frames.items():
+            results[speaker] = task.options.estimate(gmm, z)
+            on_speaker_done()
+    return results
 
 
 def write_report(path: str | os.PathLike, report: dict) -> None:

@@ -38,7 +38,6 @@ import kaldiio
 import numpy as np
 import torch
 from omegaconf import OmegaConf
-from tqdm import tqdm
 
 from asr.data.datadir import read_data_dir, read_table, spk2utt, write_table
 from asr.features import cmvn
@@ -46,9 +45,10 @@ from asr.features.deltas import add_deltas
 from asr.features.extract import (SetSummary, _add_stats, _log_summary, extract_set, join_parts, merge_stats, repoint_scp,
                                   run_parts)
 from asr.features.fbank import FbankOptions
-from asr.features.fmllr import estimate_fmllr, transform_frames
-from asr.features.fmllr_model import FmllrModel, SpeakerFrames, single_thread, train_fmllr_model, write_report
+from asr.features.fmllr import transform_frames
+from asr.features.fmllr_model import FmllrModel, FmllrOptions, SpeakerFrames, single_thread, train_fmllr_model, write_report
 from asr.features.kaldi_io import write_transforms
+from asr.features.subset import split_speakers
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 
@@ -124,8 +124,7 @@ def ensure_model(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any) -> 
     data = read_data_dir(data_dir)
     frames = SpeakerFrames(base_dir, data.utt2spk, fcfg.fmllr.base_norm_vars)
     num_frames = {u: int(n) for u, n in read_table(base_dir / "utt2num_frames").items()}
-    with tqdm(desc="SAT speakers", unit="spk", mininterval=2.0, disable=None) as bar:
-        model, report = train_fmllr_model(frames, num_frames, fcfg.fmllr, fcfg.device, lambda: bar.update(1))
+    model, report = train_fmllr_model(frames, num_frames, fcfg.fmllr, fcfg.device, fcfg.jobs)
     report["seconds"] = round(time.perf_counter() - started, 1)
     with atomic_dir(model_dir) as tmp:
         model.save(tmp)
@@ -146,16 +145,12 @@ class AdaptOptions:
     delta_order: int
     delta_window: int
     cmvn: str
-    fmllr_iters: int
-    fmllr_passes: int
-    min_count: float
+    fmllr: FmllrOptions
     device: str
 
     @classmethod
     def from_config(cls, fcfg: Any) -> "AdaptOptions":
-        f = fcfg.fmllr
-        return cls(fcfg.kind, fcfg.delta_order, fcfg.delta_window, fcfg.cmvn, f.fmllr_iters, f.fmllr_passes, f.min_count,
-                   fcfg.device)
+        return cls(fcfg.kind, fcfg.delta_order, fcfg.delta_window, fcfg.cmvn, FmllrOptions.from_config(fcfg.fmllr), fcfg.device)
 
 
 @dataclass
@@ -205,18 +200,6 @@ def adapt_set(model_dir: Path, model_checksum: str, base_dir: Path, data_dir: Pa
     return summary
 
 
-def split_speakers(speakers: dict[str, list[str]], num_frames: dict[str, int], jobs: int) -> list[dict[str, list[str]]]:
-    """At most `jobs` parts of about equal frames: the largest speaker first to the lightest part."""
-    jobs = max(1, min(jobs, len(speakers)))
-    parts: list[dict[str, list[str]]] = [{} for _ in range(jobs)]
-    loads = [0] * jobs
-    for speaker in sorted(speakers, key=lambda s: -sum(num_frames[u] for u in speakers[s])):
-        lightest = loads.index(min(loads))
-        parts[lightest][speaker] = speakers[speaker]
-        loads[lightest] += sum(num_frames[u] for u in speakers[speaker])
-    return [p for p in parts if p]
-
-
 def adapt_part(task: AdaptTask, on_speaker_done) -> AdaptResult:
     """One part's speakers: transforms and composed features into feats.<index>.{ark,scp}."""
     with single_thread():
@@ -246,8 +229,7 @@ def adapt_speaker(model: FmllrModel, frames: SpeakerFrames, speaker: str, utts: 
     raw = [frames.raw(u) for u in utts]
     projected = [model.project(frames.cmvn(u, r)) for u, r in zip(utts, raw)]
     device = model.gmm.means.device
-    fmllr = estimate_fmllr(model.gmm, torch.from_numpy(np.concatenate(projected)).to(device),
-                           opts.fmllr_iters, opts.fmllr_passes, opts.min_count)
+    fmllr = opts.fmllr.estimate(model.gmm, torch.from_numpy(np.concatenate(projected)).to(device))
     result.transforms[speaker] = fmllr.transform
     result.speaker_lines[speaker] = (f"{fmllr.count:.0f} {'adapted' if fmllr.updated else 'identity'} "
                                      f"{fmllr.loglike_before:.4f} {fmllr.loglike_after:.4f} "

@@ -1,6 +1,7 @@
 """The feature recipes on a small SPHERE data dir: log-mel with deltas, fMLLR (+ log-mel with
 deltas), the Kaldi files they leave, and reading them back as Kaldi features (kind=kaldi)."""
 
+import json
 import shutil
 
 import kaldiio
@@ -13,7 +14,8 @@ from asr.features.deltas import add_deltas
 from asr.features.extract import extract_set
 from asr.features.fbank import FbankOptions
 from asr.features.fmllr import transform_frames
-from asr.features.fmllr_model import FmllrModel
+from asr.data.datadir import read_data_dir, read_table
+from asr.features.fmllr_model import FmllrModel, SpeakerFrames, train_fmllr_model
 from asr.features.fmllr_recipe import adapt_set
 from asr.features.kaldi_io import read_transforms
 from asr.features.recipes import feature_dim, make_features
@@ -87,6 +89,8 @@ def test_fmllr_logmel_composition(fmllr_run):
     assert [s.utterances for s in summaries] == [12, 12, 12]
     model = FmllrModel.load(out / "gmm")
     assert model.matrix.shape == (40, 280) and model.gmm.num_components == 4
+    sat = json.loads((out / "gmm" / "report.json").read_text())["sat"][0]
+    assert sat["speakers_adapted"] == sat["speakers"] == 6  # whole speakers: each has enough frames
     base = kaldiio.load_scp(str(out / "fbank" / "eval" / "feats.scp"))
     base_cmvn = kaldiio.load_scp(str(out / "fbank" / "eval" / "cmvn.scp"))
     for set_name in SETS:
@@ -197,3 +201,16 @@ def test_parallel_adaptation_gives_the_same_features(fmllr_run, tmp_path):
     a, b = (read_transforms(tmp_path / d / "trans.scp") for d in ("jobs1", "jobs2"))
     assert sorted(a) == sorted(b) and all(np.allclose(a[s], b[s], atol=1e-5) for s in a)
     assert (tmp_path / "jobs2" / "cmvn.ark").read_bytes() == (tmp_path / "jobs1" / "cmvn.ark").read_bytes()
+
+
+@pytest.mark.slow
+def test_sat_split_over_two_jobs_trains_the_same_model(fmllr_run, tmp_path):
+    """The SAT speakers' fMLLR estimates in two worker processes: the same GMM as in one."""
+    root, cfg, _ = fmllr_run
+    base = root / "feats" / "fmllr40_logmel40_deltas" / "fbank" / "train"
+    utt2spk = read_data_dir(root / "data" / "train").utt2spk
+    num_frames = {u: int(n) for u, n in read_table(base / "utt2num_frames").items()}
+    models = [train_fmllr_model(SpeakerFrames(base, utt2spk, False), num_frames, cfg.features.fmllr, jobs=jobs)[0]
+              for jobs in (1, 2)]
+    for name in ("weights", "means", "variances"):
+        np.testing.assert_allclose(getattr(models[1].gmm, name).numpy(), getattr(models[0].gmm, name).numpy(), rtol=1e-9, atol=1e-9)
