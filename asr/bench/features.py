@@ -12,10 +12,13 @@ Measured, all on `--threads` CPU threads (torch) and one process:
                     its spectrum in float64 (the default: the same digits on every CPU)
   fbank_float32     the same with a float32 spectrum (last digits depend on the CPU's FFT kernel)
   recipes           each conf/features recipe end to end through the stage's own code (reading
-                    audio, writing ark/scp and CMVN stats); for the fMLLR recipes the one-off
-                    training of the GMM/LDA+MLLT model on the same set is timed apart
-                    (`model_training`, and `with_model_training`), the adaptation of the set
-                    (fMLLR per speaker, test-time adaptation) is included.
+                    audio, writing ark/scp and CMVN stats); for the fMLLR and i-vector recipes
+                    the one-off training of their models on the same set (GMM/LDA+MLLT+SAT;
+                    PCA, diagonal and full UBM, extractor) is timed apart (`model_training`,
+                    and `with_model_training`), the adaptation of the set (fMLLR per speaker,
+                    online i-vectors per utterance: what test audio costs) is included; the
+                    i-vector recipes also time per-speaker extraction (`speaker_ivectors`, as
+                    for a training set).
 Wall and CPU seconds are both reported: on a shared machine CPU time is the stable measure.
 """
 
@@ -42,12 +45,14 @@ from asr.data.datadir import DataDir, Segment, read_data_dir, write_data_dir
 from asr.features.extract import compute_features, extract_set
 from asr.features.fbank import INT16_SCALE, FbankOptions
 from asr.features.fmllr_recipe import adapt_set, ensure_model
+from asr.features.ivector_recipe import ensure_extractor, extract_ivector_set
 from asr.features.recipes import feature_dim
 from asr.utils.atomic import write_text
 
 log = logging.getLogger("asr.bench.features")
 
-RECIPES = ("logmel80", "logmel40_deltas", "fmllr40", "fmllr40_logmel40_deltas")
+RECIPES = ("logmel80", "logmel40_deltas", "fmllr40", "fmllr40_logmel40_deltas", "ivector100",
+           "fmllr40_ivector100_logmel40_deltas")
 RATE = 8000
 
 
@@ -153,11 +158,11 @@ def time_our_fbank(waves: list[np.ndarray], compute_dtype: torch.dtype = torch.f
     return timings[0]
 
 
-def time_recipe(name: str, data_dir: Path, work: Path, fmllr_overrides: list[str], audio_seconds: float) -> dict:
+def time_recipe(name: str, data_dir: Path, work: Path, overrides: list[str], audio_seconds: float) -> dict:
     """One recipe end to end on the set, through the stage's code, in a fresh directory."""
     from asr.config import load_config
 
-    fcfg = load_config([f"features={name}", "features.jobs=1", *fmllr_overrides]).features
+    fcfg = load_config([f"features={name}", "features.jobs=1", *overrides]).features
     options = FbankOptions.from_config(fcfg)
     out = work / name
     result: dict = {"feat_dim": feature_dim(fcfg)}
@@ -169,11 +174,29 @@ def time_recipe(name: str, data_dir: Path, work: Path, fmllr_overrides: list[str
         return result | rates(timings[0], audio_seconds)
     with timed(timings):
         extract_set(data_dir, out / "fbank", options, cmvn_unit="speaker", jobs=1)
-    with timed(timings):
-        checksum = ensure_model(out / "gmm", out / "fbank", data_dir, fcfg)
-    with timed(timings):
-        adapt_set(out / "gmm", checksum, out / "fbank", data_dir, out / "set", fcfg)
-    fbank, training, adaptation = timings
+    fbank = timings[-1]
+    training, adaptation = Timing(), Timing()
+    if fcfg.kind in ("fmllr", "fmllr_fbank", "fmllr_ivector_fbank"):
+        with timed(timings):
+            fmllr_checksum = ensure_model(out / "gmm", out / "fbank", data_dir, fcfg)
+        training += timings[-1]
+    ivector_dir = None
+    if fcfg.kind in ("ivector", "fmllr_ivector_fbank"):
+        with timed(timings):
+            ivector_checksum = ensure_extractor(out / "extractor", out / "fbank", data_dir, fcfg)
+        training += timings[-1]
+        write_feats = fcfg.kind == "ivector"
+        ivector_dir = out / ("set" if write_feats else "ivector")
+        with timed(timings):
+            extract_ivector_set(out / "extractor", ivector_checksum, out / "fbank", data_dir, ivector_dir, fcfg, "online", write_feats)
+        adaptation += timings[-1]
+        with timed(timings):
+            extract_ivector_set(out / "extractor", ivector_checksum, out / "fbank", data_dir, out / "speaker", fcfg, "speaker", False)
+        result["speaker_ivectors"] = rates(timings[-1], audio_seconds)
+    if fcfg.kind != "ivector":
+        with timed(timings):
+            adapt_set(out / "gmm", fmllr_checksum, out / "fbank", data_dir, out / "set", fcfg, ivector_dir)
+        adaptation += timings[-1]
     result |= rates(fbank + adaptation, audio_seconds)
     result["model_training"] = {"seconds": round(training.wall, 3), "cpu_seconds": round(training.cpu, 3)}
     result["adaptation"] = {"seconds": round(adaptation.wall, 3), "cpu_seconds": round(adaptation.cpu, 3)}
@@ -181,16 +204,16 @@ def time_recipe(name: str, data_dir: Path, work: Path, fmllr_overrides: list[str
     return result
 
 
-def run(data_dir: Path | None, minutes: float, threads: int, fmllr_overrides: list[str]) -> dict:
+def run(data_dir: Path | None, minutes: float, threads: int, overrides: list[str]) -> dict:
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return _run(data_dir, minutes, threads, fmllr_overrides)
+        return _run(data_dir, minutes, threads, overrides)
     finally:
         torch.set_num_threads(previous_threads)
 
 
-def _run(data_dir: Path | None, minutes: float, threads: int, fmllr_overrides: list[str]) -> dict:
+def _run(data_dir: Path | None, minutes: float, threads: int, overrides: list[str]) -> dict:
     synthetic = data_dir is None
     with tempfile.TemporaryDirectory(prefix="bench_features_") as tmp:
         work = Path(tmp)
@@ -201,7 +224,7 @@ def _run(data_dir: Path | None, minutes: float, threads: int, fmllr_overrides: l
         reference = time_reference_fbank(waves)
         ours = time_our_fbank(waves)
         ours_float32 = time_our_fbank(waves, torch.float32)
-        recipes = {name: time_recipe(name, data_dir, work, fmllr_overrides, audio_seconds) for name in RECIPES}
+        recipes = {name: time_recipe(name, data_dir, work, overrides, audio_seconds) for name in RECIPES}
     return {
         "benchmark": "features",
         "audio": {"data_dir": "synthetic" if synthetic else str(data_dir), "seconds": round(audio_seconds, 1),
@@ -214,7 +237,7 @@ def _run(data_dir: Path | None, minutes: float, threads: int, fmllr_overrides: l
         "fbank_speedup_vs_reference": {"wall": round(reference.wall / ours.wall, 2), "cpu": round(reference.cpu / ours.cpu, 2)},
         "fbank_float64_cost": {"wall": round(ours.wall / ours_float32.wall, 2), "cpu": round(ours.cpu / ours_float32.cpu, 2)},
         "recipes": recipes,
-        "fmllr_overrides": fmllr_overrides,
+        "overrides": overrides,
     }
 
 
@@ -234,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=10.0, help="synthetic audio to generate (default %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default %(default)s, like the reference)")
     parser.add_argument("--out", type=Path, default=Path("exp/bench/features.json"))
-    parser.add_argument("overrides", nargs="*", help="features.fmllr.* overrides for the fMLLR recipes, key=value")
+    parser.add_argument("overrides", nargs="*", help="features.* overrides for every recipe (e.g. features.fmllr.*, "
+                        "features.ivector.*), key=value")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
     result = run(args.data_dir, args.minutes, args.threads, args.overrides)

@@ -7,8 +7,9 @@ underscores) and Kaldi's defaults, except `dither` (0, so features are reproduci
 
 `kind` picks the recipe (asr.features.recipes): `fbank` (log-mel, optionally with deltas),
 `fmllr` (speaker-adapted LDA+MLLT+fMLLR features from the log-mel filterbank), `fmllr_fbank`
-(fMLLR and log-mel with deltas concatenated per frame, the paper's composition minus
-i-vectors) and `kaldi` (features made by Kaldi, used as they are).
+(fMLLR and log-mel with deltas concatenated per frame), `ivector` (i-vectors per frame),
+`fmllr_ivector_fbank` (fMLLR, i-vector and log-mel with deltas per frame, the paper's input)
+and `kaldi` (features made by Kaldi, used as they are).
 """
 
 from dataclasses import dataclass, field
@@ -38,6 +39,37 @@ class FmllrConfig:
 
 
 @dataclass
+class IvectorConfig:
+    """The i-vector extractor and extraction (asr.features.ivector_model, ivector_recipe).
+    Defaults are Kaldi's (online/hybrid recipes: ivector_dim 100, posterior scale 0.1,
+    min-post 0.025, 10 EM iterations; sid/train_full_ubm.sh: 4 iterations, gselect 20)."""
+
+    dim: int = 100  # i-vector dimension
+    splice_left: int = 3  # front end: raw log-mel spliced +-3...
+    splice_right: int = 3
+    pca_dim: int = 40  # ...then PCA with normalised mean and variance to this dimension
+    num_components: int = 512  # UBM size
+    ubm_frames: int = 200000  # frames the UBMs train on: an equal share of every training speaker's
+    diag_iters: int = 4  # EM iterations of the diagonal UBM at full size
+    full_iters: int = 4  # EM iterations of the full-covariance UBM
+    num_gselect: int = 20  # components per frame chosen by the diagonal UBM
+    min_post: float = 0.025  # posteriors below this are pruned (the rest renormalised)
+    posterior_scale: float = 0.1  # on the posteriors, for the frames' correlation
+    em_iters: int = 10  # EM iterations of the extractor, on every training speaker's statistics...
+    train_subsample: int = 2  # ...from every n-th frame (posteriors scaled up by n)
+    min_count: float = 100.0  # components with a smaller total count keep their parameters
+    variance_floor_factor: float = 0.1  # covariances floored at this times the average
+    seed: int = 0  # of the extractor's random initial projections
+    max_count: float = 100.0  # extraction: statistics past this count weigh as this count (0: off)
+    period: int = 10  # frames per i-vector (ivector_period)
+    train: str = "speaker"  # training set: speaker (one per speaker) | online (per utterance, every period frames)
+    test: str = "online"  # dev and eval sets: online | speaker
+    # A directory of Kaldi i-vectors per set (DIR/<set>/ or DIR/ivectors_<set>/ with ivector_online.scp and
+    # ivector_period, or ivectors_spk.scp), used as they are instead of extracting; see asr.features.ivector_recipe.
+    kaldi_dir: str = ""
+
+
+@dataclass
 class SpecAugmentConfig:
     """SpecAugment-style masking and VTLP-style warping of training features
     (asr.features.specaugment); 0 masks and 0 warp = off."""
@@ -54,7 +86,7 @@ class SpecAugmentConfig:
 class FeaturesConfig:
     name: str = "logmel80"
     feats_dir: str = "feats"  # features go to <feats_dir>/<name>/<set>/
-    kind: str = "fbank"  # fbank | fmllr | fmllr_fbank | kaldi
+    kind: str = "fbank"  # fbank | fmllr | fmllr_fbank | ivector | fmllr_ivector_fbank | kaldi
     # Deltas of the log-mel stream (Kaldi's add-deltas): 2 = deltas and double deltas.
     delta_order: int = 0
     delta_window: int = 2
@@ -89,6 +121,7 @@ class FeaturesConfig:
     batch_seconds: float = 300.0  # padded audio per filterbank call (bounds memory)
     force: bool = False  # recompute sets whose output is already complete
     fmllr: FmllrConfig = field(default_factory=FmllrConfig)
+    ivector: IvectorConfig = field(default_factory=IvectorConfig)
     # kind=kaldi: a directory of Kaldi data dirs <kaldi_dir>/<set>/ with feats.scp (and
     # optionally cmvn.scp, trans.scp); see asr.features.kaldi_import.
     kaldi_dir: str = ""

@@ -25,19 +25,16 @@ the parts whose inputs and options did not change. The speakers of a set are spl
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import kaldiio
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 from asr.data.datadir import read_data_dir, read_table, spk2utt, write_table
 from asr.features import cmvn
@@ -47,15 +44,18 @@ from asr.features.extract import (SetSummary, _add_stats, _log_summary, extract_
 from asr.features.fbank import FbankOptions
 from asr.features.fmllr import transform_frames
 from asr.features.fmllr_model import FmllrModel, FmllrOptions, SpeakerFrames, single_thread, train_fmllr_model, write_report
+from asr.features.ivector_recipe import IvectorReader, ivector_sets, make_base_sets
 from asr.features.kaldi_io import write_transforms
+from asr.features.provenance import CHECKSUM_FILE, checksum, complete, plain, source_checksum
 from asr.features.subset import split_speakers
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 
 log = logging.getLogger("asr.features")
 
-KINDS = ("fmllr", "fmllr_fbank")
-CHECKSUM_FILE = "recipe_checksum"
+KINDS = ("fmllr", "fmllr_fbank", "fmllr_ivector_fbank")
+WITH_LOGMEL = ("fmllr_fbank", "fmllr_ivector_fbank")
+BAKED_CMVN = ("speaker", "utterance", "none")  # what fmllr_ivector_fbank can normalise before appending
 SET_OUTPUTS = ("feats.ark", "feats.scp", "utt2num_frames", "feat_dim", "cmvn_type", "trans.scp", CHECKSUM_FILE)
 MODEL_OUTPUTS = ("final.dubm", "splice_opts", "cmvn_opts", "report.json", CHECKSUM_FILE)
 
@@ -67,7 +67,8 @@ def fmllr_dim(feats_cfg: Any) -> int:
 def feature_dim(feats_cfg: Any) -> int:
     """Per-frame dimension of the recipe's output."""
     logmel = FbankOptions.from_config(feats_cfg).dim * (1 + feats_cfg.delta_order)
-    return fmllr_dim(feats_cfg) + (logmel if feats_cfg.kind == "fmllr_fbank" else 0)
+    ivector = feats_cfg.ivector.dim if feats_cfg.kind == "fmllr_ivector_fbank" else 0
+    return fmllr_dim(feats_cfg) + ivector + (logmel if feats_cfg.kind in WITH_LOGMEL else 0)
 
 
 def make_fmllr_features(cfg: Any) -> list[SetSummary]:
@@ -77,48 +78,30 @@ def make_fmllr_features(cfg: Any) -> list[SetSummary]:
         raise InputError(f"features.kind={fcfg.kind!r} is not an fMLLR recipe {KINDS}")
     if fcfg.fmllr.lda and fcfg.fmllr.dim > FbankOptions.from_config(fcfg).dim * (fcfg.fmllr.splice_left + 1 + fcfg.fmllr.splice_right):
         raise InputError(f"features.fmllr.dim={fcfg.fmllr.dim} exceeds the spliced log-mel dimension")
+    if fcfg.kind == "fmllr_ivector_fbank" and fcfg.cmvn not in BAKED_CMVN:
+        raise InputError(f"features.cmvn={fcfg.cmvn!r}: {fcfg.name} normalises fMLLR and log-mel per speaker or per "
+                         f"utterance before the i-vector goes between them; choose one of {BAKED_CMVN}")
     root = Path(fcfg.feats_dir) / fcfg.name
     sets = (cfg.data.train_set, cfg.data.dev_set, cfg.data.eval_set)
-    options = FbankOptions.from_config(fcfg)
-    for set_name in sets:
-        extract_set(Path(cfg.data.data_dir) / set_name, root / "fbank" / set_name, options, cmvn_unit="speaker",
-                    jobs=fcfg.jobs, device=fcfg.device, batch_seconds=fcfg.batch_seconds, force=fcfg.force)
+    make_base_sets(cfg, root)
     model_checksum = ensure_model(root / "gmm", root / "fbank" / cfg.data.train_set,
                                   Path(cfg.data.data_dir) / cfg.data.train_set, fcfg)
-    return [adapt_set(root / "gmm", model_checksum, root / "fbank" / s, Path(cfg.data.data_dir) / s, root / s, fcfg)
+    ivectors = ivector_sets(cfg, root, root / "ivector", write_feats=False) if fcfg.kind == "fmllr_ivector_fbank" else {}
+    return [adapt_set(root / "gmm", model_checksum, root / "fbank" / s, Path(cfg.data.data_dir) / s, root / s, fcfg,
+                      ivectors[s][0] if s in ivectors else None)
             for s in sets]
 
 
 # ------------------------------------------------------------------------ model
 
 
-def _checksum(*parts: Any) -> str:
-    digest = hashlib.sha1()
-    for part in parts:
-        digest.update(json.dumps(part, sort_keys=True, default=str).encode() + b"\0")
-    return digest.hexdigest() + "\n"
-
-
-def _source_checksum(base_dir: Path) -> str:
-    """What a base feature set was made from (its own records)."""
-    return "".join((base_dir / f).read_text() for f in ("fbank.conf", "data_checksum", "cmvn_type"))
-
-
-def _complete(out_dir: Path, outputs: tuple[str, ...], checksum: str) -> bool:
-    return out_dir.is_dir() and all((out_dir / f).is_file() for f in outputs) and (out_dir / CHECKSUM_FILE).read_text() == checksum
-
-
-def _plain(cfg: Any) -> dict:
-    return OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else asdict(cfg)
-
-
 def ensure_model(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any) -> str:
     """Train the adaptation model unless `model_dir` holds one made from the same inputs;
     returns the checksum of those inputs (what the adapted sets depend on)."""
-    checksum = _checksum(_plain(fcfg.fmllr), _source_checksum(base_dir))
-    if not fcfg.force and _complete(model_dir, MODEL_OUTPUTS, checksum):
+    expected = checksum(plain(fcfg.fmllr), source_checksum(base_dir))
+    if not fcfg.force and complete(model_dir, MODEL_OUTPUTS, expected):
         log.info("fMLLR model: complete already (%s)", model_dir)
-        return checksum
+        return expected
     log.info("fMLLR model: training on %s into %s", base_dir, model_dir)
     started = time.perf_counter()
     data = read_data_dir(data_dir)
@@ -129,9 +112,9 @@ def ensure_model(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any) -> 
     with atomic_dir(model_dir) as tmp:
         model.save(tmp)
         write_report(tmp / "report.json", report)
-        (tmp / CHECKSUM_FILE).write_text(checksum)
+        (tmp / CHECKSUM_FILE).write_text(expected)
     log.info("fMLLR model: %d Gaussians of dim %d trained in %.1f s", model.gmm.num_components, model.dim, report["seconds"])
-    return checksum
+    return expected
 
 
 # -------------------------------------------------------------------------- sets
@@ -147,10 +130,19 @@ class AdaptOptions:
     cmvn: str
     fmllr: FmllrOptions
     device: str
+    norm_vars: bool = True
+    ivector_dir: str = ""  # fmllr_ivector_fbank: the set's i-vectors (asr.features.ivector_recipe)
 
     @classmethod
-    def from_config(cls, fcfg: Any) -> "AdaptOptions":
-        return cls(fcfg.kind, fcfg.delta_order, fcfg.delta_window, fcfg.cmvn, FmllrOptions.from_config(fcfg.fmllr), fcfg.device)
+    def from_config(cls, fcfg: Any, ivector_dir: Path | None = None) -> "AdaptOptions":
+        return cls(fcfg.kind, fcfg.delta_order, fcfg.delta_window, fcfg.cmvn, FmllrOptions.from_config(fcfg.fmllr), fcfg.device,
+                   fcfg.norm_vars, str(ivector_dir) if ivector_dir is not None else "")
+
+    @property
+    def stored_cmvn(self) -> str:
+        """The CMVN unit of the statistics stored beside the output: none when it is normalised
+        already (fmllr_ivector_fbank: the i-vector in the middle is used as it is)."""
+        return "none" if self.kind == "fmllr_ivector_fbank" else self.cmvn
 
 
 @dataclass
@@ -172,12 +164,17 @@ class AdaptResult:
     speaker_lines: dict[str, str] = field(default_factory=dict)  # fmllr_speakers
 
 
-def adapt_set(model_dir: Path, model_checksum: str, base_dir: Path, data_dir: Path, out_dir: Path, fcfg: Any) -> SetSummary:
-    """Per-speaker fMLLR of one set and the recipe's per-frame composition, the speakers
-    split over `features.jobs` worker processes."""
-    checksum = _checksum(model_checksum, _source_checksum(base_dir), fcfg.kind, fcfg.delta_order, fcfg.delta_window,
-                         fcfg.cmvn, _plain(fcfg.fmllr))
-    if not fcfg.force and _complete(out_dir, SET_OUTPUTS, checksum):
+def adapt_set(model_dir: Path, model_checksum: str, base_dir: Path, data_dir: Path, out_dir: Path, fcfg: Any,
+              ivector_dir: Path | None = None) -> SetSummary:
+    """Per-speaker fMLLR of one set and the recipe's per-frame composition (with the i-vectors
+    in `ivector_dir` for fmllr_ivector_fbank), the speakers split over `features.jobs` worker
+    processes."""
+    if fcfg.kind == "fmllr_ivector_fbank" and ivector_dir is None:
+        raise ValueError("fmllr_ivector_fbank needs the set's i-vector directory")
+    ivectors = (ivector_dir / CHECKSUM_FILE).read_text() if ivector_dir is not None else ""
+    expected = checksum(model_checksum, source_checksum(base_dir), fcfg.kind, fcfg.delta_order, fcfg.delta_window,
+                        fcfg.cmvn, plain(fcfg.fmllr), ivectors, fcfg.norm_vars if ivectors else None)
+    if not fcfg.force and complete(out_dir, SET_OUTPUTS, expected):
         log.info("%s: complete already (%s), skipping; features.force=true recomputes it", out_dir.name, out_dir)
         return SetSummary(out_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
     started = time.perf_counter()
@@ -188,12 +185,12 @@ def adapt_set(model_dir: Path, model_checksum: str, base_dir: Path, data_dir: Pa
         raise InputError(f"{base_dir}: no features to adapt; check the filterbank stage's log")
     parts = split_speakers(speakers, num_frames, fcfg.jobs)
     log.info("%s: fMLLR for %d speakers in %d part(s) into %s", out_dir.name, len(speakers), len(parts), out_dir)
-    options = AdaptOptions.from_config(fcfg)
+    options = AdaptOptions.from_config(fcfg, ivector_dir)
     with atomic_dir(out_dir) as tmp:
         tasks = [AdaptTask(i, part, str(model_dir), str(base_dir), str(tmp), utt2spk, options) for i, part in enumerate(parts)]
         results = run_parts(tasks, desc=out_dir.name, total=len(speakers), work=adapt_part, unit="spk")
         join_parts(tmp, out_dir, len(parts))
-        summary = _finish_set(results, tmp, out_dir, base_dir, fcfg, checksum)
+        summary = _finish_set(results, tmp, out_dir, base_dir, fcfg, options.stored_cmvn, expected)
     summary.wall_seconds = time.perf_counter() - started
     summary.seconds = summary.frames * fcfg.frame_shift_ms / 1000.0  # one frame per shift
     _log_summary(summary)
@@ -210,21 +207,22 @@ def _adapt_part(task: AdaptTask, on_speaker_done) -> AdaptResult:
     opts = task.options
     model = FmllrModel.load(task.model_dir, opts.device)
     frames = SpeakerFrames(task.base_dir, task.utt2spk, model.norm_vars)
+    ivectors = IvectorReader(opts.ivector_dir) if opts.ivector_dir else None
     result = AdaptResult()
     out = Path(task.out_dir)
     with kaldiio.WriteHelper(f"ark,scp:{out / f'feats.{task.index}.ark'},{out / f'feats.{task.index}.scp'}") as writer:
         for speaker, utts in task.speakers.items():
-            for utt, feats in adapt_speaker(model, frames, speaker, utts, opts, result):
+            for utt, feats in adapt_speaker(model, frames, speaker, utts, opts, result, ivectors):
                 writer(utt, feats)
                 result.num_frames[utt] = feats.shape[0]
-                if opts.cmvn != "none":
-                    _add_stats(result.stats, cmvn.compute_stats(opts.cmvn, {utt: feats}, task.utt2spk))
+                if opts.stored_cmvn != "none":
+                    _add_stats(result.stats, cmvn.compute_stats(opts.stored_cmvn, {utt: feats}, task.utt2spk))
             on_speaker_done()
     return result
 
 
 def adapt_speaker(model: FmllrModel, frames: SpeakerFrames, speaker: str, utts: list[str], opts: AdaptOptions,
-                  result: AdaptResult) -> list[tuple[str, np.ndarray]]:
+                  result: AdaptResult, ivectors: IvectorReader | None = None) -> list[tuple[str, np.ndarray]]:
     """(utt, composed features) for one speaker; its transform and diagnostics go to `result`."""
     raw = [frames.raw(u) for u in utts]
     projected = [model.project(frames.cmvn(u, r)) for u, r in zip(utts, raw)]
@@ -237,14 +235,35 @@ def adapt_speaker(model: FmllrModel, frames: SpeakerFrames, speaker: str, utts: 
     out = []
     for utt, r, z in zip(utts, raw, projected):
         adapted = transform_frames(torch.from_numpy(z), fmllr.transform).numpy().astype(np.float32)
-        if opts.kind == "fmllr_fbank":
+        if opts.kind in WITH_LOGMEL:
             logmel = add_deltas(r, opts.delta_order, opts.delta_window) if opts.delta_order > 0 else r
             adapted = np.concatenate([adapted, logmel.astype(np.float32)], axis=1)
         out.append((utt, adapted))
+    if opts.kind == "fmllr_ivector_fbank":
+        assert ivectors is not None
+        out = [(utt, insert_ivectors(feats, ivectors(utt, feats.shape[0]), fmllr.transform.shape[0]))
+               for utt, feats in normalised(out, opts.cmvn, opts.norm_vars)]
     return out
 
 
-def _finish_set(results: list[AdaptResult], tmp: Path, out_dir: Path, base_dir: Path, fcfg: Any, checksum: str) -> SetSummary:
+def normalised(feats: list[tuple[str, np.ndarray]], unit: str, norm_vars: bool) -> list[tuple[str, np.ndarray]]:
+    """One speaker's utterances normalised as the training reader would with statistics per
+    `unit` (speaker | utterance | none)."""
+    if unit == "none":
+        return feats
+    if unit == "speaker":
+        stats = cmvn.accumulate(f for _, f in feats)
+        return [(utt, cmvn.apply(f, stats, norm_vars)) for utt, f in feats]
+    return [(utt, cmvn.apply(f, cmvn.accumulate([f]), norm_vars)) for utt, f in feats]
+
+
+def insert_ivectors(acoustic: np.ndarray, ivectors: np.ndarray, position: int) -> np.ndarray:
+    """[acoustic[:, :position] | i-vectors | acoustic[:, position:]] per frame, float32."""
+    return np.concatenate([acoustic[:, :position], ivectors, acoustic[:, position:]], axis=1).astype(np.float32)
+
+
+def _finish_set(results: list[AdaptResult], tmp: Path, out_dir: Path, base_dir: Path, fcfg: Any, cmvn_unit: str,
+                expected: str) -> SetSummary:
     """Everything beside the joined features: transforms, frame counts, dimension, CMVN."""
     final = out_dir.absolute()
     num_frames = {u: n for r in results for u, n in r.num_frames.items()}
@@ -255,7 +274,7 @@ def _finish_set(results: list[AdaptResult], tmp: Path, out_dir: Path, base_dir: 
     write_table(tmp / "utt2num_frames", {u: str(n) for u, n in num_frames.items()})
     (tmp / "feat_dim").write_text(f"{feature_dim(fcfg)}\n")
     stats = merge_stats(r.stats for r in results)
-    cmvn.write_stats(stats, tmp, fcfg.cmvn)
+    cmvn.write_stats(stats, tmp, cmvn_unit)
     if stats:
         repoint_scp(tmp / "cmvn.scp", final / "cmvn.ark")
     # speaker, frames, adapted|identity, log-likelihood per frame before/after, and the same
@@ -264,7 +283,7 @@ def _finish_set(results: list[AdaptResult], tmp: Path, out_dir: Path, base_dir: 
     for name in ("fbank.conf", "skipped"):
         if (base_dir / name).is_file():
             shutil.copyfile(base_dir / name, tmp / name)
-    (tmp / CHECKSUM_FILE).write_text(checksum)
+    (tmp / CHECKSUM_FILE).write_text(expected)
     adapted = sum(1 for line in speaker_lines.values() if " adapted " in line)
     log.info("%s: %d of %d speakers adapted (the others had fewer than %g frames: identity)",
              out_dir.name, adapted, len(speaker_lines), fcfg.fmllr.min_count)

@@ -6,6 +6,12 @@ format, ark/scp). This module adds what kaldiio does not have:
   * a diagonal GMM in Kaldi's `DiagGmm` binary format (what `gmm-global-init-from-feats`
     writes as `final.dubm` and `gmm-global-*` read): `<DiagGMM> <GCONSTS> FV <WEIGHTS> FV
     <MEANS_INVVARS> FM <INV_VARS> FM </DiagGMM>`, floats as Kaldi's BaseFloat (float32);
+  * a full-covariance GMM in Kaldi's `FullGmm` binary format (`final.ubm`, what
+    `fgmm-global-*` read): `<FullGMM> <GCONSTS> FV <WEIGHTS> FV <MEANS_INVCOVARS> FM
+    <INV_COVARS> FP... </FullGMM>`, one packed lower triangle per component;
+  * an i-vector extractor in Kaldi's `IvectorExtractor` binary format (`final.ie`, what
+    `ivector-extract` and the online extractor read): `<IvectorExtractor> <w> DM <w_vec> DV
+    <M> count DM... <SigmaInv> DP... <IvectorOffset> double </IvectorExtractor>`, in double;
   * per-speaker affine transforms as `trans.ark`/`trans.scp` (what `transform-feats
     --utt2spk=ark:utt2spk scp:trans.scp` reads), and applying a transform the way
     `transform-feats` does: a d x D matrix is linear, a d x (D+1) one has the offset last.
@@ -97,15 +103,30 @@ def _token(name: str) -> bytes:
     return name.encode() + b" "
 
 
-def _vector(values: np.ndarray) -> bytes:
-    values = np.ascontiguousarray(values, dtype="<f4")
-    return b"FV " + b"\4" + struct.pack("<i", len(values)) + values.tobytes()
+def _vector(values: np.ndarray, double: bool = False) -> bytes:
+    values = np.ascontiguousarray(values, dtype="<f8" if double else "<f4")
+    return (b"DV " if double else b"FV ") + _int32(len(values)) + values.tobytes()
 
 
-def _matrix(values: np.ndarray) -> bytes:
-    values = np.ascontiguousarray(values, dtype="<f4")
+def _matrix(values: np.ndarray, double: bool = False) -> bytes:
+    values = np.ascontiguousarray(values, dtype="<f8" if double else "<f4")
     rows, cols = values.shape
-    return b"FM " + b"\4" + struct.pack("<i", rows) + b"\4" + struct.pack("<i", cols) + values.tobytes()
+    return (b"DM " if double else b"FM ") + _int32(rows) + _int32(cols) + values.tobytes()
+
+
+def _packed(symmetric: np.ndarray, double: bool = False) -> bytes:
+    """A Kaldi SpMatrix: the lower triangle, row by row."""
+    rows = symmetric.shape[0]
+    lower = np.asarray(symmetric)[np.tril_indices(rows)]
+    return (b"DP " if double else b"FP ") + _int32(rows) + np.ascontiguousarray(lower, dtype="<f8" if double else "<f4").tobytes()
+
+
+def _int32(value: int) -> bytes:
+    return b"\4" + struct.pack("<i", value)
+
+
+def _double(value: float) -> bytes:
+    return b"\10" + struct.pack("<d", value)
 
 
 def diag_gmm_bytes(weights: np.ndarray, means: np.ndarray, variances: np.ndarray) -> bytes:
@@ -129,12 +150,12 @@ def write_diag_gmm(path: str | os.PathLike, weights: np.ndarray, means: np.ndarr
 class _Reader:
     """Kaldi's binary tokens and objects from a byte stream."""
 
-    def __init__(self, data: bytes, name: str):
+    def __init__(self, data: bytes, name: str, kind: str = "DiagGmm"):
         self.stream = io.BytesIO(data)
-        self.name = name
+        self.name, self.kind = name, kind
 
     def fail(self, what: str) -> InputError:
-        return InputError(f"{self.name}: not a Kaldi binary DiagGmm ({what} at byte {self.stream.tell()})")
+        return InputError(f"{self.name}: not a Kaldi binary {self.kind} ({what} at byte {self.stream.tell()})")
 
     def token(self) -> str:
         chars = bytearray()
@@ -168,6 +189,23 @@ class _Reader:
         rows, cols = self.int32(), self.int32()
         return self.floats(rows * cols, kind).reshape(rows, cols)
 
+    def packed(self) -> np.ndarray:
+        """A Kaldi SpMatrix as a full symmetric matrix."""
+        kind = self.token()
+        if kind not in ("FP", "DP"):
+            raise self.fail(f"expected a packed matrix, got {kind!r}")
+        rows = self.int32()
+        lower = self.floats(rows * (rows + 1) // 2, kind)
+        out = np.zeros((rows, rows))
+        out[np.tril_indices(rows)] = lower
+        return out + np.tril(out, -1).T
+
+    def double(self) -> float:
+        size = self.stream.read(1)
+        if size != b"\10":
+            raise self.fail("expected an 8-byte float")
+        return struct.unpack("<d", self.stream.read(8))[0]
+
     def expect(self, *names: str) -> str:
         got = self.token()
         if got not in names:
@@ -197,3 +235,104 @@ def read_diag_gmm(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.n
     if not (len(weights) == means_invvars.shape[0] == inv_vars.shape[0] and means_invvars.shape == inv_vars.shape):
         raise reader.fail("inconsistent sizes")
     return weights, means_invvars / inv_vars, 1.0 / inv_vars
+
+
+def _binary_reader(path: Path, kind: str, how_to_convert: str) -> _Reader:
+    if not path.is_file():
+        raise InputError(f"{path}: missing {kind}; re-run the features stage")
+    data = path.read_bytes()
+    reader = _Reader(data[2:], str(path), kind)
+    if not data.startswith(BINARY_MARK):
+        raise reader.fail(f"no binary mark; convert text models with {how_to_convert}")
+    return reader
+
+
+# ------------------------------------------------------------------- FullGmm I/O
+
+
+def full_gmm_bytes(weights: np.ndarray, means: np.ndarray, covariances: np.ndarray) -> bytes:
+    """A FullGmm in Kaldi's binary form (what FullGmm::Write(binary=true) emits)."""
+    inv_covars = np.linalg.inv(covariances)
+    means_invcovars = np.einsum("cij,cj->ci", inv_covars, means)
+    logdet = np.linalg.slogdet(inv_covars)[1]
+    dim = means.shape[1]
+    gconst = (np.log(weights) + 0.5 * logdet - 0.5 * dim * np.log(2 * np.pi)
+              - 0.5 * np.einsum("ci,ci->c", means, means_invcovars))
+    return b"".join([
+        BINARY_MARK, _token("<FullGMM>"),
+        _token("<GCONSTS>"), _vector(gconst),
+        _token("<WEIGHTS>"), _vector(weights),
+        _token("<MEANS_INVCOVARS>"), _matrix(means_invcovars),
+        _token("<INV_COVARS>"), *(_packed(p) for p in inv_covars),
+        _token("</FullGMM>"),
+    ])
+
+
+def write_full_gmm(path: str | os.PathLike, weights: np.ndarray, means: np.ndarray, covariances: np.ndarray) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(full_gmm_bytes(weights, means, covariances))
+
+
+def read_full_gmm(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(weights, means, covariances) from a Kaldi binary FullGmm file (ours or Kaldi's)."""
+    reader = _binary_reader(Path(path), "FullGmm", "fgmm-global-copy --binary=true")
+    reader.expect("<FullGMM>", "<FullGMMBegin>")
+    if reader.expect("<GCONSTS>", "<WEIGHTS>") == "<GCONSTS>":
+        reader.vector()  # recomputed from the parameters
+        reader.expect("<WEIGHTS>")
+    weights = reader.vector()
+    reader.expect("<MEANS_INVCOVARS>")
+    means_invcovars = reader.matrix()
+    reader.expect("<INV_COVARS>")
+    inv_covars = np.stack([reader.packed() for _ in range(len(weights))]) if len(weights) else np.zeros((0, 0, 0))
+    reader.expect("</FullGMM>", "<FullGMMEnd>")
+    if not (len(weights) == means_invcovars.shape[0] == inv_covars.shape[0] and means_invcovars.shape[1] == inv_covars.shape[1]):
+        raise reader.fail("inconsistent sizes")
+    covariances = np.linalg.inv(inv_covars)
+    return weights, np.einsum("cij,cj->ci", covariances, means_invcovars), covariances
+
+
+# ------------------------------------------------------------ IvectorExtractor I/O
+
+
+def ivector_extractor_bytes(weights: np.ndarray, projections: np.ndarray, inv_covars: np.ndarray, prior_offset: float) -> bytes:
+    """An IvectorExtractor without log-weight regression (ivector-extractor-init
+    --use-weights=false) in Kaldi's binary form: `projections` (C, D, R) are the M_c,
+    `inv_covars` (C, D, D) the Sigma_c^-1, `weights` the UBM's (w_vec)."""
+    return b"".join([
+        BINARY_MARK, _token("<IvectorExtractor>"),
+        _token("<w>"), _matrix(np.zeros((0, 0)), double=True),
+        _token("<w_vec>"), _vector(weights, double=True),
+        _token("<M>"), _int32(len(projections)), *(_matrix(m, double=True) for m in projections),
+        _token("<SigmaInv>"), *(_packed(p, double=True) for p in inv_covars),
+        _token("<IvectorOffset>"), _double(prior_offset),
+        _token("</IvectorExtractor>"),
+    ])
+
+
+def write_ivector_extractor(path: str | os.PathLike, weights: np.ndarray, projections: np.ndarray, inv_covars: np.ndarray,
+                            prior_offset: float) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(ivector_extractor_bytes(weights, projections, inv_covars, prior_offset))
+
+
+def read_ivector_extractor(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """(w_vec, M (C, D, R), Sigma_inv (C, D, D), prior offset) from a Kaldi binary final.ie."""
+    reader = _binary_reader(Path(path), "IvectorExtractor", "ivector-extractor-copy --binary=true")
+    reader.expect("<IvectorExtractor>")
+    reader.expect("<w>")
+    if reader.matrix().size:
+        raise reader.fail("log-weight regression (--use-weights=true) is not supported")
+    reader.expect("<w_vec>")
+    weights = reader.vector()
+    reader.expect("<M>")
+    count = reader.int32()
+    projections = np.stack([reader.matrix() for _ in range(count)])
+    reader.expect("<SigmaInv>")
+    inv_covars = np.stack([reader.packed() for _ in range(count)])
+    reader.expect("<IvectorOffset>")
+    prior_offset = reader.double()
+    reader.expect("</IvectorExtractor>")
+    if len(weights) != count or projections.shape[1] != inv_covars.shape[1]:
+        raise reader.fail("inconsistent sizes")
+    return weights, projections, inv_covars, prior_offset

@@ -1,0 +1,174 @@
+"""The i-vector feature recipes on a small SPHERE corpus: the files they leave, the per-frame
+composition with fMLLR and log-mel, Kaldi i-vector dirs used as they are, and the errors."""
+
+import shutil
+
+import kaldiio
+import numpy as np
+import pytest
+import torch
+
+from asr.data.datadir import read_table
+from asr.features import cmvn
+from asr.features.deltas import add_deltas
+from asr.features.fmllr import transform_frames
+from asr.features.fmllr_model import FmllrModel
+from asr.features.kaldi_io import read_transforms
+from asr.features.recipes import feature_dim, make_features
+from asr.utils.errors import InputError
+from test_recipes import SETS, SMALL_FMLLR, config, corpus, one_torch_thread  # noqa: F401 (fixtures)
+
+# 6 speakers x 2 utterances of ~90 frames per set: a tiny extractor.
+SMALL_IVECTOR = ["features.ivector.num_components=4", "features.ivector.dim=5", "features.ivector.pca_dim=10",
+                 "features.ivector.min_count=1", "features.ivector.em_iters=3", "features.fmllr.fmllr_iters=3", "features.jobs=1"]
+
+
+def test_recipe_dimensions():
+    from asr.config import load_config
+    dims = {name: feature_dim(load_config([f"features={name}"]).features)
+            for name in ("ivector100", "fmllr40_ivector100_logmel40_deltas")}
+    assert dims == {"ivector100": 100, "fmllr40_ivector100_logmel40_deltas": 260}
+
+
+@pytest.fixture(scope="module")
+def ivector_run(tmp_path_factory, corpus):
+    root = tmp_path_factory.mktemp("ivector")
+    (root / "data").symlink_to(corpus / "data")
+    cfg = config(root, "ivector100", *SMALL_IVECTOR)
+    return root, cfg, make_features(cfg)
+
+
+def test_ivector_recipe_writes_kaldi_ivectors_and_per_frame_features(ivector_run):
+    root, _, summaries = ivector_run
+    out = root / "feats" / "ivector100"
+    assert [s.utterances for s in summaries] == [12, 12, 12]
+    for name in ("final.mat", "splice_opts", "final.dubm", "final.ubm", "final.ie", "ivector_extractor.conf", "report.json"):
+        assert (out / "extractor" / name).is_file()
+    for set_name in SETS:
+        set_dir = out / set_name
+        assert (set_dir / "feat_dim").read_text() == "5\n" and (set_dir / "cmvn_type").read_text() == "none\n"
+        assert (set_dir / "ivector_period").read_text() == "10\n"
+        rows = kaldiio.load_scp(str(set_dir / "ivector_online.scp"))
+        feats = kaldiio.load_scp(str(set_dir / "feats.scp"))
+        frames = {u: int(n) for u, n in read_table(set_dir / "utt2num_frames").items()}
+        for utt, mat in feats.items():
+            assert mat.shape == (frames[utt], 5) and rows[utt].shape == (-(-frames[utt] // 10), 5)
+            np.testing.assert_array_equal(mat, rows[utt][np.arange(frames[utt]) // 10])
+    # Training set: one i-vector per speaker, the same for every frame of its utterances.
+    train = out / "train"
+    per_speaker = kaldiio.load_scp(str(train / "ivectors_spk.scp"))
+    assert len(per_speaker) == 6 and all(v.shape == (5,) for v in per_speaker.values())
+    for utt, mat in kaldiio.load_scp(str(train / "feats.scp")).items():
+        np.testing.assert_array_equal(mat, np.tile(per_speaker[utt.split("_")[0]], (mat.shape[0], 1)))
+    # Dev and eval: online, so the rows of an utterance differ, and no per-speaker file.
+    assert not (out / "eval" / "ivectors_spk.scp").exists()
+    online = next(iter(kaldiio.load_scp(str(out / "eval" / "ivector_online.scp")).values()))
+    assert not np.allclose(online[0], online[-1])
+
+
+def test_ivector_rerun_skips_everything(ivector_run, caplog):
+    root, _, _ = ivector_run
+    with caplog.at_level("INFO", logger="asr.features"):
+        assert all(s.skipped for s in make_features(config(root, "ivector100", *SMALL_IVECTOR)))
+    assert "i-vector extractor: complete already" in caplog.text
+
+
+def test_kaldi_ivector_dirs_are_used_as_they_are(ivector_run, tmp_path):
+    """Kaldi's layout: exp/nnet3/ivectors_<set>/ivector_online.scp + ivector_period (referenced,
+    not copied), or steps/nnet/ivector's ivectors_spk.scp (repeated per utterance)."""
+    root, _, _ = ivector_run
+    ours = root / "feats" / "ivector100"
+    kaldi = tmp_path / "kaldi"
+    for set_name in SETS:
+        (kaldi / f"ivectors_{set_name}").mkdir(parents=True)
+        for name in ("ivector_online.scp", "ivector_period"):
+            shutil.copy(ours / set_name / name, kaldi / f"ivectors_{set_name}" / name)
+    make_features(config(root, "ivector100", *SMALL_IVECTOR, f"features.ivector.kaldi_dir={kaldi}", "features.name=from_kaldi"))
+    imported = root / "feats" / "from_kaldi"
+    for set_name in SETS:
+        assert (imported / set_name / "ivector_online.scp").read_text() == (ours / set_name / "ivector_online.scp").read_text()
+        a, b = (kaldiio.load_scp(str(d / set_name / "feats.scp")) for d in (ours, imported))
+        assert sorted(a) == sorted(b) and all(np.array_equal(a[u], b[u]) for u in a)
+    assert not (imported / "extractor").exists()
+    # Per-speaker vectors only (the hybrid recipes' extract_ivectors.sh output).
+    for set_name in SETS:
+        shutil.rmtree(kaldi / f"ivectors_{set_name}")
+        (kaldi / set_name).mkdir()
+        shutil.copy(ours / "train" / "ivectors_spk.scp", kaldi / set_name / "ivectors_spk.scp")
+    make_features(config(root, "ivector100", *SMALL_IVECTOR, f"features.ivector.kaldi_dir={kaldi}", "features.name=spk_kaldi"))
+    for utt, mat in kaldiio.load_scp(str(root / "feats" / "spk_kaldi" / "train" / "feats.scp")).items():
+        np.testing.assert_array_equal(mat, kaldiio.load_scp(str(ours / "train" / "feats.scp"))[utt])
+    with pytest.raises(InputError, match="features.ivector.dim=7"):
+        make_features(config(root, "ivector100", *SMALL_IVECTOR, f"features.ivector.kaldi_dir={kaldi}",
+                             "features.name=wrong_dim", "features.ivector.dim=7"))
+
+
+@pytest.fixture(scope="module")
+def full_input_run(tmp_path_factory, corpus):
+    root = tmp_path_factory.mktemp("full_input")
+    (root / "data").symlink_to(corpus / "data")
+    cfg = config(root, "fmllr40_ivector100_logmel40_deltas", *SMALL_FMLLR, *SMALL_IVECTOR)
+    return root, cfg, make_features(cfg)
+
+
+def test_full_input_is_normalised_fmllr_ivector_and_logmel_deltas(full_input_run):
+    """Per frame: [fMLLR | i-vector | log-mel + deltas], fMLLR and log-mel normalised per
+    speaker (mean and variance) exactly as the training reader would, the i-vector as it is."""
+    root, cfg, summaries = full_input_run
+    out = root / "feats" / "fmllr40_ivector100_logmel40_deltas"
+    assert [s.utterances for s in summaries] == [12, 12, 12]
+    model = FmllrModel.load(out / "gmm")
+    for set_name in ("train", "eval"):
+        set_dir = out / set_name
+        assert (set_dir / "feat_dim").read_text() == "165\n" and (set_dir / "cmvn_type").read_text() == "none\n"
+        feats = kaldiio.load_scp(str(set_dir / "feats.scp"))
+        base = kaldiio.load_scp(str(out / "fbank" / set_name / "feats.scp"))
+        base_cmvn = kaldiio.load_scp(str(out / "fbank" / set_name / "cmvn.scp"))
+        transforms = read_transforms(set_dir / "trans.scp")
+        ivectors = kaldiio.load_scp(str(out / "ivector" / set_name / "ivector_online.scp"))
+        by_speaker = {}
+        for utt in feats:
+            by_speaker.setdefault(utt.split("_")[0], []).append(utt)
+        for speaker, utts in by_speaker.items():
+            acoustic = {}
+            for utt in utts:
+                raw = base[utt]
+                normalised = raw - base_cmvn[speaker][0, :-1] / base_cmvn[speaker][0, -1]
+                fmllr = transform_frames(torch.from_numpy(model.project(normalised)), transforms[speaker]).numpy()
+                acoustic[utt] = np.concatenate([fmllr, add_deltas(raw, 2, 2)], axis=1).astype(np.float32)
+            stats = cmvn.accumulate(acoustic.values())
+            for utt in utts:
+                expected = cmvn.apply(acoustic[utt], stats, norm_vars=True)
+                mat = feats[utt]
+                assert mat.shape == (expected.shape[0], 165) and mat.dtype == np.float32
+                np.testing.assert_allclose(mat[:, :40], expected[:, :40], rtol=1e-3, atol=1e-3)
+                np.testing.assert_allclose(mat[:, 45:], expected[:, 40:], rtol=1e-4, atol=1e-4)
+                np.testing.assert_array_equal(mat[:, 40:45], ivectors[utt][np.arange(mat.shape[0]) // 10])
+    # Every speaker of the training set is normalised: mean 0 and variance 1 in the acoustic dims.
+    train = kaldiio.load_scp(str(out / "train" / "feats.scp"))
+    frames = np.concatenate([m for u, m in train.items() if u.startswith("sw02001-A")])
+    np.testing.assert_allclose(np.delete(frames, range(40, 45), axis=1).mean(axis=0), 0.0, atol=1e-4)
+    np.testing.assert_allclose(np.delete(frames, range(40, 45), axis=1).std(axis=0), 1.0, atol=1e-3)
+
+
+def test_option_errors_name_the_option(corpus, tmp_path):
+    (tmp_path / "data").symlink_to(corpus / "data")
+    with pytest.raises(InputError, match=r"features.ivector.test='offline'"):
+        make_features(config(tmp_path, "ivector100", *SMALL_IVECTOR, "features.ivector.test=offline"))
+    with pytest.raises(InputError, match=r"features.cmvn='global'"):
+        make_features(config(tmp_path, "fmllr40_ivector100_logmel40_deltas", *SMALL_FMLLR, *SMALL_IVECTOR, "features.cmvn=global"))
+    with pytest.raises(InputError, match="features.ivector.pca_dim=500"):
+        make_features(config(tmp_path, "ivector100", *SMALL_IVECTOR, "features.ivector.pca_dim=500"))
+
+
+@pytest.mark.slow
+def test_parallel_jobs_give_the_same_extractor_and_ivectors(ivector_run, tmp_path):
+    """Statistics and extraction split over two worker processes: the same model and i-vectors."""
+    root, _, _ = ivector_run
+    (tmp_path / "data").symlink_to(root / "data")
+    make_features(config(tmp_path, "ivector100", *SMALL_IVECTOR, "features.jobs=2"))
+    one, two = root / "feats" / "ivector100", tmp_path / "feats" / "ivector100"
+    assert (two / "extractor" / "final.ie").read_bytes() == (one / "extractor" / "final.ie").read_bytes()
+    for set_name in SETS:
+        a, b = (kaldiio.load_scp(str(d / set_name / "ivector_online.scp")) for d in (one, two))
+        assert list(a) == list(b) and all(np.allclose(a[u], b[u], rtol=1e-6, atol=1e-6) for u in a)
