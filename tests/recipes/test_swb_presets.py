@@ -29,7 +29,7 @@ def test_preset_composes_with_the_paper_model(preset):
     except HydraException as err:
         pytest.fail(f"{preset} does not compose: {err}")
     assert (cfg.model.num_layers, cfg.model.hidden_size, cfg.model.bottleneck, cfg.model.bidirectional) == (6, 512, 256, True)
-    assert cfg.features.name == "fmllr40_logmel40_deltas"
+    assert cfg.features.name == "fmllr40_ivector100_logmel40_deltas"  # 260 per frame: fMLLR, i-vector, log-mel
     assert cfg.train.epochs == 16 and cfg.train.lr == pytest.approx(0.1 * global_batch / 256)
     assert cfg.train.max_frames == global_batch // 64 * 21  # per learner on the paper's 64 learners
 
