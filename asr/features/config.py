@@ -30,9 +30,9 @@ class FmllrConfig:
     # Frames the model trains on: whole speakers with at least min_count frames each, spread over
     # the set, an equal share each (Kaldi's subset_data_dir.sh --speakers), so SAT adapts them all.
     max_train_frames: int = 100000
-    fmllr_iters: int = 20  # most EM iterations of each fMLLR estimate (posteriors recomputed)
+    fmllr_iters: int = 5  # most EM iterations of each fMLLR estimate (posteriors recomputed)
     fmllr_passes: int = 40  # most row-by-row sweeps per EM iteration (Kaldi's --fmllr-num-iters)
-    fmllr_tolerance: float = 1e-4  # nats per frame: a sweep or EM iteration gaining less ends its loop
+    fmllr_tolerance: float = 1e-3  # nats per frame: a sweep or EM iteration gaining less ends its loop
     min_count: float = 500.0  # fewer frames per speaker: identity transform (Kaldi's --fmllr-min-count)
     base_norm_vars: bool = False  # per-speaker CMVN of the log-mel frames before splicing: means only, as Kaldi's GMM systems
     var_floor_ratio: float = 0.01  # Gaussian variances floored at this fraction of the data's

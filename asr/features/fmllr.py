@@ -14,10 +14,12 @@ of A (extended by 0), w_i = (alpha c_i + k_i) G_i^-1 where alpha solves a quadra
 Kaldi's `gmm-est-fmllr --fmllr-update-type=full` (FmllrInnerUpdate), including its default
 minimum count of 500 frames below which the transform stays the identity.
 
-Both loops run to convergence: passes over the rows (at most 40 per EM iteration, Kaldi's
---fmllr-num-iters) stop once a pass raises Q by less than `tolerance` nats per frame, and EM
+Passes over the rows run to convergence: at most 40 per EM iteration (Kaldi's
+--fmllr-num-iters), stopping once a pass raises Q by less than `tolerance` nats per frame. EM
 iterations (posteriors recomputed on the transformed frames) stop once the objective (log-
-likelihood + log|det A| per frame) rises by less than `tolerance`, or after `iters`.
+likelihood + log|det A| per frame) rises by less than `tolerance`, or after `iters` (5 by
+default: each costs an accumulation over all the speaker's frames; on real speech the first
+3 give ~92% of the gain that 20 give).
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from asr.features.gmm import OUTER_PRODUCT_CHUNK, DiagGmm
 
 MIN_COUNT = 500.0  # Kaldi's --fmllr-min-count
 PASSES = 40  # most row passes per EM iteration (Kaldi's --fmllr-num-iters)
-ITERS = 20  # most EM iterations per estimate
-TOLERANCE = 1e-4  # nats per frame: a pass or an EM iteration that gains less ends its loop
+ITERS = 5  # most EM iterations per estimate (Kaldi's two-pass scripts make 2)
+TOLERANCE = 1e-3  # nats per frame: a pass or an EM iteration that gains less ends its loop
 
 
 @dataclass
@@ -64,7 +66,8 @@ def accumulate(gmm: DiagGmm, x: Tensor, transform: np.ndarray) -> tuple[FmllrSta
     means_invvars = gmm.means * inv_vars
     beta, loglike = 0.0, 0.0
     K = gmm.means.new_zeros(d, d + 1)
-    G = gmm.means.new_zeros(d, (d + 1) * (d + 1))
+    rows, cols = torch.triu_indices(d + 1, d + 1, device=gmm.means.device)
+    G_upper = gmm.means.new_zeros(d, rows.shape[0])
     for chunk in x.split(OUTER_PRODUCT_CHUNK):
         chunk = chunk.to(gmm.means)
         posteriors, loglikes = gmm.posteriors(transform_frames(chunk, transform))
@@ -73,9 +76,13 @@ def accumulate(gmm: DiagGmm, x: Tensor, transform: np.ndarray) -> tuple[FmllrSta
         beta += float(posteriors.sum())
         loglike += float(loglikes.sum())
         K += (posteriors @ means_invvars).T @ xi
-        # G_i = sum_t g_ti xi_t xi_t^T for all i in one product with the frames' outer products
-        G += (posteriors @ inv_vars).T @ (xi[:, :, None] * xi[:, None, :]).reshape(xi.shape[0], -1)
-    return FmllrStats(beta, K.cpu().numpy(), G.reshape(d, d + 1, d + 1).cpu().numpy()), loglike
+        # G_i = sum_t g_ti xi_t xi_t^T for all i in one product with the frames' outer products,
+        # their upper triangles only (G_i is symmetric: half the work)
+        G_upper += (posteriors @ inv_vars).T @ (xi[:, rows] * xi[:, cols])
+    G = gmm.means.new_zeros(d, d + 1, d + 1)
+    G[:, rows, cols] = G_upper
+    G[:, cols, rows] = G_upper
+    return FmllrStats(beta, K.cpu().numpy(), G.cpu().numpy()), loglike
 
 
 def log_det(transform: np.ndarray) -> float:

@@ -1,11 +1,17 @@
-"""The fMLLR feature recipes (features.kind = fmllr | fmllr_fbank).
+"""The fMLLR feature recipes (features.kind = fmllr | fmllr_fbank | fmllr_ivector_fbank).
 
 Per frame the features are
   fmllr         W_s [P splice(CMN_s(x_t)); 1]                       (features.fmllr.dim)
   fmllr_fbank   [ fMLLR as above | x_t | delta x_t | delta^2 x_t ]  (dim + D * (1 + delta_order))
+  fmllr_ivector_fbank   [ fMLLR | i-vector | x_t | delta x_t | delta^2 x_t ]  (+ features.ivector.dim)
 where x_t is the log-mel frame, CMN_s the speaker's mean normalisation, P the LDA+MLLT matrix
-and W_s the speaker's fMLLR transform. The log-mel stream is raw (its CMVN, like that of the
-whole vector, comes from the statistics stored beside the features, per `features.cmvn`).
+and W_s the speaker's fMLLR transform. For fmllr and fmllr_fbank the log-mel stream is raw (its
+CMVN, like that of the whole vector, comes from the statistics stored beside the features, per
+`features.cmvn`). For fmllr_ivector_fbank, fMLLR and log-mel are normalised per
+`features.cmvn` (speaker or utterance; means, and variances with `features.norm_vars`) before
+the i-vector (asr.features.ivector_recipe) goes between them, and the set's cmvn_type is
+none: the i-vector is used as it is, and per-speaker statistics would wipe out a per-speaker
+i-vector.
 
 Every set, eval included, is adapted the same way: each speaker's transform is estimated
 from that speaker's own frames under the GMM, so test-time adaptation is unsupervised and
@@ -14,6 +20,8 @@ needs no first-pass decoding.
 Layout under <feats_dir>/<name>/:
   fbank/<set>/   the log-mel filterbank (asr.features.extract), with per-speaker CMVN stats
   gmm/           the adaptation model trained on the training set (asr.features.fmllr_model)
+  extractor/, ivector/<set>/   (fmllr_ivector_fbank) the i-vector extractor and each set's
+                 i-vectors (asr.features.ivector_recipe)
   <set>/         feats.{ark,scp}, utt2num_frames, feat_dim, cmvn.{ark,scp}, cmvn_type,
                  trans.{ark,scp} (per-speaker fMLLR transforms, Kaldi matrices d x (d+1)),
                  fmllr_speakers (per speaker: frames, adapted|identity, log-likelihood per
@@ -39,7 +47,7 @@ import torch
 from asr.data.datadir import read_data_dir, read_table, spk2utt, write_table
 from asr.features import cmvn
 from asr.features.deltas import add_deltas
-from asr.features.extract import (SetSummary, _add_stats, _log_summary, extract_set, join_parts, merge_stats, repoint_scp,
+from asr.features.extract import (SetSummary, _add_stats, _log_summary, join_parts, merge_stats, repoint_scp,
                                   run_parts)
 from asr.features.fbank import FbankOptions
 from asr.features.fmllr import transform_frames

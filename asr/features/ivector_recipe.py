@@ -30,7 +30,6 @@ DIR/<set>/ (or Kaldi's DIR/ivectors_<set>/) with ivector_online.scp and ivector_
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import time
