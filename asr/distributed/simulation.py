@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from asr.distributed.adpsgd import floating_state
+from asr.train.updater import optimizer_moments
 from asr.distributed.flat import flat_gradients, flat_parameters, set_gradients_, set_parameters_
 from asr.distributed.topology import Layout, node_groups
 from asr.train.updater import Updater, build_updater
@@ -139,7 +139,7 @@ class Simulation:
         spread = float(((flats - mean).norm(dim=1) / mean.norm().clamp_min(1e-12)).max())
         for params in self.params:
             set_parameters_(params, mean)
-        states = [floating_state(u.optimizer) for u in self.updaters]
+        states = [optimizer_moments(u.optimizer) for u in self.updaters]
         for tensors in zip(*states):
             average = torch.stack([t.double() for t in tensors]).mean(0)
             for t in tensors:

@@ -6,6 +6,10 @@ from dataclasses import dataclass
 @dataclass
 class TrainConfig:
     epochs: int = 20
+    # > 0: stop this run after this many steps (decentralized: batches claimed by all nodes)
+    # and save, so that the same command goes on from there (benchmarks, time-limited jobs)
+    max_steps: int = 0
+    max_train_utts: int = 0  # > 0: train on the first N utterances of the training set only (a quick run)
     max_frames: int = 20000  # batch size per learner in padded input frames (utterances x longest)
     max_utts: int = 64  # and at most this many utterances per batch (the global batch is learners x these)
     optimizer: str = "adam"  # adam | sgd (with momentum)
@@ -27,8 +31,9 @@ class TrainConfig:
     log_every_steps: int = 50  # a train_log.csv row every this many steps
     num_workers: int = 0  # DataLoader worker processes
     threads: int = 2  # torch.set_num_threads
-    # fp32 | bf16 (autocast: bfloat16 matrix products, fp32 weights) | auto: bf16 where the
-    # hardware computes it (CUDA with bf16, CPUs with AVX512-BF16/AMX), else fp32.
+    # fp32 | bf16 (autocast: bfloat16 matrix products, fp32 weights) | fp16 (the same in float16,
+    # with a loss scaler) | auto: bf16 where the hardware computes it (Ampere and later GPUs,
+    # CPUs with AVX512-BF16/AMX), else fp16 on GPUs and fp32 on CPUs.
     precision: str = "fp32"
     force: bool = False  # resume even if the model/data config changed
     # What is trained (asr/train/objectives.py): ctc, or frame_ce on Kaldi alignments

@@ -191,13 +191,15 @@ class BucketBatchSampler(Sampler[list[int]]):
 
     Each epoch: utterances sorted by length (ties in random order), cut into batches of at
     most `max_frames` padded frames and `max_utts` utterances, and the batch order shuffled.
-    `set_epoch(epoch, start)` positions the sampler `start` batches into an epoch, which is
-    how training resumes mid-epoch exactly where its checkpoint was taken.
+    `set_epoch(epoch, start, done)` positions the sampler `start` batches into an epoch, which
+    is how training resumes mid-epoch exactly where its checkpoint was taken; `done` (a mask
+    over the utterances) leaves out those already trained this epoch, which is how a run
+    resumed with another number of learners re-splits what is left of an epoch.
 
-    Several learners (`num_replicas`, this one's `rank`): the batches are cut for the global
-    batch, num_replicas x (max_frames, max_utts), with at least one utterance per learner,
-    and each is dealt out by stride (learner r takes utterances r, r + N, ... of the
-    length-sorted batch), so every learner gets the same number of batches, of similar
+    Several learners stepping together (`num_replicas`, this one's `rank`): the batches are cut
+    for the group's batch, num_replicas x (max_frames, max_utts), with at least one utterance
+    per learner, and each is dealt out by stride (learner r takes utterances r, r + N, ... of
+    the length-sorted batch), so every learner gets the same number of batches, of similar
     lengths, and the union of the learners' batches at step t is exactly the batch one
     learner with N x (max_frames, max_utts) gets at step t.
     """
@@ -212,7 +214,7 @@ class BucketBatchSampler(Sampler[list[int]]):
             raise ValueError(f"rank {rank} is not one of {num_replicas} learners")
         if len(lengths) < num_replicas:
             raise InputError(f"{len(lengths)} utterances cannot give a batch to each of {num_replicas} learners; use fewer processes")
-        self.lengths = list(lengths)
+        self.lengths = np.asarray(lengths, dtype=np.int64)
         self.max_frames = max_frames
         self.max_utts = max_utts
         self.seed = seed
@@ -221,33 +223,96 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.rank = rank
         self.epoch = 0
         self.start = 0
+        self.done: np.ndarray | None = None
+        self._plan: tuple[tuple, list[list[int]]] | None = None
 
-    def global_batches(self, epoch: int) -> list[list[int]]:
-        """The batches of all learners together (of the only learner when there is one)."""
+    def global_batches(self, epoch: int, done: np.ndarray | None = None) -> list[list[int]]:
+        """The batches of all learners together (of the only learner when there is one), of the
+        utterances not in `done`; the same on every learner."""
+        key = (epoch, None if done is None else done.tobytes())
+        if self._plan is not None and self._plan[0] == key:
+            return self._plan[1]
+        batches = self._cut(epoch, done)
+        self._plan = (key, batches)
+        return batches
+
+    def _cut(self, epoch: int, done: np.ndarray | None) -> list[list[int]]:
         n = self.num_replicas
+        lengths = self.lengths.tolist()
         if not self.shuffle:
-            order = sorted(range(len(self.lengths)), key=lambda i: self.lengths[i])
-            return make_buckets(self.lengths, order, self.max_frames * n, self.max_utts * n, min_utts=n)
+            order = sorted(self._remaining(range(len(lengths)), done), key=lambda i: lengths[i])
+            return make_buckets(lengths, order, self.max_frames * n, self.max_utts * n, min_utts=n)
         rng = np.random.default_rng([self.seed, epoch])
-        shuffled = rng.permutation(len(self.lengths)).tolist()
-        order = sorted(shuffled, key=lambda i: self.lengths[i])  # stable: ties stay shuffled
-        batches = make_buckets(self.lengths, order, self.max_frames * n, self.max_utts * n, min_utts=n)
+        shuffled = self._remaining(rng.permutation(len(lengths)).tolist(), done)
+        order = sorted(shuffled, key=lambda i: lengths[i])  # stable: ties stay shuffled
+        batches = make_buckets(lengths, order, self.max_frames * n, self.max_utts * n, min_utts=n)
         return [batches[i] for i in rng.permutation(len(batches))]
 
-    def batches(self, epoch: int) -> list[list[int]]:
-        """This learner's batches."""
-        return [batch[self.rank :: self.num_replicas] for batch in self.global_batches(epoch)]
+    @staticmethod
+    def _remaining(indices, done: np.ndarray | None) -> list[int]:
+        return list(indices) if done is None else [i for i in indices if not done[i]]
 
-    def set_epoch(self, epoch: int, start: int = 0) -> None:
+    def shard(self, batch: list[int]) -> list[int]:
+        """This learner's part of a group batch."""
+        return batch[self.rank :: self.num_replicas]
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        """This learner's batches of the current plan."""
+        return [self.shard(batch) for batch in self.global_batches(epoch, self.done)]
+
+    def set_epoch(self, epoch: int, start: int = 0, done: np.ndarray | None = None) -> None:
         self.epoch = epoch
         self.start = start
+        self.done = done if done is not None and done.any() else None
 
     def num_batches(self) -> int:
-        """Batches in a whole epoch (the same every epoch: only the order of ties changes)."""
-        return len(self.batches(self.epoch))
+        """Batches in the current plan (a whole epoch's unless set_epoch had a `done` mask;
+        the same every epoch: only the order of ties changes)."""
+        return len(self.global_batches(self.epoch, self.done))
+
+    def trained(self, epoch: int, done: np.ndarray | None, batch_indices: Sequence[int]) -> np.ndarray:
+        """The mask of the utterances of `epoch` trained once `done` and the batches
+        `batch_indices` of the plan that left out `done` are."""
+        mask = np.zeros(len(self.lengths), dtype=bool) if done is None else done.copy()
+        plan = self.global_batches(epoch, done if done is not None and done.any() else None)
+        for i in batch_indices:
+            mask[plan[i]] = True
+        return mask
 
     def __iter__(self) -> Iterator[list[int]]:
         return iter(self.batches(self.epoch)[self.start :])
 
     def __len__(self) -> int:
         return max(0, self.num_batches() - self.start)
+
+
+class ClaimedBatchSampler(Sampler[list[int]]):
+    """The current plan's batches in the order learners claim them (ADPSGD, H-ADPSGD).
+
+    `claim()` returns the next unclaimed batch of the plan for this learner's group (a node),
+    first come first served over all groups, or None when the plan is used up; a faster group
+    therefore trains more batches. `claimed` lists the plan indices this group took.
+    """
+
+    def __init__(self, sampler: BucketBatchSampler, claim):
+        self.sampler = sampler
+        self.claim = claim
+        self.claimed: list[int] = []
+
+    def __iter__(self) -> Iterator[list[int]]:
+        plan = self.sampler.global_batches(self.sampler.epoch, self.sampler.done)
+        while (index := self.claim(len(plan))) is not None:
+            self.claimed.append(index)
+            yield self.sampler.shard(plan[index])
+
+    def __len__(self) -> int:
+        return self.sampler.num_batches()
+
+
+def pack_mask(mask: np.ndarray) -> Tensor:
+    """A boolean mask over utterances as a uint8 tensor (8 per byte), for checkpoints."""
+    return torch.from_numpy(np.packbits(mask))
+
+
+def unpack_mask(packed: Tensor, size: int) -> np.ndarray:
+    return np.unpackbits(packed.numpy(), count=size).astype(bool)

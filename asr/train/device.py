@@ -1,5 +1,5 @@
 """Which torch device a stage runs on (config key `device`: auto | cpu | cuda), and in which
-precision training computes (`train.precision`: fp32 | bf16 | auto)."""
+precision training computes (`train.precision`: fp32 | bf16 | fp16 | auto)."""
 
 import contextlib
 
@@ -17,10 +17,11 @@ def select_device(name: str) -> torch.device:
 
 
 def native_bf16(device: torch.device) -> bool:
-    """Whether the device computes bfloat16 in hardware: CUDA with bf16 support, or a CPU with
-    AVX512-BF16/AMX (oneDNN's check); elsewhere bf16 would be emulated and slower than fp32."""
+    """Whether the device computes bfloat16 in hardware: a CUDA GPU of compute capability 8.0
+    or later (Ampere; a V100 only emulates it), or a CPU with AVX512-BF16/AMX (oneDNN's check);
+    elsewhere bf16 would be emulated and slower than fp32."""
     if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
+        return torch.cuda.is_bf16_supported(including_emulation=False)
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
@@ -28,17 +29,27 @@ def native_bf16(device: torch.device) -> bool:
 
 
 def training_precision(name: str, device: torch.device) -> str:
-    """fp32 or bf16; auto picks bf16 where the hardware has it."""
+    """fp32, bf16 or fp16; auto picks bf16 where the hardware has it, else fp16 on GPUs (with a
+    loss scaler: V100s and older) and fp32 on CPUs."""
     if name == "auto":
-        return "bf16" if native_bf16(device) else "fp32"
-    if name not in ("fp32", "bf16"):
-        raise InputError(f"train.precision={name!r}; choose fp32, bf16 or auto")
+        if native_bf16(device):
+            return "bf16"
+        return "fp16" if device.type == "cuda" else "fp32"
+    if name not in ("fp32", "bf16", "fp16"):
+        raise InputError(f"train.precision={name!r}; choose fp32, bf16, fp16 or auto")
+    if name == "fp16" and device.type != "cuda":
+        raise InputError("train.precision=fp16 needs a CUDA device (CPUs' LSTM kernels have no float16); use bf16 or fp32")
     return name
 
 
 def autocast(device: torch.device, precision: str):
-    """Mixed precision for the forward pass: matrix products (the LSTM's too) in bfloat16,
-    weights, gradients and the optimizer in fp32; a no-op for fp32."""
+    """Mixed precision for the forward pass: matrix products (the LSTM's too) in bfloat16 or
+    float16, weights, gradients and the optimizer in fp32; a no-op for fp32."""
     if precision == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=torch.bfloat16)
+    return torch.autocast(device.type, dtype=torch.float16 if precision == "fp16" else torch.bfloat16)
+
+
+def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler | None:
+    """fp16 needs its loss scaled so that small gradients do not underflow; bf16 and fp32 do not."""
+    return torch.amp.GradScaler(device.type) if precision == "fp16" else None

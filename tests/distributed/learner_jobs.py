@@ -52,7 +52,8 @@ def config(spec: dict) -> SimpleNamespace:
         max_frames=1, lr_scaling="none", lr_reference_frames=0,
     )
     distributed = SimpleNamespace(
-        algorithm=spec["algorithm"], backend="gloo", learners_per_node=spec.get("per_node", 0), timeout_s=spec.get("timeout_s", 30.0)
+        algorithm=spec["algorithm"], backend="gloo", learners_per_node=spec.get("per_node", 0), timeout_s=spec.get("timeout_s", 30.0),
+        bucket_cap_mb=25.0, restart_from_average=False,
     )
     return SimpleNamespace(train=train, distributed=distributed, device="cpu")
 
@@ -67,6 +68,7 @@ def learner(spec: dict, rank: int, out: Path) -> None:
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 4)
     updater = build_training_updater(model, cfg, ctx)
+    net = updater.wrap(model)  # DDP under SSGD
     target = torch.randn(8, 4, generator=torch.Generator().manual_seed(99))  # one problem...
     gen = torch.Generator().manual_seed(100 + rank)  # ...each learner its own samples
     t0 = time.monotonic()
@@ -77,13 +79,14 @@ def learner(spec: dict, rank: int, out: Path) -> None:
                 os.kill(os.getpid(), signal.SIGSTOP)
             updater.begin_step()
             x = torch.randn(16, 8, generator=gen)
-            loss = (model(x) - x @ target).pow(2).mean()
+            loss = (net(x) - x @ target).pow(2).mean()
             updater.step(loss, weight=16)
             if spec.get("slow_rank", -1) == rank:
                 time.sleep(spec.get("slow_s", 0.0))
         report["train_s"] = time.monotonic() - t0
-        report["spread"] = updater.consensus()
-        report["weights"] = [float(v) for v in torch.cat([p.detach().reshape(-1) for p in model.parameters()])]
+        average = updater.average_for_epoch_end() if updater.decentralized else None
+        report["spread"] = average.spread if average else 0.0
+        report["weights"] = [float(v) for v in (average.weights if average else torch.cat([p.detach().reshape(-1) for p in model.parameters()]))]
         updater.close()
         report["exchanges"] = getattr(updater, "exchanges", 0)
     except DistributedError as err:

@@ -63,7 +63,9 @@ def test_training_writes_checkpoints_log_plot_and_snapshot(trained, caplog):
     exp = trained / "exp"
     last = exp / "checkpoints" / "last.pt"
     state = load_checkpoint(last)
-    assert state["epoch"] == 2 and state["sampler"] == {"epoch": 2, "batches_done": 0}
+    sampler = state["sampler"]
+    assert state["epoch"] == 2 and (sampler["epoch"], sampler["batches_done"], sampler["num_utts"]) == (2, 0, 40)
+    assert sampler["trained"].tolist() == [0] * 5  # nothing of epoch 3 yet (40 utterances, 8 per byte)
     assert state["model_info"]["input_dim"] == 6 and state["model_info"]["num_outputs"] == 40
     best = load_checkpoint(exp / "checkpoints" / "best.pt")["progress"]
     assert best["dev_loss"] == best["best_dev_loss"] == state["progress"]["best_dev_loss"]
@@ -171,16 +173,28 @@ def test_non_finite_loss_batch_is_skipped_and_recorded(root, monkeypatch, caplog
     assert all(torch.isfinite(t).all() for t in state["model"].values())
 
 
-def test_training_precision_choice():
-    from asr.train.device import autocast, native_bf16, training_precision
+def test_training_precision_choice(monkeypatch):
+    from asr.train import device as devices
+    from asr.train.device import autocast, grad_scaler, native_bf16, training_precision
     cpu = torch.device("cpu")
     assert training_precision("fp32", cpu) == "fp32" and training_precision("bf16", cpu) == "bf16"
+    with pytest.raises(InputError, match="train.precision=fp16 needs a CUDA device"):
+        training_precision("fp16", cpu)  # oneDNN has no float16 LSTM on most CPUs
     assert training_precision("auto", cpu) == ("bf16" if native_bf16(cpu) else "fp32")
-    with pytest.raises(InputError, match="train.precision='fp16'"):
-        training_precision("fp16", cpu)
+    with pytest.raises(InputError, match="train.precision='fp8'"):
+        training_precision("fp8", cpu)
+    # A GPU without native bf16 (a V100) trains in fp16 with a loss scaler; an A100 in bf16.
+    for native, expected in ((False, "fp16"), (True, "bf16")):
+        monkeypatch.setattr(devices, "native_bf16", lambda device, native=native: native)
+        assert training_precision("auto", torch.device("cuda")) == expected
+    monkeypatch.setattr(devices, "native_bf16", lambda device: False)
+    assert training_precision("auto", cpu) == "fp32"
+    assert grad_scaler("fp16", cpu) is not None and grad_scaler("bf16", cpu) is None and grad_scaler("fp32", cpu) is None
     a = torch.randn(4, 4)
     with autocast(cpu, "bf16"):
         assert (a @ a).dtype == torch.bfloat16
+    with autocast(cpu, "fp16"):
+        assert (a @ a).dtype == torch.float16
     with autocast(cpu, "fp32"):
         assert (a @ a).dtype == torch.float32
 

@@ -1,5 +1,6 @@
 """Learning-rate schedule, optimizers and the Updater interface."""
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -97,8 +98,16 @@ def test_subclass_hooks_run_in_order():
     calls = []
 
     class Recording(Updater):
-        def synchronize_gradients(self):
-            calls.append(("sync", self.model.weight.grad.clone()))
+        def gradient_weight(self, weight, usable):
+            calls.append(("weight", weight, usable))
+            return 0.5  # the loss is scaled by it before backward
+
+        def prepare_mix(self):
+            calls.append(("mix", self.model.weight.grad.clone()))
+            return "delta"
+
+        def apply_mix(self, mix):
+            calls.append(("apply_mix", mix))
 
         def apply_update(self):
             calls.append("apply")
@@ -106,8 +115,10 @@ def test_subclass_hooks_run_in_order():
 
     model, up = make_updater()
     up.__class__ = Recording
-    up.step(model(torch.tensor([[1.0, 2.0]])).sum())
-    assert calls[0][0] == "sync" and calls[0][1].tolist() == [[1.0, 2.0]] and calls[1] == "apply"
+    up.step(model(torch.tensor([[1.0, 2.0]])).sum(), weight=3)
+    assert calls[0] == ("weight", 3.0, True)
+    assert calls[1][0] == "mix" and calls[1][1].tolist() == [[0.5, 1.0]]  # gradient of 0.5 x the loss
+    assert calls[2:] == [("apply_mix", "delta"), "apply"]
 
 
 def test_state_dict_round_trip():
@@ -124,3 +135,21 @@ def test_state_dict_round_trip():
     assert up2.schedule.steps == 3
     exp_avg = up2.optimizer.state_dict()["state"][0]["exp_avg"]
     torch.testing.assert_close(exp_avg, up.optimizer.state_dict()["state"][0]["exp_avg"])
+
+
+def test_loss_scaler_scales_unscales_and_skips_overflowing_steps():
+    """fp16 training's GradScaler (the GPU path; its arithmetic runs on the CPU too): the
+    update equals the unscaled one, an overflow skips the update and halves the scale."""
+    model, up = make_updater()
+    reference_model, reference = make_updater()
+    up.scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    x = torch.tensor([[1.0, 2.0]])
+    norm = up.step(model(x).sum())
+    assert norm == reference.step(reference_model(x).sum())
+    torch.testing.assert_close(model.weight, reference_model.weight)
+    assert up.scaler.get_scale() == 1024.0
+    before = model.weight.detach().clone()
+    norm = up.step(model(x).sum() * float("inf"))
+    assert not math.isfinite(norm) and up.skipped_updates == 1
+    assert torch.equal(model.weight.detach(), before) and up.scaler.get_scale() == 512.0
+    assert up.state_dict()["scaler"]["scale"] == 512.0
