@@ -83,30 +83,28 @@ class AdpsgdUpdater(Updater):
         self.staging = Staging(device)
         self.lock = threading.Condition()  # the weights lock (a passive's server reads the weights)
         self.exchange_step = 0
-        self._exchanger: ActiveExchanger | PassiveServer | None = None
         self._begun = False
+        # Made at once: a passive's server must answer from the start, even when its own node
+        # has not claimed a batch yet (or none at all in an epoch) and waits at the epoch end.
+        self.exchanger = self._make_exchanger()
 
-    # --- the exchanger, made on first use (after a resume has set the step) -----------------
-
-    @property
-    def exchanger(self) -> ActiveExchanger | PassiveServer | None:
+    def _make_exchanger(self) -> ActiveExchanger | PassiveServer | None:
         layout = self.layout
-        if self._exchanger is None and layout.role != "alone":
-            ring, transport = layout.ring, PointToPoint(self.groups.exchange)
-            neighbours = [layout.counterpart(m) for m in ring.neighbours(layout.node)]
-            if layout.role == "active":
-                partner_of = lambda step: layout.counterpart(ring.partner(layout.node, step))  # noqa: E731
-                self._exchanger = ActiveExchanger(layout.rank, partner_of, neighbours, transport, self.staging, self.timeout_s)
-            else:
-                actives = [layout.counterpart(m) for m in ring.active_neighbours(layout.node)]
-                snapshot = lambda: self.staging.snapshot(self.params, *self.share)  # noqa: E731
-                lo, hi = self.share
-                self._exchanger = PassiveServer(layout.rank, actives, transport, snapshot, hi - lo, self.timeout_s, self.lock)
-        return self._exchanger
+        if layout.role == "alone":
+            return None
+        ring, transport = layout.ring, PointToPoint(self.groups.exchange)
+        neighbours = [layout.counterpart(m) for m in ring.neighbours(layout.node)]
+        if layout.role == "active":
+            partner_of = lambda step: layout.counterpart(ring.partner(layout.node, step))  # noqa: E731
+            return ActiveExchanger(layout.rank, partner_of, neighbours, transport, self.staging, self.timeout_s)
+        actives = [layout.counterpart(m) for m in ring.active_neighbours(layout.node)]
+        snapshot = lambda: self.staging.snapshot(self.params, *self.share)  # noqa: E731
+        lo, hi = self.share
+        return PassiveServer(layout.rank, actives, transport, snapshot, hi - lo, self.timeout_s, self.lock)
 
     @property
     def exchanges(self) -> int:
-        return self._exchanger.exchanges if self._exchanger is not None else 0
+        return self.exchanger.exchanges if self.exchanger is not None else 0
 
     # --- one step ------------------------------------------------------------------------------
 
@@ -252,6 +250,4 @@ class AdpsgdUpdater(Updater):
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        if self._exchanger is not None:
-            raise RuntimeError("load_state_dict() after the exchanges started")
         self.exchange_step = int(state.get("exchange_step", self.schedule.steps))

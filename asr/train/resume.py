@@ -130,11 +130,14 @@ def find_start(checkpoints: CheckpointDir, ctx: DistributedContext, current: Run
 def _decide(checkpoints: CheckpointDir, current: RunLayout, num_utts: int) -> tuple[str, str]:
     global_state = checkpoints.load_newest(map_location="cpu")
     nodes = _complete_node_set(checkpoints, num_utts)
-    if nodes and (global_state is None or _node_progress(nodes, num_utts) > progress_key(global_state, num_utts)):
-        saved = RunLayout.from_state(nodes[0])
-        if current.decentralized and saved == current:
-            return "own", ""
-        global_state = merge_nodes(checkpoints, nodes, num_utts)
+    if nodes:
+        behind = global_state is not None and progress_key(global_state, num_utts)
+        if not behind or _node_progress(nodes, num_utts) >= behind:
+            if current.decentralized and RunLayout.from_state(nodes[0]) == current:
+                return "own", ""
+            if not behind or _node_progress(nodes, num_utts) > behind:
+                global_state = merge_nodes(checkpoints, nodes, num_utts)
+            # else: the nodes stand at the epoch end whose average is the newest step-*.pt
     _remove_node_dirs(checkpoints, "superseded by " + (f"step {global_state['step']}" if global_state else "a fresh start"))
     if global_state is None:
         return "fresh", ""

@@ -65,12 +65,13 @@ def learner(spec: dict, rank: int, out: Path) -> None:
     t = time.monotonic()
     ctx = init_distributed(cfg)
     report_init = time.monotonic() - t
-    torch.manual_seed(0)
+    torch.manual_seed(rank if spec.get("own_start") else 0)  # own_start: every learner its own weights
     model = torch.nn.Linear(8, 4)
     updater = build_training_updater(model, cfg, ctx)
     net = updater.wrap(model)  # DDP under SSGD
     target = torch.randn(8, 4, generator=torch.Generator().manual_seed(99))  # one problem...
     gen = torch.Generator().manual_seed(100 + rank)  # ...each learner its own samples
+    initial = [float(v) for v in torch.cat([p.detach().reshape(-1) for p in model.parameters()])]
     t0 = time.monotonic()
     report = {"rank": rank, "init_s": report_init, "build_s": time.monotonic() - t}
     try:
@@ -80,10 +81,15 @@ def learner(spec: dict, rank: int, out: Path) -> None:
             updater.begin_step()
             x = torch.randn(16, 8, generator=gen)
             loss = (net(x) - x @ target).pow(2).mean()
+            if spec.get("mix_only"):
+                loss = loss * 0.0  # a zero gradient: the step only averages
             updater.step(loss, weight=16)
             if spec.get("slow_rank", -1) == rank:
                 time.sleep(spec.get("slow_s", 0.0))
         report["train_s"] = time.monotonic() - t0
+        if spec.get("own_start"):
+            report["initial"] = initial
+            report["own"] = own_weights(updater, model)
         average = updater.average_for_epoch_end() if updater.decentralized else None
         report["spread"] = average.spread if average else 0.0
         report["weights"] = [float(v) for v in (average.weights if average else torch.cat([p.detach().reshape(-1) for p in model.parameters()]))]
@@ -94,6 +100,20 @@ def learner(spec: dict, rank: int, out: Path) -> None:
         fail_fast(err)
     ctx.close()
     (out / f"report.{rank}.json").write_text(json.dumps(report))
+
+
+def own_weights(updater, model) -> list[float]:
+    """This learner's weights once every exchange has landed (a passive folds what its server
+    averaged): after a barrier, which every active reaches only after its last exchange."""
+    import torch.distributed as dist
+
+    dist.all_reduce(torch.zeros(1))
+    exchanger = updater.exchanger
+    if hasattr(exchanger, "wait_idle"):
+        with updater.lock:
+            exchanger.wait_idle()
+        updater.quiesce()
+    return [float(v) for v in torch.cat([p.detach().reshape(-1) for p in model.parameters()])]
 
 
 def run_job(spec: dict) -> dict:
