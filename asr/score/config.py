@@ -10,5 +10,6 @@ class ScoreConfig:
     # kind=hub5
     backend: str = "auto"  # auto: SCTK if installed, else native (logged) | sctk | native
     sctk_bin: str = ""  # dir of hubscr.pl/sclite; empty: /usr/lib/sctk/bin, then $PATH
-    stm: str = "auto"  # auto: <data_dir>/<set>/stm
-    glm: str = "auto"  # auto: <data_dir>/<set>/glm | none: no GLM (logged) | a path
+    # Both must be readable: Hub5 scoring never falls back to another metric.
+    stm: str = "auto"  # auto: <data_dir>/<set>/stm | a path
+    glm: str = "auto"  # auto: <data_dir>/<set>/glm | a path
