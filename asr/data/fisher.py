@@ -152,7 +152,8 @@ def _add_utterances(d: DataDir, lines: list[FisherLine], dropped: Counter) -> No
 
 
 def prepare_fisher(
-    fisher_dirs: list[str], expected_files: int = RELEASE_FILES, missing_transcript: str = "skip"
+    fisher_dirs: list[str], expected_files: int = RELEASE_FILES, missing_transcript: str = "skip",
+    max_unreadable: float = 1.0,
 ) -> DataDir:
     """The Fisher training data dir (both parts, whatever of them is found)."""
     missing = missing_fisher_inputs(fisher_dirs)
@@ -182,6 +183,6 @@ def prepare_fisher(
     silent = paired - set(d.utt2spk.values())
     if silent:
         log.warning("fisher: skipped %d sides with nothing left after normalisation: %s", len(silent), names(silent))
-    d, _, _ = fit_segments_to_audio(d)
+    d, _, _ = fit_segments_to_audio(d, max_unreadable=max_unreadable)
     log.info("fisher: %d utterances from %d conversation sides", len(d.utt2spk), len(d.wav_scp))
     return d

@@ -230,7 +230,8 @@ def _assemble(texts: dict[str, str], segments: dict[str, Segment], sph: dict[str
     return d
 
 
-def prepare_eval2000(eval2000_dir: str | os.PathLike, eval2000_text_dir: str | os.PathLike) -> DataDir:
+def prepare_eval2000(eval2000_dir: str | os.PathLike, eval2000_text_dir: str | os.PathLike,
+                     max_unreadable: float = 1.0) -> DataDir:
     """The Hub5-2000 evaluation data dir (SWB `sw_` and CallHome `en_` parts together), with the
     fixed stm and the GLM for scoring. What is left out is counted and logged."""
     missing = missing_eval2000_inputs(eval2000_dir, eval2000_text_dir)
@@ -246,6 +247,6 @@ def prepare_eval2000(eval2000_dir: str | os.PathLike, eval2000_text_dir: str | o
     d.verbatim = {"stm": fix_stm(_read_verbatim(stm_path)), "glm": _read_verbatim(text_dir(eval2000_text_dir) / GLM)}
     for reason, count in sorted(dropped.items()):
         log.info("eval2000: left out %d segments: %s", count, reason)
-    d, _, _ = fit_segments_to_audio(d)
+    d, _, _ = fit_segments_to_audio(d, max_unreadable=max_unreadable)
     log.info("eval2000: %d utterances from %d conversation sides", len(d.utt2spk), len(d.wav_scp))
     return d

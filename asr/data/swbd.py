@@ -190,6 +190,7 @@ def prepare_swbd(
     ms98_dir: str | os.PathLike,
     expected_sph_files: int = RELEASE_SPH_FILES,
     missing_transcript: str = "skip",
+    max_unreadable: float = 1.0,
 ) -> DataDir:
     """The Switchboard-1 training data dir (all conversations; the dev split is the caller's).
 
@@ -214,6 +215,6 @@ def prepare_swbd(
     if silent:
         log.warning("skipped %d sides with no speech left after normalisation: %s", len(silent), names(silent))
     _add_recordings(d, sph)
-    d, _, _ = fit_segments_to_audio(d)
+    d, _, _ = fit_segments_to_audio(d, max_unreadable=max_unreadable)
     log.info("swbd: %d utterances from %d conversation sides", len(d.utt2spk), len(d.wav_scp))
     return d

@@ -1,6 +1,9 @@
 """Configuration of distributed training (Hydra group `distributed`)."""
 
 from dataclasses import dataclass
+from typing import ClassVar
+
+from asr.utils.checks import NON_NEGATIVE, POSITIVE, Check, one_of
 
 ALGORITHMS = ("none", "ssgd", "adpsgd", "hadpsgd")
 
@@ -18,3 +21,8 @@ class DistributedConfig:
     # A collective or neighbour exchange that waits longer than this is an error (a learner
     # hung or died), reported with the learner's rank. Epoch ends wait for the slowest learner.
     timeout_s: float = 1800.0
+
+    CHECKS: ClassVar[dict[str, Check]] = {
+        "algorithm": one_of(*ALGORITHMS), "backend": one_of("auto", "gloo", "nccl"),
+        "learners_per_node": NON_NEGATIVE, "timeout_s": POSITIVE,
+    }
