@@ -197,12 +197,15 @@ marker_differences() {
   diff <(tail -n +2 "$marker" | sort) <(printf '%s\n' "$options" | sort) | sed -n 's/^< /  - /p; s/^> /  + /p' || true
 }
 
-# invalidate_after N: remove the done markers of the stages numbered above N.
+# invalidate_after N: remove the done markers of the stages numbered above N, except those
+# this run has written (a side stage such as decode_greedy shares its number with decode, but
+# the score stage that ran after decode does not use its output).
+declare -A written_now=()
 invalidate_after() {
   local n=$1 marker base removed=()
   for marker in "$exp_dir"/.done/*; do
     base=${marker##*/}
-    [[ -f "$marker" && "$base" != *.cmd && "${base%%.*}" =~ ^[0-9]+$ ]] || continue
+    [[ -f "$marker" && "$base" != *.cmd && "${base%%.*}" =~ ^[0-9]+$ && -z "${written_now[$base]:-}" ]] || continue
     if (( 10#${base%%.*} > n )); then
       rm -f "$marker"
       removed+=("$base")
@@ -239,6 +242,7 @@ run_stage() {
   fi
   { echo "# finished $(date '+%Y-%m-%d %H:%M:%S'); the options it ran with:"; printf '%s\n' "$options"; } > "$marker.tmp"
   mv "$marker.tmp" "$marker"
+  written_now[$n.$name]=1
   log "stage $n ($name): finished in $((SECONDS - start)) s"
 }
 

@@ -38,7 +38,11 @@ run_stage 0 prepare   record prepare "${{overrides[@]}}"
 run_stage 1 validate  record validate "$(override_value data.data_dir data)/train"
 run_stage 2 train     record train "${{overrides[@]}}"
 run_stage 3 decode    record decode "${{overrides[@]}}"
+run_stage 4 score     record score "${{overrides[@]}}"
+run_stage 3 decode_greedy record decode_greedy "${{overrides[@]}}"
+run_stage 4 score_greedy  record score_greedy "${{overrides[@]}}"
 """
+ALL = ["prepare", "validate", "train", "decode", "score", "decode_greedy", "score_greedy"]
 
 
 @pytest.fixture
@@ -117,20 +121,27 @@ def test_command_log_replays_the_same_run(fake, tmp_path):
 
 def test_done_stage_reruns_when_its_options_change_and_the_later_stages_follow(fake):
     assert run(fake, "--exp", "d", "train.epochs=1").returncode == 0
-    assert [r[0] for r in ran(fake)] == ["prepare", "validate", "train", "decode"]
+    assert [r[0] for r in ran(fake)] == ALL
+    # a side stage (decode_greedy, numbered like decode) leaves the score that ran before it done
+    assert sorted(p.name for p in (fake / "exp/d/.done").iterdir() if p.suffix != ".cmd") == [
+        "0.prepare", "1.validate", "2.train", "3.decode", "3.decode_greedy", "4.score", "4.score_greedy"]
 
     proc = run(fake, "--exp", "d", "train.epochs=1")
-    assert ran(fake) == [] and proc.stderr.count("done already") == 4
+    assert ran(fake) == [] and proc.stderr.count("done already") == len(ALL)
 
     # A train option: prepare does not read the train group; train runs again, then decode.
     proc = run(fake, "--exp", "d", "train.epochs=2")
-    assert [r[0] for r in ran(fake)] == ["train", "decode"]
+    assert [r[0] for r in ran(fake)] == ["train", "decode", "score", "decode_greedy", "score_greedy"]
     assert "stage 2 (train): done before with other options" in proc.stderr
     assert "- train.epochs=1" in proc.stderr and "+ train.epochs=2" in proc.stderr
 
-    # A data option re-runs prepare, and so every stage after it (validate only checks).
+    # A data option re-runs prepare, and so every stage after it.
     assert run(fake, "--exp", "d", "train.epochs=2", "data.dev_utts=5").returncode == 0
-    assert [r[0] for r in ran(fake)] == ["prepare", "validate", "train", "decode"]
+    assert [r[0] for r in ran(fake)] == ALL
+
+    # An option only scoring reads: the scores run again, nothing before them.
+    assert run(fake, "--exp", "d", "train.epochs=2", "data.dev_utts=5", "score.per_speaker=false").returncode == 0
+    assert [r[0] for r in ran(fake)] == ["score", "score_greedy"]
 
 
 def test_failed_stage_exits_with_its_status_and_leaves_no_marker(fake):
@@ -140,7 +151,7 @@ def test_failed_stage_exits_with_its_status_and_leaves_no_marker(fake):
     assert (fake / "exp/f/.done/0.prepare").is_file() and not (fake / "exp/f/.done/2.train").exists()
     ran(fake)
     assert run(fake, "--exp", "f").returncode == 0
-    assert [r[0] for r in ran(fake)] == ["train", "decode"]
+    assert [r[0] for r in ran(fake)] == ["train", "decode", "score", "decode_greedy", "score_greedy"]
 
 
 def test_markers_of_older_recipes_still_count_as_done(fake):
