@@ -93,8 +93,8 @@ class FeatureReader:
         normalised = self.cmvn(utt, mat)
         if not np.isfinite(normalised).all():
             where = "its features" if not np.isfinite(mat).all() else "its CMVN statistics (cmvn.scp)"
-            raise NonFiniteFeatures(f"{self.set_dir / 'feats.scp'}: utterance {utt!r}: NaN/inf values in {where}; re-run the "
-                                    "features stage, which skips such utterances, or drop it from the data dir")
+            raise NonFiniteFeatures(f"{self.set_dir / 'feats.scp'}: utterance {utt!r}: NaN/inf values in {where}; remove it "
+                                    "from the data dir, or make the features again (the features stage skips such utterances)")
         feats = torch.from_numpy(normalised)
         return self.augment(feats) if self.augment is not None else feats
 
