@@ -28,6 +28,7 @@ from asr.data.fix import fit_segments_to_audio
 from asr.data.swbd import sph2pipe_command
 from asr.data.text_norm import is_ignored_segment, normalize_stm_text
 from asr.utils.errors import InputError
+from asr.utils.textfile import iter_lines, read_text
 
 log = logging.getLogger(__name__)
 
@@ -106,22 +107,21 @@ def hub5_utt_id(conversation: str, side: str, start: float, end: float) -> str:
 def _timed_lines(path: Path, min_fields: int, words_from: int) -> list[TimedLine]:
     """Lines `conv side speaker start end [...]` of a pem or stm file; ';;' lines are comments."""
     lines = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            fields = line.split()
-            if not fields or ";;" in line:
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                if len(fields) < min_fields or fields[1] not in ("A", "B"):
-                    raise ValueError
-                start, end = float(fields[3]), float(fields[4])
-            except ValueError:
-                expected = "'<conversation> <A|B> <speaker> <start> <end> ...'"
-                raise InputError(f"{where}: expected {expected}, got {line.strip()!r}") from None
-            conv, side = fields[0].lower(), fields[1]
-            words = " ".join(fields[_first_word(fields, words_from):])
-            lines.append(TimedLine(hub5_utt_id(conv, side, start, end), f"{conv}-{side}", start, end, words, where))
+    for lineno, line in iter_lines(path):
+        fields = line.split()
+        if not fields or ";;" in line:
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            if len(fields) < min_fields or fields[1] not in ("A", "B"):
+                raise ValueError
+            start, end = float(fields[3]), float(fields[4])
+        except ValueError:
+            expected = "'<conversation> <A|B> <speaker> <start> <end> ...'"
+            raise InputError(f"{where}: expected {expected}, got {line.strip()!r}") from None
+        conv, side = fields[0].lower(), fields[1]
+        words = " ".join(fields[_first_word(fields, words_from):])
+        lines.append(TimedLine(hub5_utt_id(conv, side, start, end), f"{conv}-{side}", start, end, words, where))
     return lines
 
 
@@ -203,10 +203,7 @@ def _reference_texts(stm: list[TimedLine], dropped: Counter) -> dict[str, str]:
 
 
 def _read_verbatim(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not UTF-8/ASCII text ({err}); is this the LDC2002T43 file?") from None
+    return read_text(path)
 
 
 def recordings_without_audio(segments: dict[str, Segment], sph: dict[str, Path]) -> set[str]:
@@ -233,7 +230,8 @@ def _assemble(texts: dict[str, str], segments: dict[str, Segment], sph: dict[str
     return d
 
 
-def prepare_eval2000(eval2000_dir: str | os.PathLike, eval2000_text_dir: str | os.PathLike) -> DataDir:
+def prepare_eval2000(eval2000_dir: str | os.PathLike, eval2000_text_dir: str | os.PathLike,
+                     max_unreadable: float = 1.0) -> DataDir:
     """The Hub5-2000 evaluation data dir (SWB `sw_` and CallHome `en_` parts together), with the
     fixed stm and the GLM for scoring. What is left out is counted and logged."""
     missing = missing_eval2000_inputs(eval2000_dir, eval2000_text_dir)
@@ -249,6 +247,6 @@ def prepare_eval2000(eval2000_dir: str | os.PathLike, eval2000_text_dir: str | o
     d.verbatim = {"stm": fix_stm(_read_verbatim(stm_path)), "glm": _read_verbatim(text_dir(eval2000_text_dir) / GLM)}
     for reason, count in sorted(dropped.items()):
         log.info("eval2000: left out %d segments: %s", count, reason)
-    d, _, _ = fit_segments_to_audio(d)
+    d, _, _ = fit_segments_to_audio(d, max_unreadable=max_unreadable)
     log.info("eval2000: %d utterances from %d conversation sides", len(d.utt2spk), len(d.wav_scp))
     return d

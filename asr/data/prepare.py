@@ -12,7 +12,8 @@ every missing path. As Kaldi's swbd/s5c and fisher_swbd/s5 recipes do:
   * eval: Hub5-2000 with its stm and GLM.
 
 Each data dir gets utt2dur (segment lengths) and is validated, audio included, before it is
-renamed into place. With `data.lm_text` set, the training transcripts before the duplicate
+renamed into place. Unreadable recordings are dropped with their utterances and named; more
+than `data.max_unreadable` of a corpus' recordings unreadable stops the stage. With `data.lm_text` set, the training transcripts before the duplicate
 cap (Switchboard train_nodev and Fisher, as fisher_swbd's LM text) are written there too.
 """
 
@@ -98,7 +99,8 @@ def training_set(cfg: DictConfig, swbd_nodev: DataDir) -> tuple[DataDir, DataDir
     then with repeated transcripts capped."""
     train = swbd_nodev
     if cfg.fisher_dirs:
-        fisher = with_utt2dur(prepare_fisher(list(cfg.fisher_dirs), cfg.expected_fisher_files, cfg.missing_transcript))
+        fisher = with_utt2dur(prepare_fisher(list(cfg.fisher_dirs), cfg.expected_fisher_files, cfg.missing_transcript,
+                                                 cfg.max_unreadable))
         train = combine_data_dirs(fisher, swbd_nodev)
         log.info("train: Fisher (%s) + Switchboard (%s)", describe(fisher), describe(swbd_nodev))
     full = train
@@ -141,7 +143,8 @@ def prepare_data(cfg: DictConfig) -> dict[str, Path]:
     data_dir = Path(cfg.data_dir)
     written = {}
     if {"train", "dev"} & set(sets):
-        swbd = with_utt2dur(prepare_swbd(cfg.swbd_dir, cfg.ms98_dir, cfg.expected_sph_files, cfg.missing_transcript))
+        swbd = with_utt2dur(prepare_swbd(cfg.swbd_dir, cfg.ms98_dir, cfg.expected_sph_files, cfg.missing_transcript,
+                                              cfg.max_unreadable))
         nodev, dev = split_dev(swbd, cfg.dev_utts)
         if "dev" in sets:
             write_validated(dev, data_dir / cfg.dev_set)
@@ -153,7 +156,7 @@ def prepare_data(cfg: DictConfig) -> dict[str, Path]:
             if cfg.lm_text:
                 write_lm_text(lm_source, Path(cfg.lm_text))
     if "eval" in sets:
-        evaluation = with_utt2dur(prepare_eval2000(cfg.eval2000_dir, cfg.eval2000_text_dir))
+        evaluation = with_utt2dur(prepare_eval2000(cfg.eval2000_dir, cfg.eval2000_text_dir, cfg.max_unreadable))
         write_validated(evaluation, data_dir / cfg.eval_set)
         written["eval"] = data_dir / cfg.eval_set
     return written

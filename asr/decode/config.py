@@ -1,6 +1,9 @@
 """Configuration of decoding (Hydra group `decode`)."""
 
 from dataclasses import dataclass, field
+from typing import ClassVar
+
+from asr.utils.checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Check, one_of
 
 
 @dataclass
@@ -31,3 +34,9 @@ class DecodeConfig:
     tune_set: str = "${data.dev_set}"
     tune_lm_weights: list = field(default_factory=lambda: [0.3, 0.5, 0.8, 1.2])
     tune_word_scores: list = field(default_factory=lambda: [-1.0, 0.0, 1.0, 2.0])
+
+    CHECKS: ClassVar[dict[str, Check]] = {
+        "kind": one_of("greedy", "beam_lm", "loglikes"), "batch_size": AT_LEAST_ONE, "frame_shift_ms": POSITIVE,
+        "prior_scale": NON_NEGATIVE, "beam_size": AT_LEAST_ONE, "beam_size_token": AT_LEAST_ONE,
+        "beam_threshold": POSITIVE, "jobs": AT_LEAST_ONE,
+    }

@@ -1,7 +1,10 @@
 """The decode stage: a checkpoint, the feature sets in decode.sets -> hyp.txt and hyp.ctm.
 
 Outputs go to `<exp_dir>/decode_<set>/`, each file written atomically; a re-run decodes
-again (cheap next to training) so the files always match the chosen checkpoint.
+again (cheap next to training) so the files always match the chosen checkpoint. An utterance
+whose features hold NaN/inf is skipped (no hypothesis: scored as deletions), counted in the
+log and listed in `decode_<set>/skipped`; a model whose outputs are not finite on finite
+features is refused (a broken checkpoint), never decoded into empty hypotheses.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from asr.decode.search import ParallelBeamSearch, Search, beam_options, beam_sea
 from asr.models.blstm import AcousticModel
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path
 from asr.train.checkpoint import CheckpointDir, load_checkpoint, model_from_checkpoint
-from asr.train.data import FeatureReader, data_set_dir, feature_set_dir
+from asr.train.data import FeatureReader, NonFiniteFeatures, data_set_dir, feature_set_dir
 from asr.train.device import select_device
+from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -53,6 +57,41 @@ def load_decoding_model(cfg, device: torch.device) -> tuple[AcousticModel, Token
     return model, tokenizer
 
 
+def batch_log_probs(model: AcousticModel, reader: FeatureReader, utts: list[str], device: torch.device,
+                    skipped: dict[str, str]) -> tuple[list[str], torch.Tensor | None, torch.Tensor | None]:
+    """(utterances, log-probabilities, output lengths) of one batch; utterances with NaN/inf
+    features are left out and added to `skipped` (utt -> why). Non-finite outputs on finite
+    features are an InputError: the checkpoint is broken."""
+    kept, feats = [], []
+    for utt in utts:
+        try:
+            feats.append(reader(utt))
+            kept.append(utt)
+        except NonFiniteFeatures as err:
+            skipped[utt] = str(err)
+    if not kept:
+        return [], None, None
+    lengths = torch.tensor([f.shape[0] for f in feats])
+    padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(device)
+    log_probs, out_lens = model(padded, lengths.to(device))
+    for row, utt in enumerate(kept):
+        if not torch.isfinite(log_probs[row, : int(out_lens[row])]).all():
+            raise InputError(f"the model gives NaN/inf outputs for {utt!r} on finite features: the checkpoint is broken "
+                             "(training diverged?); decode another with decode.checkpoint=best or a step-N.pt path")
+    return kept, log_probs, out_lens
+
+
+def report_skipped(out_dir: Path, set_name: str, skipped: dict[str, str]) -> None:
+    """Log and list (decode_<set>/skipped) the utterances left undecoded; none: no file."""
+    path = out_dir / "skipped"
+    if not skipped:
+        path.unlink(missing_ok=True)
+        return
+    write_text(path, "".join(f"{utt} {reason}\n" for utt, reason in sorted(skipped.items())))
+    log.warning("%s: %d utterances not decoded (NaN/inf features; scored as deletions), listed in %s: %s",
+                set_name, len(skipped), path, " ".join(sorted(skipped)[:10]))
+
+
 def length_sorted_batches(utts: list[str], num_frames: dict[str, int], batch_size: int) -> list[list[str]]:
     """Longest first, so padding inside a batch is small."""
     ordered = sorted(utts, key=lambda u: -num_frames[u])
@@ -77,13 +116,13 @@ class SetDecoder:
         self.frame_seconds = frame_shift_ms / 1000.0 * model.subsample
         self.hyps: dict[str, str] = {}
         self.ctm: list[CtmLine] = []
+        self.skipped: dict[str, str] = {}  # utt -> why it was not decoded
 
     @torch.no_grad()
     def decode_batch(self, utts: list[str]) -> None:
-        feats = [self.reader(u) for u in utts]
-        lengths = torch.tensor([f.shape[0] for f in feats])
-        padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(self.device)
-        log_probs, out_lens = self.model(padded, lengths.to(self.device))
+        utts, log_probs, out_lens = batch_log_probs(self.model, self.reader, utts, self.device, self.skipped)
+        if not utts:
+            return
         for utt, hyp in zip(utts, self.search(log_probs, out_lens)):
             words = timed_words(hyp, self.tokenizer)
             self.hyps[utt] = " ".join(w.word for w in words)
@@ -105,6 +144,7 @@ def decode_set(
     out_dir = decode_dir(cfg, set_name)
     write_hyp_text(out_dir / "hyp.txt", decoder.hyps)
     write_ctm(out_dir / "hyp.ctm", decoder.ctm)
+    report_skipped(out_dir, set_name, decoder.skipped)
     log.info("%s: %d hypotheses, %d words -> %s", set_name, len(decoder.hyps), len(decoder.ctm), out_dir)
     return out_dir
 

@@ -23,7 +23,7 @@ import torch
 from asr.config import stage_main
 from asr.data.datadir import read_data_dir
 from asr.decode.search import ParallelBeamSearch, as_arrays, beam_options, beam_spec
-from asr.decode.stage import length_sorted_batches, load_decoding_model
+from asr.decode.stage import batch_log_probs, length_sorted_batches, load_decoding_model
 from asr.score.wer import score
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path
 from asr.train.data import FeatureReader, data_set_dir, feature_set_dir
@@ -43,13 +43,17 @@ def set_log_probs(cfg, set_name: str, model, device: torch.device) -> tuple[dict
     if not utts:
         raise InputError(f"{data_set_dir(cfg, set_name)}: no utterance with both text and features to tune on")
     arrays: dict[str, np.ndarray] = {}
+    skipped: dict[str, str] = {}
     for batch in length_sorted_batches(utts, reader.num_frames, cfg.decode.batch_size):
-        feats = [reader(u) for u in batch]
-        lengths = torch.tensor([f.shape[0] for f in feats])
-        padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(device)
-        log_probs, out_lens = model(padded, lengths.to(device))
-        arrays.update(zip(batch, as_arrays(log_probs, out_lens)))
-    return {u: data.text[u] for u in utts}, arrays
+        kept, log_probs, out_lens = batch_log_probs(model, reader, batch, device, skipped)
+        if kept:
+            arrays.update(zip(kept, as_arrays(log_probs, out_lens)))
+    if skipped:
+        log.warning("%s: %d utterances with NaN/inf features left out of the tuning: %s", set_name, len(skipped),
+                    " ".join(sorted(skipped)[:10]))
+    if not arrays:
+        raise InputError(f"{data_set_dir(cfg, set_name)}: no utterance with finite features to tune on")
+    return {u: data.text[u] for u in arrays}, arrays
 
 
 def best_point(grid: list[dict]) -> dict:

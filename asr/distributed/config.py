@@ -1,6 +1,9 @@
 """Configuration of distributed training (Hydra group `distributed`)."""
 
 from dataclasses import dataclass
+from typing import ClassVar
+
+from asr.utils.checks import NON_NEGATIVE, POSITIVE, Check, one_of
 
 ALGORITHMS = ("none", "ssgd", "adpsgd", "hadpsgd")
 
@@ -24,3 +27,8 @@ class DistributedConfig:
     # ADPSGD/H-ADPSGD: after the epoch-end average (evaluated and saved), every learner continues
     # from its own weights (false, the algorithm as published) or from the average (true).
     restart_from_average: bool = False
+
+    CHECKS: ClassVar[dict[str, Check]] = {
+        "algorithm": one_of(*ALGORITHMS), "backend": one_of("auto", "gloo", "nccl"),
+        "learners_per_node": NON_NEGATIVE, "timeout_s": POSITIVE, "bucket_cap_mb": POSITIVE,
+    }

@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Container, Iterator
 
-import kaldiio
 import numpy as np
 
+from asr.data import commands
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
 
@@ -151,7 +151,7 @@ def decode_text_int_vector(line: bytes, where: str) -> np.ndarray:
 
 def read_scp_vectors(path: Path, keep: Container[str] | None = None) -> Iterator[tuple[str, np.ndarray]]:
     try:
-        table = kaldiio.load_scp(str(path))
+        table = commands.load_scp(path)
         for key in table:
             if keep is not None and key not in keep:
                 continue

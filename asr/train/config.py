@@ -1,6 +1,9 @@
 """Configuration of training (Hydra group `train`)."""
 
 from dataclasses import dataclass
+from typing import ClassVar
+
+from asr.utils.checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Check, between, one_of
 
 
 @dataclass
@@ -43,3 +46,14 @@ class TrainConfig:
     dev_alignments: str = ""  # frame_ce: of the dev set; empty = train.alignments
     transition_model: str = "auto"  # transition id -> pdf id: auto | none | final.mdl (binary/text) | `tid pdf` table
     ali_length_tolerance: int = 2  # alignment and features may differ by this many frames
+
+    CHECKS: ClassVar[dict[str, Check]] = {
+        "epochs": AT_LEAST_ONE, "max_frames": AT_LEAST_ONE, "max_utts": AT_LEAST_ONE,
+        "optimizer": one_of("adam", "sgd"), "lr": POSITIVE, "lr_scaling": one_of("none", "linear", "sqrt"),
+        "lr_reference_frames": NON_NEGATIVE, "momentum": between(0.0, 1.0, high_open=True), "weight_decay": NON_NEGATIVE,
+        "warmup_steps": NON_NEGATIVE, "lr_decay": POSITIVE, "final_lr": NON_NEGATIVE, "grad_clip": NON_NEGATIVE,
+        "checkpoint_every_steps": AT_LEAST_ONE, "keep_checkpoints": AT_LEAST_ONE, "log_every_steps": AT_LEAST_ONE,
+        "num_workers": NON_NEGATIVE, "threads": AT_LEAST_ONE, "precision": one_of("fp32", "bf16", "fp16", "auto"),
+        "max_steps": NON_NEGATIVE, "max_train_utts": NON_NEGATIVE,
+        "objective": one_of("ctc", "frame_ce"), "ali_length_tolerance": NON_NEGATIVE,
+    }

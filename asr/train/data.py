@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-import kaldiio
 import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset, Sampler
 
+from asr.data import commands
 from asr.data.datadir import c_sort_key, read_data_dir, read_table
 from asr.features.cmvn import CmvnApplier
 from asr.models.blstm import output_lengths
@@ -60,15 +60,21 @@ def read_num_frames(set_dir: Path, feats: dict) -> dict[str, int]:
     return {u: int(feats[u].shape[0]) for u in feats}
 
 
+class NonFiniteFeatures(InputError):
+    """A feature matrix with NaN or inf values: it would make every loss and output it enters
+    NaN. The features stage never writes one; features made elsewhere can hold them."""
+
+
 class FeatureReader:
-    """Feature matrices of one set, CMVN applied, by utterance id."""
+    """Feature matrices of one set, CMVN applied, by utterance id. A matrix with NaN/inf
+    values raises NonFiniteFeatures naming the utterance (decoding skips it, with a list)."""
 
     def __init__(self, feats_set_dir: str | os.PathLike, utt2spk: dict[str, str], norm_vars: bool = True):
         self.set_dir = Path(feats_set_dir)
         scp = self.set_dir / "feats.scp"
         if not scp.is_file():
             raise InputError(f"{scp}: missing; run the features stage for this set")
-        self.feats = kaldiio.load_scp(str(scp))
+        self.feats = commands.load_scp(scp)
         self.num_frames = read_num_frames(self.set_dir, self.feats)
         self.feat_dim = read_feat_dim(self.set_dir)
         self.cmvn = CmvnApplier(self.set_dir, utt2spk, norm_vars)
@@ -84,7 +90,12 @@ class FeatureReader:
             raise InputError(f"{self.set_dir / 'feats.scp'}: cannot read features of {utt!r} ({err}); re-run the features stage") from None
         if mat.ndim != 2 or mat.shape[1] != self.feat_dim:
             raise InputError(f"{self.set_dir}: {utt!r} has shape {mat.shape}, expected (T, {self.feat_dim}) from feat_dim")
-        feats = torch.from_numpy(self.cmvn(utt, mat))
+        normalised = self.cmvn(utt, mat)
+        if not np.isfinite(normalised).all():
+            where = "its features" if not np.isfinite(mat).all() else "its CMVN statistics (cmvn.scp)"
+            raise NonFiniteFeatures(f"{self.set_dir / 'feats.scp'}: utterance {utt!r}: NaN/inf values in {where}; remove it "
+                                    "from the data dir, or make the features again (the features stage skips such utterances)")
+        feats = torch.from_numpy(normalised)
         return self.augment(feats) if self.augment is not None else feats
 
 
@@ -97,8 +108,9 @@ def ctc_min_frames(tokens: Sequence[int]) -> int:
 class CtcDataset(Dataset):
     """(utt, features (T, D), token ids) for the utterances with features and a transcript.
 
-    Utterances too short for their transcript after subsampling are dropped (CTC would give
-    them infinite loss), with a count in the log.
+    Utterances with an empty transcript (nothing to learn; validate flags them) and those too
+    short for their transcript after subsampling (CTC would give them infinite loss) are
+    dropped, with counts and the first ids in the log.
     """
 
     def __init__(self, feats_set_dir: Path, data_dir: Path, tokenizer: Tokenizer, subsample: int, norm_vars: bool = True):
@@ -106,24 +118,31 @@ class CtcDataset(Dataset):
         self.reader = FeatureReader(feats_set_dir, data.utt2spk, norm_vars)
         with_feats = self.reader.utts()
         self.utts, self.tokens, self.num_frames = [], [], []
-        too_short = 0
+        empty, too_short = [], 0
         for utt in with_feats:
             if utt not in data.text:
                 continue
             tokens = tokenizer.encode(data.text[utt])
+            if not tokens:
+                empty.append(utt)
+                continue
             frames = self.reader.num_frames[utt]
-            if output_lengths(torch.tensor(frames), subsample).item() < max(1, ctc_min_frames(tokens)):
+            if output_lengths(torch.tensor(frames), subsample).item() < ctc_min_frames(tokens):
                 too_short += 1
                 continue
             self.utts.append(utt)
             self.tokens.append(tokens)
             self.num_frames.append(frames)
-        self._report(data_dir, len(with_feats), too_short)
+        self._report(data_dir, len(with_feats), too_short, empty)
 
-    def _report(self, data_dir: Path, with_feats: int, too_short: int) -> None:
+    def _report(self, data_dir: Path, with_feats: int, too_short: int, empty: list[str]) -> None:
         if not self.utts:
             raise InputError(f"{data_dir}: no utterance has both features ({self.reader.set_dir}) and a transcript long enough for CTC")
-        log.info("%s: kept %d of %d utterances with features (%d too short for their transcript)", data_dir, len(self.utts), with_feats, too_short)
+        if empty:
+            log.warning("%s: %d utterances with an empty transcript left out (python -m asr.data.fix drops them): %s",
+                        data_dir, len(empty), " ".join(empty[:10]) + (" ..." if len(empty) > 10 else ""))
+        log.info("%s: kept %d of %d utterances with features (%d too short for their transcript, %d with an empty one)",
+                 data_dir, len(self.utts), with_feats, too_short, len(empty))
 
     @property
     def feat_dim(self) -> int:

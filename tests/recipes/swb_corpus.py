@@ -1,5 +1,7 @@
 """One tiny synthetic LDC tree for the SWB recipe and quirk tests: Switchboard-1 + MS98, Hub5-2000,
 Fisher parts 1 and 2, and every quirk of the real releases; and the two SWB recipes run on it.
+The tree lies below a directory whose name holds a space, a quote and a $ (CORPUS_PARENT), so
+every recipe test also checks that such paths reach every stage whole.
 Each is built once per test session; the two recipes run side by side (most of their time is
 process start-up, so two cores finish both in little more than the time of one)."""
 
@@ -19,6 +21,7 @@ from tests.recipes.conftest import Recipe
 
 REPO = Path(__file__).resolve().parents[2]
 QUIRKS = "[asides,missing_side,past_end,shorten,stm_typos,unsorted]"
+CORPUS_PARENT = "LDC copies 'v2' $x"  # a path the recipes once cut at the space (and globbed)
 _built: dict[str, Path] = {}
 
 
@@ -32,12 +35,13 @@ def session_dir(prefix: str) -> Path:
 def quirky_corpus() -> Path:
     """The corpus root (built on first use into a temporary directory kept for the session)."""
     if "root" not in _built:
-        base = session_dir("swb_corpus_")
+        base = session_dir("swb_corpus_") / CORPUS_PARENT
+        base.mkdir()
         env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-        proc = subprocess.run(
-            [sys.executable, "-m", "asr.data.synth", "synth=tiny", f"synth.out_dir={base / 'corpus'}",
+        proc = subprocess.run(  # relative paths: the Hydra values need no quoting
+            [sys.executable, "-m", "asr.data.synth", "synth=tiny", "synth.out_dir=corpus",
              "synth.fisher_conversations=2", "synth.eval_swb_conversations=1", "synth.eval_callhome_conversations=1",
-             f"synth.quirks={QUIRKS}", f"exp_dir={base / 'exp'}"],
+             f"synth.quirks={QUIRKS}", "exp_dir=exp"],
             cwd=base, env=env, capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
             raise RuntimeError(f"synthesis failed:\n{proc.stderr[-3000:]}")
@@ -52,8 +56,9 @@ def quirks_done(root: Path) -> dict:
 def corpus_options(root: Path, fisher: bool) -> list[str]:
     options = ["--swbd-dir", str(root / "LDC97S62"), "--ms98-dir", str(root / "swb_ms98_transcriptions"),
                "--eval2000-dir", str(root / "LDC2002S09/hub5e_00"), "--eval2000-text-dir", str(root / "LDC2002T43")]
-    if fisher:
-        options += ["--fisher-dirs", " ".join(str(root / d) for d in ("LDC2004T19", "LDC2005T19", "LDC2004S13", "LDC2005S13"))]
+    if fisher:  # one option per directory: the paths hold spaces, so they cannot share --fisher-dirs "A B"
+        for folder in ("LDC2004T19", "LDC2005T19", "LDC2004S13", "LDC2005S13"):
+            options += ["--fisher-dir", str(root / folder)]
     return options
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from asr.data.hub5 import fix_stm
 from asr.utils.errors import InputError
+from asr.utils.textfile import read_text
 
 IGNORE_MARKERS = ("IGNORE_TIME_SEGMENT_IN_SCORING", "IGNORETIMESEGMENTINSCORING")
 
@@ -54,7 +55,7 @@ def read_stm(path: str | os.PathLike) -> list[StmSegment]:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: reference stm not found; the Hub5 prepare stage writes it into the data dir")
-    segments = parse_stm(path.read_text(encoding="utf-8", errors="replace"), str(path))
+    segments = parse_stm(read_text(path), str(path))
     if not segments:
         raise InputError(f"{path}: no reference segments")
     return segments
