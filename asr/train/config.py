@@ -39,6 +39,8 @@ class TrainConfig:
     # CPUs with AVX512-BF16/AMX), else fp16 on GPUs and fp32 on CPUs.
     precision: str = "fp32"
     force: bool = False  # resume even if the model/data config changed
+    # start afresh: the experiment's training outputs move to <exp_dir>/previous/<N>/ first
+    restart: bool = False
     # What is trained (asr/train/objectives.py): ctc, or frame_ce on Kaldi alignments
     # (asr/train/alignments.py) with model.head=frame_ce (experiment=hybrid_ce sets both).
     objective: str = "ctc"  # ctc | frame_ce

@@ -167,6 +167,17 @@ class Batch:
     def to(self, device: torch.device | str) -> "Batch":
         return Batch(self.utts, self.feats.to(device), self.feat_lens.to(device), self.targets.to(device), self.target_lens.to(device))
 
+    def subset(self, keep: Sequence[bool]) -> "Batch":
+        """The batch without the utterances whose `keep` is False (padding cut to the longest kept)."""
+        rows = [i for i, k in enumerate(keep) if k]
+        index = torch.tensor(rows, dtype=torch.long, device=self.feats.device)
+        feat_lens = self.feat_lens[index]
+        starts = torch.cumsum(self.target_lens, 0) - self.target_lens
+        targets = [self.targets[int(starts[i]) : int(starts[i] + self.target_lens[i])] for i in rows]
+        longest = int(feat_lens.max()) if rows else 0
+        return Batch([self.utts[i] for i in rows], self.feats[index, :longest], feat_lens,
+                     torch.cat(targets) if targets else self.targets[:0], self.target_lens[index])
+
 
 def collate(items: list[tuple[str, Tensor, Tensor]]) -> Batch:
     utts, feats, tokens = zip(*items)

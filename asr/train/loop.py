@@ -47,7 +47,7 @@ from asr.models.blstm import build_model
 from asr.train.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, restore_rng_state, rng_state
 from asr.train.data import Batch, BucketBatchSampler, ClaimedBatchSampler, collate, pack_mask, unpack_mask
 from asr.train.device import autocast, grad_scaler, select_device, training_precision
-from asr.train.experiment import check_and_save_config
+from asr.train.experiment import check_config, restart_experiment, save_config
 from asr.train.objectives import build_objective, ctc_loss_sum  # noqa: F401  (ctc_loss_sum: re-exported)
 from asr.train.resume import RunLayout, Start, find_start, node_dir
 from asr.train.trainlog import LogRow, TrainLog
@@ -73,7 +73,7 @@ class Progress:
     window_tokens: int = 0
     dev_loss: float = NAN  # of the last completed epoch
     best_dev_loss: float = math.inf
-    bad_batches: int = 0
+    bad_utterances: int = 0  # left out of their step for a non-finite loss
 
 
 def mean(loss_sum: float, tokens: int) -> float:
@@ -346,13 +346,17 @@ class Trainer:
     def train_batch(self, batch: Batch) -> None:
         batch = batch.to(self.device)
         self.updater.begin_step()  # ADPSGD: the weight exchange runs during forward and backward
-        with autocast(self.device, self.precision):
-            log_probs, out_lens = self.train_model(batch.feats, batch.feat_lens)
-        loss_sum, tokens = self.objective.loss(log_probs, out_lens, batch)
-        if not torch.isfinite(loss_sum):
-            self.record_bad_batch(batch, loss_sum.item())
-            self.updater.skip_batch()  # other learners still count on this one's part
-            return
+        losses, counts = self.forward_losses(batch)
+        bad = ~torch.isfinite(losses.detach())
+        if bad.any():
+            self.record_bad_utterances(batch, bad)
+            keep = (~bad).cpu().tolist()
+            batch = batch.subset(keep) if any(keep) else None
+            losses, counts = self.forward_losses(batch) if batch is not None else (None, None)
+            if losses is None or not torch.isfinite(losses.detach()).all():
+                self.updater.skip_batch()  # other learners still count on this one's part
+                return
+        loss_sum, tokens = losses.sum(), int(counts.sum())
         self.updater.step(loss_sum / max(tokens, 1), weight=tokens)
         value = loss_sum.item()
         p = self.progress
@@ -361,17 +365,25 @@ class Trainer:
         p.epoch_tokens += tokens
         p.window_tokens += tokens
 
-    def record_bad_batch(self, batch: Batch, loss: float) -> None:
-        """Skip it, and keep its utterance ids so the data can be inspected."""
-        self.progress.bad_batches += 1
-        path = self.exp_dir / "bad_batches.txt"
-        line = f"step {self.progress.step} epoch {self.progress.epoch + 1} loss {loss}: {' '.join(batch.utts)}"
+    def forward_losses(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        with autocast(self.device, self.precision):
+            log_probs, out_lens = self.train_model(batch.feats, batch.feat_lens)
+        return self.objective.utterance_losses(log_probs, out_lens, batch)
+
+    def record_bad_utterances(self, batch: Batch, bad: torch.Tensor) -> None:
+        """Leave them out of this step (the rest of the batch is trained again without them),
+        and name them so the data can be inspected."""
+        names = [utt for utt, b in zip(batch.utts, bad.tolist()) if b]
+        self.progress.bad_utterances += len(names)
+        line = f"step {self.progress.step} epoch {self.progress.epoch + 1}: non-finite loss, left out: {' '.join(names)}"
         if not self.dist.is_writer:  # only rank 0 writes files; the ids go to this learner's log
-            log.warning("learner %d, bad batch: %s", self.dist.rank, line)
+            log.warning("learner %d: %s", self.dist.rank, line)
             return
+        path = self.exp_dir / "bad_utterances.txt"
         with open(path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
-        log.warning("step %d: non-finite loss %s; batch of %d utterances skipped (ids in %s)", self.progress.step, loss, len(batch.utts), path)
+        log.warning("step %d: non-finite loss for %d of %d utterances, trained without them (ids in %s)",
+                    self.progress.step, len(names), len(batch.utts), path)
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module | None = None) -> float:
@@ -387,9 +399,12 @@ class Trainer:
             batch = batch.to(self.device)
             with autocast(self.device, self.precision):
                 log_probs, out_lens = model(batch.feats, batch.feat_lens)
-            batch_loss, batch_count = self.objective.loss(log_probs, out_lens, batch)
-            loss_sum += float(batch_loss)
-            tokens += batch_count
+            losses, counts = self.objective.utterance_losses(log_probs, out_lens, batch)
+            finite = torch.isfinite(losses)
+            if not finite.all():
+                log.warning("dev set: non-finite loss for %s; left out of the dev loss", [u for u, ok in zip(batch.utts, finite.tolist()) if not ok])
+            loss_sum += float(losses[finite].sum())
+            tokens += int(counts[finite].sum())
             for key, value in self.objective.eval_stats(log_probs, out_lens, batch).items():
                 stats[key] = stats.get(key, 0.0) + value
         model.train(was_training)
@@ -495,9 +510,14 @@ def train(cfg) -> Path | None:
     exp_dir = Path(cfg.exp_dir)
     dist = init_distributed(cfg)
     try:
-        check_and_save_config(exp_dir, cfg, force=cfg.train.force, write=dist.is_writer)
+        if cfg.train.restart and dist.is_writer:
+            restart_experiment(exp_dir)
+        dist.broadcast_object(None)  # every learner sees the experiment as rank 0 left it
+        check_config(exp_dir, cfg, force=cfg.train.force)
         trainer = Trainer(cfg, dist)
         trainer.resume()
+        if dist.is_writer:
+            save_config(exp_dir, cfg)  # only now is it true that this config trains here
         if trainer.progress.epoch >= cfg.train.epochs and trainer.checkpoints.last.is_file():
             log.info("%s: already trained for %d epochs; skipping", trainer.checkpoints.last, trainer.progress.epoch)
             last = trainer.checkpoints.last

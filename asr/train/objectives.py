@@ -4,8 +4,12 @@ The loop (asr/train/loop.py) is the same for every objective. It asks the object
 
     num_outputs                        the size of the output layer
     dataset(set_name)                  (utt, features, targets) items of a data set
-    loss(log_probs, out_lens, batch)   (summed loss, count); the loss optimised and logged is
-                                       sum / count: CTC per target token, CE per frame
+    utterance_losses(log_probs, out_lens, batch)
+                                       each utterance's summed loss and count (tokens, frames);
+                                       the loss optimised and logged is sum / count over the batch:
+                                       CTC per target token, CE per frame. Per utterance, so that
+                                       the loop can leave out one whose loss is not finite
+    loss(log_probs, out_lens, batch)   (summed loss, count) over the batch
     eval_stats(...) / metrics(stats)   dev statistics beyond the loss (CE: frame accuracy)
     write_training_files(exp_dir, train_set)
                                        what decoding needs later (CE: the pdf counts)
@@ -55,6 +59,19 @@ def frame_ce_sum(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> Tensor:
     return F.nll_loss(valid_frames(log_probs, out_lens), batch.targets, reduction="sum")
 
 
+def ctc_utterance_losses(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> Tensor:
+    """Each utterance's CTC loss (zero_infinity: an impossible alignment gives 0, not inf)."""
+    return F.ctc_loss(log_probs.transpose(0, 1), batch.targets, out_lens, batch.target_lens, blank=BLANK_ID,
+                      reduction="none", zero_infinity=True)
+
+
+def frame_ce_utterance_losses(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> Tensor:
+    """Each utterance's summed frame cross-entropy (its frames are consecutive in the targets)."""
+    per_frame = F.nll_loss(valid_frames(log_probs, out_lens), batch.targets, reduction="none")
+    owner = torch.repeat_interleave(torch.arange(len(out_lens), device=per_frame.device), out_lens.to(per_frame.device))
+    return torch.zeros(len(out_lens), dtype=per_frame.dtype, device=per_frame.device).index_add_(0, owner, per_frame)
+
+
 class Objective:
     name = ""
     head = ""  # the model.head it trains
@@ -71,8 +88,12 @@ class Objective:
     def dataset(self, set_name: str):
         raise NotImplementedError
 
-    def loss(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, int]:
+    def utterance_losses(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
         raise NotImplementedError
+
+    def loss(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, int]:
+        losses, counts = self.utterance_losses(log_probs, out_lens, batch)
+        return losses.sum(), int(counts.sum())
 
     def eval_stats(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> dict[str, float]:
         return {}
@@ -101,8 +122,8 @@ class CtcObjective(Objective):
         cfg = self.cfg
         return CtcDataset(feature_set_dir(cfg, set_name), data_set_dir(cfg, set_name), self.tokenizer, cfg.model.subsample, cfg.features.norm_vars)
 
-    def loss(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, int]:
-        return ctc_loss_sum(log_probs, out_lens, batch), int(batch.target_lens.sum())
+    def utterance_losses(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
+        return ctc_utterance_losses(log_probs, out_lens, batch), batch.target_lens
 
 
 class FrameCeObjective(Objective):
@@ -165,8 +186,8 @@ class FrameCeObjective(Objective):
         self.datasets.append(dataset)
         return dataset
 
-    def loss(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, int]:
-        return frame_ce_sum(log_probs, out_lens, batch), int(batch.targets.numel())
+    def utterance_losses(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
+        return frame_ce_utterance_losses(log_probs, out_lens, batch), out_lens
 
     def eval_stats(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> dict[str, float]:
         best = valid_frames(log_probs, out_lens).argmax(dim=-1)
