@@ -105,7 +105,7 @@ class FrameCeDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[str, Tensor, Tensor]:
         utt = self.utts[index]
-        return utt, self.reader(utt), torch.from_numpy(self.targets[index].astype(np.int64))
+        return utt, self.reader(utt, index), torch.from_numpy(self.targets[index].astype(np.int64))
 
 
 def check_pdf_range(pdfs: np.ndarray, num_pdfs: int, alignments: AlignmentArchives, utt: str) -> None:

@@ -45,11 +45,12 @@ from asr.distributed.flat import set_parameters_
 from asr.features.specaugment import SpecAugment
 from asr.models.blstm import build_model
 from asr.train.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, restore_rng_state, rng_state
-from asr.train.data import Batch, BucketBatchSampler, ClaimedBatchSampler, collate, pack_mask, unpack_mask
+from asr.train.data import Batch, BucketBatchSampler, ClaimedBatchSampler, EpochAugment, Prefetcher, collate, pack_mask, unpack_mask
 from asr.train.device import autocast, grad_scaler, select_device, training_precision
 from asr.train.experiment import check_config, restart_experiment, save_config
 from asr.train.objectives import build_objective, ctc_loss_sum  # noqa: F401  (ctc_loss_sum: re-exported)
 from asr.train.resume import RunLayout, Start, find_start, node_dir
+from asr.train.telemetry import Telemetry
 from asr.train.trainlog import LogRow, TrainLog
 from asr.train.updater import optimizer_moments
 from asr.utils.errors import InputError
@@ -124,9 +125,9 @@ class Trainer:
         self.device = self.dist.device
         self.precision = training_precision(self.tcfg.precision, self.device)
         self.objective = build_objective(cfg)
-        self.train_set = self.objective.dataset(cfg.data.train_set)
-        self.dev_set = self.objective.dataset(cfg.data.dev_set)
-        self.train_set.reader.augment = SpecAugment.from_config(cfg.features.specaugment)  # None: off
+        self.train_set, self.dev_set = self.datasets()
+        augment = SpecAugment.from_config(cfg.features.specaugment)  # None: off
+        self.train_set.reader.augment = EpochAugment(augment, cfg.seed) if augment is not None else None
         if self.dev_set.feat_dim != self.train_set.feat_dim:
             raise InputError(f"{self.dev_set.reader.set_dir}: feat_dim {self.dev_set.feat_dim} differs from the training set's {self.train_set.feat_dim}")
         torch.manual_seed(cfg.seed)
@@ -158,7 +159,15 @@ class Trainer:
         self.run_steps = 0
         self.stopped = False  # train.max_steps reached before the end of training
         self.times = StepTimes()
+        self.telemetry = Telemetry(self.exp_dir, self.dist.rank, self.tcfg.tensorboard)
         self.run_start = time.monotonic()
+
+    def datasets(self):
+        """The training and dev sets; learner 0 makes their training index first (if missing)."""
+        names = (self.cfg.data.train_set, self.cfg.data.dev_set)
+        sets = [self.objective.dataset(name) for name in names] if self.dist.is_writer else None
+        self.dist.broadcast_object(None)
+        return sets or [self.objective.dataset(name, build=False) for name in names]
 
     def _claims(self) -> BatchClaims:
         layout = self.group.layout
@@ -275,7 +284,8 @@ class Trainer:
         # Own generator: creating an iterator must not draw from the global RNG, or a resumed
         # run's dropout masks would differ from the uninterrupted run's.
         generator = torch.Generator().manual_seed(self.cfg.seed)
-        return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=self.tcfg.num_workers, generator=generator)
+        return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=self.tcfg.num_workers, generator=generator,
+                          pin_memory=self.device.type == "cuda")
 
     def run(self) -> Path | None:
         epochs = self.tcfg.epochs
@@ -318,15 +328,30 @@ class Trainer:
             leave=False,
             dynamic_ncols=True,
         )
+        if self.train_set.reader.augment is not None:
+            self.train_set.reader.augment.epoch = p.epoch
         self.model.train()
         self.times.restart()
-        for batch in self.loader(self.train_set, batches):
+        prefetched = Prefetcher(self.loader(self.train_set, batches), self.tcfg.prefetch_batches)
+        try:
+            self.train_batches(prefetched, bar, total)
+        finally:
+            prefetched.close()
+        if self.claims is not None:
+            self.stopped = self.claims.limit_reached
+        bar.close()
+
+    def train_batches(self, batches, bar, total: int) -> None:
+        p = self.progress
+        for batch in batches:
             self.times.batch_ready()
+            comm_before = self.updater.comm_wait_s
             self.train_batch(batch)
             p.step += 1
             p.batches_done += 1
             self.run_steps += 1
             self.times.step_done(len(batch.utts))
+            self.telemetry.add_step(int(batch.feat_lens.sum()), self.times.data_wait[-1], self.updater.comm_wait_s - comm_before)
             bar.update(self._claimed_so_far() - bar.n if self.claims is not None else 1)
             if p.step % self.tcfg.log_every_steps == 0:
                 row = self.log_row(epoch=p.epoch + 1)
@@ -335,16 +360,13 @@ class Trainer:
                 self.save_checkpoint()
             if self.claims is None and self.tcfg.max_steps and self.run_steps >= self.tcfg.max_steps:
                 self.stopped = p.batches_done < total or p.epoch + 1 < self.tcfg.epochs
-                break
-        if self.claims is not None:
-            self.stopped = self.claims.limit_reached
-        bar.close()
+                return
 
     def _claimed_so_far(self) -> int:
         return (max(self.claimed) + 1) if self.claimed else 0
 
     def train_batch(self, batch: Batch) -> None:
-        batch = batch.to(self.device)
+        batch = batch.to(self.device, non_blocking=True)
         self.updater.begin_step()  # ADPSGD: the weight exchange runs during forward and backward
         losses, counts = self.forward_losses(batch)
         bad = ~torch.isfinite(losses.detach())
@@ -422,6 +444,8 @@ class Trainer:
         row = LogRow(p.step, epoch, mean(p.window_loss, p.window_tokens), dev_loss, self.updater.lr, round(self.elapsed(), 1))
         if self.dist.is_writer:
             self.trainlog.append(row)
+        if dev_loss != dev_loss:  # a row of the steps, not an epoch end
+            self.telemetry.row(p.step, row.train_loss, row.lr)
         p.window_loss, p.window_tokens = 0.0, 0
         return row
 
@@ -447,6 +471,7 @@ class Trainer:
         p.best_dev_loss = min(p.best_dev_loss, dev_loss)
         self.plan_done, self.claimed = None, []
         self.log_row(epoch=p.epoch, dev_loss=dev_loss)
+        self.telemetry.epoch(p.step, {"train_loss": train_loss, "dev_loss": dev_loss, "weights_spread": spread, **self.dev_metrics})
         path = self.save_epoch_checkpoints(saved)
         self.times.restart()
         if path is None:
@@ -491,6 +516,7 @@ class Trainer:
     def write_timing(self) -> None:
         summary = self.times.summary() | {"rank": self.dist.rank, "algorithm": self.dist.algorithm, "world_size": self.dist.world_size}
         summary["exchanges"] = getattr(self.updater, "exchanges", 0)
+        summary["communication_wait_seconds"] = round(self.updater.comm_wait_s, 3)
         path = self.exp_dir / "timing" / f"learner-{self.dist.rank}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(summary, indent=1) + "\n")
@@ -524,6 +550,7 @@ def train(cfg) -> Path | None:
         else:
             last = trainer.run()
             trainer.write_timing()
+        trainer.telemetry.close()
         trainer.updater.close()
     except BaseException as err:
         if dist.distributed or isinstance(err, DistributedError):

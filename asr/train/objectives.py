@@ -85,7 +85,9 @@ class Objective:
     def num_outputs(self) -> int:
         raise NotImplementedError
 
-    def dataset(self, set_name: str):
+    def dataset(self, set_name: str, build: bool = True):
+        """The set's items; `build=False`: files shared between learners (the training index)
+        are only read, learner 0 having made them."""
         raise NotImplementedError
 
     def utterance_losses(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
@@ -118,9 +120,10 @@ class CtcObjective(Objective):
     def num_outputs(self) -> int:
         return self.tokenizer.vocab_size
 
-    def dataset(self, set_name: str) -> CtcDataset:
+    def dataset(self, set_name: str, build: bool = True) -> CtcDataset:
         cfg = self.cfg
-        return CtcDataset(feature_set_dir(cfg, set_name), data_set_dir(cfg, set_name), self.tokenizer, cfg.model.subsample, cfg.features.norm_vars)
+        return CtcDataset(feature_set_dir(cfg, set_name), data_set_dir(cfg, set_name), self.tokenizer, cfg.model.subsample,
+                          cfg.features.norm_vars, build=build)
 
     def utterance_losses(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
         return ctc_utterance_losses(log_probs, out_lens, batch), batch.target_lens
@@ -165,7 +168,7 @@ class FrameCeObjective(Objective):
             )
         return self._num_outputs
 
-    def dataset(self, set_name: str) -> FrameCeDataset:
+    def dataset(self, set_name: str, build: bool = True) -> FrameCeDataset:
         cfg = self.cfg
         is_dev = set_name == cfg.data.dev_set and set_name != cfg.data.train_set
         alignments = self.dev_alignments if is_dev else self.train_alignments
