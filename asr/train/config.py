@@ -35,6 +35,9 @@ class TrainConfig:
     tensorboard: bool = True  # <exp_dir>/tensorboard/learner-<rank>/: loss, lr, frames/s, waiting for data and others
     num_workers: int = 0  # DataLoader worker processes
     prefetch_batches: int = 2  # batches read ahead on a thread while a step runs
+    # > 0: shuffle within windows of this many utterances (in archive order), windows in random
+    # order: reads stay within one stretch of the archives when the features exceed memory
+    shuffle_window_utts: int = 0
     threads: int = 2  # torch.set_num_threads
     # fp32 | bf16 (autocast: bfloat16 matrix products, fp32 weights) | fp16 (the same in float16,
     # with a loss scaler) | auto: bf16 where the hardware computes it (Ampere and later GPUs,
@@ -57,7 +60,7 @@ class TrainConfig:
         "lr_reference_frames": NON_NEGATIVE, "momentum": between(0.0, 1.0, high_open=True), "weight_decay": NON_NEGATIVE,
         "warmup_steps": NON_NEGATIVE, "lr_decay": POSITIVE, "final_lr": NON_NEGATIVE, "grad_clip": NON_NEGATIVE,
         "checkpoint_every_steps": AT_LEAST_ONE, "keep_checkpoints": AT_LEAST_ONE, "log_every_steps": AT_LEAST_ONE,
-        "num_workers": NON_NEGATIVE, "prefetch_batches": AT_LEAST_ONE, "threads": AT_LEAST_ONE, "precision": one_of("fp32", "bf16", "fp16", "auto"),
+        "num_workers": NON_NEGATIVE, "prefetch_batches": AT_LEAST_ONE, "shuffle_window_utts": NON_NEGATIVE, "threads": AT_LEAST_ONE, "precision": one_of("fp32", "bf16", "fp16", "auto"),
         "max_steps": NON_NEGATIVE, "max_train_utts": NON_NEGATIVE,
         "objective": one_of("ctc", "frame_ce"), "ali_length_tolerance": NON_NEGATIVE,
     }

@@ -285,7 +285,7 @@ class BucketBatchSampler(Sampler[list[int]]):
 
     def __init__(
         self, lengths: Sequence[int], max_frames: int, max_utts: int, seed: int = 0, shuffle: bool = True,
-        num_replicas: int = 1, rank: int = 0,
+        num_replicas: int = 1, rank: int = 0, window: int = 0,
     ):
         if max_frames < 1 or max_utts < 1:
             raise ValueError(f"max_frames ({max_frames}) and max_utts ({max_utts}) must be >= 1")
@@ -300,6 +300,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.shuffle = shuffle
         self.num_replicas = num_replicas
         self.rank = rank
+        self.window = window
         self.epoch = 0
         self.start = 0
         self.done: np.ndarray | None = None
@@ -322,10 +323,27 @@ class BucketBatchSampler(Sampler[list[int]]):
             order = sorted(self._remaining(range(len(lengths)), done), key=lambda i: lengths[i])
             return make_buckets(lengths, order, self.max_frames * n, self.max_utts * n, min_utts=n)
         rng = np.random.default_rng([self.seed, epoch])
+        if self.window:
+            return self._cut_windows(rng, done)
         shuffled = self._remaining(rng.permutation(len(lengths)).tolist(), done)
         order = sorted(shuffled, key=lambda i: lengths[i])  # stable: ties stay shuffled
         batches = make_buckets(lengths, order, self.max_frames * n, self.max_utts * n, min_utts=n)
         return [batches[i] for i in rng.permutation(len(batches))]
+
+    def _cut_windows(self, rng: np.random.Generator, done: np.ndarray | None) -> list[list[int]]:
+        """Windows of `window` consecutive utterances (in the features' order, i.e. where they
+        lie in the archives) in random order, each bucketed and shuffled on its own: an epoch
+        reads one stretch of the archives at a time, as Kaldi's shuffle buffer does, when the
+        features do not fit in memory."""
+        n, lengths, batches = self.num_replicas, self.lengths.tolist(), []
+        starts = list(range(0, len(lengths), self.window))
+        for start in (starts[i] for i in rng.permutation(len(starts))):
+            members = self._remaining(range(start, min(start + self.window, len(lengths))), done)
+            shuffled = [members[i] for i in rng.permutation(len(members))]
+            order = sorted(shuffled, key=lambda i: lengths[i])
+            cut = make_buckets(lengths, order, self.max_frames * n, self.max_utts * n, min_utts=n) if len(order) >= n else []
+            batches += [cut[i] for i in rng.permutation(len(cut))]
+        return batches
 
     @staticmethod
     def _remaining(indices, done: np.ndarray | None) -> list[int]:

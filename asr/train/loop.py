@@ -141,7 +141,7 @@ class Trainer:
         lengths = list(self.train_set.num_frames)[: self.tcfg.max_train_utts or None]
         self.num_train_utts = len(lengths)
         self.sampler = BucketBatchSampler(lengths, self.tcfg.max_frames, self.tcfg.max_utts, seed=cfg.seed,
-                                          num_replicas=self.group.size, rank=self.group.rank)
+                                          num_replicas=self.group.size, rank=self.group.rank, window=self.tcfg.shuffle_window_utts)
         self.total_steps = math.ceil(self.sampler.num_batches() / self.group.count) * self.tcfg.epochs
         self.updater = build_training_updater(self.model, cfg, self.dist, self.total_steps, grad_scaler(self.precision, self.device))
         self.train_model = self.updater.wrap(self.model)
