@@ -85,16 +85,19 @@ class StepTimes:
     """Per-step wall time, and how much of it went to waiting for data and for the weight
     average; written to `<exp_dir>/timing/learner-<rank>.json` at the end of a run."""
 
-    def __init__(self):
+    def __init__(self, started: float | None = None):
         self.steps: list[float] = []
         self.data_wait: list[float] = []
         self.utterances = 0
+        self.started = started if started is not None else time.perf_counter()  # the train stage's start
+        self.startup: float | None = None  # seconds from it to the first batch
         self.mark = time.perf_counter()
 
     def batch_ready(self) -> None:
         now = time.perf_counter()
         self.data_wait.append(now - self.mark)
-        self._ready = now
+        if self.startup is None:
+            self.startup = now - self.started
 
     def step_done(self, utterances: int) -> None:
         now = time.perf_counter()
@@ -113,6 +116,7 @@ class StepTimes:
             "step_seconds_mean": round(statistics.fmean(steady), 5) if steady else None,
             "step_seconds_median": round(statistics.median(steady), 5) if steady else None,
             "data_wait_seconds": round(sum(self.data_wait), 3),
+            "startup_seconds": round(self.startup, 4) if self.startup is not None else None,
         }
 
 
@@ -532,6 +536,7 @@ def train(cfg) -> Path | None:
     None when train.max_steps stopped it before the end."""
     if cfg.train.epochs < 1:
         raise InputError(f"train.epochs={cfg.train.epochs}: train for at least one epoch")
+    started = time.perf_counter()
     torch.set_num_threads(cfg.train.threads)
     exp_dir = Path(cfg.exp_dir)
     dist = init_distributed(cfg)
@@ -541,6 +546,7 @@ def train(cfg) -> Path | None:
         dist.broadcast_object(None)  # every learner sees the experiment as rank 0 left it
         check_config(exp_dir, cfg, force=cfg.train.force)
         trainer = Trainer(cfg, dist)
+        trainer.times.started = started
         trainer.resume()
         if dist.is_writer:
             save_config(exp_dir, cfg)  # only now is it true that this config trains here

@@ -3,7 +3,6 @@
 import random
 
 import numpy as np
-
 import pytest
 
 from asr.train.data import BucketBatchSampler, make_buckets
