@@ -14,6 +14,7 @@ class DecodeConfig:
     checkpoint: str = "last"  # last | best | path
     dir_suffix: str = ""  # output in <exp_dir>/decode_<set><dir_suffix>/ (e.g. _greedy beside the LM decode)
     batch_size: int = 32
+    threads: int = 2  # torch threads of the acoustic model
     frame_shift_ms: float = 10.0
     # kind=loglikes (asr/decode/loglikes.py): log posterior - prior_scale x log prior, Kaldi ark/scp
     pdf_counts: str = ""  # the priors' counts (Kaldi vector); empty = <exp_dir>/pdf_counts from training
@@ -36,7 +37,7 @@ class DecodeConfig:
     tune_word_scores: list = field(default_factory=lambda: [-1.0, 0.0, 1.0, 2.0])
 
     CHECKS: ClassVar[dict[str, Check]] = {
-        "kind": one_of("greedy", "beam_lm", "loglikes"), "batch_size": AT_LEAST_ONE, "frame_shift_ms": POSITIVE,
+        "kind": one_of("greedy", "beam_lm", "loglikes"), "batch_size": AT_LEAST_ONE, "threads": AT_LEAST_ONE, "frame_shift_ms": POSITIVE,
         "prior_scale": NON_NEGATIVE, "beam_size": AT_LEAST_ONE, "beam_size_token": AT_LEAST_ONE,
         "beam_threshold": POSITIVE, "jobs": AT_LEAST_ONE,
     }
