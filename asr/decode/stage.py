@@ -17,7 +17,8 @@ import torch
 from asr.data.datadir import DataDir
 from asr.decode.acoustic import ScoredSet, evaluation_sets, load_model
 from asr.decode.loglikes import export_loglikes
-from asr.decode.output import CtmLine, ctm_lines, decode_dir, timed_words, write_ctm, write_hyp_text
+from asr.data.ctm import CtmWord, write_ctm
+from asr.decode.output import ctm_words, decode_dir, timed_words, write_hyp_text
 from asr.decode.search import ParallelBeamSearch, Search, beam_options, beam_search, beam_spec, greedy_search
 from asr.models.blstm import AcousticModel
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path
@@ -58,13 +59,13 @@ class SetDecoder:
     def __init__(self, tokenizer: Tokenizer, data: DataDir, frame_seconds: float, search: Search = greedy_search):
         self.tokenizer, self.data, self.frame_seconds, self.search = tokenizer, data, frame_seconds, search
         self.hyps: dict[str, str] = {}
-        self.ctm: list[CtmLine] = []
+        self.ctm: list[CtmWord] = []
 
     def decode_batch(self, utts: list[str], log_probs: torch.Tensor, out_lens: torch.Tensor) -> None:
         for utt, hyp in zip(utts, self.search(log_probs, out_lens)):
             words = timed_words(hyp, self.tokenizer)
             self.hyps[utt] = " ".join(w.word for w in words)
-            self.ctm.extend(ctm_lines(self.data, utt, words, self.frame_seconds))
+            self.ctm.extend(ctm_words(self.data, utt, words, self.frame_seconds))
 
 
 def decode_set(
