@@ -160,8 +160,8 @@ def throughput(timings: list[dict]) -> float:
 def model_parameters(recipe_dir: Path, overrides: list[str]) -> int:
     """The size of the model the runs train (what an exchange or an all-reduce moves)."""
     from asr.config import load_config
+    from asr.features.featureset import read_feat_dim
     from asr.models.blstm import build_model
-    from asr.train.data import read_feat_dim
     from asr.train.objectives import build_objective
 
     with contextlib.chdir(recipe_dir):

@@ -28,7 +28,7 @@ from asr.data.stm import StmSegment, fix_stm, read_stm
 from asr.data.swbd import sph2pipe_command
 from asr.data.text_norm import is_ignored_segment, normalize_stm_text
 from asr.utils.errors import InputError
-from asr.utils.textfile import iter_lines, read_text
+from asr.utils.textfile import read_text
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ from typing import Callable, Iterator
 import torch
 from tqdm import tqdm
 
-from asr.data.datadir import DataDir, read_data_dir
+from asr.data.datadir import DataDir, data_set_dir, read_data_dir
+from asr.features.featureset import FeatureReader, NonFiniteFeatures, feature_set_dir
 from asr.models.blstm import AcousticModel
-from asr.train.checkpoint import CheckpointDir, load_checkpoint, model_from_checkpoint
-from asr.train.data import FeatureReader, NonFiniteFeatures, data_set_dir, feature_set_dir
+from asr.models.checkpoint import CheckpointDir, load_checkpoint, model_from_checkpoint
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)

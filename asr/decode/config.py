@@ -29,7 +29,7 @@ class DecodeConfig:
     lm_weight: float = 0.5  # times ln P_LM
     word_score: float = 0.0  # per word (insertion bonus)
     jobs: int = 2  # beam search worker processes
-    # The dev-set sweep (python -m asr.decode.tune) and using its best values
+    # The dev-set sweep (python -m asr.tune) and using its best values
     use_tuned: bool = True
     tuning_file: str = "${exp_dir}/lm_tuning.json"
     tune_set: str = "${data.dev_set}"

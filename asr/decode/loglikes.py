@@ -42,10 +42,9 @@ from asr.data.datadir import c_sort_key
 from asr.decode.acoustic import ScoredSet, evaluation_sets, load_model
 from asr.decode.output import decode_dir
 from asr.models.blstm import AcousticModel
-from asr.train.alignments import read_pdf_counts
-from asr.train.device import select_device
-from asr.train.objectives import PDF_COUNTS_NAME
+from asr.models.pdf_counts import PDF_COUNTS_NAME, read_pdf_counts
 from asr.utils.atomic import atomic_path
+from asr.utils.device import select_device
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)

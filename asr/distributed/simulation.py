@@ -28,10 +28,9 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from asr.train.updater import optimizer_moments
 from asr.distributed.flat import flat_gradients, flat_parameters, set_gradients_, set_parameters_
 from asr.distributed.topology import Layout, node_groups
-from asr.train.updater import Updater, build_updater
+from asr.optim.updater import Updater, build_updater, optimizer_moments
 
 # loss_fn(model, batch) -> (summed loss, count): the loss optimised is sum / count, and the
 # learners' gradients are combined weighted by count (as asr.train.objectives' losses).

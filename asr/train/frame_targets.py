@@ -25,8 +25,8 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from asr.data.datadir import c_sort_key, read_data_dir
+from asr.features.featureset import FeatureReader
 from asr.train.alignments import AlignmentArchives
-from asr.train.data import FeatureReader
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)

@@ -34,28 +34,34 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from asr.config import to_container
 from asr.distributed.build import build_training_updater, step_group
 from asr.distributed.claims import BatchClaims, claims_store
 from asr.distributed.context import DistributedContext, DistributedError, fail_fast, init_distributed
 from asr.distributed.flat import set_parameters_
 from asr.features.specaugment import SpecAugment
 from asr.models.blstm import build_model
-from asr.train.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, restore_rng_state, rng_state
+from asr.models.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, restore_rng_state, rng_state
+from asr.optim.updater import optimizer_moments
 from asr.train.data import Batch, BucketBatchSampler, ClaimedBatchSampler, EpochAugment, Prefetcher, collate, pack_mask, unpack_mask
-from asr.train.device import autocast, grad_scaler, select_device, training_precision
 from asr.train.experiment import check_config, restart_experiment, save_config
 from asr.train.objectives import build_objective, ctc_loss_sum  # noqa: F401  (ctc_loss_sum: re-exported)
+from asr.train.precision import autocast, grad_scaler, training_precision
 from asr.train.resume import RunLayout, Start, find_start, node_dir
 from asr.train.telemetry import Telemetry
 from asr.train.trainlog import LogRow, TrainLog
-from asr.train.updater import optimizer_moments
+from asr.utils.device import select_device
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
+
+
+def to_container(cfg) -> dict:
+    """A plain dict of a config node, interpolations resolved (what checkpoints store)."""
+    return OmegaConf.to_container(cfg, resolve=True)
 
 NAN = float("nan")
 
@@ -175,7 +181,7 @@ class Trainer:
 
     def _claims(self) -> BatchClaims:
         layout = self.group.layout
-        control = self.updater.groups.node_control
+        control = self.updater.groups.node_claims
         return BatchClaims(claims_store(), is_leader=layout.is_leader, leader=layout.leader_of(layout.node), control_group=control,
                            rank=self.dist.rank, timeout_s=self.dist.timeout_s, limit=int(self.tcfg.max_steps))
 

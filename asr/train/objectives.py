@@ -28,16 +28,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from asr.data.datadir import data_set_dir
+from asr.features.featureset import feature_set_dir
+from asr.models.pdf_counts import PDF_COUNTS_NAME, write_pdf_counts
 from asr.text.tokenizer import BLANK_ID, Tokenizer, tokenizer_model_path
-from asr.train.alignments import AlignmentArchives, write_pdf_counts
-from asr.train.data import Batch, CtcDataset, data_set_dir, feature_set_dir
+from asr.train.alignments import AlignmentArchives
+from asr.train.data import Batch, CtcDataset
 from asr.train.frame_targets import FrameCeDataset
 from asr.utils.errors import InputError
 from asr.utils.log import rank
 
 log = logging.getLogger(__name__)
 
-PDF_COUNTS_NAME = "pdf_counts"  # in the experiment dir; the priors of asr.decode.loglikes
 
 
 def ctc_loss_sum(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> Tensor:

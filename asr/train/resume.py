@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from asr.distributed.context import DistributedContext
-from asr.train.checkpoint import CheckpointDir, load_checkpoint
+from asr.models.checkpoint import CheckpointDir, load_checkpoint
 from asr.train.data import pack_mask, unpack_mask
 from asr.utils.errors import InputError
 

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
+from asr.data.ctm import CtmWord, write_ctm
 from asr.data.datadir import DataDir, Segment
 from asr.decode.greedy import ctc_greedy
-from asr.data.ctm import CtmWord, write_ctm
 from asr.decode.output import TimedWord, ctm_words, timed_words, write_hyp_text
 from asr.text.tokenizer import Tokenizer, train_sentencepiece
 

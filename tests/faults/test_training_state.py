@@ -9,23 +9,16 @@ from pathlib import Path
 import pytest
 
 from asr.config import load_config
+from asr.models.checkpoint import load_checkpoint
 from asr.train import loop
-from asr.train.checkpoint import load_checkpoint
 from asr.train.trainlog import TrainLog
 from asr.utils.errors import InputError
-from tests.train.toy_corpus import make_toy_experiment, toy_overrides
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("toy_state")
-    make_toy_experiment(root)
-    return root
+from tests.fixtures.toy_corpus import toy_overrides
 
 
 @pytest.fixture
-def root(corpus, tmp_path) -> Path:
-    shutil.copytree(corpus, tmp_path / "toy")
+def root(toy_corpus, tmp_path) -> Path:
+    shutil.copytree(toy_corpus, tmp_path / "toy")
     return tmp_path / "toy"
 
 

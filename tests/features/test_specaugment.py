@@ -5,8 +5,9 @@ import numpy as np
 import torch
 
 from asr.features.config import SpecAugmentConfig
+from asr.features.featureset import FeatureReader
 from asr.features.specaugment import SpecAugment, warp_frequency
-from asr.train.data import EpochAugment, FeatureReader
+from asr.train.data import EpochAugment
 
 
 def test_off_by_default():

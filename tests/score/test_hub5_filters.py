@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from asr.score.hub5.align import align_networks
 from asr.data.ctm import parse_ctm, read_ctm
+from asr.score.hub5.align import align_networks
 from asr.score.hub5.ctm import filter_ctm
 from asr.score.hub5.glm import Glm, GlmRule, filter_text, parse_rule, read_glm, split_hyphens, spread_parentheses
 from asr.score.hub5.network import parse_transcript
 from asr.score.hub5.sctk import parse_pra, parse_sum
 from asr.utils.errors import InputError
-from tests.score.hub5_cases import GLM
+from tests.fixtures.hub5_cases import GLM
 
 
 def test_ctm_filter_drops_tags_unk_hesitations_and_partial_words():

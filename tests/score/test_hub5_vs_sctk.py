@@ -8,12 +8,11 @@ from __future__ import annotations
 import pytest
 
 from asr.data.ctm import CtmWord
-from asr.score.hub5.glm import read_glm
-from asr.score.hub5.native import score_native
-from asr.score.hub5.sctk import find_sctk, score_sctk
 from asr.data.stm import fix_stm, parse_stm
-from asr.score.hub5.native import scoring_order
-from tests.score.hub5_cases import BETWEEN, CASES, GLM, IGNORED, STM_HEADER
+from asr.score.hub5.glm import read_glm
+from asr.score.hub5.native import score_native, scoring_order
+from asr.score.hub5.sctk import find_sctk, score_sctk
+from tests.fixtures.hub5_cases import BETWEEN, CASES, GLM, IGNORED, STM_HEADER
 
 SPEAKER = "sw_1_A"
 

@@ -18,14 +18,14 @@ from asr.text.tokenizer import Tokenizer, tokenizer_model_path
 from asr.train.data import Prefetcher
 from asr.train.index import IndexSources, load_index
 from asr.utils.errors import InputError
-from tests.train.toy_corpus import make_toy_experiment
+from tests.fixtures.toy_corpus import toy_config
 
 
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory) -> tuple[Path, Tokenizer]:
-    root = tmp_path_factory.mktemp("index_toy")
-    cfg = make_toy_experiment(root)
-    return root, Tokenizer(tokenizer_model_path(cfg.tokenizer))
+def toy(toy_corpus, tmp_path_factory) -> tuple[Path, Tokenizer]:
+    root = tmp_path_factory.mktemp("index_toy") / "toy"
+    shutil.copytree(toy_corpus, root)
+    return root, Tokenizer(tokenizer_model_path(toy_config(root).tokenizer))
 
 
 def sources(root: Path, tokenizer: Tokenizer) -> IndexSources:

@@ -4,10 +4,10 @@ import shutil
 
 import pytest
 import torch
-from toy_corpus import make_toy_experiment, toy_config
+from tests.fixtures.toy_corpus import make_toy_experiment, toy_config
 
+from asr.models.checkpoint import CheckpointDir, load_checkpoint
 from asr.train import loop, objectives
-from asr.train.checkpoint import CheckpointDir, load_checkpoint
 from asr.train.trainlog import TrainLog
 from asr.utils.errors import InputError
 
@@ -194,8 +194,9 @@ def test_a_batch_of_only_non_finite_losses_gives_no_update(root, monkeypatch):
 
 
 def test_training_precision_choice(monkeypatch):
-    from asr.train import device as devices
-    from asr.train.device import autocast, grad_scaler, native_bf16, training_precision
+    from asr.train import precision as devices
+    from asr.train.precision import autocast, grad_scaler, training_precision
+    from asr.utils.device import native_bf16
     cpu = torch.device("cpu")
     assert training_precision("fp32", cpu) == "fp32" and training_precision("bf16", cpu) == "bf16"
     with pytest.raises(InputError, match="train.precision=fp16 needs a CUDA device"):

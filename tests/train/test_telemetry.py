@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from asr.config import load_config
 from asr.train import loop
 from asr.train.trainlog import TrainLog
-from tests.train.toy_corpus import make_toy_experiment, toy_overrides
+from tests.fixtures.toy_corpus import toy_overrides
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    root = tmp_path_factory.mktemp("telemetry")
-    make_toy_experiment(root)
+def trained(toy_corpus, tmp_path_factory):
+    root = tmp_path_factory.mktemp("telemetry") / "toy"
+    shutil.copytree(toy_corpus, root)
     loop.train(load_config(toy_overrides(root, ["train.epochs=2", "train.log_every_steps=2"])))
     return root / "exp"
 

@@ -20,11 +20,11 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass
 
-from asr.score.hub5.align import align_networks
 from asr.data.ctm import CtmWord
+from asr.data.stm import StmSegment
+from asr.score.hub5.align import align_networks
 from asr.score.hub5.glm import Glm, GlmMapper, filter_text
 from asr.score.hub5.network import Network, Word, parse_transcript
-from asr.data.stm import StmSegment
 from asr.score.result import AlignedWord, ScoreResult, UttAlignment
 from asr.utils.errors import InputError
 

@@ -1,4 +1,4 @@
-"""`python -m asr.decode.tune decode=beam_lm`: sweep LM weight and word score on the dev set.
+"""`python -m asr.tune decode=beam_lm`: sweep LM weight and word score on the dev set.
 
 The acoustic model runs once over decode.tune_set (the held-out train_dev by default); the
 beam search then decodes it for every (lm_weight, word_score) of decode.tune_lm_weights x
@@ -20,18 +20,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from asr.config import stage_main
+from asr.data.datadir import data_set_dir
 from asr.decode.acoustic import ScoredSet
 from asr.decode.search import ParallelBeamSearch, as_arrays, beam_options, beam_spec
 from asr.decode.stage import load_decoding_model
 from asr.score.wer import score
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path
-from asr.train.data import data_set_dir
-from asr.train.device import select_device
 from asr.utils.atomic import write_text
+from asr.utils.device import select_device
 from asr.utils.errors import InputError
 
-log = logging.getLogger("asr.decode.tune")  # not __main__ when run with -m
+log = logging.getLogger(__name__)
 
 
 def set_log_probs(cfg, set_name: str, model, device: torch.device) -> tuple[dict[str, str], dict[str, np.ndarray]]:
@@ -86,12 +85,3 @@ def tune(cfg) -> dict:
     best = result["best"]
     log.info("best on %s: lm_weight %g, word_score %g (WER %.2f%%) -> %s", cfg.decode.tune_set, best["lm_weight"], best["word_score"], best["wer"], cfg.decode.tuning_file)
     return result
-
-
-@stage_main("tune")
-def main(cfg) -> None:
-    tune(cfg)
-
-
-if __name__ == "__main__":
-    main()

@@ -34,7 +34,7 @@ from contextlib import nullcontext
 import torch
 from torch import Tensor
 
-from asr.train.schedule import LrSchedule, build_optimizer, final_lr_ratio, scaled_lr
+from asr.optim.schedule import LrSchedule, build_optimizer, final_lr_ratio, scaled_lr
 
 log = logging.getLogger(__name__)
 
