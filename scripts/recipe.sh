@@ -8,8 +8,19 @@
 #   --nnodes N --node-rank K --rdzv-endpoint HOST:PORT   several machines (torchrun)
 #   --max-restarts N            torchrun restarts a failed training job N times (it resumes
 #                               from its last checkpoint); default 0
-#   --force                     re-run stages even if their .done marker exists
+#   --force                     re-run stages even if they are done
 #   anything else               a Hydra override passed to every stage (key=value)
+#
+# Every option value is one word from the command line to the stage it reaches: paths may hold
+# spaces, quotes, $ or glob characters (corpus paths are quoted for Hydra by hydra_quote).
+# Numeric options must be integers and are checked before use, never evaluated as shell code.
+# A mistake in the options exits with status 2; a failed stage exits with that stage's status.
+#
+# Done markers: a stage that finished writes exp/NAME/.done/<N>.<stage> holding the options it
+# ran with (its command line less the overrides of config groups it does not read). A re-run
+# skips a done stage whose options are the same; with other options it says which changed and
+# runs the stage again. A stage that runs removes the markers of the stages after it (they
+# used its outputs), so they run again too.
 
 set -euo pipefail
 
@@ -30,103 +41,250 @@ max_restarts=0
 force=false
 overrides=()
 declare -A recipe_opts=()
+declare -A recipe_list_opts=()
+corpus_paths=()
+corpus_lists=()
 
 log() { echo "$(date '+%Y-%m-%d %H:%M:%S') [$(basename "$PWD")] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+usage_error() { log "ERROR: $* (see --help)"; exit 2; }
 
 # Recipe-specific options: declare them with `recipe_option NAME DEFAULT` before
 # parse_options; `--name value` then sets the shell variable NAME (dashes -> underscores).
 recipe_option() { recipe_opts[$1]=1; printf -v "$1" '%s' "$2"; }
+# `recipe_list_option NAME`: `--name value` may be given several times; NAME is an array.
+recipe_list_option() { recipe_list_opts[$1]=1; declare -g -a "$1"; local -n list=$1; list=(); }
+# Corpus locations, relative to where run.sh was started; they become data.NAME overrides.
+# `corpus_option NAME`: one path. `corpus_list_option NAMES NAME`: --NAMES "A B" (a list split
+# at white space, never globbed) and --NAME PATH, repeatable, for paths with white space.
+corpus_option() { recipe_option "$1" ""; corpus_paths+=("$1"); }
+corpus_list_option() { recipe_option "$1" ""; recipe_list_option "$2"; corpus_lists+=("$1:$2"); }
+
+# integer_option VAR VALUE: set VAR to VALUE if it is a non-negative integer (base 10), else
+# exit 2. The value is checked as text before any arithmetic sees it.
+integer_option() {
+  [[ "$2" =~ ^[0-9]{1,9}$ ]] || usage_error "--${1//_/-} '$2': expected a non-negative integer"
+  printf -v "$1" '%d' "$((10#$2))"
+}
 
 parse_options() {
+  local name value
   while [[ $# -gt 0 ]]; do
     case "$1" in
-      --stage) stage=$2; shift 2 ;;
-      --stop-stage|--stop_stage) stop_stage=$2; shift 2 ;;
-      --exp) exp=$2; shift 2 ;;
-      --nproc) nproc=$2; shift 2 ;;
-      --nnodes) nnodes=$2; shift 2 ;;
-      --node-rank) node_rank=$2; shift 2 ;;
-      --rdzv-endpoint) rdzv_endpoint=$2; shift 2 ;;
-      --max-restarts) max_restarts=$2; shift 2 ;;
-      --force) force=true; shift ;;
+      --force) force=true; shift; continue ;;
       -h|--help) usage; exit 0 ;;
+      --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;  # --stage=3 is --stage 3
+    esac
+    case "$1" in
       --*)
-        local name=${1#--}; name=${name//-/_}
-        [[ -n "${recipe_opts[$name]:-}" ]] || die "unknown option $1 (see --help)"
-        [[ $# -ge 2 ]] || die "option $1 needs a value"
-        printf -v "$name" '%s' "$2"; shift 2 ;;
-      *=*) overrides+=("$1"); shift ;;
-      *) die "unexpected argument '$1': options start with --, Hydra overrides look like key=value" ;;
+        [[ $# -ge 2 ]] || usage_error "option $1 needs a value"
+        name=${1#--}; name=${name//-/_}; value=$2; shift 2 ;;
+      *=*) overrides+=("$1"); shift; continue ;;
+      *) usage_error "unexpected argument '$1': options start with --, Hydra overrides look like key=value" ;;
+    esac
+    case "$name" in
+      stage|stop_stage|nproc|nnodes|node_rank|max_restarts) integer_option "$name" "$value" ;;
+      exp) exp=$value ;;
+      rdzv_endpoint) rdzv_endpoint=$value ;;
+      *)
+        if [[ -n "${recipe_list_opts[$name]:-}" ]]; then
+          local -n list=$name; list+=("$value"); unset -n list
+        elif [[ -n "${recipe_opts[$name]:-}" ]]; then
+          printf -v "$name" '%s' "$value"
+        else
+          usage_error "unknown option --${name//_/-}"
+        fi ;;
     esac
   done
-  overrides=("exp_name=$exp" "${overrides[@]}")
+  check_options
+  overrides=("exp_name=$(hydra_quote "$exp")" "${overrides[@]}")
   exp_dir=exp/$exp
   mkdir -p "$exp_dir/.done"
-  # The exact command line of every run, for the record.
-  echo "$(date '+%Y-%m-%d %H:%M:%S') $0 ${RECIPE_ARGS[*]:-}" >> "$exp_dir/commands.log"
+  # The exact command line of every run, replayable: `bash -c "$(tail -1 commands.log | cut -f2)"`.
+  printf '%s\t%s\n' "$(date '+%Y-%m-%d %H:%M:%S')" "$(replayable_command)" >> "$exp_dir/commands.log"
+}
+
+check_options() {
+  [[ -n "$exp" && "$exp" != */* && "$exp" != . && "$exp" != .. ]] || usage_error "--exp '$exp': a name, not a path"
+  (( stage <= stop_stage )) || usage_error "--stage $stage is after --stop-stage $stop_stage"
+  (( nproc >= 1 && nnodes >= 1 )) || usage_error "--nproc and --nnodes must be at least 1"
+  (( node_rank < nnodes )) || usage_error "--node-rank $node_rank: must be below --nnodes $nnodes"
+  (( nnodes == 1 )) || [[ -n "$rdzv_endpoint" ]] || usage_error "--nnodes $nnodes needs --rdzv-endpoint HOST:PORT"
+  [[ -z "${recipe_opts[decode]:-}" ]] || check_decode_options
+}
+
+# replayable_command: `cd DIR && bash RUN.SH ARGS`, every word quoted for the shell (printf %q).
+replayable_command() {
+  local dir=${here:-$OLDPWD}
+  printf 'cd %q && bash' "$dir"
+  printf ' %q' "$0" "${RECIPE_ARGS[@]}"
+}
+
+# hydra_quote VALUE: VALUE as one quoted Hydra override value, whatever it holds. Inside Hydra's
+# quotes only backslashes before a quote (or the end) and the quote itself need escaping, and
+# `${` is escaped so that OmegaConf keeps it literal instead of interpolating.
+hydra_quote() {
+  local in=$1 out="" run="" c i
+  for (( i = 0; i < ${#in}; i++ )); do
+    c=${in:i:1}
+    case "$c" in
+      '\') run+='\' ;;
+      "'") out+="$run$run\\'"; run="" ;;
+      '$') if [[ "${in:i+1:1}" == '{' ]]; then out+="$run$run\\\$"; else out+="$run\$"; fi; run="" ;;
+      *) out+="$run$c"; run="" ;;
+    esac
+  done
+  printf "'%s'" "$out$run$run"
+}
+
+# hydra_unquote VALUE: the plain value of a Hydra override value written as 'x' or "x" (the
+# common cases; escapes other than \' and \" are left as they are).
+hydra_unquote() {
+  local v=$1
+  if [[ ${#v} -ge 2 && ( ( "$v" == \'*\' ) || ( "$v" == \"*\" ) ) ]]; then
+    v=${v:1:${#v}-2}; v=${v//\\\'/\'}; v=${v//\\\"/\"}
+  fi
+  printf '%s' "$v"
 }
 
 # override_value KEY DEFAULT: the value a `KEY=value` override sets, else DEFAULT (last wins).
 override_value() {
   local key=$1 value=$2 o
   for o in "${overrides[@]}"; do
-    [[ "$o" == "$key="* ]] && value=${o#*=}
+    [[ "$o" == "$key="* ]] && value=$(hydra_unquote "${o#*=}")
   done
-  echo "$value"
+  printf '%s' "$value"
 }
 
-# run_stage N NAME command...: run when N is inside [stage, stop_stage] and not done yet.
-# The marker is written only after the command succeeded, so an interrupted stage re-runs.
+# --- done markers -------------------------------------------------------------------------
+
+# The config groups each stage reads: an override of any other group does not make a done
+# stage run again. Overrides outside these groups (exp_name, seed, device, experiment=...)
+# count for every stage, and so do all overrides for a stage not listed.
+config_groups=" data synth features tokenizer lm model train distributed decode score sweep "
+declare -A stage_groups=(
+  [synth]="synth" [prepare]="data" [validate]="data" [perturb]="data" [features]="data features"
+  [tokenizer]="data tokenizer" [lm]="data tokenizer lm"
+  [train]="data features tokenizer model train distributed"
+  [tune]="data features tokenizer lm model train distributed decode"
+  [decode]="data features tokenizer lm model train distributed decode"
+  [decode_greedy]="data features tokenizer lm model train distributed decode"
+  [score]="data decode score" [score_greedy]="data decode score"
+)
+# Stages that only check: running them again does not change what the later stages use.
+declare -A checks_only=([validate]=1)
+
+# stage_options NAME COMMAND...: the words that decide a stage's result, one per line, quoted.
+stage_options() {
+  local name=$1 word key group; shift
+  local groups=" ${stage_groups[$name]:-$config_groups} "
+  for word in "$@"; do
+    if [[ "$word" =~ ^[+~]*([A-Za-z_][A-Za-z0-9_]*)([.=]|$) ]]; then
+      group=${BASH_REMATCH[1]}
+      if [[ "$config_groups" == *" $group "* && "$groups" != *" $group "* ]]; then
+        continue
+      fi
+    fi
+    printf '%q\n' "$word"
+  done
+}
+
+# marker_differences MARKER OPTIONS: the option lines added (+) and removed (-) since the
+# marker was written; nothing when they are the same, or the marker records no options (old).
+marker_differences() {
+  local marker=$1 options=$2
+  [[ $(head -c 10 "$marker") == "# finished" ]] || return 0
+  diff <(tail -n +2 "$marker" | sort) <(printf '%s\n' "$options" | sort) | sed -n 's/^< /  - /p; s/^> /  + /p' || true
+}
+
+# invalidate_after N: remove the done markers of the stages numbered above N, except those
+# this run has written (a side stage such as decode_greedy shares its number with decode, but
+# the score stage that ran after decode does not use its output).
+declare -A written_now=()
+invalidate_after() {
+  local n=$1 marker base removed=()
+  for marker in "$exp_dir"/.done/*; do
+    base=${marker##*/}
+    [[ -f "$marker" && "$base" != *.cmd && "${base%%.*}" =~ ^[0-9]+$ && -z "${written_now[$base]:-}" ]] || continue
+    if (( 10#${base%%.*} > n )); then
+      rm -f "$marker"
+      removed+=("$base")
+    fi
+  done
+  (( ${#removed[@]} == 0 )) || log "stage $n runs, so the stages after it run again (markers removed: ${removed[*]})"
+}
+
+# run_stage N NAME command...: run when N is inside [stage, stop_stage] and not done yet with
+# the same options. The marker is written only after the command succeeded, so an interrupted
+# stage re-runs; a failed stage ends the recipe with the stage's own exit status.
 run_stage() {
   local n=$1 name=$2; shift 2
   (( n >= stage && n <= stop_stage )) || return 0
-  local marker="$exp_dir/.done/$n.$name"
+  local marker="$exp_dir/.done/$n.$name" options changes status
+  options=$(stage_options "$name" "$@")
   if [[ -f "$marker" && "$force" != true ]]; then
-    log "stage $n ($name): done already ($marker), skipping"
-    return 0
+    changes=$(marker_differences "$marker" "$options")
+    if [[ -z "$changes" ]]; then
+      log "stage $n ($name): done already ($marker), skipping"
+      return 0
+    fi
+    log "stage $n ($name): done before with other options; running it again. Changed:"$'\n'"$changes"
   fi
+  rm -f "$marker"
+  [[ -n "${checks_only[$name]:-}" ]] || invalidate_after "$n"
   log "stage $n ($name): $*"
-  echo "$*" > "$exp_dir/.done/$n.$name.cmd"
+  { printf '%q ' "$@"; echo; } > "$exp_dir/.done/$n.$name.cmd"
   local start=$SECONDS
-  "$@" || die "stage $n ($name) failed; fix the problem above and re-run with --stage $n"
-  date '+%Y-%m-%d %H:%M:%S' > "$marker"
+  "$@" && status=0 || status=$?
+  if (( status != 0 )); then
+    log "ERROR: stage $n ($name) failed (exit $status); fix the problem above and re-run with --stage $n"
+    exit "$status"
+  fi
+  { echo "# finished $(date '+%Y-%m-%d %H:%M:%S'); the options it ran with:"; printf '%s\n' "$options"; } > "$marker.tmp"
+  mv "$marker.tmp" "$marker"
+  written_now[$n.$name]=1
   log "stage $n ($name): finished in $((SECONDS - start)) s"
 }
 
-# The training launcher: plain python for one process, torchrun otherwise.
+# train_launcher: sets the array `launcher` to plain python for one process, torchrun otherwise.
 train_launcher() {
   if (( nproc == 1 && nnodes == 1 )); then
-    echo python -m
+    launcher=(python -m)
   elif (( nnodes == 1 )); then
-    echo torchrun --standalone --nproc-per-node "$nproc" --max-restarts "$max_restarts" -m
+    launcher=(torchrun --standalone --nproc-per-node "$nproc" --max-restarts "$max_restarts" -m)
   else
-    [[ -n "$rdzv_endpoint" ]] || die "--nnodes $nnodes needs --rdzv-endpoint HOST:PORT"
-    echo torchrun --nnodes "$nnodes" --node-rank "$node_rank" --nproc-per-node "$nproc" \
-      --max-restarts "$max_restarts" --rdzv-backend c10d --rdzv-endpoint "$rdzv_endpoint" -m
+    launcher=(torchrun --nnodes "$nnodes" --node-rank "$node_rank" --nproc-per-node "$nproc"
+              --max-restarts "$max_restarts" --rdzv-backend c10d --rdzv-endpoint "$rdzv_endpoint" -m)
   fi
 }
 
-# corpus_overrides START_DIR data=GROUP key=value...: select the data group and set data.<key>
-# for each corpus option given (relative paths are taken from START_DIR, where run.sh was
-# started). A value with spaces is a list (--fisher-dirs "A B"). The data group goes before the
-# user's overrides, the paths after them.
+# absolute_path START PATH: PATH, relative ones taken from START (where run.sh was started).
+absolute_path() {
+  if [[ "$2" == /* ]]; then printf '%s' "$2"; else printf '%s' "$1/$2"; fi
+}
+
+# corpus_overrides START_DIR data=GROUP: select the data group and set data.<name> for each
+# corpus option given (see corpus_option, corpus_list_option), each path quoted for Hydra. The
+# data group goes before the user's overrides, the paths after them.
 corpus_overrides() {
-  local start=$1 group=$2 kv key value path list; shift 2
+  local start=$1 group=$2 name pair path items quoted
   overrides=("${overrides[0]}" "$group" "${overrides[@]:1}")
-  for kv in "$@"; do
-    key=${kv%%=*}; value=${kv#*=}
-    [[ -n "$value" ]] || continue
-    list=()
-    for path in $value; do
-      [[ "$path" == /* ]] || path="$start/$path"
-      list+=("'$path'")
+  for name in "${corpus_paths[@]}"; do
+    [[ -n "${!name}" ]] || continue
+    overrides+=("data.$name=$(hydra_quote "$(absolute_path "$start" "${!name}")")")
+  done
+  for pair in "${corpus_lists[@]}"; do
+    name=${pair%%:*}
+    local -n more=${pair#*:}
+    read -r -a items <<< "${!name}"  # split at white space; read never globs
+    items+=("${more[@]}")
+    unset -n more
+    (( ${#items[@]} )) || continue
+    quoted=()
+    for path in "${items[@]}"; do
+      quoted+=("$(hydra_quote "$(absolute_path "$start" "$path")")")
     done
-    if [[ "$key" == *_dirs ]]; then
-      overrides+=("data.$key=[$(IFS=,; echo "${list[*]}")]")
-    else
-      overrides+=("data.$key=${list[0]}")
-    fi
+    overrides+=("data.$name=[$(IFS=,; echo "${quoted[*]}")]")
   done
 }
 
@@ -136,18 +294,23 @@ decode_options() {
   recipe_option score hub5       # hub5: stm/CTM/GLM with NIST SCTK (native Python without it); jiwer: Kaldi text
 }
 
+check_decode_options() {
+  [[ "$decode" == beam_lm || "$decode" == greedy ]] || usage_error "--decode '$decode': choose beam_lm or greedy"
+  [[ "$score" == hub5 || "$score" == jiwer ]] || usage_error "--score '$score': choose hub5 or jiwer"
+}
+
 # decode_stages FIRST: tune (beam_lm only), decode and score as stages FIRST..FIRST+2. With the
 # LM, greedy decoding is scored too (decode_<set>_greedy/, seconds), to show what the LM brings.
 decode_stages() {
   local n=$1
   if [[ $decode == beam_lm ]]; then
-    run_stage $n tune   python -m asr.decode.tune decode=beam_lm "${overrides[@]}"
+    run_stage "$n" tune python -m asr.tune decode=beam_lm "${overrides[@]}"
   fi
-  run_stage $((n + 1)) decode python -m asr.decode decode=$decode "${overrides[@]}"
-  run_stage $((n + 2)) score  python -m asr.score score=$score "${overrides[@]}"
+  run_stage $((n + 1)) decode python -m asr.decode "decode=$decode" "${overrides[@]}"
+  run_stage $((n + 2)) score  python -m asr.score "score=$score" "${overrides[@]}"
   if [[ $decode == beam_lm ]]; then
     run_stage $((n + 1)) decode_greedy python -m asr.decode decode=greedy decode.dir_suffix=_greedy "${overrides[@]}"
-    run_stage $((n + 2)) score_greedy  python -m asr.score score=$score decode.dir_suffix=_greedy "${overrides[@]}"
+    run_stage $((n + 2)) score_greedy  python -m asr.score "score=$score" decode.dir_suffix=_greedy "${overrides[@]}"
   fi
   last_stage=$((n + 2))
 }
@@ -158,12 +321,13 @@ switchboard_stages() {
   local data
   data=$(override_value data.data_dir data)
   run_stage 0 prepare   python -m asr.data.prepare "${overrides[@]}"
-  run_stage 1 validate  python -m asr.data.validate $data/$(override_value data.train_set train_nodup) \
-                          $data/$(override_value data.dev_set train_dev) $data/$(override_value data.eval_set eval2000)
+  run_stage 1 validate  python -m asr.data.validate "$data/$(override_value data.train_set train_nodup)" \
+                          "$data/$(override_value data.dev_set train_dev)" "$data/$(override_value data.eval_set eval2000)"
   run_stage 2 features  python -m asr.features "${overrides[@]}"
   run_stage 3 tokenizer python -m asr.text "${overrides[@]}"
   run_stage 4 lm        python -m asr.lm "${overrides[@]}"
-  run_stage 5 train     $(train_launcher) asr.train "${overrides[@]}"
+  train_launcher
+  run_stage 5 train     "${launcher[@]}" asr.train "${overrides[@]}"
   decode_stages 6
   show_wer
 }

@@ -7,7 +7,8 @@ import sys
 BENCHMARKS = {
     "features": "asr.bench.features",
     "decode": "asr.bench.decode",
-    "distributed": "asr.bench.distributed",
+    "cluster": "asr.bench.cluster",
+    "scale": "asr.bench.scale",
 }
 
 

@@ -9,7 +9,9 @@ A wav.scp value is one of
   * Kaldi's speed perturbation `<entry> | sox -t wav - -t wav - speed F |` (or
     `sox -t wav <file> -t wav - speed F |`), read natively with the speed change done in
     Python (asr.data.perturb), so sox need not be installed;
-  * any other command ending in `|` whose standard output is a WAV file (run by the shell).
+  * any other command ending in `|` whose standard output is a WAV file, run by /bin/sh as
+    Kaldi runs it, when the command policy allows (asr.data.commands: a data dir is trusted
+    code; validate and fix do not run commands unless asked).
 Samples are returned as float32 in [-1, 1) at the file's own rate.
 """
 
@@ -17,13 +19,13 @@ from __future__ import annotations
 
 import io
 import shlex
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 
+from asr.data.commands import run_command
 from asr.data.perturb import change_speed, sox_speed_pipe
 from asr.data.shorten import CONVERT_HINT, decode_shorten
 from asr.data.sphere import SphereHeader, is_sphere, read_sphere_header
@@ -47,24 +49,50 @@ def parse_wav_scp_entry(value: str) -> AudioSource:
     command = value[:-1].strip()
     if sox_speed_pipe(command) is not None:
         return AudioSource(path=None, command=command)  # read natively by _read_pipe
-    words = shlex.split(command)
-    if words and Path(words[0]).name == "sph2pipe":
-        channel, path = 1, None
-        i = 1
-        while i < len(words):
-            if words[i] == "-c":
+    native = _sph2pipe_source(command)
+    return native if native is not None else AudioSource(path=None, command=command)
+
+
+def _sph2pipe_source(command: str) -> AudioSource | None:
+    """`sph2pipe [-f wav] [-p] [-c N] file`, read natively; None for anything else (another
+    option, several files, shell syntax), which only the command itself can read."""
+    try:  # unquoted ; & | < > ( ) become tokens of their own, so shell syntax is seen
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words = list(lexer)
+    except ValueError:  # unbalanced quotes: not ours to interpret
+        return None
+    if not words or Path(words[0]).name != "sph2pipe":
+        return None
+    channel, paths, i = 1, [], 1
+    while i < len(words):
+        word = words[i]
+        if word in ("-f", "-c") and i + 1 < len(words):
+            if word == "-c":
+                if not words[i + 1].isdigit() or int(words[i + 1]) < 1:
+                    return None
                 channel = int(words[i + 1])
-                i += 2
-            elif words[i] == "-f":
-                i += 2
-            elif words[i].startswith("-"):
-                i += 1
-            else:
-                path = words[i]
-                i += 1
-        if path is not None:
-            return AudioSource(path=path, channel=channel - 1)
-    return AudioSource(path=None, command=command)
+            elif words[i + 1] not in ("wav", "rif", "raw", "sph"):
+                return None
+            i += 2
+        elif word == "-p":
+            i += 1
+        elif word.startswith("-") or (word and set(word) <= set(";&|<>()")):
+            return None
+        else:
+            paths.append(word)
+            i += 1
+    return AudioSource(path=paths[0], channel=channel - 1) if len(paths) == 1 else None
+
+
+def shell_command(value: str) -> str | None:
+    """The command reading this wav.scp value runs through the shell; None when it is read
+    natively (a file, sph2pipe, sox speed perturbation of such an entry)."""
+    source = parse_wav_scp_entry(value)
+    if source.command is None:
+        return None
+    perturbed = sox_speed_pipe(source.command)
+    return shell_command(perturbed[0]) if perturbed is not None else source.command
 
 
 def _check_exists(path: str) -> None:
@@ -105,11 +133,9 @@ def _read_pipe(command: str, channel: int) -> tuple[np.ndarray, int]:
         inner, factor = perturbed
         samples, rate = read_recording(inner)
         return change_speed(samples, factor), rate
-    proc = subprocess.run(command, shell=True, capture_output=True)
-    if proc.returncode != 0:
-        raise InputError(f"wav.scp command failed ({proc.returncode}): {command}\n{proc.stderr.decode(errors='replace')[-500:]}")
+    output = run_command(command, "wav.scp")
     try:
-        samples, rate = sf.read(io.BytesIO(proc.stdout), dtype="float32", always_2d=True)
+        samples, rate = sf.read(io.BytesIO(output), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError) as err:
         raise InputError(f"wav.scp command did not produce readable audio ({err}): {command}") from None
     return np.ascontiguousarray(samples[:, channel]), rate

@@ -1,14 +1,17 @@
 """Configuration of corpus locations and data-dir names (Hydra group `data`)."""
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from omegaconf import MISSING
+
+from asr.utils.checks import AT_LEAST_ONE, FRACTION, NON_NEGATIVE, POSITIVE, Check, one_of, subset_of
 
 
 @dataclass
 class DataConfig:
     name: str = MISSING
-    # LDC corpus locations; options, never paths in code (DESIGN.md section 4).
+    # LDC corpus locations; options, never paths in code.
     swbd_dir: str = MISSING  # LDC97S62: swb1_d{1..4}/data/sw0NNNN.sph
     ms98_dir: str = MISSING  # swb_ms98_transcriptions/NN/NNNN/swNNNNA-ms98-a-trans.text
     eval2000_dir: str = MISSING  # LDC2002S09/hub5e_00: english/*.sph, english/hub5e_00.pem
@@ -32,6 +35,20 @@ class DataConfig:
     expected_sph_files: int = 2435  # release count; fewer found -> warning naming the gap
     # Data dirs the prepare stage writes: train/dev (Switchboard-1), eval (Hub5-2000).
     prepare_sets: list[str] = field(default_factory=lambda: ["train", "dev", "eval"])
+    # The prepare stage fails when more than this share of a corpus' recordings is unreadable
+    # (their utterances are dropped and named in the log below it).
+    max_unreadable: float = 0.05
+    # Commands in data files (wav.scp `cmd |`, feats.scp/cmvn.scp pipes) are run by the stages
+    # that read the audio or features, through /bin/sh as Kaldi does: a data dir is trusted
+    # code. false: such an entry is an error naming its file and line. (validate and fix never
+    # run them unless given --run-commands.)
+    run_commands: bool = True
+
+    CHECKS: ClassVar[dict[str, Check]] = {
+        "expected_fisher_files": NON_NEGATIVE, "missing_transcript": one_of("skip", "error"),
+        "max_duplicates": NON_NEGATIVE, "dev_utts": NON_NEGATIVE, "expected_sph_files": NON_NEGATIVE,
+        "prepare_sets": subset_of("train", "dev", "eval"), "max_unreadable": FRACTION,
+    }
 
 
 @dataclass
@@ -53,3 +70,10 @@ class SynthConfig:
     # asides, missing_side, past_end, shorten, stm_typos, unsorted. None by default.
     quirks: list[str] = field(default_factory=list)
     force: bool = False  # rebuild even if out_dir holds a corpus made with this config
+
+    CHECKS: ClassVar[dict[str, Check]] = {
+        "jobs": AT_LEAST_ONE, "train_conversations": AT_LEAST_ONE, "train_speakers": AT_LEAST_ONE,
+        "conversation_minutes": POSITIVE, "eval_swb_conversations": NON_NEGATIVE, "eval_callhome_conversations": NON_NEGATIVE,
+        "eval_conversation_minutes": POSITIVE, "fisher_conversations": NON_NEGATIVE,
+        "quirks": subset_of("asides", "missing_side", "past_end", "shorten", "stm_typos", "unsorted"),
+    }

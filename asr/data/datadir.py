@@ -14,6 +14,7 @@ from typing import Iterable, Iterator
 
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
+from asr.utils.textfile import iter_lines, read_text
 
 # Files holding one "key value" line per key, in the order they are written.
 TABLE_FILES = ("wav.scp", "segments", "text", "utt2spk", "reco2file_and_channel", "utt2dur", "feats.scp", "cmvn.scp")
@@ -106,16 +107,14 @@ def spk2utt(utt2spk: dict[str, str]) -> dict[str, list[str]]:
 def iter_table(path: str | os.PathLike) -> Iterator[tuple[int, str, str]]:
     """Yield (line number, key, rest) for each line of a Kaldi table file.
 
-    Blank lines and lines with no value raise InputError naming file and line.
+    Blank lines and bytes that are not UTF-8 raise InputError naming file and line.
     """
     path = Path(path)
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.rstrip("\n")
-            parts = line.split(maxsplit=1)
-            if not parts:
-                raise InputError(f"{path}:{lineno}: empty line; Kaldi tables have one 'key value' per line")
-            yield lineno, parts[0], parts[1].strip() if len(parts) > 1 else ""
+    for lineno, line in iter_lines(path):
+        parts = line.split(maxsplit=1)
+        if not parts:
+            raise InputError(f"{path}:{lineno}: empty line; Kaldi tables have one 'key value' per line")
+        yield lineno, parts[0], parts[1].strip() if len(parts) > 1 else ""
 
 
 def read_table(path: str | os.PathLike, allow_empty_value: bool = False) -> dict[str, str]:
@@ -150,6 +149,16 @@ def _parse_segments(path: Path) -> dict[str, Segment]:
     return segments
 
 
+def _read_durations(path: Path) -> dict[str, float]:
+    durations = {}
+    for lineno, key, value in iter_table(path):
+        try:
+            durations[key] = float(value)
+        except ValueError:
+            raise InputError(f"{path}:{lineno}: expected '<utt> <seconds>', got {key} {value!r}") from None
+    return durations
+
+
 def read_data_dir(path: str | os.PathLike) -> DataDir:
     """Load a Kaldi data dir. Required: wav.scp (or feats.scp), text, utt2spk."""
     path = Path(path)
@@ -171,14 +180,14 @@ def read_data_dir(path: str | os.PathLike) -> DataDir:
             k: tuple(v.split()[:2]) for k, v in read_table(path / "reco2file_and_channel").items()  # type: ignore[misc]
         }
     if (path / "utt2dur").is_file():
-        d.utt2dur = {k: float(v) for k, v in read_table(path / "utt2dur").items()}
+        d.utt2dur = _read_durations(path / "utt2dur")
     if (path / "feats.scp").is_file():
         d.feats_scp = read_table(path / "feats.scp")
     if (path / "cmvn.scp").is_file():
         d.cmvn_scp = read_table(path / "cmvn.scp")
     for name in VERBATIM_FILES:
         if (path / name).is_file():
-            d.verbatim[name] = (path / name).read_text(encoding="utf-8")
+            d.verbatim[name] = read_text(path / name)
     return d
 
 
@@ -212,3 +221,8 @@ def swbd_utt_id(speaker: str, start: float, end: float) -> str:
     round 0.125 s down to 12 and give a different id than Kaldi's).
     """
     return f"{speaker}_{int(start * 100 + 0.5):06d}-{int(end * 100 + 0.5):06d}"
+
+
+def data_set_dir(cfg, set_name: str) -> Path:
+    """`<data.data_dir>/<set>`: the Kaldi data dir of a set."""
+    return Path(cfg.data.data_dir) / set_name

@@ -33,6 +33,7 @@ from asr.data.pairing import names, pair_sides
 from asr.data.swbd import sph2pipe_command
 from asr.data.text_norm import normalize_fisher_text
 from asr.utils.errors import InputError
+from asr.utils.textfile import read_text
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +113,7 @@ def _warn_incomplete(folders: dict[str, Path], transcripts: int, audio: int, exp
 def read_fisher_transcript(path: Path, skipped: Counter) -> list[FisherLine]:
     """The utterance lines of one transcript; its first line must name its own audio file."""
     call = path.stem.lower()
-    with open(path, encoding="utf-8", errors="replace") as f:
-        text = f.read().splitlines()
+    text = read_text(path).splitlines()
     first = text[0].strip() if text else ""
     if not re.fullmatch(rf"#\s*{re.escape(call)}\.sph", first, re.IGNORECASE):
         raise InputError(f"{path}:1: expected '# {call}.sph' (the conversation this transcript belongs to), got {first!r}")
@@ -152,7 +152,8 @@ def _add_utterances(d: DataDir, lines: list[FisherLine], dropped: Counter) -> No
 
 
 def prepare_fisher(
-    fisher_dirs: list[str], expected_files: int = RELEASE_FILES, missing_transcript: str = "skip"
+    fisher_dirs: list[str], expected_files: int = RELEASE_FILES, missing_transcript: str = "skip",
+    max_unreadable: float = 1.0,
 ) -> DataDir:
     """The Fisher training data dir (both parts, whatever of them is found)."""
     missing = missing_fisher_inputs(fisher_dirs)
@@ -182,6 +183,6 @@ def prepare_fisher(
     silent = paired - set(d.utt2spk.values())
     if silent:
         log.warning("fisher: skipped %d sides with nothing left after normalisation: %s", len(silent), names(silent))
-    d, _, _ = fit_segments_to_audio(d)
+    d, _, _ = fit_segments_to_audio(d, max_unreadable=max_unreadable)
     log.info("fisher: %d utterances from %d conversation sides", len(d.utt2spk), len(d.wav_scp))
     return d

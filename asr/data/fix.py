@@ -7,7 +7,11 @@ that is missing or unreadable, or a segment past the end of its audio; then drop
 recordings and speakers no utterance uses and regenerates spk2utt. The new dir replaces the
 old in one rename; the old tables are kept in `<dir>/.backup/`, as Kaldi does.
 
-    python -m asr.data.fix data/train [--no-audio]
+A wav.scp entry that is a command (`cmd |`, other than the sph2pipe and sox forms read
+natively) is not run unless --run-commands is given (asr.data.commands); its utterances are
+kept unchecked, and the report says so.
+
+    python -m asr.data.fix data/train [--no-audio] [--run-commands]
 """
 
 from __future__ import annotations
@@ -87,23 +91,31 @@ def _fit_segment(segment: Segment, duration: float, max_overshoot: float) -> Seg
 
 
 def fit_segments_to_audio(
-    d: DataDir, probes: dict[str, RecordingProbe] | None = None, max_overshoot: float = MAX_OVERSHOOT_S
+    d: DataDir, probes: dict[str, RecordingProbe] | None = None, max_overshoot: float = MAX_OVERSHOOT_S,
+    max_unreadable: float = 1.0,
 ) -> tuple[DataDir, Counter, list[str]]:
     """Drop utterances whose recording is unreadable or whose segment lies past its audio.
 
     Returns the new data dir, the number of utterances dropped per reason, and the
     utterances whose segment end was clipped to the audio (by at most `max_overshoot`).
+    More than `max_unreadable` (a share) of the recordings unreadable is an InputError: a
+    broken corpus copy, not a few damaged files. Recordings whose command was not run
+    (probe.not_run) keep their utterances as they are.
     """
     if probes is None:
         probes = {reco: probe_recording(value) for reco, value in d.wav_scp.items()}
     unreadable = sorted((r for r, p in probes.items() if p.problem), key=c_sort_key)
     for reco in unreadable:
         log.warning("recording %s is unreadable, its utterances are dropped: %s", reco, probes[reco].problem)
+    _check_unreadable_share(unreadable, probes, max_unreadable)
     dropped, clipped, keep = Counter(), [], []
     segments = dict(d.segments)
     for utt in d.utts:
         reco = d.recording_of(utt)
         probe = probes.get(reco)
+        if probe is not None and probe.not_run:
+            keep.append(utt)
+            continue
         if probe is None or probe.problem or probe.duration is None:
             dropped["recording missing or unreadable"] += 1
             continue
@@ -123,6 +135,16 @@ def fit_segments_to_audio(
     if clipped:
         log.info("clipped the end of %d segments to their audio (by at most %.1fs)", len(clipped), max_overshoot)
     return fitted_dir, dropped, clipped
+
+
+def _check_unreadable_share(unreadable: list[str], probes: dict[str, RecordingProbe], max_share: float) -> None:
+    if not probes or len(unreadable) / len(probes) <= max_share:
+        return
+    first = unreadable[0]
+    raise InputError(
+        f"{len(unreadable)} of {len(probes)} recordings are unreadable ({len(unreadable) / len(probes):.0%}, more than "
+        f"data.max_unreadable={max_share:g}), the first {first}: {probes[first].problem}; fix the corpus copy, "
+        "or raise data.max_unreadable to go on without them")
 
 
 # --- reading a damaged data dir leniently ---
@@ -313,8 +335,9 @@ def _write_fixed(d: DataDir, path: Path, written_before: set[str]) -> None:
                 shutil.copy2(entry, target, follow_symlinks=False)
 
 
-def fix_data_dir(path: str | os.PathLike, check_audio: bool = True) -> FixReport:
-    """Repair the data dir at `path` in place and say what was kept and why the rest was dropped."""
+def fix_data_dir(path: str | os.PathLike, check_audio: bool = True, run_commands: bool = False) -> FixReport:
+    """Repair the data dir at `path` in place and say what was kept and why the rest was dropped.
+    wav.scp commands run only with run_commands; the utterances of the others are kept unchecked."""
     path = Path(path)
     if not path.is_dir():
         raise InputError(f"{path}: data directory not found")
@@ -331,11 +354,15 @@ def fix_data_dir(path: str | os.PathLike, check_audio: bool = True) -> FixReport
     d = _select_utterances(d, src, report)
     probes = None
     if check_audio and d.wav_scp:
-        probes = {reco: probe_recording(value) for reco, value in d.wav_scp.items()}
+        probes = {reco: probe_recording(value, run_commands) for reco, value in d.wav_scp.items()}
         d, audio_dropped, clipped = fit_segments_to_audio(d, probes, MAX_OVERSHOOT_S)
         report.dropped.update(audio_dropped)
         if clipped:
             report.repairs.append(f"segments: clipped the end of {len(clipped)} segments to the audio")
+        not_run = sorted(r for r, p in probes.items() if p.not_run and r in d.wav_scp)
+        if not_run:
+            report.repairs.append(f"wav.scp: {len(not_run)} entries are commands, not run, so their utterances are kept "
+                                  f"unchecked (--run-commands runs them; a data dir is trusted code): {', '.join(not_run[:5])}")
     if not d.utt2spk:
         raise InputError(f"{path}: no utterances would remain ({report.summary()}); not rewriting it")
     _complete_reco2file_and_channel(d, report)
@@ -345,7 +372,7 @@ def fix_data_dir(path: str | os.PathLike, check_audio: bool = True) -> FixReport
     report.repairs[:0] = src.repairs
     _write_fixed(d, path, written_before={p.name for p in path.iterdir()})
     report.utts_after, report.recordings_after, report.speakers_after = len(d.utt2spk), len(d.wav_scp), len(d.spk2utt)
-    report.remaining = validate_data_dir(path, check_audio=check_audio, full_reads=0)
+    report.remaining = validate_data_dir(path, check_audio=check_audio, full_reads=0, run_commands=run_commands)
     return report
 
 
@@ -353,11 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m asr.data.fix", description=__doc__.split("\n\n")[0])
     parser.add_argument("data_dirs", nargs="+", help="Kaldi data directories to repair in place")
     parser.add_argument("--no-audio", action="store_true", help="do not read audio headers (keeps segments past the audio)")
+    parser.add_argument("--run-commands", action="store_true",
+                        help="run wav.scp entries that are commands (`cmd |`) to check their audio; a data dir is trusted code")
     args = parser.parse_args(argv)
     status = 0
     for data_dir in args.data_dirs:
         try:
-            report = fix_data_dir(data_dir, check_audio=not args.no_audio)
+            report = fix_data_dir(data_dir, check_audio=not args.no_audio, run_commands=args.run_commands)
         except InputError as err:
             print(f"error: {err}", file=sys.stderr)
             status = 2

@@ -22,6 +22,7 @@ from asr.data.fix import fit_segments_to_audio
 from asr.data.pairing import names, pair_sides
 from asr.data.text_norm import normalize_ms98_text
 from asr.utils.errors import InputError
+from asr.utils.textfile import iter_lines
 
 log = logging.getLogger(__name__)
 
@@ -110,18 +111,17 @@ def read_ms98_transcript(path: Path) -> list[TranscriptLine]:
     matter to us (utterances are keyed by id), so an unsorted file is only reported.
     """
     lines = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, 1):
-            fields = line.split(maxsplit=3)
-            if not fields:
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                start, end = float(fields[1]), float(fields[2])
-            except (IndexError, ValueError):
-                raise InputError(f"{where}: expected '<label> <start> <end> <words>', got {line.strip()!r}") from None
-            words = fields[3] if len(fields) > 3 else ""
-            lines.append(TranscriptLine(ms98_side(fields[0], where), start, end, words, where))
+    for lineno, line in iter_lines(path):
+        fields = line.split(maxsplit=3)
+        if not fields:
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            start, end = float(fields[1]), float(fields[2])
+        except (IndexError, ValueError):
+            raise InputError(f"{where}: expected '<label> <start> <end> <words>', got {line.strip()!r}") from None
+        words = fields[3] if len(fields) > 3 else ""
+        lines.append(TranscriptLine(ms98_side(fields[0], where), start, end, words, where))
     _report_disorder(path, lines)
     return lines
 
@@ -190,6 +190,7 @@ def prepare_swbd(
     ms98_dir: str | os.PathLike,
     expected_sph_files: int = RELEASE_SPH_FILES,
     missing_transcript: str = "skip",
+    max_unreadable: float = 1.0,
 ) -> DataDir:
     """The Switchboard-1 training data dir (all conversations; the dev split is the caller's).
 
@@ -214,6 +215,6 @@ def prepare_swbd(
     if silent:
         log.warning("skipped %d sides with no speech left after normalisation: %s", len(silent), names(silent))
     _add_recordings(d, sph)
-    d, _, _ = fit_segments_to_audio(d)
+    d, _, _ = fit_segments_to_audio(d, max_unreadable=max_unreadable)
     log.info("swbd: %d utterances from %d conversation sides", len(d.utt2spk), len(d.wav_scp))
     return d

@@ -3,20 +3,22 @@
 Every super-learner (a node of `learners_per_node` learners; one learner for plain ADPSGD)
 keeps its own weights. Each step:
 
-    begin_step()             the node's leader, if active, starts averaging its weights with
-                             the step's passive partner (exchange.py), in a communication thread
-    forward, backward        on the local weights, overlapped with that exchange
-    synchronize_gradients()  inside a node of several learners: weighted all-reduce (as SSGD)
-    mix_weights()            w <- (w + w_partner) / 2 (active: the exchange's result; passive:
-                             the averaging its server did meanwhile); the leader broadcasts it
-                             to the rest of its node
-    apply_update()           this node's gradient on the averaged weights
+    begin_step()             if the node is active, every learner of it starts averaging its
+                             share of the weights with its counterpart on the step's passive
+                             partner node (exchange.py), in a communication thread
+    forward, backward        on the local weights, overlapped with that exchange; inside a
+                             node of several learners DistributedDataParallel all-reduces the
+                             gradients during the backward pass (the super-learner's SSGD)
+    prepare_mix()            the averaging delta (v - w) / 2 of this learner's share (active:
+                             the exchange's result; passive: what its server did meanwhile),
+                             gathered from the node's learners into the whole delta
+    apply_mix(), update      under the weights lock: w <- w + delta, then the node's gradient
 
-There is no global barrier per step. `consensus()` (before evaluation and checkpoints) is the
-exception: it waits for the exchanges scheduled so far, then every learner takes the average
-of all learners' weights and optimizer states, so a checkpoint holds one model and a resumed
-run starts every learner from it. Pairwise averaging keeps the sum of the weights unchanged,
-so this average is the model ADPSGD's analysis is about.
+There is no barrier between epoch ends. At an epoch end (`average_for_epoch_end`, the one
+collective of an epoch) every learner waits for its exchanges to land and the learners'
+weights are averaged: the model ADPSGD's analysis is about (pairwise averaging keeps the sum of
+the weights), which is evaluated and saved as the epoch's checkpoint. Learners then continue
+from their own weights, unless distributed.restart_from_average says otherwise.
 
 With one learner per node this is ADPSGD; with one node, no exchange happens and the node's
 all-reduce makes it SSGD.
@@ -25,83 +27,97 @@ all-reduce makes it SSGD.
 from __future__ import annotations
 
 import logging
-from contextlib import nullcontext
+import math
+import threading
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from asr.distributed.context import DistributedError, collective
-from asr.distributed.exchange import ActiveExchanger, PassiveServer
+from asr.distributed.exchange import ActiveExchanger, PassiveServer, PointToPoint
 from asr.distributed.flat import add_to_parameters_, flat_parameters, numel, set_parameters_
-from asr.distributed.ssgd import all_reduce_gradients
+from asr.distributed.hadpsgd import DecentralizedGroups
+from asr.distributed.ssgd import ddp_wrap, weighted_mean_factor
+from asr.distributed.staging import Staging
 from asr.distributed.topology import Layout
-from asr.train.updater import Updater
+from asr.optim.updater import Updater, optimizer_moments
 
 log = logging.getLogger(__name__)
 
 
-def floating_state(optimizer: torch.optim.Optimizer) -> list[Tensor]:
-    """The optimizer's floating-point state tensors in a fixed order (momenta, Adam moments)."""
-    tensors = []
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            state = optimizer.state.get(p, {})
-            tensors += [state[k] for k in sorted(state) if torch.is_tensor(state[k]) and state[k].is_floating_point()]
-    return tensors
+@dataclass
+class Mix:
+    delta: Tensor  # (v - w) / 2 for the whole model, on the device
+    taken: Tensor | None = None  # a passive's share of it, still pending on its server
 
 
-def average_optimizer_state(optimizer: torch.optim.Optimizer, world_size: int, rank: int) -> None:
-    tensors = floating_state(optimizer)
-    shape = torch.tensor([len(tensors), sum(t.numel() for t in tensors)], dtype=torch.float64)
-    low, high = shape.clone(), shape.clone()
-    dist.all_reduce(low, op=dist.ReduceOp.MIN)
-    dist.all_reduce(high, op=dist.ReduceOp.MAX)
-    if not torch.equal(low, high):
-        raise DistributedError(f"learner {rank}: optimizer states differ in shape between learners ({low.tolist()} vs {high.tolist()}); cannot average them")
-    if not tensors:
-        return
-    flat = flat_parameters(tensors).to(torch.float64)
-    dist.all_reduce(flat)
-    flat /= world_size
-    set_parameters_(tensors, flat)
+@dataclass
+class EpochAverage:
+    """The average of all learners at an epoch end (on this learner's device)."""
+
+    weights: Tensor  # flat
+    moments: Tensor | None  # flat optimizer moments (None: no learner has any yet)
+    spread: float  # max over learners of |w_i - mean| / |mean| before averaging
 
 
 class AdpsgdUpdater(Updater):
-    def __init__(self, model, optimizer, schedule, grad_clip: float, *, layout: Layout, node_group, exchange_group, timeout_s: float):
-        super().__init__(model, optimizer, schedule, grad_clip)
+    decentralized = True
+
+    def __init__(self, model, optimizer, schedule, grad_clip: float, *, layout: Layout, groups: DecentralizedGroups,
+                 timeout_s: float, device: torch.device, bucket_cap_mb: float = 25.0, restart_from_average: bool = False,
+                 scaler=None):
+        super().__init__(model, optimizer, schedule, grad_clip, scaler=scaler)
         self.params = list(model.parameters())
         self.size = numel(self.params)
         self.layout = layout
-        self.node_group = node_group  # this node's learners (None: the whole world, or alone)
-        self.exchange_group = exchange_group  # gloo, the nodes' leaders
+        self.groups = groups
         self.timeout_s = timeout_s
+        self.device = device
+        self.bucket_cap_mb = bucket_cap_mb
+        self.restart_from_average = restart_from_average
+        share = math.ceil(self.size / layout.learners_per_node)
+        self.share_size = share
+        self.share = (min(self.size, layout.local_index * share), min(self.size, (layout.local_index + 1) * share))
+        self.staging = Staging(device)
+        self.lock = threading.Condition()  # the weights lock (a passive's server reads the weights)
         self.exchange_step = 0
-        self.last_spread = 0.0
-        self._exchanger: ActiveExchanger | PassiveServer | None = None
         self._begun = False
-        self._consensus_at = -1
+        # Made at once: a passive's server must answer from the start, even when its own node
+        # has not claimed a batch yet (or none at all in an epoch) and waits at the epoch end.
+        self.exchanger = self._make_exchanger()
 
-    # --- the exchanger, made on first use (after a resume has set the step) -----------------
-
-    @property
-    def exchanger(self) -> ActiveExchanger | PassiveServer | None:
+    def _make_exchanger(self) -> ActiveExchanger | PassiveServer | None:
         layout = self.layout
-        if self._exchanger is None and layout.is_leader and layout.role != "alone":
-            args = (layout.rank, layout.node, layout.ring, layout.leader_of, self.exchange_group, self.timeout_s)
-            if layout.role == "active":
-                self._exchanger = ActiveExchanger(*args)
-            else:
-                current = lambda: flat_parameters(self.params)  # noqa: E731
-                self._exchanger = PassiveServer(*args, current_weights=current, size=self.size, first_step=self.exchange_step)
-        return self._exchanger
+        if layout.role == "alone":
+            return None
+        ring, transport = layout.ring, PointToPoint(self.groups.exchange)
+        neighbours = [layout.counterpart(m) for m in ring.neighbours(layout.node)]
+        if layout.role == "active":
+            partner_of = lambda step: layout.counterpart(ring.partner(layout.node, step))  # noqa: E731
+            return ActiveExchanger(layout.rank, partner_of, neighbours, transport, self.staging, self.timeout_s)
+        actives = [layout.counterpart(m) for m in ring.active_neighbours(layout.node)]
+        snapshot = lambda: self.staging.snapshot(self.params, *self.share)  # noqa: E731
+        lo, hi = self.share
+        return PassiveServer(layout.rank, actives, transport, snapshot, hi - lo, self.timeout_s, self.lock)
 
     @property
     def exchanges(self) -> int:
-        """Exchanges this learner took part in (its node's leader only)."""
-        return self._exchanger.exchanges if self._exchanger is not None else 0
+        return self.exchanger.exchanges if self.exchanger is not None else 0
 
     # --- one step ------------------------------------------------------------------------------
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        if self.layout.learners_per_node == 1:
+            return model
+        return ddp_wrap(model, self.device, self.groups.node, self.bucket_cap_mb)
+
+    def gradient_weight(self, weight: float, usable: bool) -> float | None:
+        if self.layout.learners_per_node == 1:
+            return 1.0 if usable else None
+        with collective("gradient all-reduce inside the node (token counts)", self.layout.rank, self.timeout_s):
+            return weighted_mean_factor(weight, usable, self.layout.learners_per_node, self.groups.node_control)
 
     def begin_step(self) -> None:
         if self._begun:
@@ -109,39 +125,44 @@ class AdpsgdUpdater(Updater):
         self._begun = True
         exchanger = self.exchanger
         if isinstance(exchanger, ActiveExchanger):
-            exchanger.start(self.exchange_step, flat_parameters(self.params))
-
-    def synchronize_gradients(self) -> None:
-        if self.layout.learners_per_node > 1:
-            with collective("gradient all-reduce inside the node", self.layout.rank, self.timeout_s):
-                all_reduce_gradients(self.params, self.local_weight, self.local_usable, self.node_group)
+            mine, ready = self.staging.snapshot(self.params, *self.share)
+            exchanger.start(self.exchange_step, mine, ready)
 
     def weights_lock(self):
-        exchanger = self.exchanger
-        return exchanger.lock if isinstance(exchanger, PassiveServer) else nullcontext()
+        return self.lock
 
-    def mix_weights(self) -> None:
-        if self.layout.role == "alone":
-            return
+    def prepare_mix(self) -> Mix | None:
+        """This step's averaging delta for the whole model (None: nothing to average with);
+        waits for the exchange and the node's learners, without the weights lock."""
         exchanger = self.exchanger
+        if exchanger is None:
+            return None
         if isinstance(exchanger, ActiveExchanger):
-            delta = exchanger.finish(self.exchange_step)
-        elif isinstance(exchanger, PassiveServer):
-            delta = exchanger.take_pending()
-        else:
-            delta = None  # a node's other learners get it from the leader
-        add_to_parameters_(self.params, self.share_in_node(delta))
+            return Mix(self.gather_shares(exchanger.finish(self.exchange_step)))
+        with self.lock:
+            taken = exchanger.peek_pending()
+        share = self.staging.ready_on_main(*self.staging.upload(taken))
+        return Mix(self.gather_shares(share), taken)
 
-    def share_in_node(self, delta: Tensor | None) -> Tensor:
-        """The leader's averaging delta, on every learner of the node."""
-        device = self.params[0].device
+    def apply_mix(self, mix: Mix | None) -> None:
+        """Called with the weights lock held."""
+        if mix is None:
+            return
+        self.staging.before_weights_change()
+        add_to_parameters_(self.params, mix.delta)
+        if mix.taken is not None:
+            self.exchanger.settle(mix.taken)
+
+    def gather_shares(self, share: Tensor) -> Tensor:
+        """Every node learner's share of the delta, laid end to end: the whole model's delta."""
         if self.layout.learners_per_node == 1:
-            assert delta is not None
-            return delta
-        buffer = delta.to(device) if delta is not None else torch.empty(self.size, device=device)
-        with collective("broadcast of the averaged weights inside the node", self.layout.rank, self.timeout_s):
-            dist.broadcast(buffer, src=self.layout.leader_of(self.layout.node), group=self.node_group)
-        return buffer
+            return share
+        padded = torch.zeros(self.share_size, dtype=share.dtype, device=share.device)
+        padded[: share.numel()] = share
+        parts = [torch.empty_like(padded) for _ in range(self.layout.learners_per_node)]
+        with collective("gathering the averaged weights inside the node", self.layout.rank, self.timeout_s):
+            dist.all_gather(parts, padded, group=self.groups.node)
+        return torch.cat(parts)[: self.size]
 
     def end_step(self) -> None:
         self._begun = False
@@ -151,40 +172,69 @@ class AdpsgdUpdater(Updater):
         """No usable gradient here; the weights are still averaged, so no neighbour waits."""
         self.step(None)
 
-    # --- agreement, checkpoints, shutdown --------------------------------------------------------
+    # --- epoch ends, checkpoints, shutdown -----------------------------------------------------
 
-    def consensus(self) -> float:
-        if self.layout.role == "alone":
-            return 0.0  # one super-learner: its learners' weights are identical
-        if self._consensus_at == self.exchange_step:
-            return self.last_spread
-        if self._begun:
-            raise RuntimeError("consensus() inside a step")
-        exchanger = self.exchanger
-        with self.weights_lock():
-            if isinstance(exchanger, PassiveServer):
-                exchanger.wait_served(self.exchange_step - 1)
-            if self.layout.role == "passive":
-                add_to_parameters_(self.params, self.share_in_node(exchanger.take_pending() if exchanger else None))
-            with collective("averaging of all learners' weights", self.layout.rank, self.timeout_s):
-                self.last_spread = self.average_all()
-                average_optimizer_state(self.optimizer, self.layout.world_size, self.layout.rank)
-        self._consensus_at = self.exchange_step
-        if self.layout.rank == 0:
-            log.info("step %d: all learners averaged; their spread before was %.3g (max |w_i - mean| / |mean|)", self.exchange_step, self.last_spread)
-        return self.last_spread
+    def quiesce(self) -> None:
+        """Fold what a passive's server has averaged so far into its weights (a node collective
+        under H-ADPSGD), so that the weights alone are this learner's state."""
+        if isinstance(self.exchanger, PassiveServer):
+            mix = self.prepare_mix()
+            with self.lock:
+                self.apply_mix(mix)
 
-    def average_all(self) -> float:
-        """Every learner <- the mean of all learners' weights; returns the spread before it:
-        max over learners of |w_i - mean| / |mean|."""
-        mine = flat_parameters(self.params)
-        mean = mine.clone()
-        dist.all_reduce(mean)
-        mean /= self.layout.world_size
-        spread = ((mine - mean).norm() / mean.norm().clamp_min(1e-12)).reshape(1).to(torch.float64)
-        dist.all_reduce(spread, op=dist.ReduceOp.MAX)
-        set_parameters_(self.params, mean)
-        return float(spread)
+    def gather_in_node(self, obj) -> list:
+        """`obj` of every learner of this node, in local order (for the node's checkpoint)."""
+        if self.layout.learners_per_node == 1:
+            return [obj]
+        out: list = [None] * self.layout.learners_per_node
+        with collective("gathering the node's random states", self.layout.rank, self.timeout_s):
+            dist.all_gather_object(out, obj, group=self.groups.node_control)
+        return out
+
+    def average_for_epoch_end(self) -> EpochAverage:
+        """All learners, once each: wait for the exchanges to land, then average."""
+        rank = self.layout.rank
+        with collective("waiting for every learner at the epoch end", rank, self.timeout_s):
+            dist.all_reduce(torch.zeros(1))  # a barrier on gloo's side of the group: exchanges done
+        if isinstance(self.exchanger, PassiveServer):
+            with self.lock:
+                self.exchanger.wait_idle()
+            self.quiesce()
+        world = self.layout.world_size
+        with collective("averaging of all learners' weights", rank, self.timeout_s):
+            mine = flat_parameters(self.params).float()
+            mean = mine.clone()
+            dist.all_reduce(mean)
+            mean /= world
+            spread = ((mine - mean).norm() / mean.norm().clamp_min(1e-12)).reshape(1)
+            dist.all_reduce(spread, op=dist.ReduceOp.MAX)
+            moments = self._mean_moments(world)
+        average = EpochAverage(mean, moments, float(spread))
+        if self.restart_from_average:
+            self._restart_from(average)
+        return average
+
+    def _mean_moments(self, world: int) -> Tensor | None:
+        tensors = optimizer_moments(self.optimizer)
+        sizes = torch.tensor([float(sum(t.numel() for t in tensors))] * 2, dtype=torch.float64)
+        sizes[1] = -sizes[1]
+        dist.all_reduce(sizes, op=dist.ReduceOp.MAX)  # max and -min: every learner the same?
+        if sizes[0] != -sizes[1]:
+            raise DistributedError(f"learner {self.layout.rank}: optimizer states differ in size between learners; cannot average them")
+        if not tensors:
+            return None
+        flat = flat_parameters(tensors).float()
+        dist.all_reduce(flat)
+        return flat / world
+
+    def _restart_from(self, average: EpochAverage) -> None:
+        with self.lock:
+            self.staging.before_weights_change()
+            set_parameters_(self.params, average.weights)
+            if average.moments is not None:
+                set_parameters_(optimizer_moments(self.optimizer), average.moments)
+        with collective("restarting every learner from the average", self.layout.rank, self.timeout_s):
+            dist.all_reduce(torch.zeros(1))  # nobody exchanges before every learner holds the average
 
     def close(self) -> None:
         exchanger = self.exchanger
@@ -200,6 +250,4 @@ class AdpsgdUpdater(Updater):
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        if self._exchanger is not None:
-            raise RuntimeError("load_state_dict() after the exchanges started")
         self.exchange_step = int(state.get("exchange_step", self.schedule.steps))

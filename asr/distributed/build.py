@@ -1,8 +1,10 @@
-"""The updater of distributed.algorithm for this learner (the plain one for a single learner)."""
+"""The updater of distributed.algorithm for this learner (the plain one for a single learner),
+and the group of learners that step together on one batch (for the data sampler)."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import torch
 
@@ -11,26 +13,47 @@ from asr.distributed.context import DistributedContext
 from asr.distributed.hadpsgd import describe, learners_per_node, make_groups
 from asr.distributed.ssgd import SsgdUpdater
 from asr.distributed.topology import Layout, node_groups
-from asr.train.updater import Updater, build_updater
+from asr.optim.updater import Updater, build_updater
 
 log = logging.getLogger(__name__)
 
 
-def build_training_updater(model: torch.nn.Module, cfg, ctx: DistributedContext, total_steps: int = 0) -> Updater:
-    """`total_steps`: this learner's updates over the whole training (for train.final_lr)."""
-    tcfg = cfg.train
+@dataclass(frozen=True)
+class StepGroup:
+    """The learners that train one batch together, each on its share: all of them under SSGD,
+    a node under ADPSGD/H-ADPSGD (whose nodes claim batches independently), or one learner."""
+
+    size: int  # learners in the group
+    rank: int  # this learner's place in it
+    count: int  # groups training side by side (nodes)
+    layout: Layout | None = None  # decentralized training's layout
+
+
+def step_group(ctx: DistributedContext, cfg) -> StepGroup:
     if not ctx.distributed:
-        return build_updater(model, tcfg, total_steps=total_steps)
+        return StepGroup(1, 0, 1)
     if ctx.algorithm == "ssgd":
-        return build_updater(
-            model, tcfg, ctx.world_size, SsgdUpdater, total_steps=total_steps, rank=ctx.rank, timeout_s=ctx.timeout_s
-        )
+        return StepGroup(ctx.world_size, ctx.rank, 1)
     per_node = learners_per_node(ctx, cfg.distributed.learners_per_node, ctx.algorithm)
     node_groups(ctx.world_size, per_node)  # a clear error if it does not divide the learners
     layout = Layout(ctx.rank, ctx.world_size, per_node)
-    node_group, exchange_group = make_groups(layout)
+    return StepGroup(per_node, layout.local_index, layout.num_nodes, layout)
+
+
+def build_training_updater(model: torch.nn.Module, cfg, ctx: DistributedContext, total_steps: int = 0,
+                           scaler: torch.amp.GradScaler | None = None) -> Updater:
+    """`total_steps`: this learner's expected updates over the whole training (for train.final_lr)."""
+    tcfg, dcfg = cfg.train, cfg.distributed
+    if not ctx.distributed:
+        return build_updater(model, tcfg, total_steps=total_steps, scaler=scaler)
+    common = {"timeout_s": ctx.timeout_s, "device": ctx.device, "bucket_cap_mb": float(getattr(dcfg, "bucket_cap_mb", 25.0))}
+    if ctx.algorithm == "ssgd":
+        return build_updater(model, tcfg, ctx.world_size, SsgdUpdater, total_steps=total_steps, scaler=scaler,
+                             rank=ctx.rank, world_size=ctx.world_size, **common)
+    layout = step_group(ctx, cfg).layout
+    groups = make_groups(layout)
     log.info("%s: %s", ctx.algorithm, describe(layout))
     return build_updater(
-        model, tcfg, ctx.world_size, AdpsgdUpdater, total_steps=total_steps,
-        layout=layout, node_group=node_group, exchange_group=exchange_group, timeout_s=ctx.timeout_s,
+        model, tcfg, ctx.world_size, AdpsgdUpdater, total_steps=total_steps, scaler=scaler, layout=layout, groups=groups,
+        restart_from_average=bool(getattr(dcfg, "restart_from_average", False)), **common,
     )

@@ -1,6 +1,9 @@
 """Configuration of distributed training (Hydra group `distributed`)."""
 
 from dataclasses import dataclass
+from typing import ClassVar
+
+from asr.utils.checks import NON_NEGATIVE, POSITIVE, Check, one_of
 
 ALGORITHMS = ("none", "ssgd", "adpsgd", "hadpsgd")
 
@@ -18,3 +21,14 @@ class DistributedConfig:
     # A collective or neighbour exchange that waits longer than this is an error (a learner
     # hung or died), reported with the learner's rank. Epoch ends wait for the slowest learner.
     timeout_s: float = 1800.0
+    # DistributedDataParallel's gradient buckets (SSGD, and inside an H-ADPSGD node): the
+    # all-reduce of a bucket starts as soon as its gradients are ready, during the backward pass.
+    bucket_cap_mb: float = 25.0
+    # ADPSGD/H-ADPSGD: after the epoch-end average (evaluated and saved), every learner continues
+    # from its own weights (false, the algorithm as published) or from the average (true).
+    restart_from_average: bool = False
+
+    CHECKS: ClassVar[dict[str, Check]] = {
+        "algorithm": one_of(*ALGORITHMS), "backend": one_of("auto", "gloo", "nccl"),
+        "learners_per_node": NON_NEGATIVE, "timeout_s": POSITIVE, "bucket_cap_mb": POSITIVE,
+    }

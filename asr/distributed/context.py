@@ -8,12 +8,23 @@ no-op, so the training loop has one code path.
 
 Backend: NCCL for CUDA devices, gloo on CPU, chosen from the training device. On GPUs the
 default group is `cpu:gloo,cuda:nccl`, so CPU tensors (RNG states, counters) work too.
+
+Failures reach one message whatever the backend: every collective runs inside `collective()`,
+which turns an error into a DistributedError naming the learner and what it waited for. NCCL
+reports errors from its watchdog thread; with TORCH_NCCL_ASYNC_ERROR_HANDLING=2 (set here,
+overriding torchrun's 1, which tears the process down without a word) it aborts the
+communicators and the error is raised in the learner's own thread at its next wait, inside
+`collective()`. A collective that hangs without an error is caught by `HangWatchdog`, which
+names it and exits, a minute after distributed.timeout_s.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
+import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -23,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from asr.distributed.config import ALGORITHMS
-from asr.train.device import select_device
+from asr.utils.device import select_device
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -58,19 +69,71 @@ def fail_fast(err: BaseException) -> None:
     os._exit(status)
 
 
+def hang_message(what: str, rank: int, timeout_s: float, detail: str) -> str:
+    return (
+        f"learner {rank}: {what} failed ({detail}). Another learner died, hung or cannot be reached "
+        f"within distributed.timeout_s={timeout_s:g}; see the other learners' logs"
+    )
+
+
+class HangWatchdog:
+    """Exits the learner (status 3, with the message) when a thread has been inside one
+    collective for longer than `limit_s`: the last resort against a communication library that
+    neither finishes nor fails."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.current: dict[int, tuple[str, int, float, float]] = {}  # thread -> what, rank, timeout_s, since
+        self.limit_s = math.inf
+        self.thread: threading.Thread | None = None
+
+    def arm(self, limit_s: float, poll_s: float = 1.0) -> None:
+        self.limit_s = limit_s
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._watch, args=(poll_s,), name="asr-hang-watchdog", daemon=True)
+            self.thread.start()
+
+    def _watch(self, poll_s: float) -> None:
+        while True:
+            time.sleep(poll_s)
+            with self.lock:
+                current = list(self.current.values())
+            for what, rank, timeout_s, since in current:
+                if time.monotonic() - since > self.limit_s:
+                    fail_fast(DistributedError(hang_message(what, rank, timeout_s, f"no progress for {time.monotonic() - since:.0f} s")))
+
+    @contextmanager
+    def watching(self, what: str, rank: int, timeout_s: float) -> Iterator[None]:
+        """One activity per thread (the main thread's collectives, the prefetching thread's claims)."""
+        thread = threading.get_ident()
+        with self.lock:
+            outer = self.current.get(thread)
+            self.current[thread] = (what, rank, timeout_s, time.monotonic())
+        try:
+            yield
+        finally:
+            with self.lock:
+                if outer is None:
+                    self.current.pop(thread, None)
+                else:
+                    self.current[thread] = outer
+
+
+WATCHDOG = HangWatchdog()
+WATCHDOG_GRACE_S = 60.0  # beyond distributed.timeout_s: the backends' own timeouts come first
+
+
 @contextmanager
 def collective(what: str, rank: int, timeout_s: float) -> Iterator[None]:
     """Turn a failed or timed-out collective into a DistributedError that says what to check."""
     try:
-        yield
+        with WATCHDOG.watching(what, rank, timeout_s):
+            yield
     except RuntimeError as err:
         if isinstance(err, DistributedError):
             raise
         last = (str(err).strip().splitlines() or [""])[-1][:300]
-        raise DistributedError(
-            f"learner {rank}: {what} failed ({last}). Another learner died, hung or cannot be reached "
-            f"within distributed.timeout_s={timeout_s:g}; see the other learners' logs"
-        ) from err
+        raise DistributedError(hang_message(what, rank, timeout_s, last)) from err
 
 
 def env_int(name: str, default: int) -> int:
@@ -191,6 +254,9 @@ def init_distributed(cfg) -> DistributedContext:
             log.info("distributed=%s with one process: training as a single learner", dcfg.algorithm)
         return ctx
     ctx.backend = choose_backend(dcfg.backend, device)
+    if "nccl" in ctx.backend:
+        os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "2"  # NCCL errors raised in our thread (see above)
+    WATCHDOG.arm(ctx.timeout_s + WATCHDOG_GRACE_S)
     if not dist.is_initialized():
         timeout = timedelta(seconds=ctx.timeout_s)
         store = restart_safe_store(world_size, timeout)

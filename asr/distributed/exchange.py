@@ -1,32 +1,35 @@
 """ADPSGD's pairwise weight exchange, run by a communication thread on its own process group.
 
 An *active* learner starts an exchange with its passive partner of the step (topology.Ring)
-before its forward pass: its communication thread sends a header and its weights w_a, and
-receives the partner's weights back; the main thread, after its backward pass, adds
-(w_p - w_a) / 2, i.e. w_a <- (w_a + w_p) / 2, and then applies its own gradient.
+before its forward pass: its communication thread sends a header, then sends its weights w_a
+while it receives the partner's weights v (both directions at once); the main thread, after its
+backward pass, adds (v - w_a) / 2, i.e. w_a <- (w_a + v) / 2, and then applies its own gradient.
+Under H-ADPSGD every learner of a node does this for its share of the parameters, with the
+learner of the same local index on the partner node.
 
 A *passive* learner runs a server thread that answers any active neighbour at any time, so it
-never waits for one (straggler tolerance: a slow learner slows nobody's steps). Its weights are
-used by its own forward/backward meanwhile, so they cannot be changed in place from the
-server; instead the server keeps the averaging's effect as a pending delta d and answers with
-the weights the learner *would* have, v = w + d, then sets d += (w_a - v) / 2. The main thread
-adds d to its weights before applying its own gradient. Both sides thus end with the same
-(w_a + v) / 2, and each exchange is atomic: the server holds the weights lock, which the main
-thread also holds while it changes the weights.
+never waits for one (a slow learner slows nobody's steps). Its weights are used by its own
+forward/backward meanwhile, so they cannot be changed in place from the server; instead the
+server keeps the averaging's effect as a pending delta d and answers with the weights the
+learner *would* have, v = w + d, then sets d += (w_a - v) / 2. The main thread adds d to its
+weights (taking it under the weights lock) before applying its own gradient. Both sides thus end
+with the same (w_a + v) / 2, plus whatever gradient the passive applied meanwhile, which is
+ADPSGD's update. The server holds the weights lock only to read v and to update d, never while
+it sends or receives, so the passive's own steps never wait for the network.
 
 Messages (gloo, on a group of their own so they never interleave with the main thread's
 collectives; tags keep the three kinds apart):
 
     header   int64 [sender rank, step, kind]     kind 1 = exchange, 0 = goodbye
-    weights  float32 [P]                           active -> passive, then passive -> active
+    weights  float32 [share]                       active -> passive and passive -> active at once
 
 Shutdown: an active learner sends each passive neighbour a goodbye after its last exchange; a
 passive server stops after a goodbye from each active neighbour. So no learner is ever left
 blocked in a send or receive, and the process group can be destroyed cleanly.
 
-Waiting is bounded: an active learner waits at most `timeout_s` for its exchange, a passive
-one at most `timeout_s` for the exchanges a checkpoint needs and for the goodbyes; beyond that
-a DistributedError names the learner that stopped answering. The threads themselves block
+Waiting is bounded: an active learner waits at most `timeout_s` for its exchange, a passive one
+at most `timeout_s` for an exchange in flight (at an epoch end) and for the goodbyes; beyond
+that a DistributedError names the learner that stopped answering. The threads themselves block
 without a timeout (gloo cannot cancel a receive), which is why the bounded waits are on the
 main thread.
 """
@@ -46,7 +49,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from asr.distributed.context import DistributedError
-from asr.distributed.topology import Ring
+from asr.distributed.staging import Staging, wait
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,28 @@ EXCHANGE, GOODBYE = 1, 0
 
 def header(rank: int, step: int, kind: int) -> Tensor:
     return torch.tensor([rank, step, kind], dtype=torch.int64)
+
+
+class PointToPoint:
+    """Sends and receives on one gloo group (the exchange's transport)."""
+
+    def __init__(self, group):
+        self.group = group
+
+    def send_header(self, values: Tensor, peer: int) -> None:
+        dist.send(values, peer, group=self.group, tag=HEADER_TAG)
+
+    def recv_header(self) -> Tensor:
+        values = torch.zeros(3, dtype=torch.int64)
+        dist.recv(values, None, group=self.group, tag=HEADER_TAG)
+        return values
+
+    def swap(self, mine: Tensor, theirs: Tensor, peer: int, active: bool) -> None:
+        """Send `mine` to `peer` while receiving its tensor into `theirs`."""
+        send_tag, recv_tag = (WEIGHTS_TAG, REPLY_TAG) if active else (REPLY_TAG, WEIGHTS_TAG)
+        works = [dist.isend(mine, peer, group=self.group, tag=send_tag), dist.irecv(theirs, peer, group=self.group, tag=recv_tag)]
+        for work in works:
+            work.wait()
 
 
 class CommThread:
@@ -90,14 +115,17 @@ class CommThread:
 
 
 class ActiveExchanger:
-    """The active side: one exchange per step with the step's partner, overlapped with compute."""
+    """The active side: one exchange per step with the step's partner, overlapped with compute.
 
-    def __init__(self, rank: int, member: int, ring: Ring, leader_of: Callable[[int], int], group, timeout_s: float):
+    `partner_of(step)` is the learner to average with at a step; `passives` every learner it
+    ever averages with (they get a goodbye at the end)."""
+
+    def __init__(self, rank: int, partner_of: Callable[[int], int], passives: list[int], transport, staging: Staging, timeout_s: float):
         self.rank = rank
-        self.member = member
-        self.ring = ring
-        self.leader_of = leader_of
-        self.group = group
+        self.partner_of = partner_of
+        self.passives = passives
+        self.transport = transport
+        self.staging = staging
         self.timeout_s = timeout_s
         self.thread = CommThread(f"adpsgd-active-{rank}")
         self.future: Future | None = None
@@ -105,24 +133,25 @@ class ActiveExchanger:
         self.exchanges = 0
         self.bytes_sent = 0
 
-    def start(self, step: int, weights: Tensor) -> None:
-        self.partner = self.leader_of(self.ring.partner(self.member, step))
-        self.future = self.thread.submit(self._exchange, step, self.partner, weights.detach().to("cpu", torch.float32))
+    def start(self, step: int, mine: Tensor, ready) -> None:
+        """Exchange `mine` (a host snapshot, complete once `ready` is) with the step's partner."""
+        self.partner = self.partner_of(step)
+        self.future = self.thread.submit(self._exchange, step, self.partner, mine, ready)
 
-    def _exchange(self, step: int, partner: int, mine: Tensor) -> Tensor:
-        dist.send(header(self.rank, step, EXCHANGE), partner, group=self.group, tag=HEADER_TAG)
-        dist.send(mine, partner, group=self.group, tag=WEIGHTS_TAG)
+    def _exchange(self, step: int, partner: int, mine: Tensor, ready) -> tuple[Tensor, object]:
+        wait(ready)
+        self.transport.send_header(header(self.rank, step, EXCHANGE), partner)
         theirs = torch.empty_like(mine)
-        dist.recv(theirs, partner, group=self.group, tag=REPLY_TAG)
+        self.transport.swap(mine, theirs, partner, active=True)
         self.bytes_sent += mine.numel() * mine.element_size()
-        return theirs.sub_(mine).div_(2)
+        return self.staging.upload(theirs.sub_(mine).div_(2))
 
     def finish(self, step: int) -> Tensor:
-        """The step's averaging delta (w_p - w_a) / 2, waiting at most timeout_s for it."""
+        """The step's averaging delta (v - w_a) / 2 on the device, waiting at most timeout_s."""
         assert self.future is not None, "finish() without start()"
         future, self.future = self.future, None
         try:
-            delta = future.result(timeout=self.timeout_s)
+            delta, event = future.result(timeout=self.timeout_s)
         except FutureTimeout:
             raise DistributedError(
                 f"learner {self.rank}: no answer from learner {self.partner} to the ADPSGD weight exchange of step {step} "
@@ -131,38 +160,38 @@ class ActiveExchanger:
         except Exception as err:
             raise DistributedError(f"learner {self.rank}: ADPSGD weight exchange with learner {self.partner} at step {step} failed: {err}") from err
         self.exchanges += 1
-        return delta
+        return self.staging.ready_on_main(delta, event)
 
     def close(self, step: int) -> None:
         """Say goodbye to every passive neighbour, after the last exchange."""
-        passives = [self.leader_of(m) for m in self.ring.neighbours(self.member)]
-        done = self.thread.submit(self._goodbye, step, passives)
+        done = self.thread.submit(self._goodbye, step)
         try:
             done.result(timeout=self.timeout_s)
         except FutureTimeout:
-            raise DistributedError(f"learner {self.rank}: could not say goodbye to learners {passives} within {self.timeout_s:g} s") from None
+            raise DistributedError(f"learner {self.rank}: could not say goodbye to learners {self.passives} within {self.timeout_s:g} s") from None
         self.thread.stop(self.timeout_s)
 
-    def _goodbye(self, step: int, passives: list[int]) -> None:
-        for passive in passives:
-            dist.send(header(self.rank, step, GOODBYE), passive, group=self.group, tag=HEADER_TAG)
+    def _goodbye(self, step: int) -> None:
+        for passive in self.passives:
+            self.transport.send_header(header(self.rank, step, GOODBYE), passive)
 
 
 class PassiveServer:
-    """The passive side: a server thread answering the active neighbours' exchanges."""
+    """The passive side: a server thread answering the active neighbours' exchanges.
 
-    def __init__(self, rank: int, member: int, ring: Ring, leader_of: Callable[[int], int], group, timeout_s: float,
-                 current_weights: Callable[[], Tensor], size: int, first_step: int):
+    `snapshot()` returns this learner's share of its weights on the host, with the event that
+    marks the copy complete; it is called with the weights lock held."""
+
+    def __init__(self, rank: int, actives: list[int], transport, snapshot: Callable[[], tuple[Tensor, object]], size: int,
+                 timeout_s: float, lock: threading.Condition | None = None):
         self.rank = rank
-        self.member = member
-        self.ring = ring
-        self.group = group
+        self.actives = set(actives)
+        self.transport = transport
+        self.snapshot = snapshot
         self.timeout_s = timeout_s
-        self.current_weights = current_weights
-        self.actives = {leader_of(m): m for m in ring.active_neighbours(member)}
-        self.lock = threading.Condition()  # the weights lock; also signals served exchanges
+        self.lock = lock or threading.Condition()  # the weights lock; also signals finished exchanges
         self.pending = torch.zeros(size, dtype=torch.float32)
-        self.served_through = dict.fromkeys(self.actives, first_step - 1)
+        self.in_flight = 0
         self.goodbyes: set[int] = set()
         self.error: BaseException | None = None
         self.exchanges = 0
@@ -179,9 +208,7 @@ class PassiveServer:
                 self.lock.notify_all()
 
     def _serve_one(self) -> None:
-        head = torch.zeros(3, dtype=torch.int64)
-        dist.recv(head, None, group=self.group, tag=HEADER_TAG)
-        sender, step, kind = (int(v) for v in head)
+        sender, step, kind = (int(v) for v in self.transport.recv_header())
         if sender not in self.actives:
             raise DistributedError(f"learner {self.rank}: unexpected weight exchange from learner {sender} (not an active neighbour)")
         if kind == GOODBYE:
@@ -189,13 +216,17 @@ class PassiveServer:
                 self.goodbyes.add(sender)
                 self.lock.notify_all()
             return
-        theirs = torch.empty_like(self.pending)
-        dist.recv(theirs, sender, group=self.group, tag=WEIGHTS_TAG)
         with self.lock:
-            virtual = self.current_weights().to("cpu", torch.float32).add_(self.pending)
-            dist.send(virtual, sender, group=self.group, tag=REPLY_TAG)
+            self.in_flight += 1
+            weights, ready = self.snapshot()
+            pending = self.pending.clone()
+        wait(ready)
+        virtual = weights.add_(pending)  # the weights this learner would have: w + d
+        theirs = torch.empty_like(virtual)
+        self.transport.swap(virtual, theirs, sender, active=False)
+        with self.lock:
             self.pending.add_(theirs.sub_(virtual).div_(2))
-            self.served_through[sender] = step
+            self.in_flight -= 1
             self.exchanges += 1
             self.lock.notify_all()
 
@@ -203,28 +234,29 @@ class PassiveServer:
         if self.error is not None:
             raise DistributedError(f"learner {self.rank}: the ADPSGD server thread failed: {self.error}") from self.error
 
-    def take_pending(self) -> Tensor:
-        """The averaging not yet applied (call with the lock held); resets it."""
+    def peek_pending(self) -> Tensor:
+        """A copy of the averaging not yet applied (call with the lock held). It stays pending,
+        so that the weights the server reports stay w + d, until `settle` (with the lock held,
+        once the same amount has been added to the weights) takes it off."""
         self._check()
-        delta, self.pending = self.pending, torch.zeros_like(self.pending)
-        return delta
+        return self.pending.clone()
 
-    def wait_served(self, through_step: int) -> None:
-        """Wait (lock held) until every exchange scheduled up to `through_step` was answered."""
+    def settle(self, applied: Tensor) -> None:
+        self.pending.sub_(applied)
+
+    def wait_idle(self) -> None:
+        """Wait (lock held) until no exchange is in flight: every exchange an active neighbour
+        has finished is then in `pending`."""
         deadline = time.monotonic() + self.timeout_s
         while True:
             self._check()
-            missing = [
-                rank for rank, member in self.actives.items()
-                if self.served_through[rank] < self.ring.last_request(member, self.member, through_step)
-            ]
-            if not missing:
+            if self.in_flight == 0:
                 return
             left = deadline - time.monotonic()
             if left <= 0:
                 raise DistributedError(
-                    f"learner {self.rank}: learner(s) {missing} did not start their ADPSGD weight exchanges up to step "
-                    f"{through_step} within distributed.timeout_s={self.timeout_s:g}; they have died, hung or cannot be reached"
+                    f"learner {self.rank}: an ADPSGD weight exchange did not finish within distributed.timeout_s={self.timeout_s:g}; "
+                    "the active neighbour died, hung or cannot be reached"
                 )
             self.lock.wait(left)
 
@@ -232,6 +264,6 @@ class PassiveServer:
         """Wait for every active neighbour's goodbye; the server thread then ends."""
         self.thread.join(self.timeout_s)
         if self.thread.is_alive():
-            missing = sorted(set(self.actives) - self.goodbyes)
+            missing = sorted(self.actives - self.goodbyes)
             raise DistributedError(f"learner {self.rank}: learner(s) {missing} never finished their ADPSGD exchanges (no goodbye within {self.timeout_s:g} s)")
         self._check()

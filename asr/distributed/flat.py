@@ -22,8 +22,16 @@ def flat_parameters(params: Sequence[Tensor]) -> Tensor:
     return torch.cat([p.detach().reshape(-1) for p in params])
 
 
+def _same_device(params: Sequence[Tensor], flat: Tensor) -> None:
+    """A flat vector must be on its parameters' device: a silent copy here would hide a
+    missing (asynchronous) upload and block the GPU's main stream."""
+    if params and flat.device != params[0].device:
+        raise RuntimeError(f"the flat vector is on {flat.device}, the parameters on {params[0].device}; upload it first")
+
+
 @torch.no_grad()
 def set_parameters_(params: Sequence[Tensor], flat: Tensor) -> None:
+    _same_device(params, flat)
     offset = 0
     for p in params:
         n = p.numel()
@@ -33,10 +41,11 @@ def set_parameters_(params: Sequence[Tensor], flat: Tensor) -> None:
 
 @torch.no_grad()
 def add_to_parameters_(params: Sequence[Tensor], flat: Tensor) -> None:
+    _same_device(params, flat)
     offset = 0
     for p in params:
         n = p.numel()
-        p.add_(flat[offset : offset + n].view_as(p).to(p.device, p.dtype))
+        p.add_(flat[offset : offset + n].view_as(p).to(p.dtype))
         offset += n
 
 

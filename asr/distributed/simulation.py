@@ -28,10 +28,9 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from asr.distributed.adpsgd import floating_state
 from asr.distributed.flat import flat_gradients, flat_parameters, set_gradients_, set_parameters_
 from asr.distributed.topology import Layout, node_groups
-from asr.train.updater import Updater, build_updater
+from asr.optim.updater import Updater, build_updater, optimizer_moments
 
 # loss_fn(model, batch) -> (summed loss, count): the loss optimised is sum / count, and the
 # learners' gradients are combined weighted by count (as asr.train.objectives' losses).
@@ -139,7 +138,7 @@ class Simulation:
         spread = float(((flats - mean).norm(dim=1) / mean.norm().clamp_min(1e-12)).max())
         for params in self.params:
             set_parameters_(params, mean)
-        states = [floating_state(u.optimizer) for u in self.updaters]
+        states = [optimizer_moments(u.optimizer) for u in self.updaters]
         for tensors in zip(*states):
             average = torch.stack([t.double() for t in tensors]).mean(0)
             for t in tensors:

@@ -1,56 +1,69 @@
-"""Synchronous SGD: one all-reduce of the learners' gradients per step.
+"""Synchronous SGD on DistributedDataParallel: bucketed gradient all-reduces during backward.
 
 Each learner's loss is a mean over its own units (CTC: target tokens; CE: frames), so the
 gradients are combined weighted by those counts:
 
     g = sum_r n_r g_r / sum_r n_r
 
-which is exactly the gradient of the loss of the union batch. With the sharded sampler
+which is exactly the gradient of the loss of the union batch. DDP averages the learners'
+gradients (divides their sum by N), so before the backward pass the learners all-reduce their
+counts (a few bytes) and each scales its loss by N n_r / sum n. With the sharded sampler
 (asr.train.data.BucketBatchSampler), N learners with batch B therefore train exactly like one
 learner with batch N x B, up to float rounding.
 
-A learner whose batch gave a non-finite loss contributes NaN, so every learner sees a
-non-finite gradient and skips the same update: they agree without an extra message, and the
-skip matches what one learner would do with the union batch.
+A learner whose batch gave a non-finite loss says so in the same small all-reduce, and then no
+learner runs its backward pass: they skip the same update together (DDP needs every learner in
+every gradient all-reduce), which is what one learner with the union batch would do.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Sequence
-
 import torch
 import torch.distributed as dist
-from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
 
 from asr.distributed.context import collective
-from asr.distributed.flat import flat_gradients, set_gradients_
-from asr.train.updater import Updater
+from asr.optim.updater import Updater
 
 
-def all_reduce_gradients(params: Sequence[Tensor], weight: float, usable: bool, group=None) -> None:
-    """p.grad <- the weighted mean of the group's gradients (NaN if any learner's is unusable)."""
-    flat = flat_gradients(params, weight, extra=1)
-    flat[-1] = weight
-    if not usable:
-        flat[:-1] = math.nan
-    dist.all_reduce(flat, group=group)
-    total = flat[-1].item()
-    grads = flat[:-1].div_(total) if total > 0 else flat[:-1].fill_(math.nan)
-    set_gradients_(params, grads)
+def ddp_wrap(model: torch.nn.Module, device: torch.device, group, bucket_cap_mb: float) -> DistributedDataParallel:
+    """DDP over `group` (None: all learners). Buffers are not broadcast: the BLSTM has none."""
+    device_ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=device_ids, process_group=group, bucket_cap_mb=bucket_cap_mb,
+                                   broadcast_buffers=False)
+
+
+def weighted_mean_factor(weight: float, usable: bool, learners: int, group=None) -> float | None:
+    """The factor this learner's mean loss is scaled by so that DDP's mean of the gradients is
+    the count-weighted mean; None when any learner of the group has no usable loss."""
+    values = torch.tensor([weight, 0.0 if usable else 1.0], dtype=torch.float64)
+    dist.all_reduce(values, group=group)
+    total, unusable = float(values[0]), float(values[1])
+    if unusable > 0 or total <= 0:
+        return None
+    return weight * learners / total
 
 
 class SsgdUpdater(Updater):
-    def __init__(self, model: torch.nn.Module, optimizer, schedule, grad_clip: float, rank: int, timeout_s: float, group=None):
-        super().__init__(model, optimizer, schedule, grad_clip)
-        self.params = list(model.parameters())
-        self.group = group
+    def __init__(self, model: torch.nn.Module, optimizer, schedule, grad_clip: float, *, rank: int, world_size: int,
+                 timeout_s: float, device: torch.device, bucket_cap_mb: float = 25.0, scaler=None):
+        super().__init__(model, optimizer, schedule, grad_clip, scaler=scaler)
         self.rank = rank
+        self.world_size = world_size
         self.timeout_s = timeout_s
+        self.device = device
+        self.bucket_cap_mb = bucket_cap_mb
 
-    def synchronize_gradients(self) -> None:
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        return ddp_wrap(model, self.device, None, self.bucket_cap_mb)
+
+    def gradient_weight(self, weight: float, usable: bool) -> float | None:
+        with collective("gradient all-reduce (token counts)", self.rank, self.timeout_s):
+            return weighted_mean_factor(weight, usable, self.world_size)
+
+    def backward(self, loss: torch.Tensor) -> None:
         with collective("gradient all-reduce", self.rank, self.timeout_s):
-            all_reduce_gradients(self.params, self.local_weight, self.local_usable, self.group)
+            super().backward(loss)
 
     def skip_batch(self) -> None:
         """This learner's batch gave a non-finite loss: still take part, so all skip together."""

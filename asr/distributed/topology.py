@@ -101,12 +101,27 @@ class Layout:
         return self.rank // self.learners_per_node
 
     @property
+    def local_index(self) -> int:
+        """This learner's place inside its node (0 = the leader)."""
+        return self.rank % self.learners_per_node
+
+    @property
     def is_leader(self) -> bool:
-        """The node's first learner runs its exchanges with the neighbouring nodes."""
-        return self.rank % self.learners_per_node == 0
+        """The node's first learner claims its batches and writes its checkpoints."""
+        return self.local_index == 0
 
     def leader_of(self, node: int) -> int:
         return node * self.learners_per_node
+
+    def counterpart(self, node: int) -> int:
+        """The learner of `node` with this learner's local index: the one it exchanges its
+        share of the parameters with when the two nodes average (every learner of a node
+        carries 1/learners_per_node of the exchange)."""
+        return node * self.learners_per_node + self.local_index
+
+    def exchange_group_ranks(self, local_index: int) -> list[int]:
+        """The learners with one local index, one per node: they exchange one share."""
+        return [node * self.learners_per_node + local_index for node in range(self.num_nodes)]
 
     @property
     def ring(self) -> Ring:

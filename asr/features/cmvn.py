@@ -15,6 +15,7 @@ from typing import Callable, Iterable
 import kaldiio
 import numpy as np
 
+from asr.data import commands
 from asr.utils.errors import InputError
 
 UNITS = ("utterance", "speaker", "global", "none")
@@ -102,7 +103,7 @@ def read_stats(scp: str | os.PathLike) -> dict[str, np.ndarray]:
     """A cmvn.scp (ours or Kaldi's): key -> 2 x (D+1) statistics."""
     if not Path(scp).is_file():
         raise InputError(f"{scp}: missing CMVN statistics; re-run the features stage")
-    return {k: np.asarray(v) for k, v in kaldiio.load_scp(str(scp)).items()}
+    return {k: np.asarray(v) for k, v in commands.load_scp(scp).items()}
 
 
 class CmvnApplier(Cmvn):

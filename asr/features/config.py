@@ -13,6 +13,9 @@ and `kaldi` (features made by Kaldi, used as they are).
 """
 
 from dataclasses import dataclass, field
+from typing import ClassVar
+
+from asr.utils.checks import AT_LEAST_ONE, FRACTION, NON_NEGATIVE, POSITIVE, Check, between, one_of
 
 
 @dataclass
@@ -36,6 +39,12 @@ class FmllrConfig:
     min_count: float = 500.0  # fewer frames per speaker: identity transform (Kaldi's --fmllr-min-count)
     base_norm_vars: bool = False  # per-speaker CMVN of the log-mel frames before splicing: means only, as Kaldi's GMM systems
     var_floor_ratio: float = 0.01  # Gaussian variances floored at this fraction of the data's
+
+    CHECKS: ClassVar[dict[str, Check]] = {
+        "dim": AT_LEAST_ONE, "splice_left": NON_NEGATIVE, "splice_right": NON_NEGATIVE, "num_components": AT_LEAST_ONE,
+        "mllt_iters": NON_NEGATIVE, "em_iters": NON_NEGATIVE, "sat_iters": NON_NEGATIVE, "max_train_frames": AT_LEAST_ONE,
+        "fmllr_iters": NON_NEGATIVE, "fmllr_passes": AT_LEAST_ONE, "min_count": NON_NEGATIVE, "var_floor_ratio": POSITIVE,
+    }
 
 
 @dataclass
@@ -80,6 +89,11 @@ class SpecAugmentConfig:
     time_width: int = 40  # each run at most this long...
     time_ratio: float = 0.2  # ...and at most this fraction of the utterance
     freq_warp: float = 0.0  # feature axis stretched by a factor uniform in 1 +- this (VTLP; 0.1 is usual)
+
+    CHECKS: ClassVar[dict[str, Check]] = {
+        "freq_masks": NON_NEGATIVE, "freq_width": AT_LEAST_ONE, "time_masks": NON_NEGATIVE, "time_width": AT_LEAST_ONE,
+        "time_ratio": FRACTION, "freq_warp": between(0.0, 1.0, high_open=True),
+    }
 
 
 @dataclass
@@ -126,3 +140,12 @@ class FeaturesConfig:
     # optionally cmvn.scp, trans.scp); see asr.features.kaldi_import.
     kaldi_dir: str = ""
     specaugment: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
+
+    CHECKS: ClassVar[dict[str, Check]] = {
+        "kind": one_of("fbank", "fmllr", "fmllr_fbank", "kaldi"), "delta_order": NON_NEGATIVE, "delta_window": AT_LEAST_ONE,
+        "sample_frequency": POSITIVE, "frame_length_ms": POSITIVE, "frame_shift_ms": POSITIVE, "dither": NON_NEGATIVE,
+        "preemphasis_coefficient": FRACTION, "window_type": one_of("povey", "hamming", "hanning", "sine", "rectangular", "blackman"),
+        "num_mel_bins": AT_LEAST_ONE, "low_freq": NON_NEGATIVE, "cmvn": one_of("utterance", "speaker", "global", "none"),
+        "jobs": AT_LEAST_ONE, "device": lambda v: None if v == "cpu" or v.startswith("cuda") else "choose cpu or cuda",
+        "batch_seconds": POSITIVE,
+    }

@@ -8,7 +8,9 @@ For each set, `<feats_dir>/<name>/<set>/` holds
   cmvn.ark, cmvn.scp, cmvn_type   CMVN statistics per `features.cmvn` unit (asr.features.cmvn)
   fbank.conf             the options in Kaldi's --option=value form (compute-fbank-feats --config)
   data_checksum          a checksum of the data dir files the features were made from
-  skipped                `utt reason` for utterances that could not be extracted (if any)
+  skipped                `utt reason` for utterances that could not be extracted (if any): audio
+                         unreadable, segment outside it, too short for a frame, or features with
+                         NaN/inf values (never written: one would make every loss it enters NaN)
 
 Work is split by recording into `features.jobs` worker processes, each writing its own
 ark/scp part; the parts are then joined into one ark. The set directory is built under a
@@ -36,7 +38,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from asr.data.audio import RecordingCache, cut_segment
+from asr.data import commands
+from asr.data.audio import RecordingCache, cut_segment, shell_command
 from asr.data.datadir import DataDir, read_data_dir, write_table
 from asr.features import cmvn
 from asr.features.deltas import add_deltas, delta_opts
@@ -144,6 +147,8 @@ def extract_set(
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise InputError(f"features.device={device!r} but torch sees no GPU; use features.device=cpu")
     data = read_data_dir(data_dir)
+    if (data_dir / "wav.scp").is_file():
+        commands.check_table(data_dir / "wav.scp", shell_command)  # refused here, or logged, before any work
     recorded = _provenance(data_dir, options, cmvn_unit, deltas)
     reason = "forced" if force else _why_incomplete(out_dir, recorded)
     if reason is None:
@@ -175,7 +180,7 @@ def _finish_set(data_dir: Path, results: list[PartResult], tmp: Path, out_dir: P
     num_frames = {utt: n for r in results for utt, n in r.num_frames.items()}
     skipped = [s for r in results for s in r.skipped]
     for recording, reason, utts in skipped:
-        log.warning("%s: recording %s: %s; skipped %d utterance(s)", name, recording, reason, len(utts))
+        log.warning("%s: recording %s: %s; skipped %d utterance(s): %s", name, recording, reason, len(utts), " ".join(utts[:10]))
     if not num_frames:
         first = f" (first: {skipped[0][0]}: {skipped[0][1]})" if skipped else ""
         raise InputError(f"{data_dir}: no utterance could be extracted{first}; check wav.scp and the audio files")
@@ -186,6 +191,8 @@ def _finish_set(data_dir: Path, results: list[PartResult], tmp: Path, out_dir: P
     repoint_scp(tmp / "cmvn.scp", out_dir.absolute() / "cmvn.ark")  # it names the temporary dir
     if skipped:
         write_table(tmp / "skipped", {utt: reason for _, reason, utts in skipped for utt in utts})
+        log.warning("%s: %d utterances skipped, each listed with its reason in %s", name,
+                    sum(len(utts) for _, _, utts in skipped), out_dir / "skipped")
     for file_name, content in recorded.items():
         if content:  # an empty record means "must not exist" (see _provenance)
             (tmp / file_name).write_text(content)
@@ -341,6 +348,10 @@ def extract_part(task: PartTask, on_recording_done: Callable[[], None]) -> PartR
             for utt, feats, seconds in _recording_features(work, audio, task, result):
                 if task.delta_order > 0:
                     feats = add_deltas(feats, task.delta_order, task.delta_window)
+                problem = non_finite_problem(feats)
+                if problem:
+                    result.skipped.append((work.recording, problem, [utt]))
+                    continue
                 writer(utt, feats)
                 result.num_frames[utt] = feats.shape[0]
                 result.seconds += seconds
@@ -348,6 +359,15 @@ def extract_part(task: PartTask, on_recording_done: Callable[[], None]) -> PartR
                     _add_stats(result.stats, cmvn.compute_stats(task.cmvn_unit, {utt: feats}, task.utt2spk))
             on_recording_done()
     return result
+
+
+def non_finite_problem(feats: np.ndarray) -> str | None:
+    """What is wrong with a feature matrix holding NaN or inf values (the audio had such
+    samples, or is damaged); None when every value is finite."""
+    if np.isfinite(feats).all():
+        return None
+    nan, inf = int(np.isnan(feats).sum()), int(np.isinf(feats).sum())
+    return f"features with non-finite values ({nan} NaN, {inf} inf of {feats.size}): NaN/inf audio samples or damaged audio"
 
 
 def _recording_features(work: RecordingWork, audio: RecordingCache, task: PartTask, result: PartResult):

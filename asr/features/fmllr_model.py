@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import kaldiio
 import numpy as np
 import torch
 
+from asr.data import commands
 from asr.data.datadir import c_sort_key
 from asr.features import gmm as gmm_lib
 from asr.features.cmvn import CmvnApplier
@@ -108,7 +108,7 @@ class SpeakerFrames:
 
     def __init__(self, base_dir: str | os.PathLike, utt2spk: dict[str, str], norm_vars: bool):
         self.base_dir = Path(base_dir)
-        self.feats = kaldiio.load_scp(str(self.base_dir / "feats.scp"))
+        self.feats = commands.load_scp(self.base_dir / "feats.scp")
         self.utt2spk = utt2spk
         self.cmvn = CmvnApplier(self.base_dir, utt2spk, norm_vars)
         if self.cmvn.unit not in ("speaker", "none"):

@@ -47,8 +47,8 @@ import torch
 from asr.data.datadir import read_data_dir, read_table, spk2utt, write_table
 from asr.features import cmvn
 from asr.features.deltas import add_deltas
-from asr.features.extract import (SetSummary, _add_stats, _log_summary, join_parts, merge_stats, repoint_scp,
-                                  run_parts)
+from asr.features.extract import (SetSummary, _add_stats, _log_summary, join_parts, merge_stats, non_finite_problem,
+                                  repoint_scp, run_parts)
 from asr.features.fbank import FbankOptions
 from asr.features.fmllr import transform_frames
 from asr.features.fmllr_model import FmllrModel, FmllrOptions, SpeakerFrames, single_thread, train_fmllr_model, write_report
@@ -170,6 +170,7 @@ class AdaptResult:
     stats: dict[str, np.ndarray] = field(default_factory=dict)  # CMVN statistics of the output
     transforms: dict[str, np.ndarray] = field(default_factory=dict)
     speaker_lines: dict[str, str] = field(default_factory=dict)  # fmllr_speakers
+    skipped: dict[str, str] = field(default_factory=dict)  # utt -> why its features were not written
 
 
 def adapt_set(model_dir: Path, model_checksum: str, base_dir: Path, data_dir: Path, out_dir: Path, fcfg: Any,
@@ -221,6 +222,10 @@ def _adapt_part(task: AdaptTask, on_speaker_done) -> AdaptResult:
     with kaldiio.WriteHelper(f"ark,scp:{out / f'feats.{task.index}.ark'},{out / f'feats.{task.index}.scp'}") as writer:
         for speaker, utts in task.speakers.items():
             for utt, feats in adapt_speaker(model, frames, speaker, utts, opts, result, ivectors):
+                problem = non_finite_problem(feats)
+                if problem:
+                    result.skipped[utt] = problem
+                    continue
                 writer(utt, feats)
                 result.num_frames[utt] = feats.shape[0]
                 if opts.stored_cmvn != "none":
@@ -288,12 +293,14 @@ def _finish_set(results: list[AdaptResult], tmp: Path, out_dir: Path, base_dir: 
     # speaker, frames, adapted|identity, log-likelihood per frame before/after, and the same
     # plus log|det A| (the objective fMLLR maximises) before/after
     write_table(tmp / "fmllr_speakers", speaker_lines)
-    for name in ("fbank.conf", "skipped"):
-        if (base_dir / name).is_file():
-            shutil.copyfile(base_dir / name, tmp / name)
+    if (base_dir / "fbank.conf").is_file():
+        shutil.copyfile(base_dir / "fbank.conf", tmp / "fbank.conf")
+    skipped = {**(read_table(base_dir / "skipped") if (base_dir / "skipped").is_file() else {}),
+               **{u: reason for r in results for u, reason in r.skipped.items()}}
+    if skipped:
+        write_table(tmp / "skipped", skipped)
     (tmp / CHECKSUM_FILE).write_text(expected)
     adapted = sum(1 for line in speaker_lines.values() if " adapted " in line)
     log.info("%s: %d of %d speakers adapted (the others had fewer than %g frames: identity)",
              out_dir.name, adapted, len(speaker_lines), fcfg.fmllr.min_count)
-    skipped = len(read_table(base_dir / "skipped")) if (base_dir / "skipped").is_file() else 0
-    return SetSummary(out_dir.name, len(num_frames), sum(num_frames.values()), 0.0, 0.0, skipped)
+    return SetSummary(out_dir.name, len(num_frames), sum(num_frames.values()), 0.0, 0.0, len(skipped))

@@ -27,9 +27,10 @@ import kaldiio
 import numpy as np
 from tqdm import tqdm
 
+from asr.data import commands
 from asr.data.datadir import c_sort_key, read_data_dir, read_table, write_table
 from asr.features import cmvn
-from asr.features.extract import SetSummary, _add_stats, repoint_scp
+from asr.features.extract import SetSummary, _add_stats, non_finite_problem, repoint_scp
 from asr.features.kaldi_io import apply_transform, read_matrix, read_transforms
 from asr.features.splice import splice
 from asr.utils.atomic import atomic_dir
@@ -61,7 +62,7 @@ def import_set(kaldi_dir: Path, kaldi_set: Path, out_dir: Path, utt2spk: dict[st
     scp = kaldi_set / "feats.scp"
     if not scp.is_file():
         raise InputError(f"{scp}: missing; features.kaldi_dir must hold a Kaldi data dir per set with feats.scp")
-    feats = kaldiio.load_scp(str(scp))
+    feats = commands.load_scp(scp)
     with atomic_dir(out_dir) as tmp:
         if (kaldi_set / "trans.scp").is_file():
             num_frames, dim = _materialise(kaldi_dir, kaldi_set, feats, utt2spk, tmp, out_dir, cmvn_unit)
@@ -140,17 +141,25 @@ def _materialise(kaldi_dir: Path, kaldi_set: Path, feats, utt2spk: dict[str, str
                  cmvn_unit: str) -> tuple[dict[str, int], int]:
     """Kaldi's adapted features written as an ark, with CMVN statistics per `cmvn_unit`."""
     pipeline = _KaldiPipeline(kaldi_dir, kaldi_set, feats, utt2spk)
-    num_frames, stats, dim = {}, {}, 0
+    num_frames, stats, dim, skipped = {}, {}, 0, {}
     utts = sorted((u for u in utt2spk if u in feats), key=c_sort_key)
     with kaldiio.WriteHelper(f"ark,scp:{tmp / 'feats.ark'},{tmp / 'feats.scp'}") as writer:
         for utt in tqdm(utts, desc=kaldi_set.name, unit="utt", mininterval=2.0, disable=None):
             out = pipeline(utt)
+            problem = non_finite_problem(out)
+            if problem:
+                skipped[utt] = problem
+                continue
             writer(utt, out)
             num_frames[utt], dim = out.shape[0], out.shape[1]
             if cmvn_unit != "none":
                 _add_stats(stats, cmvn.compute_stats(cmvn_unit, {utt: out}, utt2spk))
     repoint_scp(tmp / "feats.scp", out_dir.absolute() / "feats.ark")
     _write_stats(stats, tmp, out_dir, cmvn_unit)
+    if skipped:
+        write_table(tmp / "skipped", skipped)
+        log.warning("%s: %d utterances skipped for non-finite values, listed in %s: %s", out_dir.name, len(skipped),
+                    out_dir / "skipped", " ".join(list(skipped)[:10]))
     return num_frames, dim
 
 

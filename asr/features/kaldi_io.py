@@ -27,6 +27,7 @@ from pathlib import Path
 import kaldiio
 import numpy as np
 
+from asr.data import commands
 from asr.data.datadir import c_sort_key
 from asr.utils.atomic import atomic_path
 from asr.utils.errors import InputError
@@ -84,7 +85,7 @@ def read_transforms(scp: str | os.PathLike) -> dict[str, np.ndarray]:
     if not Path(scp).is_file():
         raise InputError(f"{scp}: missing transforms; re-run the features stage")
     try:
-        return {k: np.asarray(v, dtype=np.float64) for k, v in kaldiio.load_scp(str(scp)).items()}
+        return {k: np.asarray(v, dtype=np.float64) for k, v in commands.load_scp(scp).items()}
     except Exception as err:
         raise InputError(f"{scp}: cannot read the transforms it names ({err})") from None
 

@@ -1,6 +1,9 @@
 """Configuration of the word language models (Hydra group `lm`)."""
 
 from dataclasses import dataclass, field
+from typing import ClassVar
+
+from asr.utils.checks import AT_LEAST_ONE, Check, each
 
 
 @dataclass
@@ -20,3 +23,5 @@ class LMConfig:
     # Sets whose reference text (<data_dir>/<set>/text) the perplexity is reported on.
     perplexity_sets: list = field(default_factory=lambda: ["${data.eval_set}"])
     kenlm_bin: str = ""  # dir of lmplz/build_binary/query; empty -> $KENLM_BIN, <venv>/kenlm/bin, PATH
+
+    CHECKS: ClassVar[dict[str, Check]] = {"orders": each(AT_LEAST_ONE), "decode_order": AT_LEAST_ONE}

@@ -16,6 +16,7 @@ from typing import Iterable, Iterator
 
 from asr.utils.atomic import atomic_open
 from asr.utils.errors import InputError
+from asr.utils.textfile import iter_lines
 
 # Tokens lmplz reserves; a transcript containing them would corrupt the model.
 RESERVED = frozenset({"<s>", "</s>"})
@@ -26,14 +27,13 @@ def read_sentences(path: str | os.PathLike, has_ids: bool) -> Iterator[list[str]
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: LM training text not found; run the prepare stage or fix lm.extra_text")
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            words = line.split()[1:] if has_ids else line.split()
-            reserved = RESERVED.intersection(words)
-            if reserved:
-                raise InputError(f"{path}:{lineno}: the words {sorted(reserved)} are reserved by the LM toolkit; remove them")
-            if words:
-                yield words
+    for lineno, line in iter_lines(path):
+        words = line.split()[1:] if has_ids else line.split()
+        reserved = RESERVED.intersection(words)
+        if reserved:
+            raise InputError(f"{path}:{lineno}: the words {sorted(reserved)} are reserved by the LM toolkit; remove them")
+        if words:
+            yield words
 
 
 def write_corpus(sources: Iterable[tuple[Path, bool]], text_path: Path, words_path: Path) -> tuple[int, int]:

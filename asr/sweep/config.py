@@ -1,6 +1,9 @@
 """Configuration of the batch-size sweep (Hydra group `sweep`; `python -m asr.sweep`)."""
 
 from dataclasses import dataclass, field
+from typing import ClassVar
+
+from asr.utils.checks import AT_LEAST_ONE, NON_NEGATIVE, Check, each, one_of, subset_of
 
 
 @dataclass
@@ -17,3 +20,9 @@ class SweepConfig:
     max_train_utts: int = 0  # train on the first N utterances only (0 = all): a quicker sweep
     consensus_every_steps: int = 0  # learners average all weights this often (0 = train.checkpoint_every_steps), and at epoch ends
     out_dir: str = "${exp_dir}/sweep"
+
+    CHECKS: ClassVar[dict[str, Check]] = {
+        "algorithms": subset_of("ssgd", "adpsgd", "hadpsgd"), "learners": AT_LEAST_ONE, "learners_per_node": AT_LEAST_ONE,
+        "global_batches": each(AT_LEAST_ONE), "epochs": AT_LEAST_ONE, "lr_scaling": one_of("none", "linear", "sqrt"),
+        "reference_batch": AT_LEAST_ONE, "max_train_utts": NON_NEGATIVE, "consensus_every_steps": NON_NEGATIVE,
+    }

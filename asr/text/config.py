@@ -1,6 +1,9 @@
 """Configuration of the subword tokenizer (Hydra group `tokenizer`)."""
 
 from dataclasses import dataclass, field
+from typing import ClassVar
+
+from asr.utils.checks import AT_LEAST_ONE, Check, between, one_of
 
 
 @dataclass
@@ -11,3 +14,8 @@ class TokenizerConfig:
     character_coverage: float = 1.0
     # Transcript tags kept whole: each becomes one token (with its word boundary).
     user_symbols: list = field(default_factory=lambda: ["[noise]", "[laughter]", "[vocalized-noise]"])
+
+    CHECKS: ClassVar[dict[str, Check]] = {
+        "model_type": one_of("bpe", "unigram", "char", "word"), "vocab_size": AT_LEAST_ONE,
+        "character_coverage": between(0.5, 1.0),
+    }

@@ -1,44 +1,67 @@
-"""The training loop: BLSTM-CTC on one learner, resumable at any checkpoint.
+"""The training loop: BLSTM acoustic models on one learner or many, resumable at any checkpoint.
 
-`train(cfg)` is the whole stage. A re-run resumes from the newest readable checkpoint
-(losing at most the steps since it) and reproduces the uninterrupted run exactly: the
-batch order is a function of (seed, epoch), the sampler restarts at the saved batch, and
-model, optimizer, schedule and RNG states are restored. What is trained is the objective of
-train.objective (asr/train/objectives.py): the loss optimised and reported is its loss summed
-over the batch divided by its count (CTC: target tokens; frame CE: frames).
+`train(cfg)` is the whole stage. A re-run resumes from what the last run saved
+(asr/train/resume.py). What is trained is the objective of train.objective
+(asr/train/objectives.py): the loss optimised and reported is its loss summed over the batch
+divided by its count (CTC: target tokens; frame CE: frames).
 
-Under torchrun (distributed=ssgd|adpsgd|hadpsgd, asr/distributed/) every learner runs this
-loop on its own shard of each batch; rank 0 alone writes checkpoints, logs and plots;
-evaluation and checkpoints use the weights all learners agree on (`Updater.consensus()`).
+Under torchrun (distributed=ssgd|adpsgd|hadpsgd, asr/distributed/):
+
+- one learner and SSGD: every step, the batch of the epoch's plan at the current position
+  (SSGD learners each take their share of it). Checkpoints hold the one model; a resume with
+  the same number of learners reproduces the uninterrupted run exactly.
+- ADPSGD and H-ADPSGD: a node claims the plan's next batch when it is ready for one
+  (asr/distributed/claims.py), so a fast node trains more of the epoch and nobody waits for a
+  slow one. Nodes never synchronise inside an epoch: each node's leader writes the node's own
+  checkpoint every train.checkpoint_every_steps of its steps. At an epoch end (the one
+  collective of an epoch) the learners' weights are averaged, the average is evaluated and
+  saved as the epoch's checkpoint (best.pt, last.pt: what decoding uses), and every learner
+  goes on from its own weights.
+
+Rank 0 alone writes the training log, plots and the one-model checkpoints.
 """
 
 from __future__ import annotations
 
+import copy
+import json
 import logging
 import math
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
+from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from asr.config import to_container
-from asr.distributed.build import build_training_updater
-from asr.distributed.checkpointing import check_learners, distributed_entry, learner_rng, load_resume_state
+from asr.distributed.build import build_training_updater, step_group
+from asr.distributed.claims import BatchClaims, claims_store
 from asr.distributed.context import DistributedContext, DistributedError, fail_fast, init_distributed
+from asr.distributed.flat import set_parameters_
 from asr.features.specaugment import SpecAugment
 from asr.models.blstm import build_model
-from asr.train.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, restore_rng_state, rng_state
-from asr.train.data import Batch, BucketBatchSampler, collate
-from asr.train.device import autocast, select_device, training_precision
-from asr.train.experiment import check_and_save_config
+from asr.models.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, restore_rng_state, rng_state
+from asr.optim.updater import optimizer_moments
+from asr.train.data import Batch, BucketBatchSampler, ClaimedBatchSampler, EpochAugment, Prefetcher, collate, pack_mask, unpack_mask
+from asr.train.experiment import check_config, restart_experiment, save_config
 from asr.train.objectives import build_objective, ctc_loss_sum  # noqa: F401  (ctc_loss_sum: re-exported)
+from asr.train.precision import autocast, grad_scaler, training_precision
+from asr.train.resume import RunLayout, Start, find_start, node_dir
+from asr.train.telemetry import Telemetry
 from asr.train.trainlog import LogRow, TrainLog
+from asr.utils.device import select_device
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
+
+
+def to_container(cfg) -> dict:
+    """A plain dict of a config node, interpolations resolved (what checkpoints store)."""
+    return OmegaConf.to_container(cfg, resolve=True)
 
 NAN = float("nan")
 
@@ -49,7 +72,7 @@ class Progress:
 
     step: int = 0  # batches consumed, skipped bad ones included
     epoch: int = 0  # completed epochs, i.e. the index of the epoch being trained
-    batches_done: int = 0  # position inside the current epoch
+    batches_done: int = 0  # position inside the current plan of the epoch
     elapsed_s: float = 0.0  # training time over all runs
     epoch_loss: float = 0.0  # loss sum and tokens of the current epoch...
     epoch_tokens: int = 0
@@ -57,11 +80,50 @@ class Progress:
     window_tokens: int = 0
     dev_loss: float = NAN  # of the last completed epoch
     best_dev_loss: float = math.inf
-    bad_batches: int = 0
+    bad_utterances: int = 0  # left out of their step for a non-finite loss
 
 
 def mean(loss_sum: float, tokens: int) -> float:
     return loss_sum / tokens if tokens else NAN
+
+
+class StepTimes:
+    """Per-step wall time, and how much of it went to waiting for data and for the weight
+    average; written to `<exp_dir>/timing/learner-<rank>.json` at the end of a run."""
+
+    def __init__(self, started: float | None = None):
+        self.steps: list[float] = []
+        self.data_wait: list[float] = []
+        self.utterances = 0
+        self.started = started if started is not None else time.perf_counter()  # the train stage's start
+        self.startup: float | None = None  # seconds from it to the first batch
+        self.mark = time.perf_counter()
+
+    def batch_ready(self) -> None:
+        now = time.perf_counter()
+        self.data_wait.append(now - self.mark)
+        if self.startup is None:
+            self.startup = now - self.started
+
+    def step_done(self, utterances: int) -> None:
+        now = time.perf_counter()
+        self.steps.append(now - self.mark)
+        self.utterances += utterances
+        self.mark = now
+
+    def restart(self) -> None:
+        """After an epoch end: its evaluation is not part of any step."""
+        self.mark = time.perf_counter()
+
+    def summary(self, skip: int = 3) -> dict:
+        steady = self.steps[skip:] or self.steps
+        return {
+            "steps": len(self.steps), "utterances": self.utterances, "train_seconds": round(sum(self.steps), 3),
+            "step_seconds_mean": round(statistics.fmean(steady), 5) if steady else None,
+            "step_seconds_median": round(statistics.median(steady), 5) if steady else None,
+            "data_wait_seconds": round(sum(self.data_wait), 3),
+            "startup_seconds": round(self.startup, 4) if self.startup is not None else None,
+        }
 
 
 class Trainer:
@@ -73,9 +135,9 @@ class Trainer:
         self.device = self.dist.device
         self.precision = training_precision(self.tcfg.precision, self.device)
         self.objective = build_objective(cfg)
-        self.train_set = self.dataset(cfg.data.train_set)
-        self.dev_set = self.dataset(cfg.data.dev_set)
-        self.train_set.reader.augment = SpecAugment.from_config(cfg.features.specaugment)  # None: off
+        self.train_set, self.dev_set = self.datasets()
+        augment = SpecAugment.from_config(cfg.features.specaugment)  # None: off
+        self.train_set.reader.augment = EpochAugment(augment, cfg.seed) if augment is not None else None
         if self.dev_set.feat_dim != self.train_set.feat_dim:
             raise InputError(f"{self.dev_set.reader.set_dir}: feat_dim {self.dev_set.feat_dim} differs from the training set's {self.train_set.feat_dim}")
         torch.manual_seed(cfg.seed)
@@ -84,71 +146,147 @@ class Trainer:
         num_outputs = self.objective.num_outputs
         self.model_info = {"config": to_container(cfg.model), "input_dim": self.train_set.feat_dim, "num_outputs": num_outputs}
         self.model = build_model(cfg.model, self.train_set.feat_dim, num_outputs).to(self.device)
-        shard = {"num_replicas": self.dist.world_size, "rank": self.dist.rank}
-        self.sampler = BucketBatchSampler(self.train_set.num_frames, self.tcfg.max_frames, self.tcfg.max_utts, seed=cfg.seed, **shard)
-        total_steps = self.sampler.num_batches() * self.tcfg.epochs
-        self.updater = build_training_updater(self.model, cfg, self.dist, total_steps)
+        self.group = step_group(self.dist, cfg)
+        self.layout = RunLayout(self.group.layout is not None, self.dist.world_size, self.group.size)
+        lengths = list(self.train_set.num_frames)[: self.tcfg.max_train_utts or None]
+        self.num_train_utts = len(lengths)
+        self.sampler = BucketBatchSampler(lengths, self.tcfg.max_frames, self.tcfg.max_utts, seed=cfg.seed,
+                                          num_replicas=self.group.size, rank=self.group.rank, window=self.tcfg.shuffle_window_utts)
+        self.total_steps = math.ceil(self.sampler.num_batches() / self.group.count) * self.tcfg.epochs
+        self.updater = build_training_updater(self.model, cfg, self.dist, self.total_steps, grad_scaler(self.precision, self.device))
+        self.train_model = self.updater.wrap(self.model)
         if self.dist.distributed:
             torch.manual_seed(cfg.seed + 1000 * self.dist.rank)  # same initial weights, own dropout masks
-        self.dev_sampler = BucketBatchSampler(self.dev_set.num_frames, self.tcfg.max_frames, self.tcfg.max_utts, shuffle=False, **shard)
+        self.dev_sampler = BucketBatchSampler(self.dev_set.num_frames, self.tcfg.max_frames, self.tcfg.max_utts, shuffle=False,
+                                              num_replicas=self.dist.world_size, rank=self.dist.rank)
         self.checkpoints = CheckpointDir(self.exp_dir / "checkpoints", self.tcfg.keep_checkpoints)
+        self.claims = self._claims() if self.updater.decentralized else None
+        self.node_checkpoints = self._node_checkpoints() if self.updater.decentralized else None
         self.trainlog = TrainLog(self.exp_dir, self.objective.loss_label)
         self.progress = Progress()
+        self.plan_done: np.ndarray | None = None  # utterances of the epoch trained before this run's plan
+        self.claimed: list[int] = []  # decentralized: the plan's batches this node took
+        self.run_steps = 0
+        self.stopped = False  # train.max_steps reached before the end of training
+        self.times = StepTimes()
+        self.telemetry = Telemetry(self.exp_dir, self.dist.rank, self.tcfg.tensorboard)
         self.run_start = time.monotonic()
 
-    def dataset(self, set_name: str):
-        return self.objective.dataset(set_name)
+    def datasets(self):
+        """The training and dev sets; learner 0 makes their training index first (if missing)."""
+        names = (self.cfg.data.train_set, self.cfg.data.dev_set)
+        sets = [self.objective.dataset(name) for name in names] if self.dist.is_writer else None
+        self.dist.broadcast_object(None)
+        return sets or [self.objective.dataset(name, build=False) for name in names]
 
-    # --- state ---------------------------------------------------------------------------
+    def _claims(self) -> BatchClaims:
+        layout = self.group.layout
+        control = self.updater.groups.node_claims
+        return BatchClaims(claims_store(), is_leader=layout.is_leader, leader=layout.leader_of(layout.node), control_group=control,
+                           rank=self.dist.rank, timeout_s=self.dist.timeout_s, limit=int(self.tcfg.max_steps))
+
+    def _node_checkpoints(self) -> CheckpointDir | None:
+        layout = self.group.layout
+        return CheckpointDir(node_dir(self.checkpoints, layout.node), self.tcfg.keep_checkpoints) if layout.is_leader else None
+
+    # --- state -----------------------------------------------------------------------------
 
     def resume(self) -> bool:
-        # On the CPU: RNG states must stay CPU tensors; load_state_dict moves the rest.
-        state = load_resume_state(self.checkpoints, self.dist)
-        if state is None:
+        start = find_start(self.checkpoints, self.dist, self.layout, self.num_train_utts)
+        if start.kind == "fresh":
             return False
-        check_learners(state, self.dist, self.checkpoints.dir)
+        state = start.state
         try:
             self.model.load_state_dict(state["model"])
             self.updater.load_state_dict(state["updater"])
         except (RuntimeError, ValueError, KeyError) as err:
             raise InputError(
-                f"{self.checkpoints.dir}: checkpoint does not fit the configured model ({str(err).splitlines()[0]}); "
+                f"{start.source}: checkpoint does not fit the configured model ({str(err).splitlines()[0]}); "
                 "use a new exp_name for a different model"
             ) from None
         self.progress = Progress(**state["progress"])
-        rng = learner_rng(state, self.dist)
-        if rng is not None:
-            restore_rng_state(rng)
+        if start.kind == "exact":
+            self.plan_done = _unpacked_done(state, self.num_train_utts)
+            self._restore_rng(state)
+        else:
+            self._continue_in_new_plan(start)
         if self.dist.is_writer:
             self.trainlog.truncate_after(self.progress.step)
-        log.info("resumed from step %d (epoch %d, batch %d)", self.progress.step, self.progress.epoch + 1, self.progress.batches_done)
+        where = f"batch {self.progress.batches_done}" if start.kind == "exact" else f"{int(start.done.sum())} of its utterances trained"
+        log.info("resumed from step %d (epoch %d, %s; %s start from %s)", self.progress.step, self.progress.epoch + 1, where, start.kind, start.source)
         return True
+
+    def _restore_rng(self, state: dict) -> None:
+        by_rank = state.get("distributed", {}).get("rng_by_rank")
+        if by_rank and len(by_rank) == self.dist.world_size:
+            restore_rng_state(by_rank[self.dist.rank])
+        elif self.dist.rank == 0:
+            restore_rng_state(state["rng"])
+
+    def _continue_in_new_plan(self, start: Start) -> None:
+        """own/replan: what is left of the epoch becomes a new plan for this run's learners."""
+        p = self.progress
+        p.batches_done = 0
+        self.plan_done = start.done
+        if start.kind == "own":
+            by_local = start.state["distributed"].get("rng_by_local") or []
+            if len(by_local) == self.group.size:
+                restore_rng_state(by_local[self.group.rank])
+            return
+        # replan: another number of learners, so another number of steps per epoch; the
+        # schedule goes on from the share of the training done, and every learner draws anew.
+        done = (p.epoch + float(start.done.mean())) / self.tcfg.epochs
+        self.updater.schedule.load_state_dict({"steps": round(done * self.total_steps), "epochs": p.epoch})
+        torch.manual_seed(self.cfg.seed + 1000 * self.dist.rank + 7919 * (p.step + 1))
 
     def elapsed(self) -> float:
         return self.progress.elapsed_s + time.monotonic() - self.run_start
 
-    def state(self) -> dict:
-        spread = self.updater.consensus()  # the weights all learners agree on
+    def sampler_state(self) -> dict:
+        """The epoch's plan and how far this learner got in it."""
+        p = self.progress
+        batches = self.claimed if self.updater.decentralized else range(p.batches_done)
+        trained = self.sampler.trained(p.epoch, self.plan_done, list(batches))
+        done = self.plan_done if self.plan_done is not None else np.zeros(self.num_train_utts, dtype=bool)
+        return {"epoch": p.epoch, "batches_done": p.batches_done, "num_utts": self.num_train_utts,
+                "done": pack_mask(done), "trained": pack_mask(trained)}
+
+    def state(self, model_state: dict | None = None, updater_state: dict | None = None, rngs: dict | None = None) -> dict:
         p = self.progress
         progress = asdict(p) | {"elapsed_s": self.elapsed()}
         return {
             "format": CHECKPOINT_FORMAT,
-            "model": self.model.state_dict(),
+            "model": model_state if model_state is not None else self.model.state_dict(),
             "model_info": self.model_info,
-            "updater": self.updater.state_dict(),
-            "sampler": {"epoch": p.epoch, "batches_done": p.batches_done},
+            "updater": updater_state if updater_state is not None else self.updater.state_dict(),
+            "sampler": self.sampler_state(),
             "rng": rng_state(),
             "step": p.step,
             "epoch": p.epoch,
             "progress": progress,
             "config": to_container(self.cfg),
-            "distributed": distributed_entry(self.dist, spread),
+            "layout": self.layout.as_dict(),
+            "distributed": {"algorithm": self.dist.algorithm, "world_size": self.dist.world_size, **(rngs or {})},
         }
 
     def save_checkpoint(self) -> Path | None:
-        """Every learner calls it (state() is a collective); rank 0 writes the file."""
-        state = self.state()
+        """SSGD and one learner: every learner calls it (a collective), rank 0 writes the one
+        model. Decentralized: the node's leader writes its node's own state, no collective
+        beyond the node."""
+        if self.updater.decentralized:
+            return self.save_node_checkpoint()
+        rngs = {"rng_by_rank": self.dist.gather_objects(rng_state())}
+        state = self.state(rngs=rngs)
         return self.checkpoints.save(state) if self.dist.is_writer else None
+
+    def save_node_checkpoint(self) -> Path | None:
+        self.updater.quiesce()
+        rngs = {"rng_by_local": self.updater.gather_in_node(rng_state())}
+        if self.node_checkpoints is None:
+            return None
+        state = self.state(rngs=rngs)
+        state["layout"] = self.layout.as_dict() | {"node": self.group.layout.node}
+        return self.node_checkpoints.save(state)
 
     # --- training --------------------------------------------------------------------------
 
@@ -156,13 +294,16 @@ class Trainer:
         # Own generator: creating an iterator must not draw from the global RNG, or a resumed
         # run's dropout masks would differ from the uninterrupted run's.
         generator = torch.Generator().manual_seed(self.cfg.seed)
-        return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=self.tcfg.num_workers, generator=generator)
+        return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=self.tcfg.num_workers, generator=generator,
+                          pin_memory=self.device.type == "cuda")
 
-    def run(self) -> Path:
+    def run(self) -> Path | None:
         epochs = self.tcfg.epochs
         log.info("training on %s in %s", self.device, self.precision)
         while self.progress.epoch < epochs:
             self.train_epoch()
+            if self.stopped:
+                return self.stop_early()
             self.finish_epoch()
         if not self.dist.is_writer:
             return self.checkpoints.last
@@ -173,12 +314,23 @@ class Trainer:
         )
         return self.checkpoints.last
 
+    def stop_early(self) -> None:
+        """train.max_steps reached: save where this run got to, so the next one goes on."""
+        self.save_checkpoint()
+        log.info("stopped after %d steps of this run (train.max_steps=%d) at step %d, epoch %d; the same command goes on from here",
+                 self.run_steps, self.tcfg.max_steps, self.progress.step, self.progress.epoch + 1)
+        return None
+
     def train_epoch(self) -> None:
         p = self.progress
-        self.sampler.set_epoch(p.epoch, start=p.batches_done)
+        self.sampler.set_epoch(p.epoch, start=p.batches_done, done=self.plan_done)
         total = self.sampler.num_batches()
+        batches = self.sampler
+        if self.claims is not None:
+            self.claims.start_epoch(p.epoch)
+            batches = ClaimedBatchSampler(self.sampler, self.claims)
+            self.claimed = batches.claimed
         bar = tqdm(
-            self.loader(self.train_set, self.sampler),
             total=total,
             initial=p.batches_done,
             desc=f"epoch {p.epoch + 1}/{self.tcfg.epochs}",
@@ -186,28 +338,57 @@ class Trainer:
             leave=False,
             dynamic_ncols=True,
         )
+        if self.train_set.reader.augment is not None:
+            self.train_set.reader.augment.epoch = p.epoch
         self.model.train()
-        for batch in bar:
+        self.times.restart()
+        prefetched = Prefetcher(self.loader(self.train_set, batches), self.tcfg.prefetch_batches)
+        try:
+            self.train_batches(prefetched, bar, total)
+        finally:
+            prefetched.close()
+        if self.claims is not None:
+            self.stopped = self.claims.limit_reached
+        bar.close()
+
+    def train_batches(self, batches, bar, total: int) -> None:
+        p = self.progress
+        for batch in batches:
+            self.times.batch_ready()
+            comm_before = self.updater.comm_wait_s
             self.train_batch(batch)
             p.step += 1
             p.batches_done += 1
+            self.run_steps += 1
+            self.times.step_done(len(batch.utts))
+            self.telemetry.add_step(int(batch.feat_lens.sum()), self.times.data_wait[-1], self.updater.comm_wait_s - comm_before)
+            bar.update(self._claimed_so_far() - bar.n if self.claims is not None else 1)
             if p.step % self.tcfg.log_every_steps == 0:
                 row = self.log_row(epoch=p.epoch + 1)
                 bar.set_postfix(loss=f"{row.train_loss:.3f}", lr=f"{self.updater.lr:.2e}")
-            if p.step % self.tcfg.checkpoint_every_steps == 0 and p.batches_done < total:
+            if p.step % self.tcfg.checkpoint_every_steps == 0 and (self.claims is not None or p.batches_done < total):
                 self.save_checkpoint()
-        bar.close()
+            if self.claims is None and self.tcfg.max_steps and self.run_steps >= self.tcfg.max_steps:
+                self.stopped = p.batches_done < total or p.epoch + 1 < self.tcfg.epochs
+                return
+
+    def _claimed_so_far(self) -> int:
+        return (max(self.claimed) + 1) if self.claimed else 0
 
     def train_batch(self, batch: Batch) -> None:
-        batch = batch.to(self.device)
+        batch = batch.to(self.device, non_blocking=True)
         self.updater.begin_step()  # ADPSGD: the weight exchange runs during forward and backward
-        with autocast(self.device, self.precision):
-            log_probs, out_lens = self.model(batch.feats, batch.feat_lens)
-        loss_sum, tokens = self.objective.loss(log_probs, out_lens, batch)
-        if not torch.isfinite(loss_sum):
-            self.record_bad_batch(batch, loss_sum.item())
-            self.updater.skip_batch()  # other learners still count on this one's part
-            return
+        losses, counts = self.forward_losses(batch)
+        bad = ~torch.isfinite(losses.detach())
+        if bad.any():
+            self.record_bad_utterances(batch, bad)
+            keep = (~bad).cpu().tolist()
+            batch = batch.subset(keep) if any(keep) else None
+            losses, counts = self.forward_losses(batch) if batch is not None else (None, None)
+            if losses is None or not torch.isfinite(losses.detach()).all():
+                self.updater.skip_batch()  # other learners still count on this one's part
+                return
+        loss_sum, tokens = losses.sum(), int(counts.sum())
         self.updater.step(loss_sum / max(tokens, 1), weight=tokens)
         value = loss_sum.item()
         p = self.progress
@@ -216,37 +397,49 @@ class Trainer:
         p.epoch_tokens += tokens
         p.window_tokens += tokens
 
-    def record_bad_batch(self, batch: Batch, loss: float) -> None:
-        """Skip it, and keep its utterance ids so the data can be inspected."""
-        self.progress.bad_batches += 1
-        path = self.exp_dir / "bad_batches.txt"
-        line = f"step {self.progress.step} epoch {self.progress.epoch + 1} loss {loss}: {' '.join(batch.utts)}"
+    def forward_losses(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        with autocast(self.device, self.precision):
+            log_probs, out_lens = self.train_model(batch.feats, batch.feat_lens)
+        return self.objective.utterance_losses(log_probs, out_lens, batch)
+
+    def record_bad_utterances(self, batch: Batch, bad: torch.Tensor) -> None:
+        """Leave them out of this step (the rest of the batch is trained again without them),
+        and name them so the data can be inspected."""
+        names = [utt for utt, b in zip(batch.utts, bad.tolist()) if b]
+        self.progress.bad_utterances += len(names)
+        line = f"step {self.progress.step} epoch {self.progress.epoch + 1}: non-finite loss, left out: {' '.join(names)}"
         if not self.dist.is_writer:  # only rank 0 writes files; the ids go to this learner's log
-            log.warning("learner %d, bad batch: %s", self.dist.rank, line)
+            log.warning("learner %d: %s", self.dist.rank, line)
             return
+        path = self.exp_dir / "bad_utterances.txt"
         with open(path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
-        log.warning("step %d: non-finite loss %s; batch of %d utterances skipped (ids in %s)", self.progress.step, loss, len(batch.utts), path)
+        log.warning("step %d: non-finite loss for %d of %d utterances, trained without them (ids in %s)",
+                    self.progress.step, len(names), len(batch.utts), path)
 
     @torch.no_grad()
-    def evaluate(self) -> float:
+    def evaluate(self, model: torch.nn.Module | None = None) -> float:
         """The objective's loss per token (CTC) or frame (CE) on the dev set (dropout off);
         its other statistics (CE: frame accuracy) go to self.dev_metrics. Learners evaluate
-        their shards of the dev set with the weights they agree on."""
-        self.updater.consensus()
-        self.model.eval()
+        their shares of the dev set with the same weights (`model`: the training model's)."""
+        model = model if model is not None else self.model
+        was_training = model.training
+        model.eval()
         loss_sum, tokens = 0.0, 0
         stats: dict[str, float] = {}
         for batch in self.loader(self.dev_set, self.dev_sampler):
             batch = batch.to(self.device)
             with autocast(self.device, self.precision):
-                log_probs, out_lens = self.model(batch.feats, batch.feat_lens)
-            batch_loss, batch_count = self.objective.loss(log_probs, out_lens, batch)
-            loss_sum += float(batch_loss)
-            tokens += batch_count
+                log_probs, out_lens = model(batch.feats, batch.feat_lens)
+            losses, counts = self.objective.utterance_losses(log_probs, out_lens, batch)
+            finite = torch.isfinite(losses)
+            if not finite.all():
+                log.warning("dev set: non-finite loss for %s; left out of the dev loss", [u for u, ok in zip(batch.utts, finite.tolist()) if not ok])
+            loss_sum += float(losses[finite].sum())
+            tokens += int(counts[finite].sum())
             for key, value in self.objective.eval_stats(log_probs, out_lens, batch).items():
                 stats[key] = stats.get(key, 0.0) + value
-        self.model.train()
+        model.train(was_training)
         keys = sorted(stats)
         loss_sum, tokens, *values = self.dist.all_reduce_sum([loss_sum, tokens] + [stats[k] for k in keys])
         self.dev_metrics = self.objective.metrics(dict(zip(keys, values)))
@@ -261,12 +454,22 @@ class Trainer:
         row = LogRow(p.step, epoch, mean(p.window_loss, p.window_tokens), dev_loss, self.updater.lr, round(self.elapsed(), 1))
         if self.dist.is_writer:
             self.trainlog.append(row)
+        if dev_loss != dev_loss:  # a row of the steps, not an epoch end
+            self.telemetry.row(p.step, row.train_loss, row.lr)
         p.window_loss, p.window_tokens = 0.0, 0
         return row
 
     def finish_epoch(self) -> None:
+        if self.updater.decentralized:
+            self.claims.end_epoch(len(self.sampler.global_batches(self.progress.epoch, self.sampler.done)))
+            average = self.updater.average_for_epoch_end()
+            model = self.averaged_model(average.weights)
+            dev_loss = self.evaluate(model)
+            saved = {"model_state": model.state_dict(), "updater_state": self.averaged_updater_state(average.moments)}
+            spread = average.spread
+        else:
+            dev_loss, saved, spread = self.evaluate(self.model), {}, 0.0
         p = self.progress
-        dev_loss = self.evaluate()
         epoch_loss, epoch_tokens = self.dist.all_reduce_sum([p.epoch_loss, p.epoch_tokens])
         train_loss = mean(epoch_loss, int(epoch_tokens))
         self.updater.end_epoch()
@@ -276,37 +479,90 @@ class Trainer:
         p.epoch_loss, p.epoch_tokens = 0.0, 0
         p.dev_loss = dev_loss
         p.best_dev_loss = min(p.best_dev_loss, dev_loss)
+        self.plan_done, self.claimed = None, []
         self.log_row(epoch=p.epoch, dev_loss=dev_loss)
-        path = self.save_checkpoint()
+        self.telemetry.epoch(p.step, {"train_loss": train_loss, "dev_loss": dev_loss, "weights_spread": spread, **self.dev_metrics})
+        path = self.save_epoch_checkpoints(saved)
+        self.times.restart()
         if path is None:
             return
         if improved:
             self.checkpoints.copy_to(path, self.checkpoints.best)
         self.trainlog.plot()
         log.info(
-            "epoch %d/%d: train loss %.4f, dev loss %.4f%s%s, lr %.3g, %d steps, %.0f s",
+            "epoch %d/%d: train loss %.4f, dev loss %.4f%s%s, lr %.3g, %d steps, %.0f s%s",
             p.epoch, self.tcfg.epochs, train_loss, dev_loss, " (best)" if improved else "",
             "".join(f", dev {name.replace('_', ' ')} {value:.4f}" for name, value in self.dev_metrics.items()),
             self.updater.lr, p.step, self.elapsed(),
+            f"; learners' spread before averaging {spread:.3g} (max |w_i - mean| / |mean|)" if self.updater.decentralized else "",
         )
 
+    def save_epoch_checkpoints(self, saved: dict) -> Path | None:
+        """The epoch's one-model checkpoint (rank 0's path), and under decentralized training
+        every node's own state."""
+        if not self.updater.decentralized:
+            return self.save_checkpoint()
+        self.save_node_checkpoint()
+        if not self.dist.is_writer:
+            return None
+        return self.checkpoints.save(self.state(**saved))
 
-def train(cfg) -> Path:
-    """The train stage: returns the path of the final checkpoint (`checkpoints/last.pt`)."""
+    def averaged_model(self, weights: torch.Tensor) -> torch.nn.Module:
+        """A copy of the model holding the learners' average (the training model keeps its own)."""
+        model = copy.deepcopy(self.model)
+        set_parameters_(list(model.parameters()), weights)
+        return model
+
+    def averaged_updater_state(self, moments: torch.Tensor | None) -> dict:
+        """This learner's updater state with the learners' mean optimizer moments."""
+        state = copy.deepcopy(self.updater.state_dict())
+        if moments is None:
+            return state
+        holder = copy.deepcopy(self.updater.optimizer)
+        set_parameters_(optimizer_moments(holder), moments)
+        state["optimizer"] = holder.state_dict()
+        return state
+
+    def write_timing(self) -> None:
+        summary = self.times.summary() | {"rank": self.dist.rank, "algorithm": self.dist.algorithm, "world_size": self.dist.world_size}
+        summary["exchanges"] = getattr(self.updater, "exchanges", 0)
+        summary["communication_wait_seconds"] = round(self.updater.comm_wait_s, 3)
+        path = self.exp_dir / "timing" / f"learner-{self.dist.rank}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summary, indent=1) + "\n")
+
+
+def _unpacked_done(state: dict, num_utts: int) -> np.ndarray | None:
+    packed = state["sampler"].get("done")
+    return None if packed is None else unpack_mask(packed, num_utts)
+
+
+def train(cfg) -> Path | None:
+    """The train stage: returns the path of the final checkpoint (`checkpoints/last.pt`), or
+    None when train.max_steps stopped it before the end."""
     if cfg.train.epochs < 1:
         raise InputError(f"train.epochs={cfg.train.epochs}: train for at least one epoch")
+    started = time.perf_counter()
     torch.set_num_threads(cfg.train.threads)
     exp_dir = Path(cfg.exp_dir)
     dist = init_distributed(cfg)
     try:
-        check_and_save_config(exp_dir, cfg, force=cfg.train.force, write=dist.is_writer)
+        if cfg.train.restart and dist.is_writer:
+            restart_experiment(exp_dir)
+        dist.broadcast_object(None)  # every learner sees the experiment as rank 0 left it
+        check_config(exp_dir, cfg, force=cfg.train.force)
         trainer = Trainer(cfg, dist)
+        trainer.times.started = started
         trainer.resume()
+        if dist.is_writer:
+            save_config(exp_dir, cfg)  # only now is it true that this config trains here
         if trainer.progress.epoch >= cfg.train.epochs and trainer.checkpoints.last.is_file():
             log.info("%s: already trained for %d epochs; skipping", trainer.checkpoints.last, trainer.progress.epoch)
             last = trainer.checkpoints.last
         else:
             last = trainer.run()
+            trainer.write_timing()
+        trainer.telemetry.close()
         trainer.updater.close()
     except BaseException as err:
         if dist.distributed or isinstance(err, DistributedError):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SWB-2000: SWB-300 plus Fisher English parts 1 and 2, scored on Hub5-2000.
 #   ./run.sh --swbd-dir DIR --ms98-dir DIR --fisher-dirs "LDC2004T19 LDC2005T19 LDC2004S13 LDC2005S13" \
+#            (or --fisher-dir DIR once per directory, for paths with spaces) \
 #            --eval2000-dir DIR --eval2000-text-dir DIR [--stage N] [--stop-stage M] [--exp NAME] \
 #            [--nproc N --nnodes N ...] [overrides...]
 # Stages: 0 prepare, 1 validate, 2 features, 3 tokenizer, 4 lm, 5 train, 6 tune (LM weight on dev),
@@ -10,14 +11,13 @@ here=$PWD
 cd "$(dirname "$0")"
 RECIPE_ARGS=("$@")
 . ../../scripts/recipe.sh
-usage() { sed -n '2,9p' "$0"; }
+usage() { sed -n '2,10p' "$0"; }
 decode_options
-recipe_option swbd_dir ""
-recipe_option ms98_dir ""
-recipe_option fisher_dirs ""
-recipe_option eval2000_dir ""
-recipe_option eval2000_text_dir ""
+corpus_option swbd_dir
+corpus_option ms98_dir
+corpus_list_option fisher_dirs fisher_dir  # --fisher-dirs "A B C D", or --fisher-dir A --fisher-dir B ... (paths with spaces)
+corpus_option eval2000_dir
+corpus_option eval2000_text_dir
 parse_options "$@"
-corpus_overrides "$here" data=swb2000 swbd_dir="$swbd_dir" ms98_dir="$ms98_dir" fisher_dirs="$fisher_dirs" \
-  eval2000_dir="$eval2000_dir" eval2000_text_dir="$eval2000_text_dir"
+corpus_overrides "$here" data=swb2000
 switchboard_stages

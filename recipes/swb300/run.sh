@@ -11,11 +11,10 @@ RECIPE_ARGS=("$@")
 . ../../scripts/recipe.sh
 usage() { sed -n '2,8p' "$0"; }
 decode_options
-recipe_option swbd_dir ""
-recipe_option ms98_dir ""
-recipe_option eval2000_dir ""
-recipe_option eval2000_text_dir ""
+corpus_option swbd_dir
+corpus_option ms98_dir
+corpus_option eval2000_dir
+corpus_option eval2000_text_dir
 parse_options "$@"
-corpus_overrides "$here" data=swb300 swbd_dir="$swbd_dir" ms98_dir="$ms98_dir" \
-  eval2000_dir="$eval2000_dir" eval2000_text_dir="$eval2000_text_dir"
+corpus_overrides "$here" data=swb300
 switchboard_stages

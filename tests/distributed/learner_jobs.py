@@ -27,10 +27,8 @@ from types import SimpleNamespace
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from asr.distributed.build import build_training_updater  # noqa: E402  (imported before forking)
-from asr.distributed.context import DistributedError, fail_fast, init_distributed  # noqa: E402
+from asr.distributed.build import build_training_updater  # imported before forking
+from asr.distributed.context import DistributedError, fail_fast, init_distributed
 
 # The first optimizer imports torch's compiler machinery (seconds): once, before forking.
 torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
@@ -52,7 +50,8 @@ def config(spec: dict) -> SimpleNamespace:
         max_frames=1, lr_scaling="none", lr_reference_frames=0,
     )
     distributed = SimpleNamespace(
-        algorithm=spec["algorithm"], backend="gloo", learners_per_node=spec.get("per_node", 0), timeout_s=spec.get("timeout_s", 30.0)
+        algorithm=spec["algorithm"], backend="gloo", learners_per_node=spec.get("per_node", 0), timeout_s=spec.get("timeout_s", 30.0),
+        bucket_cap_mb=25.0, restart_from_average=False,
     )
     return SimpleNamespace(train=train, distributed=distributed, device="cpu")
 
@@ -64,11 +63,13 @@ def learner(spec: dict, rank: int, out: Path) -> None:
     t = time.monotonic()
     ctx = init_distributed(cfg)
     report_init = time.monotonic() - t
-    torch.manual_seed(0)
+    torch.manual_seed(rank if spec.get("own_start") else 0)  # own_start: every learner its own weights
     model = torch.nn.Linear(8, 4)
     updater = build_training_updater(model, cfg, ctx)
+    net = updater.wrap(model)  # DDP under SSGD
     target = torch.randn(8, 4, generator=torch.Generator().manual_seed(99))  # one problem...
     gen = torch.Generator().manual_seed(100 + rank)  # ...each learner its own samples
+    initial = [float(v) for v in torch.cat([p.detach().reshape(-1) for p in model.parameters()])]
     t0 = time.monotonic()
     report = {"rank": rank, "init_s": report_init, "build_s": time.monotonic() - t}
     try:
@@ -77,13 +78,19 @@ def learner(spec: dict, rank: int, out: Path) -> None:
                 os.kill(os.getpid(), signal.SIGSTOP)
             updater.begin_step()
             x = torch.randn(16, 8, generator=gen)
-            loss = (model(x) - x @ target).pow(2).mean()
+            loss = (net(x) - x @ target).pow(2).mean()
+            if spec.get("mix_only"):
+                loss = loss * 0.0  # a zero gradient: the step only averages
             updater.step(loss, weight=16)
             if spec.get("slow_rank", -1) == rank:
                 time.sleep(spec.get("slow_s", 0.0))
         report["train_s"] = time.monotonic() - t0
-        report["spread"] = updater.consensus()
-        report["weights"] = [float(v) for v in torch.cat([p.detach().reshape(-1) for p in model.parameters()])]
+        if spec.get("own_start"):
+            report["initial"] = initial
+            report["own"] = own_weights(updater, model)
+        average = updater.average_for_epoch_end() if updater.decentralized else None
+        report["spread"] = average.spread if average else 0.0
+        report["weights"] = [float(v) for v in (average.weights if average else torch.cat([p.detach().reshape(-1) for p in model.parameters()]))]
         updater.close()
         report["exchanges"] = getattr(updater, "exchanges", 0)
     except DistributedError as err:
@@ -91,6 +98,20 @@ def learner(spec: dict, rank: int, out: Path) -> None:
         fail_fast(err)
     ctx.close()
     (out / f"report.{rank}.json").write_text(json.dumps(report))
+
+
+def own_weights(updater, model) -> list[float]:
+    """This learner's weights once every exchange has landed (a passive folds what its server
+    averaged): after a barrier, which every active reaches only after its last exchange."""
+    import torch.distributed as dist
+
+    dist.all_reduce(torch.zeros(1))
+    exchanger = updater.exchanger
+    if hasattr(exchanger, "wait_idle"):
+        with updater.lock:
+            exchanger.wait_idle()
+        updater.quiesce()
+    return [float(v) for v in torch.cat([p.detach().reshape(-1) for p in model.parameters()])]
 
 
 def run_job(spec: dict) -> dict:

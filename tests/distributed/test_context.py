@@ -1,5 +1,6 @@
 """Launch checks: backend from the device, a clear error for a bad launch, one-process no-ops."""
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -39,3 +40,21 @@ def test_several_processes_need_a_distributed_algorithm(monkeypatch):
         init_distributed(cfg("none"))
     with pytest.raises(InputError, match="distributed.algorithm='dp'"):
         init_distributed(cfg("dp"))
+
+
+def test_a_collective_that_never_returns_ends_the_learner_with_the_message(tmp_path):
+    """The last resort behind the backends' own timeouts (NCCL can hang without an error)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import time\n"
+        "from asr.distributed.context import WATCHDOG, collective\n"
+        "WATCHDOG.arm(0.5, poll_s=0.1)\n"
+        "with collective('gradient all-reduce', 3, 0.2):\n"
+        "    time.sleep(30)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3  # asr.distributed.context.EXIT_DISTRIBUTED_ERROR
+    assert re.search(r"learner 3: gradient all-reduce failed \(no progress for \d+ s\)", proc.stderr), proc.stderr
+    assert "within distributed.timeout_s=0.2" in proc.stderr

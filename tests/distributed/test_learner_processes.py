@@ -1,5 +1,5 @@
 """The real updaters in real processes (forked learners on gloo, tests/distributed/learner_jobs.py):
-ADPSGD/H-ADPSGD exchanges, learners' spread, straggler independence, clean shutdown (20 times),
+ADPSGD/H-ADPSGD exchanges (exactly the average, the sum kept), straggler independence, clean shutdown (20 times),
 and a learner that stops answering hitting a timeout with a clear error instead of a hang."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytestmark = pytest.mark.slow
 
@@ -25,6 +26,8 @@ JOB_SPECS = [
     {"name": "frozen-passive", "learners": 2, "algorithm": "adpsgd", "steps": 20, "freeze_rank": 1, "freeze_step": 5, "timeout_s": 3},
     {"name": "frozen-active", "learners": 2, "algorithm": "adpsgd", "steps": 20, "freeze_rank": 0, "freeze_step": 5, "timeout_s": 3},
     {"name": "frozen-ssgd", "learners": 2, "algorithm": "ssgd", "steps": 20, "freeze_rank": 1, "freeze_step": 5, "timeout_s": 3},
+    {"name": "one-exchange", "learners": 2, "algorithm": "adpsgd", "steps": 1, "own_start": True, "mix_only": True},
+    {"name": "mixing", "learners": 4, "algorithm": "adpsgd", "steps": 6, "own_start": True, "mix_only": True},
 ]
 
 
@@ -67,8 +70,10 @@ def test_clean_shutdown_twenty_times(jobs):
 
 @pytest.mark.parametrize("job,frozen,message", [
     ("frozen-passive", 1, r"learner 0: no answer from learner 1 to the ADPSGD weight exchange of step \d+ within distributed.timeout_s=3"),
-    ("frozen-active", 0, r"learner 1: learner\(s\) \[0\] did not start their ADPSGD weight exchanges up to step 19 within distributed.timeout_s=3"),
-    ("frozen-ssgd", 1, r"learner 0: gradient all-reduce failed \(.*Timed out.*\). Another learner died, hung or cannot be reached"),
+    # The passive learner trains on without waiting for its frozen active neighbour, until the
+    # epoch end, where every learner must take part in the average.
+    ("frozen-active", 0, r"learner 1: waiting for every learner at the epoch end failed \(.*Timed out.*\). Another learner died, hung or cannot be reached within distributed.timeout_s=3"),
+    ("frozen-ssgd", 1, r"learner 0: gradient all-reduce \(token counts\) failed \(.*Timed out.*\). Another learner died, hung or cannot be reached"),
 ])
 def test_a_learner_that_stops_answering_is_a_clear_error_not_a_hang(jobs, job, frozen, message):
     """The frozen learner (SIGSTOP) is killed by the driver once the other has exited."""
@@ -78,3 +83,35 @@ def test_a_learner_that_stops_answering_is_a_clear_error_not_a_hang(jobs, job, f
     assert other["seconds"] < 30  # the 3 s timeout, plus start-up; never a hang
     assert re.search(message, other["error"]), other["error"]
     assert re.search(message, other["stderr"])  # and in its log
+
+
+U = 2.0**-24  # float32's unit round-off
+
+
+def test_one_exchange_leaves_both_learners_with_exactly_the_average(jobs):
+    """Real processes on gloo, every learner its own initial weights, one step without a
+    gradient: active and passive both hold (w_a + w_p) / 2, to float32 rounding of the three
+    operations of w + (v - w) / 2."""
+    [learners] = jobs["one-exchange"]
+    assert_clean(learners)
+    a, b = (torch.tensor(l["initial"], dtype=torch.float64) for l in learners)
+    assert not torch.allclose(a, b)
+    average = (a + b) / 2
+    bound = 2 * U * (a.abs() + b.abs())
+    for learner in learners:
+        own = torch.tensor(learner["own"], dtype=torch.float64)
+        assert ((own - average).abs() <= bound).all(), (own - average).abs().max()
+    both = sum(torch.tensor(l["own"], dtype=torch.float64) for l in learners)
+    assert ((both - (a + b)).abs() <= 2 * bound).all()  # the sum is kept
+
+
+def test_pairwise_averaging_keeps_the_sum_and_pulls_the_learners_together(jobs):
+    [learners] = jobs["mixing"]
+    assert_clean(learners)
+    initial = torch.stack([torch.tensor(l["initial"], dtype=torch.float64) for l in learners])
+    own = torch.stack([torch.tensor(l["own"], dtype=torch.float64) for l in learners])
+    steps = 6
+    bound = steps * 4 * U * initial.abs().sum(0)  # each exchange rounds each side a few times
+    assert ((own.sum(0) - initial.sum(0)).abs() <= bound).all()
+    spread = lambda w: (w - w.mean(0)).norm(dim=1).max()  # noqa: E731
+    assert spread(own) < 0.5 * spread(initial)

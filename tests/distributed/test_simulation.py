@@ -9,7 +9,7 @@ import torch
 
 from asr.distributed.flat import flat_parameters
 from asr.distributed.simulation import Simulation
-from asr.train.updater import build_updater
+from asr.optim.updater import build_updater
 
 torch.set_num_threads(1)
 TARGET = torch.randn(6, 2, generator=torch.Generator().manual_seed(3))

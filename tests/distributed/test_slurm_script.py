@@ -31,3 +31,11 @@ def test_sbatch_script_starts_torchrun_on_every_node_with_the_first_as_rendezvou
     assert "--nnodes 3 --nproc-per-node 8 --max-restarts 3 --rdzv-id 4242" in line
     assert "--rdzv-backend c10d --rdzv-endpoint gpu-node07:29611 -m asr.train distributed=hadpsgd exp_name=h3x8" in line
     assert "3 nodes x 8 processes, rendezvous on gpu-node07" in proc.stderr
+
+
+def test_sbatch_script_refuses_a_knob_that_is_not_an_integer(tmp_path):
+    env = dict(os.environ, SLURM_JOB_NODELIST="n1", SLURM_JOB_NUM_NODES="1", SLURM_JOB_ID="1", SLURM_SUBMIT_DIR=str(REPO / "recipes/mini"),
+               ASR_NPROC_PER_NODE="8 --rdzv-endpoint elsewhere")
+    proc = subprocess.run(["bash", str(SCRIPT), "exp_name=x"], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "processes per node '8 --rdzv-endpoint elsewhere': expected a non-negative integer" in proc.stderr

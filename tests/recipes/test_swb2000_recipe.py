@@ -4,6 +4,8 @@ and the decoded and scored Hub5-2000."""
 
 from __future__ import annotations
 
+import shlex
+
 import json
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from asr.data.datadir import read_data_dir
 from asr.data.validate import validate_data_dir
 from tests.recipes.conftest import Recipe
-from tests.recipes.swb_corpus import quirky_corpus, swb_recipes
+from tests.fixtures.swb_corpus import quirky_corpus, swb_recipes
 
 pytestmark = pytest.mark.slow
 
@@ -47,10 +49,10 @@ def test_training_set_is_fisher_plus_switchboard_and_dev_is_switchboard(swb2000)
     assert "of the release's 16 folders not found" in log
 
 
-def test_fisher_dirs_option_becomes_a_list_override(swb2000):
-    cmd = (swb2000.dir / "exp/tiny/.done/0.prepare.cmd").read_text()
-    root = quirky_corpus()
-    assert f"data.fisher_dirs=['{root / 'LDC2004T19'}','{root / 'LDC2005T19'}'," in cmd
+def test_fisher_dir_options_become_one_list_override(swb2000):
+    cmd = shlex.split((swb2000.dir / "exp/tiny/.done/0.prepare.cmd").read_text())
+    root = str(quirky_corpus()).replace("'", "\\'")  # Hydra's quoted form
+    assert f"data.fisher_dirs=['{root}/LDC2004T19','{root}/LDC2005T19','{root}/LDC2004S13','{root}/LDC2005S13']" in cmd
     assert "data=swb2000" in cmd
 
 

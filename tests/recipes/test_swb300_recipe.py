@@ -3,14 +3,17 @@ output checked, corpus options mapped to data.* overrides, a missing corpus refu
 
 from __future__ import annotations
 
+import shlex
+
 import json
 
 import pytest
 
+from asr.data.audio import parse_wav_scp_entry
 from asr.data.datadir import read_data_dir
 from asr.data.validate import validate_data_dir
 from tests.recipes.conftest import Recipe
-from tests.recipes.swb_corpus import quirky_corpus, quirks_done, swb_recipes
+from tests.fixtures.swb_corpus import TINY_SWB, corpus_options, quirky_corpus, quirks_done, swb_recipes
 
 pytestmark = pytest.mark.slow
 
@@ -52,10 +55,18 @@ def test_quirks_handled_as_kaldi_would(swb300):
 
 
 def test_corpus_options_become_data_overrides(swb300):
-    cmd = (swb300.dir / "exp/tiny/.done/0.prepare.cmd").read_text()
-    root = quirky_corpus()
-    assert "data=swb300" in cmd and f"data.swbd_dir='{root / 'LDC97S62'}'" in cmd
-    assert f"data.eval2000_text_dir='{root / 'LDC2002T43'}'" in cmd
+    # The corpus lies below "LDC copies 'v2' $x": each path reaches the stage as one word,
+    # quoted for Hydra (the recipe once cut it at the space and prepared from another corpus).
+    cmd = shlex.split((swb300.dir / "exp/tiny/.done/0.prepare.cmd").read_text())
+    root = str(quirky_corpus()).replace("'", "\\'")
+    assert "data=swb300" in cmd and f"data.swbd_dir='{root}/LDC97S62'" in cmd
+    assert f"data.eval2000_text_dir='{root}/LDC2002T43'" in cmd
+    recording = read_data_dir(swb300.dir / "data/train_nodup").wav_scp
+    sources = {parse_wav_scp_entry(value).path for value in recording.values()}
+    assert all(path.startswith(str(quirky_corpus() / "LDC97S62")) for path in sources)  # read natively, whole
+    replay = (swb300.dir / "exp/tiny/commands.log").read_text().splitlines()[0].split("\t", 1)[1]
+    args = ["--exp", "tiny", *corpus_options(quirky_corpus(), fisher=False), *TINY_SWB]
+    assert shlex.split(replay) == ["cd", str(swb300.dir), "&&", "bash", str(swb300.dir / "run.sh"), *args]  # word for word
 
 
 def test_missing_corpus_refused_before_any_work(tmp_path):

@@ -1,5 +1,6 @@
 """`score.kind=hub5` through the stage: SCTK and native give the same reports, and every
-missing input (SCTK, GLM, stm, hypotheses) gives a clear error or a logged fallback."""
+missing input (SCTK, GLM, stm, hypotheses) gives a clear error; only a missing SCTK falls back
+(to the native scorer of the same metric), with a warning."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from asr.score.hub5 import scorer as hub5_scorer
 from asr.score.hub5.sctk import find_sctk
 from asr.score.stage import score_set
 from asr.utils.errors import InputError
-from tests.score.hub5_cases import GLM, STM_HEADER
+from tests.fixtures.hub5_cases import GLM, STM_HEADER
 
 STM = STM_HEADER + (
     "en_4001 A en_4001_A 0.00 3.00 <O,en,F> I DON'T KNOW (%HESITATION)\n"
@@ -78,14 +79,15 @@ def test_missing_sctk_falls_back_to_native_with_a_warning(hub5_exp, monkeypatch,
         score_set(config(hub5_exp, "score.backend=sctk"), "eval2000")
 
 
-def test_missing_glm_is_an_error_unless_asked_to_score_without(hub5_exp, caplog):
+def test_missing_or_disabled_glm_is_an_error_never_another_metric(hub5_exp):
     (hub5_exp / "data/eval2000/glm").unlink()
-    with pytest.raises(InputError, match="GLM not found"):
+    with pytest.raises(InputError, match="GLM not found.*score=jiwer"):
         score_set(config(hub5_exp, "score.backend=native"), "eval2000")
-    with caplog.at_level(logging.WARNING):
-        result = score_set(config(hub5_exp, "score.backend=native", "score.glm=none"), "eval2000")
-    assert "without a GLM" in caplog.text
-    assert result.subsets["swb"].substitutions == 2  # OK vs okay no longer mapped
+    # score.glm=none once scored without the GLM (a different WER) and crashed SCTK's csrfilt
+    for backend in ("native", "sctk"):
+        with pytest.raises(InputError, match="score.glm=none: Hub5 scores are defined with the GLM"):
+            score_set(config(hub5_exp, f"score.backend={backend}", "score.glm=none"), "eval2000")
+    assert not (hub5_exp / "exp/t/decode_eval2000/wer.json").exists()
 
 
 def test_empty_hypothesis_file_is_an_error(hub5_exp, caplog):
@@ -107,14 +109,26 @@ def test_hypothesis_sides_missing_from_the_stm_are_an_error(hub5_exp):
         score_set(config(hub5_exp, "score.backend=native"), "eval2000")
 
 
-def test_a_set_without_stm_is_scored_with_jiwer_and_says_so(hub5_exp, caplog):
+def test_a_set_without_stm_is_an_error_not_a_jiwer_score(hub5_exp):
     dev = hub5_exp / "data/train_dev"
     dev.mkdir()
     (dev / "text").write_text("sw02001-A_000000-000100 hello there\n")
     decode = hub5_exp / "exp/t/decode_train_dev"
     decode.mkdir()
     (decode / "hyp.txt").write_text("sw02001-A_000000-000100 hello\n")
-    with caplog.at_level(logging.WARNING):
-        result = score_set(config(hub5_exp), "train_dev")
-    assert "not a Hub5 set; scored with jiwer" in caplog.text
-    assert result.subsets["total"].deletions == 1
+    with pytest.raises(InputError, match="train_dev/stm: no stm .*score it with score=jiwer"):
+        score_set(config(hub5_exp), "train_dev")
+    assert not (decode / "wer.json").exists()
+    # a mistyped score.stm is named as the option it came from
+    with pytest.raises(InputError, match=r"nowhere\.stm: no stm \(score\.stm\)"):
+        score_set(config(hub5_exp, f"score.stm={hub5_exp}/nowhere.stm"), "eval2000")
+    assert score_set(config(hub5_exp, "score=jiwer"), "train_dev").subsets["total"].deletions == 1
+
+
+def test_non_utf8_stm_names_the_file_and_line(hub5_exp):
+    stm = hub5_exp / "data/eval2000/stm"
+    bad = b"sw_4002 B sw_4002_B 3.00 4.00 <O,sw,M> CAF\xe9"
+    stm.write_bytes(STM.encode() + bad + b"\n")
+    line, column = STM.count("\n") + 1, len(bad)
+    with pytest.raises(InputError, match=rf"stm:{line}: not valid UTF-8 \(byte 0xe9 at column {column}\)"):
+        score_set(config(hub5_exp, "score.backend=native"), "eval2000")

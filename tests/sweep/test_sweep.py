@@ -2,19 +2,14 @@
 results in JSON, a table and a plot, and a re-run that trains nothing again."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
-
-from toy_corpus import make_toy_experiment, toy_config  # noqa: E402
-
-from asr.sweep.report import write_report  # noqa: E402
-from asr.sweep.run import run_sweep, sweep_lr  # noqa: E402
-from asr.utils.errors import InputError  # noqa: E402
+from asr.sweep.report import write_report
+from asr.sweep.run import run_sweep, sweep_lr
+from asr.utils.errors import InputError
+from tests.fixtures.toy_corpus import make_toy_experiment, toy_config
 
 torch.set_num_threads(1)
 SWEEP = ["sweep.learners=4", "sweep.global_batches=[4,8]", "sweep.epochs=2", "sweep.reference_batch=4", "train.optimizer=sgd",

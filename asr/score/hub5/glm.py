@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from asr.utils.errors import InputError
+from asr.utils.textfile import iter_lines
 
 WORD_CONTEXT = "[ ] __ [ ]"
 
@@ -75,20 +76,19 @@ def read_glm(path: str | os.PathLike) -> Glm:
     if not path.is_file():
         raise InputError(
             f"{path}: GLM not found; Hub5 scoring needs the LDC2002T43 GLM (the prepare stage copies it "
-            "into the data dir), or score.glm=none to score without one"
+            "into the data dir; score.glm names another), or score with score=jiwer"
         )
     rules, applies_to = [], None
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, 1):
-            stripped = line.strip()
-            marker = re.match(r';;\s+INPUT_DEPENDENT_APPLICATION\s*=\s*"([^"]*)"', stripped)
-            if marker:
-                applies_to = marker.group(1).lower()
-                continue
-            if not stripped or stripped.startswith(";;") or stripped.startswith("*"):
-                continue
-            lhs, rhs = parse_rule(stripped, f"{path}:{lineno}")
-            rules.append(GlmRule(lhs, rhs, applies_to))
+    for lineno, line in iter_lines(path):
+        stripped = line.strip()
+        marker = re.match(r';;\s+INPUT_DEPENDENT_APPLICATION\s*=\s*"([^"]*)"', stripped)
+        if marker:
+            applies_to = marker.group(1).lower()
+            continue
+        if not stripped or stripped.startswith(";;") or stripped.startswith("*"):
+            continue
+        lhs, rhs = parse_rule(stripped, f"{path}:{lineno}")
+        rules.append(GlmRule(lhs, rhs, applies_to))
     return Glm(tuple(rules), str(path))
 
 

@@ -6,9 +6,10 @@ Inputs: `<exp_dir>/decode_<set>/hyp.ctm`, and `stm`/`glm` of the data dir (the p
 stage copies and fixes them; score.stm / score.glm point elsewhere). Outputs, besides the
 shared reports: `decode_<set>/hub5/` with the filtered CTM (`hyp_filtered.ctm`), the stm and
 GLM used, SCTK's reports (sys, raw, pra, dtl, ...) and `scorer.txt` naming the scorer.
-A set without an stm is not a Hub5 set (train_dev): it is scored with jiwer, and the log
-says so. An empty CTM is an error, unless hyp.txt shows the decoder ran and found no word
-(then all deletions, with a warning). A missing GLM is an error unless score.glm=none (then scored without one, logged).
+Hub5 scoring never changes metric behind the user's back: a set without a readable stm or
+GLM is an error (score sets such as train_dev, which have no stm, with score=jiwer). An empty
+CTM is an error, unless hyp.txt shows the decoder ran and found no word (then all deletions,
+with a warning).
 """
 
 from __future__ import annotations
@@ -16,19 +17,20 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from asr.data.ctm import read_ctm, write_ctm
+from asr.data.stm import fix_stm, parse_stm
 from asr.decode.output import decode_dir
-from asr.score.hub5.ctm import filter_ctm, read_ctm, write_ctm_words
+from asr.score.hub5.ctm import filter_ctm
 from asr.score.hub5.glm import read_glm
-from asr.score.hub5.native import score_native
+from asr.score.hub5.native import score_native, scoring_order
 from asr.score.hub5.sctk import find_sctk, score_sctk
-from asr.score.hub5.stm import parse_stm
 from asr.score.result import ScoreResult
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
+from asr.utils.textfile import read_text
 
 log = logging.getLogger(__name__)
 
-EMPTY_GLM = "* name \"none\"\n* format = 'NIST1'\n* max_nrules = '1'\n* copy_no_hit = 'T'\n* case_sensitive = 'F'\n"
 BACKENDS = ("auto", "sctk", "native")
 FILTERED_CTM = "hyp_filtered.ctm"  # not hyp.ctm.filt: hubscr.pl writes that name itself
 
@@ -40,11 +42,20 @@ def reference_file(cfg, set_name: str, key: str) -> Path:
 
 def glm_text(cfg, set_name: str) -> str:
     if str(cfg.score.get("glm", "auto")) == "none":
-        log.warning("score.glm=none: scoring without a GLM (contractions, spellings and hesitations are not mapped)")
-        return EMPTY_GLM
+        raise InputError("score.glm=none: Hub5 scores are defined with the GLM (without it contractions and spellings "
+                         "count as errors, a different metric); point score.glm at the GLM, or score with score=jiwer")
     path = reference_file(cfg, set_name, "glm")
     read_glm(path)  # a missing or unreadable GLM is an InputError here, for both backends
-    return path.read_text(encoding="utf-8", errors="replace")
+    return read_text(path)
+
+
+def stm_text(cfg, set_name: str) -> tuple[Path, str]:
+    path = reference_file(cfg, set_name, "stm")
+    if not path.is_file():
+        where = "score.stm" if str(cfg.score.get("stm", "auto")) != "auto" else f"the data dir of {set_name}"
+        raise InputError(f"{path}: no stm ({where}); score=hub5 scores against a Hub5 stm, so {set_name} "
+                         "cannot be scored that way; point score.stm at its stm, or score it with score=jiwer")
+    return path, read_text(path)
 
 
 def decoded_utterances(decode_dir: Path) -> int:
@@ -67,13 +78,7 @@ def choose_backend(cfg):
 
 
 def score_hub5(cfg, set_name: str) -> ScoreResult:
-    from asr.score.stage import score_with_jiwer  # the stage module registers this scorer
-
-    stm_path = reference_file(cfg, set_name, "stm")
-    if not stm_path.is_file():
-        log.warning("%s: no stm, so %s is not a Hub5 set; scored with jiwer against its text", stm_path, set_name)
-        return score_with_jiwer(cfg, set_name)
-    stm_text = stm_path.read_text(encoding="utf-8", errors="replace")
+    stm_path, stm = stm_text(cfg, set_name)
     glm = glm_text(cfg, set_name)
     out_dir = decode_dir(cfg, set_name)
     words = read_ctm(out_dir / "hyp.ctm", allow_empty=decoded_utterances(out_dir) > 0)
@@ -82,16 +87,14 @@ def score_hub5(cfg, set_name: str) -> ScoreResult:
     kept = filter_ctm(words)
     log.info("%s: %d of %d hypothesis words kept after removing noise tags, <unk>, hesitations and partial words", set_name, len(kept), len(words))
     work_dir = out_dir / "hub5"
-    write_ctm_words(work_dir / FILTERED_CTM, kept)
+    write_ctm(work_dir / FILTERED_CTM, kept)
     backend, sctk_dir = choose_backend(cfg)
     if backend == "sctk":
-        from asr.data.hub5 import fix_stm
-
-        result = score_sctk(sctk_dir, work_dir, fix_stm(stm_text), [str(w) for w in kept], glm)
+        result = score_sctk(sctk_dir, work_dir, fix_stm(stm), [str(w) for w in kept], glm)
     else:
         glm_path = work_dir / "glm"
         write_text(glm_path, glm)
-        result = score_native(parse_stm(stm_text, str(stm_path)), kept, read_glm(glm_path))
+        result = score_native(scoring_order(parse_stm(fix_stm(stm), str(stm_path))), kept, read_glm(glm_path))
     write_text(work_dir / "scorer.txt", f"{backend}\n")
     log.info("%s: scored with %s", set_name, "NIST SCTK hubscr.pl/sclite" if backend == "sctk" else "the native Python Hub5 scorer")
     return result

@@ -1,0 +1,161 @@
+"""The prepare stage: LDC corpora -> Kaldi data dirs `<data_dir>/{train_set,dev_set,eval_set}`.
+
+    python -m asr.data.prepare [hydra overrides]      e.g. data.prepare_sets=[eval]
+
+Every corpus the requested sets need is checked before any work starts, so one run lists
+every missing path. As Kaldi's swbd/s5c and fisher_swbd/s5 recipes do:
+
+  * dev: the first `data.dev_utts` Switchboard utterances (sorted by id, so whole
+    conversation sides), Kaldi's train_dev;
+  * train: the rest of Switchboard (train_nodev), plus all of Fisher when `data.fisher_dirs`
+    is set (SWB-2000), with repeated transcripts capped at `data.max_duplicates` (train_nodup);
+  * eval: Hub5-2000 with its stm and GLM.
+
+Each data dir gets utt2dur (segment lengths) and is validated, audio included, before it is
+renamed into place. Unreadable recordings are dropped with their utterances and named; more
+than `data.max_unreadable` of a corpus' recordings unreadable stops the stage. With `data.lm_text` set, the training transcripts before the duplicate
+cap (Switchboard train_nodev and Fisher, as fisher_swbd's LM text) are written there too.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from asr.data.datadir import DataDir, combine_data_dirs, write_data_dir
+from asr.data.fisher import LAYOUT as FISHER_LAYOUT
+from asr.data.fisher import missing_fisher_inputs, prepare_fisher
+from asr.data.hub5 import LAYOUT as EVAL2000_LAYOUT
+from asr.data.hub5 import missing_eval2000_inputs, prepare_eval2000
+from asr.data.swbd import LAYOUT as SWBD_LAYOUT
+from asr.data.subsets import remove_duplicates, split_first
+from asr.data.swbd import missing_swbd_inputs, prepare_swbd
+from asr.data.validate import validate_data_dir
+from asr.utils.atomic import atomic_dir, atomic_open
+from asr.utils.errors import InputError
+
+log = logging.getLogger("asr.data.prepare")  # not __main__ when run with -m
+
+KNOWN_SETS = ("train", "dev", "eval")
+MAX_PROBLEMS_SHOWN = 20
+
+
+def requested_sets(cfg: DictConfig) -> list[str]:
+    sets = list(cfg.prepare_sets)
+    unknown = [s for s in sets if s not in KNOWN_SETS]
+    if unknown or not sets:
+        raise InputError(f"data.prepare_sets={sets}: choose among {list(KNOWN_SETS)}")
+    return sets
+
+
+def _required_paths(cfg: DictConfig, keys: tuple[str, ...]) -> list[str]:
+    """`???` corpus locations, named as the override that sets them."""
+    return [f"data.{key}: required (pass data.{key}=/path/to/corpus)" for key in keys if OmegaConf.is_missing(cfg, key)]
+
+
+def _given(cfg: DictConfig, *keys: str) -> list[str | None]:
+    """The corpus locations that are set; None for the `???` ones (reported as required)."""
+    return [None if OmegaConf.is_missing(cfg, key) else cfg[key] for key in keys]
+
+
+def preflight(cfg: DictConfig, sets: list[str]) -> None:
+    """Check every corpus input the requested sets need; one InputError lists all that is missing."""
+    missing, layouts = [], []
+    if {"train", "dev"} & set(sets):
+        swbd_missing = _required_paths(cfg, ("swbd_dir", "ms98_dir")) + missing_swbd_inputs(*_given(cfg, "swbd_dir", "ms98_dir"))
+        missing += swbd_missing
+        layouts += [SWBD_LAYOUT] if swbd_missing else []
+    if "train" in sets and OmegaConf.is_missing(cfg, "fisher_dirs"):
+        missing.append("data.fisher_dirs: required for SWB-2000 (pass data.fisher_dirs=[dir,...] or the recipe's --fisher-dirs)")
+    elif "train" in sets and cfg.fisher_dirs:
+        fisher_missing = missing_fisher_inputs(list(cfg.fisher_dirs))
+        missing += fisher_missing
+        layouts += [FISHER_LAYOUT] if fisher_missing else []
+    if "eval" in sets:
+        eval_missing = _required_paths(cfg, ("eval2000_dir", "eval2000_text_dir")) + missing_eval2000_inputs(
+            *_given(cfg, "eval2000_dir", "eval2000_text_dir"))
+        missing += eval_missing
+        layouts += [EVAL2000_LAYOUT] if eval_missing else []
+    if missing:
+        raise InputError("corpus inputs missing; fix the data.* paths:\n  " + "\n  ".join(missing) + "\n" + "\n".join(layouts))
+
+
+def with_utt2dur(d: DataDir) -> DataDir:
+    """Durations from the segment times (Kaldi's get_utt2dur.sh does the same with segments)."""
+    d.utt2dur = {utt: round(seg.end - seg.start, 3) for utt, seg in d.segments.items()}
+    return d
+
+
+def split_dev(d: DataDir, dev_utts: int) -> tuple[DataDir, DataDir]:
+    """(train, dev): dev is the first `dev_utts` utterances in sorted order, train the rest."""
+    return split_first(d, dev_utts, "data.dev_utts", "Switchboard")
+
+
+def training_set(cfg: DictConfig, swbd_nodev: DataDir) -> tuple[DataDir, DataDir]:
+    """(train, the transcripts for the LM): Switchboard train_nodev, plus Fisher for SWB-2000,
+    then with repeated transcripts capped."""
+    train = swbd_nodev
+    if cfg.fisher_dirs:
+        fisher = with_utt2dur(prepare_fisher(list(cfg.fisher_dirs), cfg.expected_fisher_files, cfg.missing_transcript,
+                                                 cfg.max_unreadable))
+        train = combine_data_dirs(fisher, swbd_nodev)
+        log.info("train: Fisher (%s) + Switchboard (%s)", describe(fisher), describe(swbd_nodev))
+    full = train
+    if cfg.max_duplicates:
+        train = remove_duplicates(train, cfg.max_duplicates)
+        log.info("train: kept %d of %d utterances with repeated transcripts capped at %d (Kaldi's train_nodup)",
+                 len(train.utt2spk), len(full.utt2spk), cfg.max_duplicates)
+    return train, full
+
+
+def write_lm_text(d: DataDir, path: Path) -> None:
+    """One transcript a line, in utterance-id order, without ids."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(path, encoding="utf-8") as f:
+        for utt in d.utts:
+            f.write(d.text[utt] + "\n")
+    log.info("%s: %d sentences for the language model", path, len(d.utts))
+
+
+def describe(d: DataDir) -> str:
+    hours = sum(d.utt2dur.values()) / 3600
+    return f"{len(d.utt2spk)} utterances, {len(d.spk2utt)} speakers, {hours:.3f} hours"
+
+
+def write_validated(d: DataDir, path: Path) -> None:
+    """Write, validate the written files, and only then rename them to `path`."""
+    with atomic_dir(path) as tmp:
+        write_data_dir(d, tmp)
+        problems = validate_data_dir(tmp)
+        if problems:
+            shown = "\n  ".join(str(p).replace(str(tmp), str(path)) for p in problems[:MAX_PROBLEMS_SHOWN])
+            raise InputError(f"{path}: the prepared data dir has {len(problems)} problems, not written:\n  {shown}")
+    log.info("%s: %s", path, describe(d))
+
+
+def prepare_data(cfg: DictConfig) -> dict[str, Path]:
+    """Write the requested data dirs; returns set role -> data dir."""
+    sets = requested_sets(cfg)
+    preflight(cfg, sets)
+    data_dir = Path(cfg.data_dir)
+    written = {}
+    if {"train", "dev"} & set(sets):
+        swbd = with_utt2dur(prepare_swbd(cfg.swbd_dir, cfg.ms98_dir, cfg.expected_sph_files, cfg.missing_transcript,
+                                              cfg.max_unreadable))
+        nodev, dev = split_dev(swbd, cfg.dev_utts)
+        if "dev" in sets:
+            write_validated(dev, data_dir / cfg.dev_set)
+            written["dev"] = data_dir / cfg.dev_set
+        if "train" in sets:
+            train, lm_source = training_set(cfg, nodev)
+            write_validated(train, data_dir / cfg.train_set)
+            written["train"] = data_dir / cfg.train_set
+            if cfg.lm_text:
+                write_lm_text(lm_source, Path(cfg.lm_text))
+    if "eval" in sets:
+        evaluation = with_utt2dur(prepare_eval2000(cfg.eval2000_dir, cfg.eval2000_text_dir, cfg.max_unreadable))
+        write_validated(evaluation, data_dir / cfg.eval_set)
+        written["eval"] = data_dir / cfg.eval_set
+    return written

@@ -1,0 +1,70 @@
+"""An epoch's batches handed out first come, first served (ADPSGD and H-ADPSGD).
+
+Every node computes the same plan of batches for the epoch (asr.train.data); a node's leader
+claims the next one with an atomic `add` on torchrun's rendezvous store when its node is ready
+for it, and tells its node's other learners which over the node's gloo control group. A node
+that steps twice as fast therefore trains twice as many batches, and nobody waits for a
+straggler until the plan is used up (the epoch end).
+
+One counter per epoch (`epoch<E>`); the store is new for every torchrun attempt, and a resumed
+run re-plans what is left of the epoch, so counters never carry over between plans.
+`limit` caps the claims of this run (train.max_steps: node batches over all nodes).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from asr.distributed.context import collective
+
+NO_MORE = -1
+
+
+class BatchClaims:
+    def __init__(self, store, *, is_leader: bool, leader: int, control_group, rank: int, timeout_s: float, limit: int = 0):
+        self.store = store
+        self.is_leader = is_leader
+        self.leader = leader
+        self.control_group = control_group  # None: a node of one learner
+        self.rank = rank
+        self.timeout_s = timeout_s
+        self.limit = limit
+        self.epoch = 0
+        self.claimed_in_run = 0  # plan sizes of this run's finished epochs
+        self.limit_reached = False
+
+    def start_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def end_epoch(self, plan_size: int) -> None:
+        self.claimed_in_run += plan_size
+
+    def __call__(self, plan_size: int) -> int | None:
+        """The next batch of the plan for this node, or None when the plan (or the run's
+        limit) is used up."""
+        index = self._next_index(plan_size) if self.is_leader else NO_MORE
+        index = self._share_in_node(index)
+        return None if index == NO_MORE else index
+
+    def _next_index(self, plan_size: int) -> int:
+        with collective(f"claiming a batch of epoch {self.epoch + 1}", self.rank, self.timeout_s):
+            index = int(self.store.add(f"epoch{self.epoch}", 1)) - 1
+        if self.limit and self.claimed_in_run + index >= self.limit:
+            self.limit_reached = True
+            return NO_MORE
+        return index if index < plan_size else NO_MORE
+
+    def _share_in_node(self, index: int) -> int:
+        if self.control_group is None:
+            return index
+        value = torch.tensor([index, int(self.limit_reached)], dtype=torch.int64)
+        with collective("sharing the claimed batch inside the node", self.rank, self.timeout_s):
+            dist.broadcast(value, src=self.leader, group=self.control_group)
+        self.limit_reached = bool(value[1])
+        return int(value[0])
+
+
+def claims_store():
+    """The job's store (torchrun's rendezvous store, or init_process_group's), kept apart."""
+    return dist.PrefixStore("asr/claims", dist.distributed_c10d._get_default_store())

@@ -1,0 +1,183 @@
+"""The optimizer step behind a small interface, so distributed training can replace it.
+
+`Updater.step(loss, weight)` turns one mini-batch loss into one parameter update in stages,
+each a method a subclass can override:
+
+    gradient_weight(w, ok)    the factor this learner's loss is scaled by (SSGD: so that the
+                              learners' gradients combine weighted by their counts), or None
+                              when no learner of the group has a usable loss (all skip)
+    backward(loss)            gradients (DDP all-reduces them during the backward pass)
+    clip_gradients()          global-norm clipping; a non-finite norm skips the update
+    prepare_mix()             nothing here; ADPSGD waits for the weight average it started in
+                              begin_step() (so that it overlapped the forward and backward)
+    apply_mix(), apply_update()   under the weights lock: the average, then the gradient step
+
+`step(loss, weight)` takes the loss as a mean over `weight` units (tokens, frames), so that
+learners with different batch sizes can be combined exactly. `wrap(model)` is the module the
+training loop calls (DistributedDataParallel for SSGD). The loop calls `begin_step()` before
+the forward pass, `skip_batch()` instead of `step` for a batch whose loss is not finite, and
+`close()` at the end; decentralized updaters (`decentralized = True`) also have
+`average_for_epoch_end()` and `quiesce()`. `state_dict()` / `load_state_dict()` hold the
+optimizer, schedule and loss-scaler state (a subclass adds its own, e.g. its exchange step).
+
+With fp16 training a GradScaler (`scaler`) scales the loss before backward and unscales the
+gradients before clipping; its overflow checks follow our own non-finite-norm rule.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from contextlib import nullcontext
+
+import torch
+from torch import Tensor
+
+from asr.optim.schedule import LrSchedule, build_optimizer, final_lr_ratio, scaled_lr
+
+log = logging.getLogger(__name__)
+
+
+def optimizer_moments(optimizer: torch.optim.Optimizer) -> list[Tensor]:
+    """The optimizer's per-parameter state tensors (momenta, Adam's moments), in a fixed order.
+
+    Only tensors shaped like their parameter: that leaves out counters such as Adam's `step`,
+    which lives on the CPU even when the parameters are on a GPU."""
+    tensors = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            tensors += [state[k] for k in sorted(state) if torch.is_tensor(state[k]) and state[k].shape == p.shape]
+    return tensors
+
+
+class Updater:
+    decentralized = False  # learners keep their own weights (ADPSGD, H-ADPSGD)
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, schedule: LrSchedule, grad_clip: float = 0.0,
+                 scaler: torch.amp.GradScaler | None = None):
+        self.model = model
+        self.optimizer = optimizer
+        self.schedule = schedule
+        self.grad_clip = grad_clip
+        self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
+        self.skipped_updates = 0
+        self.comm_wait_s = 0.0  # seconds spent waiting for other learners outside backward (telemetry)
+
+    @property
+    def lr(self) -> float:
+        return self.schedule.lr
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The module the training loop runs forward and backward through."""
+        return model
+
+    def step(self, loss: torch.Tensor | None, weight: float = 1.0) -> float:
+        """One update from `loss` (None: no usable gradient here); returns the gradient norm
+        before clipping (NaN/inf: the update was skipped, the weights still mixed)."""
+        self.begin_step()
+        self.optimizer.zero_grad(set_to_none=True)
+        waited = time.perf_counter()
+        factor = self.gradient_weight(float(weight), loss is not None)
+        self.comm_wait_s += time.perf_counter() - waited
+        if loss is not None and factor is not None:
+            self.backward(loss * factor if factor != 1.0 else loss)
+        has_gradients = self.has_gradients()
+        grad_norm = self.clip_gradients() if has_gradients else math.nan
+        usable = math.isfinite(grad_norm)
+        if not usable:
+            self.skipped_updates += 1
+            log.warning("non-finite gradient norm (%s); update skipped", grad_norm)
+            self.optimizer.zero_grad(set_to_none=True)
+        waited = time.perf_counter()
+        mix = self.prepare_mix()
+        self.comm_wait_s += time.perf_counter() - waited
+        with self.weights_lock():
+            self.apply_mix(mix)
+            if usable:
+                self.apply_update()
+        if self.scaler is not None and has_gradients:
+            self.scaler.update()  # its scale follows the overflow unscale_() found
+        self.end_step()
+        self.schedule.step()
+        return grad_norm
+
+    def gradient_weight(self, weight: float, usable: bool) -> float | None:
+        """One learner: its loss as it is."""
+        return 1.0 if usable else None
+
+    def begin_step(self) -> None:
+        """Before the forward pass (idempotent): ADPSGD starts its weight exchange here."""
+
+    def end_step(self) -> None:
+        """After the update."""
+
+    def skip_batch(self) -> None:
+        """This learner's batch had a non-finite loss. One learner: no update at all."""
+
+    def has_gradients(self) -> bool:
+        return any(p.grad is not None for p in self.model.parameters())
+
+    def weights_lock(self):
+        """Held while the weights change (ADPSGD: a passive learner's server reads them)."""
+        return nullcontext()
+
+    def prepare_mix(self):
+        """Single learner: nothing to average with."""
+        return None
+
+    def apply_mix(self, mix) -> None:
+        """Single learner: nothing to average with."""
+
+    def quiesce(self) -> None:
+        """Before a learner saves its own state: make the weights alone hold it."""
+
+    def close(self) -> None:
+        """End of training: stop communication cleanly."""
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def clip_gradients(self) -> float:
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        max_norm = self.grad_clip if self.grad_clip > 0 else float("inf")
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+
+    def apply_update(self) -> None:
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+        else:
+            self.optimizer.step()
+
+    def end_epoch(self) -> None:
+        self.schedule.end_epoch()
+
+    def state_dict(self) -> dict:
+        state = {"optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict()}
+        if self.scaler is not None:
+            state["scaler"] = self.scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.schedule.load_state_dict(state["schedule"])
+        if self.scaler is not None and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
+
+
+def build_updater(
+    model: torch.nn.Module, train_cfg, learners: int = 1, cls: type[Updater] = Updater, total_steps: int = 0,
+    scaler: torch.amp.GradScaler | None = None, **extra
+) -> Updater:
+    """train.optimizer with the warm-up/annealing schedule, its peak scaled to `learners`
+    learners' global batch (train.final_lr: annealed over `total_steps` updates); `cls` (a
+    distributed updater) gets `extra` arguments."""
+    optimizer = build_optimizer(model.parameters(), train_cfg)
+    schedule = LrSchedule(
+        optimizer, scaled_lr(train_cfg, learners), train_cfg.warmup_steps, train_cfg.lr_decay,
+        final_ratio=final_lr_ratio(train_cfg), total_steps=total_steps,
+    )
+    return cls(model, optimizer, schedule, train_cfg.grad_clip, scaler=scaler, **extra)

@@ -1,0 +1,35 @@
+"""In which precision training computes (`train.precision`: fp32 | bf16 | fp16 | auto)."""
+
+import contextlib
+
+import torch
+
+from asr.utils.device import native_bf16
+from asr.utils.errors import InputError
+
+
+def training_precision(name: str, device: torch.device) -> str:
+    """fp32, bf16 or fp16; auto picks bf16 where the hardware has it, else fp16 on GPUs (with a
+    loss scaler: V100s and older) and fp32 on CPUs."""
+    if name == "auto":
+        if native_bf16(device):
+            return "bf16"
+        return "fp16" if device.type == "cuda" else "fp32"
+    if name not in ("fp32", "bf16", "fp16"):
+        raise InputError(f"train.precision={name!r}; choose fp32, bf16, fp16 or auto")
+    if name == "fp16" and device.type != "cuda":
+        raise InputError("train.precision=fp16 needs a CUDA device (CPUs' LSTM kernels have no float16); use bf16 or fp32")
+    return name
+
+
+def autocast(device: torch.device, precision: str):
+    """Mixed precision for the forward pass: matrix products (the LSTM's too) in bfloat16 or
+    float16, weights, gradients and the optimizer in fp32; a no-op for fp32."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.float16 if precision == "fp16" else torch.bfloat16)
+
+
+def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler | None:
+    """fp16 needs its loss scaled so that small gradients do not underflow; bf16 and fp32 do not."""
+    return torch.amp.GradScaler(device.type) if precision == "fp16" else None

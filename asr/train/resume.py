@@ -1,0 +1,262 @@
+"""Where a training run starts: afresh, or from what an earlier run of the experiment saved.
+
+Two kinds of checkpoint live in `<exp_dir>/checkpoints/`:
+
+    step-*.pt            one model: every step of SSGD and of a single learner, and the
+                         epoch-end average of decentralized training (ADPSGD, H-ADPSGD)
+    node-NNN/step-*.pt   one node's own state in decentralized training: its weights,
+                         optimizer, progress, its learners' random states, and which of the
+                         epoch's utterances it has trained (written without any collective)
+
+Every checkpoint records the utterances of the current epoch trained so far (`trained`, a mask
+over the training set), so a run can go on with any number of learners. The starts:
+
+    exact    the newest step-*.pt, same algorithm family and number of learners: model,
+             optimizer, schedule, sampler position and every learner's random state come back,
+             and the run continues exactly as if never interrupted (SSGD, single learner)
+    own      every node's newest node checkpoint, same layout: each node continues from its own
+             weights; what is left of the epoch (everything no node had trained) is re-planned
+    replan   a step-*.pt with another number of learners, or into decentralized training: every
+             learner starts from its model and re-splits what is left of the epoch
+    fresh    nothing usable was saved
+
+Node checkpoints from another layout (an elastic restart: `torchrun --nnodes MIN:MAX`, a
+preempted job resumed elsewhere) are first merged: learner 0 averages the nodes' weights and
+optimizer moments, unites what they trained, saves that as a step-*.pt and removes the node
+directories, and every learner then starts from it (replan). Learner 0 decides, every learner
+follows, so all start from the same point.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from asr.distributed.context import DistributedContext
+from asr.models.checkpoint import CheckpointDir, load_checkpoint
+from asr.train.data import pack_mask, unpack_mask
+from asr.utils.errors import InputError
+
+log = logging.getLogger(__name__)
+
+NODE_DIR = "node-{:03d}"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """What decides how a checkpoint can be continued."""
+
+    decentralized: bool
+    world_size: int
+    learners_per_node: int  # learners stepping together on one batch: the world for SSGD
+
+    @property
+    def num_nodes(self) -> int:
+        return self.world_size // self.learners_per_node
+
+    def as_dict(self) -> dict:
+        return {"decentralized": self.decentralized, "world_size": self.world_size, "learners_per_node": self.learners_per_node}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "RunLayout":
+        saved = state.get("layout") or {}
+        world = int(state.get("distributed", {}).get("world_size", 1))
+        return cls(bool(saved.get("decentralized", False)), int(saved.get("world_size", world)), int(saved.get("learners_per_node", world)))
+
+
+@dataclass
+class Start:
+    kind: str  # fresh | exact | own | replan
+    state: dict | None = None  # the checkpoint this learner continues from
+    done: np.ndarray | None = None  # own/replan: utterances of the epoch trained before this run
+    source: str = ""
+
+
+def node_dir(checkpoints: CheckpointDir, node: int) -> Path:
+    return checkpoints.dir / NODE_DIR.format(node)
+
+
+def node_checkpoint_dirs(checkpoints: CheckpointDir) -> list[Path]:
+    if not checkpoints.dir.is_dir():
+        return []
+    return sorted(p for p in checkpoints.dir.glob("node-*") if p.is_dir())
+
+
+def trained_mask(state: dict, num_utts: int) -> np.ndarray:
+    sampler = state["sampler"]
+    saved = int(sampler.get("num_utts", num_utts))
+    if saved != num_utts:
+        raise InputError(
+            f"checkpoint of step {state['step']}: taken with {saved} training utterances, the training set now has {num_utts}; "
+            "the data changed under the experiment: use a new exp_name"
+        )
+    if "trained" not in sampler:
+        raise InputError(f"checkpoint of step {state['step']}: saved by an older version without the epoch's progress; "
+                         "resume it with the same number of learners")
+    return unpack_mask(sampler["trained"], num_utts)
+
+
+def progress_key(state: dict, num_utts: int) -> tuple[int, int]:
+    """How far a checkpoint got: (completed epochs, utterances of the current epoch trained)."""
+    return int(state["progress"]["epoch"]), int(trained_mask(state, num_utts).sum())
+
+
+def find_start(checkpoints: CheckpointDir, ctx: DistributedContext, current: RunLayout, num_utts: int) -> Start:
+    """The same decision on every learner (learner 0 makes it); each then loads its state."""
+    decision = ("error", "")
+    if ctx.is_writer:
+        try:
+            decision = _decide(checkpoints, current, num_utts)
+        except InputError as err:
+            decision = ("error", str(err))
+    kind, source = ctx.broadcast_object(decision)
+    if kind == "error":
+        raise InputError(source)
+    if kind == "fresh":
+        return Start("fresh")
+    if kind == "own":
+        return _own_start(checkpoints, ctx, current, num_utts)
+    state = load_checkpoint(Path(source), map_location="cpu")
+    if kind == "exact":
+        return Start("exact", state, None, source)
+    return Start("replan", state, trained_mask(state, num_utts), source)
+
+
+def _decide(checkpoints: CheckpointDir, current: RunLayout, num_utts: int) -> tuple[str, str]:
+    try:
+        global_state = checkpoints.load_newest(map_location="cpu")
+        unreadable = ""
+    except InputError as err:  # every periodic checkpoint unreadable
+        global_state, unreadable = None, str(err)
+    nodes = _complete_node_set(checkpoints, num_utts)
+    if nodes:
+        behind = global_state is not None and progress_key(global_state, num_utts)
+        if not behind or _node_progress(nodes, num_utts) >= behind:
+            if current.decentralized and RunLayout.from_state(nodes[0]) == current:
+                return "own", ""
+            if not behind or _node_progress(nodes, num_utts) > behind:
+                global_state = merge_nodes(checkpoints, nodes, num_utts)
+            # else: the nodes stand at the epoch end whose average is the newest step-*.pt
+    if global_state is None:
+        global_state, path = _last_resort(checkpoints, unreadable)
+    else:
+        path = str(checkpoints.dir / f"step-{global_state['step']:09d}.pt")
+    _remove_node_dirs(checkpoints, "superseded by " + (f"step {global_state['step']}" if global_state else "a fresh start"))
+    if global_state is None:
+        return "fresh", ""
+    same = RunLayout.from_state(global_state) == current and not current.decentralized
+    return ("exact" if same else "replan"), path
+
+
+def _last_resort(checkpoints: CheckpointDir, unreadable: str) -> tuple[dict | None, str]:
+    """No usable periodic checkpoint: go on from best.pt where it is readable; start afresh only
+    where the experiment has no history; otherwise refuse, naming the way forward."""
+    exp_dir = checkpoints.dir.parent
+    if checkpoints.best.is_file():
+        try:
+            state = load_checkpoint(checkpoints.best, map_location="cpu")
+            reason = unreadable or f"{checkpoints.dir}: no periodic checkpoint"
+            log.warning("%s; going on from %s (end of epoch %d): the steps after it are trained again",
+                        reason, checkpoints.best, state["progress"]["epoch"])
+            return state, str(checkpoints.best)
+        except InputError as err:
+            unreadable = f"{unreadable}; {err}" if unreadable else str(err)
+    history = [name for name in ("train_log.csv", "checkpoints") if _has_content(exp_dir / name)]
+    if history:
+        raise InputError(
+            f"{exp_dir}: an earlier run left {' and '.join(history)} but no checkpoint to go on from"
+            f"{' (' + unreadable + ')' if unreadable else ''}. Pass train.restart=true to move its outputs to "
+            f"{exp_dir / 'previous'}/<N>/ and start afresh, or use a new exp_name"
+        )
+    return None, ""
+
+
+def _has_content(path: Path) -> bool:
+    if path.is_dir():
+        return any(path.rglob("*.pt"))
+    return path.is_file() and len(path.read_text().splitlines()) > 1  # a header and rows
+
+
+def _complete_node_set(checkpoints: CheckpointDir, num_utts: int) -> list[dict]:
+    """Every node's newest state, if there is one for each node of the layout that saved them
+    and all are in the same epoch; else [] (with a warning saying what is set aside)."""
+    dirs = node_checkpoint_dirs(checkpoints)
+    if not dirs:
+        return []
+    states = []
+    for directory in dirs:
+        state = CheckpointDir(directory, checkpoints.keep).load_newest(map_location="cpu")
+        if state is None:
+            log.warning("%s: no readable node checkpoint", directory)
+            return []
+        states.append(state)
+    layouts = {RunLayout.from_state(s) for s in states}
+    epochs = {int(s["progress"]["epoch"]) for s in states}
+    nodes = sorted(int(s["layout"]["node"]) for s in states)
+    if len(layouts) != 1 or len(epochs) != 1 or nodes != list(range(next(iter(layouts)).num_nodes)):
+        log.warning("%s: the node checkpoints are not one consistent set (layouts %s, epochs %s, nodes %s); "
+                    "going on from the last epoch end instead", checkpoints.dir, sorted(map(str, layouts)), sorted(epochs), nodes)
+        return []
+    return sorted(states, key=lambda s: int(s["layout"]["node"]))
+
+
+def _node_progress(nodes: list[dict], num_utts: int) -> tuple[int, int]:
+    union = np.logical_or.reduce([trained_mask(s, num_utts) for s in nodes])
+    return int(nodes[0]["progress"]["epoch"]), int(union.sum())
+
+
+def merge_nodes(checkpoints: CheckpointDir, nodes: list[dict], num_utts: int) -> dict:
+    """One checkpoint from the nodes' states: the mean of their weights and optimizer moments,
+    what any of them trained this epoch, node 0's counters (learner 0 writes the training log)."""
+    merged = dict(nodes[0])
+    merged["model"] = {k: _mean([n["model"][k] for n in nodes]) for k in nodes[0]["model"]}
+    merged["updater"] = _merge_updaters([n["updater"] for n in nodes])
+    trained = np.logical_or.reduce([trained_mask(s, num_utts) for s in nodes])
+    merged["sampler"] = dict(nodes[0]["sampler"], trained=pack_mask(trained), done=pack_mask(trained), batches_done=0)
+    merged["progress"] = dict(nodes[0]["progress"], batches_done=0, elapsed_s=max(n["progress"]["elapsed_s"] for n in nodes))
+    merged["layout"] = {k: v for k, v in nodes[0]["layout"].items() if k != "node"}
+    merged["distributed"] = dict(nodes[0]["distributed"], merged_from_nodes=len(nodes))
+    path = checkpoints.save(merged)
+    log.info("merged the %d nodes' checkpoints (epoch %d, %d of %d utterances of it trained) into %s",
+             len(nodes), merged["progress"]["epoch"] + 1, int(trained.sum()), num_utts, path)
+    return merged
+
+
+def _mean(tensors: list[torch.Tensor]) -> torch.Tensor:
+    if not tensors[0].is_floating_point():
+        return tensors[0]
+    return torch.stack([t.double() for t in tensors]).mean(0).to(tensors[0].dtype)
+
+
+def _merge_updaters(states: list[dict]) -> dict:
+    merged = dict(states[0])
+    optimizer = dict(states[0]["optimizer"])
+    optimizer["state"] = {
+        param: {key: (_mean([s["optimizer"]["state"][param][key] for s in states]) if torch.is_tensor(value) and value.dim() > 0 else value)
+                for key, value in entry.items()}
+        for param, entry in states[0]["optimizer"]["state"].items()
+    }
+    merged["optimizer"] = optimizer
+    return merged
+
+
+def _remove_node_dirs(checkpoints: CheckpointDir, why: str) -> None:
+    for directory in node_checkpoint_dirs(checkpoints):
+        log.warning("%s: node checkpoints %s; removing them", directory, why)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _own_start(checkpoints: CheckpointDir, ctx: DistributedContext, current: RunLayout, num_utts: int) -> Start:
+    node = ctx.rank // current.learners_per_node
+    directory = node_dir(checkpoints, node)
+    state = CheckpointDir(directory, checkpoints.keep).load_newest(map_location="cpu")
+    if state is None:
+        raise InputError(f"{directory}: node checkpoint vanished while resuming")
+    masks = ctx.gather_objects(state["sampler"]["trained"])
+    done = np.logical_or.reduce([unpack_mask(m, num_utts) for m in masks])
+    return Start("own", state, done, str(directory))

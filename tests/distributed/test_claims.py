@@ -1,0 +1,71 @@
+"""First-come batch claims on a store: every batch of a plan exactly once, a faster node takes
+more, a run's limit stops every node at the same point."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import torch.distributed as dist
+
+from asr.distributed.claims import BatchClaims
+from asr.train.data import BucketBatchSampler, ClaimedBatchSampler
+
+
+def claimer(store, limit: int = 0) -> BatchClaims:
+    return BatchClaims(store, is_leader=True, leader=0, control_group=None, rank=0, timeout_s=10.0, limit=limit)
+
+
+def test_two_nodes_claim_every_batch_once_and_the_faster_takes_more():
+    store = dist.HashStore()
+    lengths = list(np.random.default_rng(0).integers(50, 400, size=200))
+    taken: dict[str, list[list[int]]] = {"fast": [], "slow": []}
+
+    def node(name: str, seconds_per_batch: float) -> None:
+        claims = claimer(store)
+        claims.start_epoch(3)
+        sampler = BucketBatchSampler(lengths, 1000, 8, seed=5)
+        sampler.set_epoch(3)
+        for batch in ClaimedBatchSampler(sampler, claims):
+            taken[name].append(batch)
+            time.sleep(seconds_per_batch)
+
+    threads = [threading.Thread(target=node, args=("fast", 0.002)), threading.Thread(target=node, args=("slow", 0.008))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    plan = BucketBatchSampler(lengths, 1000, 8, seed=5).global_batches(3)
+    got = sorted(sorted(b) for b in taken["fast"] + taken["slow"])
+    assert got == sorted(sorted(b) for b in plan)  # each batch of the plan exactly once
+    assert len(taken["fast"]) > 2 * len(taken["slow"]) > 0
+
+
+def test_a_limit_stops_every_node_at_the_same_total():
+    store = dist.HashStore()
+    nodes = [claimer(store, limit=25), claimer(store, limit=25)]
+    for c in nodes:
+        c.start_epoch(0)
+    got = []
+    while True:
+        indices = [c(plan_size=40) for c in nodes]
+        got += [i for i in indices if i is not None]
+        if all(i is None for i in indices):
+            break
+    assert sorted(got) == list(range(25)) and all(c.limit_reached for c in nodes)
+    # The next epoch's counter starts afresh; the run's total carries over.
+    for c in nodes:
+        c.end_epoch(40)
+        c.start_epoch(1)
+    assert nodes[0](plan_size=40) is None  # 40 claimed in the run already, beyond the limit
+
+
+def test_a_node_of_several_learners_shares_one_claim():
+    """Each learner of a node takes its stride share of the node's batch."""
+    sampler = BucketBatchSampler(list(range(10, 74)), 10_000, 4, seed=1, num_replicas=2, rank=1)
+    sampler.set_epoch(0)
+    claims = claimer(dist.HashStore())
+    shards = list(ClaimedBatchSampler(sampler, claims))
+    plan = sampler.global_batches(0)
+    assert shards == [batch[1::2] for batch in plan]

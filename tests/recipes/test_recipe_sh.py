@@ -1,0 +1,171 @@
+"""scripts/recipe.sh on its own, with stand-in stages (seconds, no corpus): option values reach
+the stages as one word, numeric options are checked and never evaluated, the command log is
+replayable, and done markers re-run a stage whose options changed (and the stages after it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from asr.config import load_config
+from tests.recipes.conftest import REPO, Recipe
+
+# Values that broke the recipes: spaces (word splitting), quotes, $ and ${ (expansion and
+# OmegaConf interpolation), glob characters, backslashes next to quotes, Hydra's , [ ] =.
+AWKWARD = ["/corpora/LDC97S62 v2", "/a/it's here", '/x/"dq"', "a\\b", "ends\\", "a\\'b", "$HOME/x", "x${y}z",
+           "a\\${y}", "c,d [e] {f}", "tab\there", "/ü/ñ", "'", "*glob?", "=eq="]
+
+# A recipe whose stages only record what they were given: `stage.py NAME WORDS...` appends
+# NAME and its words to ran.txt; the stage named in FAIL exits 3.
+FAKE_RECIPE = r"""#!/usr/bin/env bash
+here=$PWD
+cd "$(dirname "$0")"
+RECIPE_ARGS=("$@")
+. {scripts}/recipe.sh
+corpus_option swbd_dir
+corpus_list_option fisher_dirs fisher_dir
+usage() {{ echo usage; }}
+parse_options "$@"
+corpus_overrides "$here" data=swb2000
+record() {{ python3 -c 'import json, os, sys; name = sys.argv[1]
+open("ran.txt", "a").write(json.dumps(sys.argv[1:]) + "\n"); sys.exit(3 if os.environ.get("FAIL") == name else 0)' "$@"; }}
+run_stage 0 prepare   record prepare "${{overrides[@]}}"
+run_stage 1 validate  record validate "$(override_value data.data_dir data)/train"
+run_stage 2 train     record train "${{overrides[@]}}"
+run_stage 3 decode    record decode "${{overrides[@]}}"
+run_stage 4 score     record score "${{overrides[@]}}"
+run_stage 3 decode_greedy record decode_greedy "${{overrides[@]}}"
+run_stage 4 score_greedy  record score_greedy "${{overrides[@]}}"
+"""
+ALL = ["prepare", "validate", "train", "decode", "score", "decode_greedy", "score_greedy"]
+
+
+@pytest.fixture
+def fake(tmp_path):
+    recipe_dir = tmp_path / "recipe"
+    recipe_dir.mkdir()
+    (recipe_dir / "run.sh").write_text(FAKE_RECIPE.format(scripts=REPO / "scripts"))
+    return recipe_dir
+
+
+def run(recipe_dir: Path, *args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(recipe_dir / "run.sh"), *args], cwd=cwd or recipe_dir, capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+def ran(recipe_dir: Path) -> list[list[str]]:
+    """The stages that ran since the last call, each as [name, words...]."""
+    path = recipe_dir / "ran.txt"
+    lines = path.read_text().splitlines() if path.is_file() else []
+    path.unlink(missing_ok=True)
+    return [json.loads(line) for line in lines]
+
+
+def test_hydra_quote_round_trips_through_hydra_and_omegaconf():
+    script = f". {shlex.quote(str(REPO / 'scripts/recipe.sh'))}; for v in \"$@\"; do hydra_quote \"$v\"; echo; done"
+    quoted = subprocess.run(["bash", "-c", script, "quote", *AWKWARD], capture_output=True, text=True, check=True).stdout
+    for value, hydra_value in zip(AWKWARD, quoted.splitlines()):
+        assert load_config([f"data.swbd_dir={hydra_value}"], check=False).data.swbd_dir == value, hydra_value
+
+
+def test_corpus_paths_reach_the_stage_whole(fake, tmp_path):
+    start = tmp_path / "start here"
+    start.mkdir()
+    proc = run(fake, "--exp", "q", "--swbd-dir", "rel dir/it's", "--fisher-dirs", "/f1 /f2*", "--fisher-dir", "/f 3",
+               "--stop-stage", "0", cwd=start)
+    assert proc.returncode == 0, proc.stderr
+    (prepare,) = ran(fake)
+    cfg = load_config([o for o in prepare[1:] if o.startswith("data.")], check=False)
+    assert cfg.data.swbd_dir == f"{start}/rel dir/it's"  # relative to where run.sh was started
+    assert list(cfg.data.fisher_dirs) == ["/f1", "/f2*", "/f 3"]  # split at white space, never globbed
+
+
+@pytest.mark.parametrize("option, value", [("--stage", "nproc[$(touch INJECTED)]"), ("--stop-stage", "1+1"),
+                                           ("--nproc", "a[$(touch INJECTED)]"), ("--max-restarts", "-1"),
+                                           ("--nnodes", "2x"), ("--node-rank", "")])
+def test_numeric_options_are_checked_never_evaluated(fake, option, value):
+    proc = run(fake, "--exp", "n", option, value)
+    assert proc.returncode == 2
+    assert f"{option} '{value}': expected a non-negative integer" in proc.stderr
+    assert not (fake / "INJECTED").exists() and not (fake / "ran.txt").exists()
+
+
+@pytest.mark.parametrize("args, message", [(["--stage", "3", "--stop-stage", "1"], "--stage 3 is after --stop-stage 1"),
+                                           (["--exp", "a/b"], "--exp 'a/b': a name, not a path"),
+                                           (["--nnodes", "2"], "--nnodes 2 needs --rdzv-endpoint"),
+                                           (["--bogus", "1"], "unknown option --bogus"), (["--stage"], "--stage needs a value"),
+                                           (["stray"], "unexpected argument 'stray'")])
+def test_option_mistakes_exit_2_before_any_stage(fake, args, message):
+    proc = run(fake, *args)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert not (fake / "ran.txt").exists()
+
+
+def test_command_log_replays_the_same_run(fake, tmp_path):
+    start = tmp_path / "from here"
+    start.mkdir()
+    args = ["--exp", "r", "--swbd-dir", "it's a \"dir\"", "model.name='a b'", "--stop-stage", "0"]
+    assert run(fake, *args, cwd=start).returncode == 0
+    first = ran(fake)
+    logged = (fake / "exp/r/commands.log").read_text().splitlines()[-1].split("\t", 1)[1]
+    subprocess.run(["bash", "-c", logged + " --force"], capture_output=True, text=True, check=True, timeout=60)
+    assert ran(fake) == first
+    stage_cmd = (fake / "exp/r/.done/0.prepare.cmd").read_text()
+    assert shlex.split(stage_cmd)[2:] == first[0][1:]  # `record prepare WORDS...`, quoted the same way
+
+
+def test_done_stage_reruns_when_its_options_change_and_the_later_stages_follow(fake):
+    assert run(fake, "--exp", "d", "train.epochs=1").returncode == 0
+    assert [r[0] for r in ran(fake)] == ALL
+    # a side stage (decode_greedy, numbered like decode) leaves the score that ran before it done
+    assert sorted(p.name for p in (fake / "exp/d/.done").iterdir() if p.suffix != ".cmd") == [
+        "0.prepare", "1.validate", "2.train", "3.decode", "3.decode_greedy", "4.score", "4.score_greedy"]
+
+    proc = run(fake, "--exp", "d", "train.epochs=1")
+    assert ran(fake) == [] and proc.stderr.count("done already") == len(ALL)
+
+    # A train option: prepare does not read the train group; train runs again, then decode.
+    proc = run(fake, "--exp", "d", "train.epochs=2")
+    assert [r[0] for r in ran(fake)] == ["train", "decode", "score", "decode_greedy", "score_greedy"]
+    assert "stage 2 (train): done before with other options" in proc.stderr
+    assert "- train.epochs=1" in proc.stderr and "+ train.epochs=2" in proc.stderr
+
+    # A data option re-runs prepare, and so every stage after it.
+    assert run(fake, "--exp", "d", "train.epochs=2", "data.dev_utts=5").returncode == 0
+    assert [r[0] for r in ran(fake)] == ALL
+
+    # An option only scoring reads: the scores run again, nothing before them.
+    assert run(fake, "--exp", "d", "train.epochs=2", "data.dev_utts=5", "score.per_speaker=false").returncode == 0
+    assert [r[0] for r in ran(fake)] == ["score", "score_greedy"]
+
+
+def test_failed_stage_exits_with_its_status_and_leaves_no_marker(fake):
+    env = dict(os.environ, FAIL="train")
+    proc = run(fake, "--exp", "f", env=env)
+    assert proc.returncode == 3 and "stage 2 (train) failed (exit 3)" in proc.stderr
+    assert (fake / "exp/f/.done/0.prepare").is_file() and not (fake / "exp/f/.done/2.train").exists()
+    ran(fake)
+    assert run(fake, "--exp", "f").returncode == 0
+    assert [r[0] for r in ran(fake)] == ["train", "decode", "score", "decode_greedy", "score_greedy"]
+
+
+def test_markers_of_older_recipes_still_count_as_done(fake):
+    assert run(fake, "--exp", "o").returncode == 0
+    ran(fake)
+    for marker in (m for m in (fake / "exp/o/.done").iterdir() if m.suffix != ".cmd"):
+        marker.write_text("2024-01-01 00:00:00\n")  # what the recipes wrote before options were recorded
+    assert run(fake, "--exp", "o", "train.epochs=9").returncode == 0
+    assert ran(fake) == []
+
+
+def test_the_real_recipes_use_the_checked_options(tmp_path):
+    recipe = Recipe(tmp_path, "mini")
+    proc = recipe.run("--stage", "nproc[$(touch INJECTED)]", check=False)
+    assert proc.returncode == 2 and not list(tmp_path.rglob("INJECTED"))
+    proc = recipe.run("--decode", "beam", "--stage", "7", check=False)
+    assert proc.returncode == 2 and "--decode 'beam': choose beam_lm or greedy" in proc.stderr

@@ -1,0 +1,108 @@
+"""Where a run starts from what an earlier run saved: exact, own (per node), replan, merged
+node checkpoints (elastic), fresh; and what is set aside."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from asr.distributed.context import DistributedContext
+from asr.models.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, load_checkpoint, save_checkpoint
+from asr.train.data import pack_mask, unpack_mask
+from asr.train.resume import RunLayout, find_start, node_dir
+from asr.utils.errors import InputError
+
+UTTS = 20
+SINGLE = RunLayout(False, 1, 1)
+ADPSGD2 = RunLayout(True, 2, 1)
+ADPSGD3 = RunLayout(True, 3, 1)
+
+
+def mask(*indices: int) -> np.ndarray:
+    m = np.zeros(UTTS, dtype=bool)
+    m[list(indices)] = True
+    return m
+
+
+def state(step: int, epoch: int, trained: np.ndarray, layout: RunLayout, weight: float, node: int | None = None,
+          moment: float = 0.0) -> dict:
+    layout_entry = layout.as_dict() | ({"node": node} if node is not None else {})
+    return {
+        "format": CHECKPOINT_FORMAT, "model": {"w": torch.full((3,), weight)}, "model_info": {},
+        "updater": {"optimizer": {"state": {0: {"step": torch.tensor(float(step)), "exp_avg": torch.full((3,), moment)}},
+                                  "param_groups": []}, "schedule": {"steps": step, "epochs": epoch}},
+        "sampler": {"epoch": epoch, "batches_done": 0, "num_utts": UTTS, "done": pack_mask(mask()), "trained": pack_mask(trained)},
+        "rng": {}, "step": step, "epoch": epoch, "progress": {"epoch": epoch, "step": step, "elapsed_s": float(step), "batches_done": 3},
+        "config": {}, "layout": layout_entry, "distributed": {"world_size": layout.world_size},
+    }
+
+
+@pytest.fixture
+def checkpoints(tmp_path) -> CheckpointDir:
+    return CheckpointDir(tmp_path / "checkpoints", keep=3)
+
+
+def save_nodes(checkpoints: CheckpointDir, layout: RunLayout, epoch: int, trained: list[np.ndarray], weights: list[float]) -> None:
+    for node, (t, w) in enumerate(zip(trained, weights)):
+        save_checkpoint(node_dir(checkpoints, node) / f"step-{10 + node:09d}.pt",
+                        state(10 + node, epoch, t, layout, w, node=node, moment=w / 10))
+
+
+def test_nothing_saved_is_a_fresh_start(checkpoints):
+    assert find_start(checkpoints, DistributedContext(), SINGLE, UTTS).kind == "fresh"
+
+
+def test_same_layout_resumes_exactly_another_replans(checkpoints):
+    checkpoints.save(state(7, 1, mask(0, 1, 2), SINGLE, 1.0))
+    start = find_start(checkpoints, DistributedContext(), SINGLE, UTTS)
+    assert start.kind == "exact" and start.state["step"] == 7
+    start = find_start(checkpoints, DistributedContext(), ADPSGD2, UTTS)
+    assert start.kind == "replan" and start.done.tolist() == mask(0, 1, 2).tolist()
+
+
+def test_decentralized_nodes_resume_their_own_state(checkpoints):
+    checkpoints.save(state(5, 1, mask(), ADPSGD2, 0.5))  # the last epoch end's average
+    save_nodes(checkpoints, ADPSGD2, 1, [mask(0, 1), mask(5)], [1.0, 3.0])
+    start = find_start(checkpoints, DistributedContext(), ADPSGD2, UTTS)
+    assert start.kind == "own" and start.state["layout"]["node"] == 0 and float(start.state["model"]["w"][0]) == 1.0
+    # With one process the union of what the nodes trained is what this learner gathers: its own.
+    assert start.done.tolist() == mask(0, 1).tolist()
+
+
+def test_another_layout_merges_the_nodes_into_one_checkpoint(checkpoints, caplog):
+    caplog.set_level("INFO")
+    save_nodes(checkpoints, ADPSGD2, 1, [mask(0, 1), mask(5)], [1.0, 3.0])
+    start = find_start(checkpoints, DistributedContext(), ADPSGD3, UTTS)
+    assert start.kind == "replan" and start.done.tolist() == mask(0, 1, 5).tolist()
+    merged = load_checkpoint(start.source)
+    assert torch.equal(merged["model"]["w"], torch.full((3,), 2.0))  # the nodes' mean
+    moments = merged["updater"]["optimizer"]["state"][0]
+    assert torch.allclose(moments["exp_avg"], torch.full((3,), 0.2)) and float(moments["step"]) == 10.0  # counters: node 0's
+    assert unpack_mask(merged["sampler"]["trained"], UTTS).tolist() == mask(0, 1, 5).tolist()
+    assert not list(checkpoints.dir.glob("node-*"))  # merged, then removed
+    assert "merged the 2 nodes' checkpoints (epoch 2, 3 of 20 utterances of it trained)" in caplog.text
+    # One learner goes on from the merged checkpoint the same way.
+    assert find_start(checkpoints, DistributedContext(), SINGLE, UTTS).kind == "replan"
+
+
+def test_node_checkpoints_older_than_the_last_epoch_end_are_set_aside(checkpoints, caplog):
+    save_nodes(checkpoints, ADPSGD2, 1, [mask(0, 1), mask(5)], [1.0, 3.0])
+    checkpoints.save(state(30, 2, mask(), SINGLE, 9.0))  # a later run went further
+    start = find_start(checkpoints, DistributedContext(), ADPSGD2, UTTS)
+    assert start.kind == "replan" and start.state["step"] == 30
+    assert not list(checkpoints.dir.glob("node-*")) and "superseded by step 30" in caplog.text
+
+
+def test_an_incomplete_node_set_falls_back_to_the_epoch_end(checkpoints, caplog):
+    checkpoints.save(state(5, 1, mask(), ADPSGD2, 0.5))
+    save_nodes(checkpoints, ADPSGD2, 1, [mask(0, 1)], [1.0])  # node 1 never saved
+    start = find_start(checkpoints, DistributedContext(), ADPSGD2, UTTS)
+    assert start.kind == "replan" and start.state["step"] == 5
+    assert "not one consistent set" in caplog.text
+
+
+def test_a_changed_training_set_is_refused(checkpoints):
+    checkpoints.save(state(7, 1, mask(0), SINGLE, 1.0))
+    with pytest.raises(InputError, match="taken with 20 training utterances, the training set now has 19"):
+        find_start(checkpoints, DistributedContext(), ADPSGD2, UTTS - 1)
