@@ -68,8 +68,10 @@ class SweepConfig:
     speed_spread: float = 0.2
     jitter: float = 0.1
     exchange_time: float = 0.5
-    # Seeds (initial weights, data order, timing): `seeds` for every run; extra_seeds for the
-    # baseline, and for every point within close_margin (relative) of the convergence threshold.
+    # Seeds (data order, timing; initial weights too unless same_init): `seeds` for every run;
+    # extra_seeds for the baseline, and for every point within close_margin of the tolerance.
+    # same_init: every run starts from the weights the experiment's `seed` draws.
+    same_init: bool = True
     seeds: list = field(default_factory=lambda: [1])
     extra_seeds: list = field(default_factory=lambda: [2, 3])
     close_margin: float = 0.03

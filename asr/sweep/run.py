@@ -1,7 +1,8 @@
 """One run of the batch-size sweep: an algorithm at a global batch with one seed, trained with
 simulated learners on a clock (asr/distributed/timed.py), or the single-learner baseline.
 
-The seed picks the initial weights, the data order and the learners' speeds. The global batch
+The seed picks the data order and the learners' speeds, and the initial weights unless
+sweep.same_init (then they are the experiment's `seed`'s for every run). The global batch
 is `learners` x the per-learner batch, in utterances (the batch's frame limit never binds); the
 epoch's global batches are length-bucketed as the real trainer's are and dealt out to the
 learners by stride, and a node claims one global batch's shards of its learners at a time. The
@@ -40,7 +41,8 @@ class RunSettings:
     global_batch: int
     learners: int
     learners_per_node: int
-    seed: int
+    seed: int  # data order and timing
+    init_seed: int  # initial weights
     lr: float
     epochs: int
     train: dict  # the optimisation settings
@@ -73,6 +75,7 @@ def run_settings(cfg, algorithm: str, global_batch: int, seed: int) -> RunSettin
     return RunSettings(
         algorithm=algorithm, global_batch=int(global_batch), learners=learners,
         learners_per_node=int(scfg.learners_per_node) if algorithm.startswith("hadpsgd") else 1, seed=int(seed),
+        init_seed=int(cfg.seed) if scfg.same_init else int(seed),
         lr=scaled_lr(scfg, global_batch), epochs=int(scfg.epochs), train=train, model=model_config(cfg), timing=timing,
         max_train_utts=int(scfg.max_train_utts),
     )
@@ -151,7 +154,7 @@ def train_run(data: SweepData, settings: RunSettings, progress=None) -> dict:
     """Train one run; returns its settings with the held-out loss per epoch. `progress(n)` is
     told of every n steps taken."""
     start = time.monotonic()
-    torch.manual_seed(settings.seed)
+    torch.manual_seed(settings.init_seed)
     model = build_model(OmegaConf.create(settings.model), data.train.feat_dim, data.objective.num_outputs)
     untrained = data.held_out_loss(model)
     sampler = BucketBatchSampler(data.lengths, settings.per_learner_batch * max(data.lengths), settings.per_learner_batch,

@@ -185,7 +185,7 @@ def run_sweep(cfg) -> SweepResult:
 def sweep_setup(cfg, run: dict) -> dict:
     scfg = OmegaConf.to_container(cfg.sweep, resolve=True)
     return {k: scfg[k] for k in ("algorithms", "learners", "learners_per_node", "global_batches", "epochs", "base_batch", "optimizer",
-                                 "lr", "lr_scaling", "momentum", "nesterov", "warmup_epochs", "lr_decay", "grad_clip", "speeds", "speed_spread", "jitter", "exchange_time", "seeds", "extra_seeds",
+                                 "lr", "lr_scaling", "momentum", "nesterov", "warmup_epochs", "lr_decay", "grad_clip", "same_init", "speeds", "speed_spread", "jitter", "exchange_time", "seeds", "extra_seeds",
                                  "close_margin", "tolerance", "max_train_utts")} | {k: run[k] for k in ("train_utterances", "held_out_utterances", "model")}
 
 
