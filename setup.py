@@ -18,6 +18,7 @@ setup(
         "espeakng-loader>=0.2",
         "matplotlib>=3.8",
         "tqdm",
+        "tensorboard>=2.14",  # training telemetry (asr/train/telemetry.py)
         "flashlight-text>=0.0.7",  # KenLM binding used by the LM beam search (asr/decode/beam.py)
         "av>=12",  # FFmpeg's shorten decoder, for shorten-compressed SPHERE (asr/data/shorten.py)
     ],

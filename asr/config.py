@@ -1,4 +1,5 @@
-"""Hydra configuration: the structured schema of every group and the stage entry point.
+"""Hydra configuration: the structured schema of every group, composed and checked
+(asr/stage.py runs a stage with it).
 
 Every stage (`python -m asr.<stage>`) loads the same primary config, `conf/config.yaml`, so
 the recipe can pass one list of overrides to all stages and each experiment's saved config
@@ -10,19 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import logging
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import ClassVar
 
-import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
-from asr.data import commands as command_policy
 from asr.data.config import DataConfig, SynthConfig
 from asr.decode.config import DecodeConfig
 from asr.distributed.config import DistributedConfig
@@ -33,10 +30,9 @@ from asr.score.config import ScoreConfig
 from asr.sweep.config import SweepConfig
 from asr.text.config import TokenizerConfig
 from asr.train.config import TrainConfig
-from asr.utils.atomic import NO_SPACE, disk_full_message
 from asr.utils.checks import Check, device_name
 from asr.utils.errors import InputError
-from asr.utils.log import rank, setup_logging
+from asr.utils.log import rank
 
 CONF_DIR = os.environ.get("ASR_CONF_DIR", str(Path(__file__).resolve().parent.parent / "conf"))
 
@@ -67,14 +63,14 @@ def register_configs() -> None:
     cs.store(name="asr_schema", node=AsrConfig)
 
 
-_current_stage = "asr"
+current_stage = "asr"  # set by the stage runner (asr/stage.py) before Hydra composes
 
 
 def _hydra_subdir(exp_dir: str) -> str | None:
     """Where Hydra saves config.yaml/overrides.yaml: per stage in the experiment dir, rank 0 only."""
     if rank() != 0:
         return None
-    return str(Path(exp_dir) / ".hydra" / _current_stage)
+    return str(Path(exp_dir) / ".hydra" / current_stage)
 
 
 OmegaConf.register_new_resolver("asr_hydra_subdir", _hydra_subdir, replace=True)
@@ -149,53 +145,6 @@ def check_config(cfg: DictConfig) -> None:
         raise InputError(f"invalid config, {len(problems)} problems:\n  " + "\n  ".join(problems))
 
 
-def stage_main(stage: str) -> Callable[[Callable[[DictConfig], Any]], Callable[[], None]]:
-    """Decorator for a stage entry point: Hydra config, logging, clean errors.
-
-    The composed config is checked against the schema first (check_config). `InputError` (bad
-    input the user can fix), a full disk and overrides Hydra cannot compose become a clear
-    message and exit status 2.
-    """
-
-    def decorate(run: Callable[[DictConfig], Any]) -> Callable[[], None]:
-        started = False
-
-        @functools.wraps(run)
-        def task(cfg: DictConfig) -> None:
-            nonlocal started
-            started = True
-            log = setup_logging(stage, Path(cfg.exp_dir) / "log")
-            log.info("stage %s: %s", stage, " ".join(sys.argv[1:]) or "(no overrides)")
-            try:
-                check_config(cfg)
-                command_policy.configure(cfg.data.run_commands)
-                run(cfg)
-            except InputError as err:
-                log.error("%s", err)
-                sys.exit(2)
-            except OSError as err:
-                if err.errno not in NO_SPACE:
-                    raise
-                log.error("%s", disk_full_message(err))
-                sys.exit(2)
-
-        def main() -> None:
-            global _current_stage
-            _current_stage = stage
-            try:
-                hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")(task)()
-            except SystemExit as end:
-                # Hydra exits 1 when the overrides do not compose (an unknown key without +, a
-                # bad value type, a missing config file): a user error, like InputError's 2.
-                if end.code == 1 and not started:
-                    sys.exit(2)
-                raise
-
-        return main
-
-    return decorate
-
-
 def load_config(overrides: list[str] | None = None, check: bool = True) -> DictConfig:
     """Compose the config without running a job (for tests and notebooks), checked as the
     stages check it unless check=False."""
@@ -206,10 +155,6 @@ def load_config(overrides: list[str] | None = None, check: bool = True) -> DictC
     if check:
         check_config(cfg)
     return cfg
-
-
-def to_container(cfg: DictConfig) -> dict:
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
 logging.getLogger("asr").addHandler(logging.NullHandler())

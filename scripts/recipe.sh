@@ -304,7 +304,7 @@ check_decode_options() {
 decode_stages() {
   local n=$1
   if [[ $decode == beam_lm ]]; then
-    run_stage "$n" tune python -m asr.decode.tune decode=beam_lm "${overrides[@]}"
+    run_stage "$n" tune python -m asr.tune decode=beam_lm "${overrides[@]}"
   fi
   run_stage $((n + 1)) decode python -m asr.decode "decode=$decode" "${overrides[@]}"
   run_stage $((n + 2)) score  python -m asr.score "score=$score" "${overrides[@]}"

@@ -8,6 +8,7 @@ BENCHMARKS = {
     "features": "asr.bench.features",
     "decode": "asr.bench.decode",
     "cluster": "asr.bench.cluster",
+    "scale": "asr.bench.scale",
 }
 
 

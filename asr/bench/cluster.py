@@ -158,14 +158,17 @@ def throughput(timings: list[dict]) -> float:
 
 
 def model_parameters(recipe_dir: Path, overrides: list[str]) -> int:
+    """The size of the model the runs train (what an exchange or an all-reduce moves)."""
     from asr.config import load_config
+    from asr.features.featureset import read_feat_dim
     from asr.models.blstm import build_model
-    from asr.train.data import read_feat_dim
+    from asr.train.objectives import build_objective
 
     with contextlib.chdir(recipe_dir):
         cfg = load_config(list(overrides))
         feat_dim = read_feat_dim(Path(cfg.features.feats_dir) / cfg.features.name / cfg.data.train_set)
-        return sum(p.numel() for p in build_model(cfg.model, feat_dim, 1000).parameters())
+        outputs = build_objective(cfg).num_outputs
+        return sum(p.numel() for p in build_model(cfg.model, feat_dim, outputs).parameters())
 
 
 def run(args) -> dict:
@@ -208,7 +211,7 @@ def measure_link(bench: Bench, cluster, rate: float, layouts, compute_only: dict
             timings, sent = bench.distributed(cluster, name, algorithm, per_host, f"train.max_steps={limit}")
             step = mean_step(timings)
             entry["runs"][f"{algorithm} {hosts}x{per_host}"] = {
-                "step_s": round(step, 4), "compute_s": round(compute, 4), "step_over_compute": round(step / compute, 3),
+                "step_s": step, "compute_s": compute, "step_over_compute": step / compute,
                 "host0_sent_bytes": sent, "steps_by_learner": [t["steps"] for t in timings],
             }
             log.info("%s at %g Mbit/s: %.3f s per step, %.2f x compute-only", f"{algorithm} {hosts}x{per_host}", rate, step, step / compute)
@@ -226,7 +229,7 @@ def measure_straggler(bench: Bench, cluster, rate: float) -> dict:
             runs[slowed] = timings
         even, slow = throughput(runs[False]), throughput(runs[True])
         out[algorithm] = {
-            "utterances_per_s": round(even, 3), "slowed_utterances_per_s": round(slow, 3), "ratio": round(slow / even, 3),
+            "utterances_per_s": even, "slowed_utterances_per_s": slow, "ratio": slow / even,
             "ideal": 0.5 if algorithm == "ssgd" else (cluster.nodes - 0.5) / cluster.nodes,
             "steps_by_learner_slowed": [t["steps"] for t in runs[True]],
         }

@@ -27,11 +27,10 @@ from pathlib import Path
 import torch
 
 from asr.config import load_config
-from asr.data.datadir import read_data_dir
-from asr.decode.search import ParallelBeamSearch, beam_options, beam_spec
+from asr.data.datadir import data_set_dir, read_data_dir
 from asr.decode.greedy import ctc_greedy
+from asr.decode.search import ParallelBeamSearch, beam_options, beam_spec
 from asr.text.tokenizer import BLANK_ID
-from asr.train.data import data_set_dir
 from asr.utils.atomic import write_text
 
 log = logging.getLogger("asr.bench.decode")
@@ -50,9 +49,9 @@ def timed(fn):
 
 def run(cfg, set_name: str, jobs: list[int]) -> dict:
     from asr.decode.stage import load_decoding_model
-    from asr.decode.tune import set_log_probs
+    from asr.tune import set_log_probs
 
-    torch.set_num_threads(int(cfg.train.threads))
+    torch.set_num_threads(int(cfg.decode.threads))
     model, tokenizer = load_decoding_model(cfg, torch.device("cpu"))
     model.eval()
     (refs, arrays), am_seconds = timed(lambda: set_log_probs(cfg, set_name, model, torch.device("cpu")))
@@ -76,7 +75,7 @@ def run(cfg, set_name: str, jobs: list[int]) -> dict:
         "seconds": {k: round(v, 3) for k, v in results.items()},
         "rtf": {k: round(v, 5) for k, v in rtf.items()},
         "beam": {"beam_size": options.beam_size, "beam_size_token": options.beam_size_token, "lm_weight": options.lm_weight, "word_score": options.word_score},
-        "threads": int(cfg.train.threads),
+        "threads": int(cfg.decode.threads),
         "cpu": platform.processor() or platform.machine(),
     }
 

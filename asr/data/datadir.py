@@ -221,3 +221,8 @@ def swbd_utt_id(speaker: str, start: float, end: float) -> str:
     round 0.125 s down to 12 and give a different id than Kaldi's).
     """
     return f"{speaker}_{int(start * 100 + 0.5):06d}-{int(end * 100 + 0.5):06d}"
+
+
+def data_set_dir(cfg, set_name: str) -> Path:
+    """`<data.data_dir>/<set>`: the Kaldi data dir of a set."""
+    return Path(cfg.data.data_dir) / set_name

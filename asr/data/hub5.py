@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from asr.data.datadir import DataDir, Segment, c_sort_key
 from asr.data.fix import fit_segments_to_audio
+from asr.data.stm import StmSegment, fix_stm, read_stm
 from asr.data.swbd import sph2pipe_command
 from asr.data.text_norm import is_ignored_segment, normalize_stm_text
 from asr.utils.errors import InputError
-from asr.utils.textfile import iter_lines, read_text
+from asr.utils.textfile import read_text
 
 log = logging.getLogger(__name__)
 
@@ -104,48 +104,25 @@ def hub5_utt_id(conversation: str, side: str, start: float, end: float) -> str:
     return f"{conversation}-{side}_{int(start * 100):06d}-{int(end * 100):06d}"
 
 
-def _timed_lines(path: Path, min_fields: int, words_from: int) -> list[TimedLine]:
-    """Lines `conv side speaker start end [...]` of a pem or stm file; ';;' lines are comments."""
-    lines = []
-    for lineno, line in iter_lines(path):
-        fields = line.split()
-        if not fields or ";;" in line:
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            if len(fields) < min_fields or fields[1] not in ("A", "B"):
-                raise ValueError
-            start, end = float(fields[3]), float(fields[4])
-        except ValueError:
-            expected = "'<conversation> <A|B> <speaker> <start> <end> ...'"
-            raise InputError(f"{where}: expected {expected}, got {line.strip()!r}") from None
-        conv, side = fields[0].lower(), fields[1]
-        words = " ".join(fields[_first_word(fields, words_from):])
-        lines.append(TimedLine(hub5_utt_id(conv, side, start, end), f"{conv}-{side}", start, end, words, where))
-    return lines
-
-
-def _first_word(fields: list[str], words_from: int) -> int:
-    """The stm's sixth field is a label like <O,en,F,en-F>; skip it only when it is one."""
-    label = fields[words_from] if words_from < len(fields) else ""
-    is_label = label.startswith("<") and label.endswith(">") and "," in label
-    return words_from + 1 if is_label else words_from
+def timed_line(segment: StmSegment) -> TimedLine:
+    """A pem or stm line as a Hub5 segment: sides A and B, conversation ids lower case."""
+    if segment.channel not in ("A", "B"):
+        raise InputError(f"{segment.where}: channel {segment.channel!r}; Hub5 sides are A and B")
+    conv, side = segment.file.lower(), segment.channel
+    return TimedLine(hub5_utt_id(conv, side, segment.start, segment.end), f"{conv}-{side}", segment.start, segment.end,
+                     segment.text, segment.where)
 
 
 def read_pem(path: Path) -> list[TimedLine]:
-    """`en_4156 A unknown_speaker 301.85 302.48` lines, duplicates removed (Kaldi's sort -u)."""
-    unique = {line.utt: line for line in _timed_lines(path, min_fields=5, words_from=5)}
+    """`en_4156 A unknown_speaker 301.85 302.48` lines (the stm's layout without words),
+    duplicates removed (Kaldi's sort -u)."""
+    unique = {line.utt: line for line in map(timed_line, read_stm(path))}
     return [unique[u] for u in sorted(unique, key=c_sort_key)]
 
 
-def read_stm(path: Path) -> list[TimedLine]:
-    """`en_4156 A en_4156_A 357.64 359.64 <O,en,F,en-F> HE IS A POLICE OFFICER` lines."""
-    return _timed_lines(path, min_fields=5, words_from=5)
-
-
-def fix_stm(stm: str) -> str:
-    """Kaldi's repairs so that hubscr.pl accepts the stm: `((` typos -> `(`, aside tags removed."""
-    return re.sub(r"<[BE]_ASIDE>", "", stm.replace("((", "("))
+def read_reference(path: Path) -> list[TimedLine]:
+    """The reference stm's segments (asr/data/stm.py reads the format)."""
+    return [timed_line(segment) for segment in read_stm(path)]
 
 
 def extend_segments(segments: dict[str, Segment], by: float = SEGMENT_EXTENSION_S) -> dict[str, Segment]:
@@ -238,7 +215,7 @@ def prepare_eval2000(eval2000_dir: str | os.PathLike, eval2000_text_dir: str | o
     if missing:
         raise InputError("Hub5-2000 corpus incomplete:\n  " + "\n  ".join(missing) + "\n" + LAYOUT)
     pem_path, stm_path = speech_dir(eval2000_dir) / PEM, text_dir(eval2000_text_dir) / STM
-    pem, stm = read_pem(pem_path), read_stm(stm_path)
+    pem, stm = read_pem(pem_path), read_reference(stm_path)
     _check_pem_matches_stm(pem, stm, pem_path, stm_path)
     dropped: Counter = Counter()
     texts = _reference_texts(stm, dropped)

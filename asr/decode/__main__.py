@@ -1,7 +1,7 @@
 """`python -m asr.decode [decode=greedy|beam_lm|loglikes]`: decode decode.sets -> exp_dir/decode_<set>/hyp.{txt,ctm}
 (greedy CTC, or CTC beam search with the word LM; loglikes: Kaldi log-likelihoods)."""
 
-from asr.config import stage_main
+from asr.stage import stage_main
 from asr.decode.stage import decode
 
 

@@ -14,6 +14,7 @@ class DecodeConfig:
     checkpoint: str = "last"  # last | best | path
     dir_suffix: str = ""  # output in <exp_dir>/decode_<set><dir_suffix>/ (e.g. _greedy beside the LM decode)
     batch_size: int = 32
+    threads: int = 2  # torch threads of the acoustic model
     frame_shift_ms: float = 10.0
     # kind=loglikes (asr/decode/loglikes.py): log posterior - prior_scale x log prior, Kaldi ark/scp
     pdf_counts: str = ""  # the priors' counts (Kaldi vector); empty = <exp_dir>/pdf_counts from training
@@ -28,7 +29,7 @@ class DecodeConfig:
     lm_weight: float = 0.5  # times ln P_LM
     word_score: float = 0.0  # per word (insertion bonus)
     jobs: int = 2  # beam search worker processes
-    # The dev-set sweep (python -m asr.decode.tune) and using its best values
+    # The dev-set sweep (python -m asr.tune) and using its best values
     use_tuned: bool = True
     tuning_file: str = "${exp_dir}/lm_tuning.json"
     tune_set: str = "${data.dev_set}"
@@ -36,7 +37,7 @@ class DecodeConfig:
     tune_word_scores: list = field(default_factory=lambda: [-1.0, 0.0, 1.0, 2.0])
 
     CHECKS: ClassVar[dict[str, Check]] = {
-        "kind": one_of("greedy", "beam_lm", "loglikes"), "batch_size": AT_LEAST_ONE, "frame_shift_ms": POSITIVE,
+        "kind": one_of("greedy", "beam_lm", "loglikes"), "batch_size": AT_LEAST_ONE, "threads": AT_LEAST_ONE, "frame_shift_ms": POSITIVE,
         "prior_scale": NON_NEGATIVE, "beam_size": AT_LEAST_ONE, "beam_size_token": AT_LEAST_ONE,
         "beam_threshold": POSITIVE, "jobs": AT_LEAST_ONE,
     }

@@ -37,18 +37,14 @@ import kaldiio
 import numpy as np
 import torch
 from torch import Tensor
-from tqdm import tqdm
 
-from asr.data.datadir import c_sort_key, read_data_dir
+from asr.data.datadir import c_sort_key
+from asr.decode.acoustic import ScoredSet, evaluation_sets, load_model
 from asr.decode.output import decode_dir
-from asr.decode.stage import decode_sets, length_sorted_batches, load_checkpoint_with_head
 from asr.models.blstm import AcousticModel
-from asr.train.alignments import read_pdf_counts
-from asr.train.checkpoint import model_from_checkpoint
-from asr.train.data import FeatureReader, data_set_dir, feature_set_dir
-from asr.train.device import select_device
-from asr.train.objectives import PDF_COUNTS_NAME
+from asr.models.pdf_counts import PDF_COUNTS_NAME, read_pdf_counts
 from asr.utils.atomic import atomic_path
+from asr.utils.device import select_device
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -104,11 +100,10 @@ def loglike_archive(out_dir: Path) -> Iterator[LoglikeWriter]:
         scp_tmp.write_text(writer.scp_text())
 
 
-def load_frame_ce_model(cfg, device: torch.device) -> tuple[AcousticModel, Path]:
-    state, path = load_checkpoint_with_head(
-        cfg, "frame_ce", "log-likelihoods need a frame_ce (hybrid) model (decode.kind=greedy decodes CTC)")
+def load_frame_ce_model(cfg, device: torch.device) -> AcousticModel:
+    model, state, path = load_model(cfg, "frame_ce", "log-likelihoods need a frame_ce (hybrid) model (decode.kind=greedy decodes CTC)", device)
     log.info("log-likelihoods of %s (epoch %d, step %d)", path, state["epoch"], state["step"])
-    return model_from_checkpoint(state, path).to(device), path
+    return model
 
 
 def load_log_priors(cfg, num_pdfs: int) -> Tensor:
@@ -121,52 +116,31 @@ def load_log_priors(cfg, num_pdfs: int) -> Tensor:
     return torch.from_numpy(priors)
 
 
-class SetExporter:
-    """Runs the model over one set batch by batch and writes each utterance's log-likelihoods."""
-
-    def __init__(self, model: AcousticModel, log_prior: Tensor, reader: FeatureReader, device: torch.device, prior_scale: float, upsample: bool):
-        self.model, self.reader, self.device = model, reader, device
-        self.log_prior = log_prior.to(device)
-        self.prior_scale, self.upsample = prior_scale, upsample
-        self.frames = 0
-
-    @torch.no_grad()
-    def export_batch(self, utts: list[str], archive: LoglikeWriter) -> None:
-        feats = [self.reader(u) for u in utts]
-        lengths = torch.tensor([f.shape[0] for f in feats])
-        padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(self.device)
-        log_probs, out_lens = self.model(padded, lengths.to(self.device))
-        for b, utt in enumerate(utts):
-            loglikes = scaled_loglikes(log_probs[b, : int(out_lens[b])], self.log_prior, self.prior_scale)
-            if self.upsample:
-                loglikes = upsample(loglikes, self.model.subsample, int(lengths[b]))
-            archive.write(utt, loglikes.float().cpu().numpy())
-            self.frames += loglikes.shape[0]
-
-
 def export_set(cfg, set_name: str, model: AcousticModel, log_prior: Tensor, device: torch.device) -> Path:
-    data = read_data_dir(data_set_dir(cfg, set_name))
-    reader = FeatureReader(feature_set_dir(cfg, set_name), data.utt2spk, cfg.features.norm_vars)
-    if reader.feat_dim != model.input_dim:
-        raise InputError(f"{reader.set_dir}/feat_dim: {reader.feat_dim}, but the model was trained on {model.input_dim}-dim features")
-    utts = [u for u in reader.utts() if u in data.utt2spk]
-    exporter = SetExporter(model, log_prior, reader, device, cfg.decode.prior_scale, cfg.decode.upsample)
-    out_dir = decode_dir(cfg, set_name)
-    batches = length_sorted_batches(utts, reader.num_frames, cfg.decode.batch_size)
+    scored = ScoredSet(cfg, set_name, model, device)
+    log_prior = log_prior.to(device)
+    out_dir, frames = decode_dir(cfg, set_name), 0
     with loglike_archive(out_dir) as archive:
-        for batch in tqdm(batches, desc=f"loglikes {set_name}", disable=None, leave=False, dynamic_ncols=True):
-            exporter.export_batch(batch, archive)
+        for batch in scored.batches(f"loglikes {set_name}"):
+            for b, utt in enumerate(batch.utts):
+                loglikes = scaled_loglikes(batch.log_probs[b, : int(batch.out_lens[b])], log_prior, cfg.decode.prior_scale)
+                if cfg.decode.upsample:
+                    loglikes = upsample(loglikes, model.subsample, int(batch.feat_lens[b]))
+                archive.write(utt, loglikes.float().cpu().numpy())
+                frames += loglikes.shape[0]
+    if scored.skipped:
+        log.warning("%s: %d utterances with NaN/inf features left out: %s", set_name, len(scored.skipped), " ".join(sorted(scored.skipped)[:10]))
     shift = cfg.features.frame_shift_ms * (1 if cfg.decode.upsample else model.subsample)
-    rate = f"frames of {shift:g} ms"
-    log.info("%s: log-likelihoods of %d utterances, %d %s -> %s", set_name, len(utts), exporter.frames, rate, out_dir / "loglikes.scp")
+    log.info("%s: log-likelihoods of %d utterances, %d frames of %g ms -> %s", set_name, len(scored.utts) - len(scored.skipped), frames,
+             shift, out_dir / "loglikes.scp")
     return out_dir
 
 
 def export_loglikes(cfg) -> list[Path]:
     """The decode stage for decode.kind=loglikes; returns the output directories."""
-    torch.set_num_threads(cfg.train.threads)
+    torch.set_num_threads(cfg.decode.threads)
     device = select_device(cfg.device)
-    model, _ = load_frame_ce_model(cfg, device)
+    model = load_frame_ce_model(cfg, device)
     num_pdfs = model.head.linear.out_features
     log_prior = load_log_priors(cfg, num_pdfs)
-    return [export_set(cfg, name, model, log_prior, device) for name in decode_sets(cfg)]
+    return [export_set(cfg, name, model, log_prior, device) for name in evaluation_sets(cfg)]

@@ -1,4 +1,5 @@
-"""From hypotheses to files: words with times, Kaldi `hyp.txt` and NIST CTM `hyp.ctm`.
+"""From hypotheses to files: words with times, Kaldi `hyp.txt` and NIST CTM `hyp.ctm`
+(asr/data/ctm.py writes it).
 
 A word spans from the emission frame of its first token to the emission frame of its last
 token plus one frame (the usual CTC convention: CTC places spikes, not boundaries). Times
@@ -12,10 +13,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from asr.data.datadir import DataDir, c_sort_key, write_table
+from asr.data.ctm import CtmWord
+from asr.data.datadir import DataDir, write_table
 from asr.decode.hypothesis import Hypothesis
 from asr.text.tokenizer import Tokenizer
-from asr.utils.atomic import atomic_open, atomic_path
+from asr.utils.atomic import atomic_path
 
 DEFAULT_CHANNEL = "A"
 
@@ -40,30 +42,17 @@ def timed_words(hyp: Hypothesis, tokenizer: Tokenizer) -> list[TimedWord]:
     ]
 
 
-@dataclass(frozen=True)
-class CtmLine:
-    file: str
-    channel: str
-    start: float
-    duration: float
-    word: str
-    confidence: float
-
-    def __str__(self) -> str:
-        return f"{self.file} {self.channel} {self.start:.2f} {self.duration:.2f} {self.word} {self.confidence:.2f}"
-
-
 def file_and_channel(data: DataDir, utt: str) -> tuple[str, str]:
     """From reco2file_and_channel; without it the recording id and channel A."""
     recording = data.recording_of(utt)
     return data.reco2file_and_channel.get(recording, (recording, DEFAULT_CHANNEL))
 
 
-def ctm_lines(data: DataDir, utt: str, words: list[TimedWord], frame_seconds: float) -> list[CtmLine]:
+def ctm_words(data: DataDir, utt: str, words: list[TimedWord], frame_seconds: float) -> list[CtmWord]:
     file, channel = file_and_channel(data, utt)
     offset = data.segments[utt].start if utt in data.segments else 0.0
     return [
-        CtmLine(file, channel, offset + w.start_frame * frame_seconds, (w.end_frame - w.start_frame) * frame_seconds, w.word, w.confidence)
+        CtmWord(file, channel, offset + w.start_frame * frame_seconds, (w.end_frame - w.start_frame) * frame_seconds, w.word, w.confidence)
         for w in words
     ]
 
@@ -72,10 +61,3 @@ def write_hyp_text(path: str | os.PathLike, hyps: dict[str, str]) -> None:
     """Kaldi text: `utt word word ...`, sorted by utterance (C locale)."""
     with atomic_path(path) as tmp:
         write_table(tmp, hyps)
-
-
-def write_ctm(path: str | os.PathLike, lines: list[CtmLine]) -> None:
-    """NIST CTM sorted by file, channel, start time (stable: word order kept on ties)."""
-    ordered = sorted(lines, key=lambda c: (c_sort_key(c.file), c_sort_key(c.channel), round(c.start, 2)))
-    with atomic_open(path, encoding="utf-8") as f:
-        f.writelines(f"{line}\n" for line in ordered)

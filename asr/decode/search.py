@@ -4,7 +4,7 @@ For `beam_lm` the decoder of each worker process is built from a picklable `Beam
 (lexicon, tokenizer pieces, LM path). Workers are forked before the acoustic model runs,
 so they start at once and never touch torch; with decode.jobs <= 1 the search runs in the
 calling process. The LM weight and word score come from the dev-set sweep
-(`python -m asr.decode.tune`, file decode.tuning_file) when decode.use_tuned is set and the
+(`python -m asr.tune`, file decode.tuning_file) when decode.use_tuned is set and the
 file exists, else from decode.lm_weight / decode.word_score; the choice is logged.
 """
 
@@ -74,13 +74,13 @@ def tuned_values(cfg) -> dict | None:
         return None
     path = Path(cfg.decode.tuning_file)
     if not path.is_file():
-        log.warning("%s not found (run `python -m asr.decode.tune`); using decode.lm_weight/word_score", path)
+        log.warning("%s not found (run `python -m asr.tune`); using decode.lm_weight/word_score", path)
         return None
     try:
         best = json.loads(path.read_text())["best"]
         return {"lm_weight": float(best["lm_weight"]), "word_score": float(best["word_score"])}
     except (ValueError, KeyError, TypeError) as err:
-        raise InputError(f"{path}: not a tuning result ({err}); delete it and re-run `python -m asr.decode.tune`") from None
+        raise InputError(f"{path}: not a tuning result ({err}); delete it and re-run `python -m asr.tune`") from None
 
 
 def beam_options(cfg, use_tuned: bool = True) -> BeamOptions:

@@ -48,7 +48,7 @@ from asr.distributed.hadpsgd import DecentralizedGroups
 from asr.distributed.ssgd import ddp_wrap, weighted_mean_factor
 from asr.distributed.staging import Staging
 from asr.distributed.topology import Layout
-from asr.train.updater import Updater, optimizer_moments
+from asr.optim.updater import Updater, optimizer_moments
 
 log = logging.getLogger(__name__)
 

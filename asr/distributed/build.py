@@ -13,7 +13,7 @@ from asr.distributed.context import DistributedContext
 from asr.distributed.hadpsgd import describe, learners_per_node, make_groups
 from asr.distributed.ssgd import SsgdUpdater
 from asr.distributed.topology import Layout, node_groups
-from asr.train.updater import Updater, build_updater
+from asr.optim.updater import Updater, build_updater
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)

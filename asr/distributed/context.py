@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from asr.distributed.config import ALGORITHMS
-from asr.train.device import select_device
+from asr.utils.device import select_device
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -77,13 +77,13 @@ def hang_message(what: str, rank: int, timeout_s: float, detail: str) -> str:
 
 
 class HangWatchdog:
-    """Exits the learner (status 3, with the message) when the main thread has been inside one
+    """Exits the learner (status 3, with the message) when a thread has been inside one
     collective for longer than `limit_s`: the last resort against a communication library that
     neither finishes nor fails."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.current: tuple[str, int, float, float] | None = None  # what, rank, timeout_s, since
+        self.current: dict[int, tuple[str, int, float, float]] = {}  # thread -> what, rank, timeout_s, since
         self.limit_s = math.inf
         self.thread: threading.Thread | None = None
 
@@ -97,20 +97,26 @@ class HangWatchdog:
         while True:
             time.sleep(poll_s)
             with self.lock:
-                current = self.current
-            if current is not None and time.monotonic() - current[3] > self.limit_s:
-                what, rank, timeout_s, since = current
-                fail_fast(DistributedError(hang_message(what, rank, timeout_s, f"no progress for {time.monotonic() - since:.0f} s")))
+                current = list(self.current.values())
+            for what, rank, timeout_s, since in current:
+                if time.monotonic() - since > self.limit_s:
+                    fail_fast(DistributedError(hang_message(what, rank, timeout_s, f"no progress for {time.monotonic() - since:.0f} s")))
 
     @contextmanager
     def watching(self, what: str, rank: int, timeout_s: float) -> Iterator[None]:
+        """One activity per thread (the main thread's collectives, the prefetching thread's claims)."""
+        thread = threading.get_ident()
         with self.lock:
-            outer, self.current = self.current, (what, rank, timeout_s, time.monotonic())
+            outer = self.current.get(thread)
+            self.current[thread] = (what, rank, timeout_s, time.monotonic())
         try:
             yield
         finally:
             with self.lock:
-                self.current = outer
+                if outer is None:
+                    self.current.pop(thread, None)
+                else:
+                    self.current[thread] = outer
 
 
 WATCHDOG = HangWatchdog()

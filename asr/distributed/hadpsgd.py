@@ -2,8 +2,12 @@
 
     node            the learners of one node (a super-learner): its gradient all-reduce, on the
                     default backend (NCCL between a node's GPUs; gloo on CPU)
-    node_control    the same learners on gloo: the claimed batch index and the checkpoint's random
-                    states travel here, apart from the all-reduces so that they never interleave
+    node_control    the same learners on gloo, for the main thread's small messages (the token
+                    counts of a step, the checkpoint's random states), apart from the all-reduces
+    node_claims     the same learners on gloo once more, for the claimed batch index alone: the
+                    claims are made on the thread that reads batches ahead, and two threads must
+                    never share a group (their collectives would interleave differently on
+                    different learners)
     exchange        the learners with this learner's local index, one per node (gloo): every learner
                     of a node averages its 1/L share of the parameters with its counterpart on the
                     neighbouring node. gloo, because its receive-from-any-sender lets a passive
@@ -43,6 +47,7 @@ def learners_per_node(ctx: DistributedContext, configured: int, algorithm: str) 
 class DecentralizedGroups:
     node: object = None  # None: one learner per node (nothing to all-reduce), or one node (the world)
     node_control: object = None
+    node_claims: object = None
     exchange: object = None  # None: a single node, nobody to exchange with
 
 
@@ -53,8 +58,9 @@ def make_groups(layout: Layout) -> DecentralizedGroups:
         for ranks in layout.nodes:
             node = dist.new_group(ranks) if layout.num_nodes > 1 else None
             control = dist.new_group(ranks, backend="gloo")
+            claims = dist.new_group(ranks, backend="gloo")
             if layout.rank in ranks:
-                groups.node, groups.node_control = node, control
+                groups.node, groups.node_control, groups.node_claims = node, control, claims
     if layout.num_nodes > 1:
         for local_index in range(layout.learners_per_node):
             ranks = layout.exchange_group_ranks(local_index)

@@ -35,7 +35,7 @@ from torch import Tensor, nn
 
 from asr.distributed.flat import add_to_parameters_, flat_parameters
 from asr.distributed.topology import Layout, node_groups
-from asr.train.updater import Updater, build_updater
+from asr.optim.updater import Updater, build_updater
 
 # loss_fn(model, shards) -> (summed loss, count) over the union of the learners' shards: the
 # loss optimised is sum / count (as asr.train.objectives' losses).

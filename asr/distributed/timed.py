@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
-import torch
 from torch import Tensor, nn
 
 from asr.distributed.simulation import LossFn, SimNode, average_weights, build_nodes, exchange_deltas, make_layout

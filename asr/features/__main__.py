@@ -1,7 +1,7 @@
 """`python -m asr.features [hydra overrides]`: the features of the train/dev/eval data dirs
 by the recipe `features.kind` picks (see asr.features.recipes)."""
 
-from asr.config import stage_main
+from asr.stage import stage_main
 from asr.features.recipes import make_features
 
 

@@ -1,6 +1,6 @@
 """`python -m asr.lm`: train the word n-gram LMs on the training transcripts (see asr.lm.build)."""
 
-from asr.config import stage_main
+from asr.stage import stage_main
 from asr.lm.build import build_lms
 
 

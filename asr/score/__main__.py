@@ -2,7 +2,7 @@
 
 from omegaconf import DictConfig
 
-from asr.config import stage_main
+from asr.stage import stage_main
 from asr.score.stage import run
 
 

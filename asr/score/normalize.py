@@ -1,7 +1,7 @@
 """The scoring normalisation applied to both reference and hypothesis before alignment.
 
-This is the simplified form of the Switchboard convention of Kaldi and ESPnet (DESIGN.md
-section 7): words that the Hub5 reference marks optionally deletable are removed from both
+This is the simplified form of the Switchboard convention of Kaldi and ESPnet
+(local/score_sclite.sh): words that the Hub5 reference marks optionally deletable are removed from both
 sides, so that producing them neither costs nor gains anything. The NIST GLM (contractions,
 spelling variants, alternates) is not applied here; that is the Hub5 scorer's job.
 """

@@ -10,6 +10,7 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
+from asr.decode.acoustic import evaluation_sets
 from asr.decode.output import decode_dir
 from asr.score.hub5.scorer import score_hub5
 from asr.score.report import markdown_table, write_reports
@@ -29,11 +30,6 @@ def score_with_jiwer(cfg: DictConfig, set_name: str) -> ScoreResult:
 
 # score.kind -> scorer of one set.
 SCORERS: dict[str, Callable[[DictConfig, str], ScoreResult]] = {"jiwer": score_with_jiwer, "hub5": score_hub5}
-
-
-def sets_to_score(cfg: DictConfig) -> list[str]:
-    """The decoded sets: decode.sets, or the evaluation set when that list is empty."""
-    return list(cfg.decode.sets) or [cfg.data.eval_set]
 
 
 def scorer(kind: str) -> Callable[[DictConfig, str], ScoreResult]:
@@ -59,7 +55,7 @@ def score_set(cfg: DictConfig, set_name: str) -> ScoreResult:
 
 def run(cfg: DictConfig) -> dict[str, ScoreResult]:
     """Score every set, then print each set's Markdown table to stdout."""
-    results = {set_name: score_set(cfg, set_name) for set_name in sets_to_score(cfg)}
+    results = {set_name: score_set(cfg, set_name) for set_name in evaluation_sets(cfg)}
     for set_name, result in results.items():
         print(f"\n### {cfg.exp_name}: {set_name}\n\n{markdown_table(result.subsets)}", end="")
     return results

@@ -1,7 +1,7 @@
 """Which scoring subset an utterance belongs to.
 
-Hub5-2000 (eval2000) mixes two test sets told apart by the utterance id prefix (DESIGN.md
-section 7): `sw_` is the Switchboard part (`swb`), `en_` the CallHome part (`callhome`).
+Hub5-2000 (eval2000) mixes two test sets told apart by the utterance id prefix (LDC
+naming): `sw_` is the Switchboard part (`swb`), `en_` the CallHome part (`callhome`).
 Every set also gets `total`, over all utterances. A set with neither prefix (a dev set such
 as train_dev, whose ids are `sw02001-A_...`) is reported as `total` only; ids with neither
 prefix in a Hub5 set count towards `total` alone.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from asr.config import stage_main
+from asr.stage import stage_main
 from asr.sweep.report import write_report
 from asr.sweep.sweep import run_sweep
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from asr.config import stage_main
+from asr.stage import stage_main
 from asr.text.tokenizer import build_tokenizer
 
 

@@ -1,6 +1,6 @@
 """`python -m asr.train`: train the acoustic model (resumes from the newest checkpoint)."""
 
-from asr.config import stage_main
+from asr.stage import stage_main
 from asr.train.loop import train
 
 

@@ -32,14 +32,21 @@ class TrainConfig:
     grad_clip: float = 5.0  # global gradient-norm clipping; 0 = off
     checkpoint_every_steps: int = 200  # plus one at every epoch end
     keep_checkpoints: int = 3  # periodic checkpoints kept (best.pt and last.pt are extra)
-    log_every_steps: int = 50  # a train_log.csv row every this many steps
+    log_every_steps: int = 50  # a train_log.csv row (and TensorBoard scalars) every this many steps
+    tensorboard: bool = True  # <exp_dir>/tensorboard/learner-<rank>/: loss, lr, frames/s, waiting for data and others
     num_workers: int = 0  # DataLoader worker processes
+    prefetch_batches: int = 2  # batches read ahead on a thread while a step runs
+    # > 0: shuffle within windows of this many utterances (in archive order), windows in random
+    # order: reads stay within one stretch of the archives when the features exceed memory
+    shuffle_window_utts: int = 0
     threads: int = 2  # torch.set_num_threads
     # fp32 | bf16 (autocast: bfloat16 matrix products, fp32 weights) | fp16 (the same in float16,
     # with a loss scaler) | auto: bf16 where the hardware computes it (Ampere and later GPUs,
     # CPUs with AVX512-BF16/AMX), else fp16 on GPUs and fp32 on CPUs.
     precision: str = "fp32"
     force: bool = False  # resume even if the model/data config changed
+    # start afresh: the experiment's training outputs move to <exp_dir>/previous/<N>/ first
+    restart: bool = False
     # What is trained (asr/train/objectives.py): ctc, or frame_ce on Kaldi alignments
     # (asr/train/alignments.py) with model.head=frame_ce (experiment=hybrid_ce sets both).
     objective: str = "ctc"  # ctc | frame_ce
@@ -54,7 +61,7 @@ class TrainConfig:
         "lr_reference_frames": NON_NEGATIVE, "momentum": between(0.0, 1.0, high_open=True), "weight_decay": NON_NEGATIVE,
         "warmup_steps": NON_NEGATIVE, "lr_decay": POSITIVE, "final_lr": NON_NEGATIVE, "grad_clip": NON_NEGATIVE,
         "checkpoint_every_steps": AT_LEAST_ONE, "keep_checkpoints": AT_LEAST_ONE, "log_every_steps": AT_LEAST_ONE,
-        "num_workers": NON_NEGATIVE, "threads": AT_LEAST_ONE, "precision": one_of("fp32", "bf16", "fp16", "auto"),
+        "num_workers": NON_NEGATIVE, "prefetch_batches": AT_LEAST_ONE, "shuffle_window_utts": NON_NEGATIVE, "threads": AT_LEAST_ONE, "precision": one_of("fp32", "bf16", "fp16", "auto"),
         "max_steps": NON_NEGATIVE, "max_train_utts": NON_NEGATIVE,
         "objective": one_of("ctc", "frame_ce"), "ali_length_tolerance": NON_NEGATIVE,
     }

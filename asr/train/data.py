@@ -9,7 +9,8 @@ on lengths alone, without reading a single matrix.
 from __future__ import annotations
 
 import logging
-import os
+import queue
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -19,84 +20,27 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, Sampler
 
-from asr.data import commands
-from asr.data.datadir import c_sort_key, read_data_dir, read_table
-from asr.features.cmvn import CmvnApplier
+from asr.features.cmvn import apply as apply_cmvn
+from asr.features.featureset import NonFiniteFeatures, read_feat_dim
 from asr.models.blstm import output_lengths
 from asr.text.tokenizer import Tokenizer
+from asr.train.index import IndexSources, load_index
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
 
 
-def feature_set_dir(cfg, set_name: str) -> Path:
-    """`<features.feats_dir>/<features.name>/<set>`: where the features stage writes a set."""
-    return Path(cfg.features.feats_dir) / cfg.features.name / set_name
+class EpochAugment:
+    """Training-time augmentation (asr.features.specaugment) with random numbers drawn from
+    (seed, epoch, utterance): the same masks whichever thread or worker reads an utterance, and
+    whenever, so prefetching changes nothing and a resumed run repeats them exactly."""
 
+    def __init__(self, augment, seed: int):
+        self.augment, self.seed, self.epoch = augment, seed, 0
 
-def data_set_dir(cfg, set_name: str) -> Path:
-    return Path(cfg.data.data_dir) / set_name
-
-
-def read_feat_dim(set_dir: str | os.PathLike) -> int:
-    path = Path(set_dir) / "feat_dim"
-    try:
-        return int(path.read_text().split()[0])
-    except FileNotFoundError:
-        raise InputError(f"{path}: missing; run the features stage for this set") from None
-    except (ValueError, IndexError):
-        raise InputError(f"{path}: expected one integer (the feature dimension); re-run the features stage") from None
-
-
-def read_num_frames(set_dir: Path, feats: dict) -> dict[str, int]:
-    """utt2num_frames, or (for features made elsewhere without it) the matrices' lengths."""
-    path = set_dir / "utt2num_frames"
-    if path.is_file():
-        try:
-            return {u: int(n) for u, n in read_table(path).items()}
-        except ValueError:
-            raise InputError(f"{path}: frame counts must be integers; re-run the features stage") from None
-    log.warning("%s: missing; reading every matrix to get its length", path)
-    return {u: int(feats[u].shape[0]) for u in feats}
-
-
-class NonFiniteFeatures(InputError):
-    """A feature matrix with NaN or inf values: it would make every loss and output it enters
-    NaN. The features stage never writes one; features made elsewhere can hold them."""
-
-
-class FeatureReader:
-    """Feature matrices of one set, CMVN applied, by utterance id. A matrix with NaN/inf
-    values raises NonFiniteFeatures naming the utterance (decoding skips it, with a list)."""
-
-    def __init__(self, feats_set_dir: str | os.PathLike, utt2spk: dict[str, str], norm_vars: bool = True):
-        self.set_dir = Path(feats_set_dir)
-        scp = self.set_dir / "feats.scp"
-        if not scp.is_file():
-            raise InputError(f"{scp}: missing; run the features stage for this set")
-        self.feats = commands.load_scp(scp)
-        self.num_frames = read_num_frames(self.set_dir, self.feats)
-        self.feat_dim = read_feat_dim(self.set_dir)
-        self.cmvn = CmvnApplier(self.set_dir, utt2spk, norm_vars)
-        self.augment = None  # training-time masking (asr.features.specaugment), set by the trainer
-
-    def utts(self) -> list[str]:
-        return sorted(set(self.feats.keys()) & set(self.num_frames), key=c_sort_key)
-
-    def __call__(self, utt: str) -> Tensor:
-        try:
-            mat = self.feats[utt]
-        except Exception as err:  # kaldiio raises assorted errors for a truncated/missing ark
-            raise InputError(f"{self.set_dir / 'feats.scp'}: cannot read features of {utt!r} ({err}); re-run the features stage") from None
-        if mat.ndim != 2 or mat.shape[1] != self.feat_dim:
-            raise InputError(f"{self.set_dir}: {utt!r} has shape {mat.shape}, expected (T, {self.feat_dim}) from feat_dim")
-        normalised = self.cmvn(utt, mat)
-        if not np.isfinite(normalised).all():
-            where = "its features" if not np.isfinite(mat).all() else "its CMVN statistics (cmvn.scp)"
-            raise NonFiniteFeatures(f"{self.set_dir / 'feats.scp'}: utterance {utt!r}: NaN/inf values in {where}; remove it "
-                                    "from the data dir, or make the features again (the features stage skips such utterances)")
-        feats = torch.from_numpy(normalised)
-        return self.augment(feats) if self.augment is not None else feats
+    def __call__(self, feats: Tensor, index: int) -> Tensor:
+        generator = torch.Generator().manual_seed(hash((self.seed, self.epoch, index)) & (2**63 - 1))
+        return self.augment(feats, generator=generator)
 
 
 def ctc_min_frames(tokens: Sequence[int]) -> int:
@@ -106,54 +50,79 @@ def ctc_min_frames(tokens: Sequence[int]) -> int:
 
 
 class CtcDataset(Dataset):
-    """(utt, features (T, D), token ids) for the utterances with features and a transcript.
+    """(utt, features (T, D), token ids) for the utterances with features and a transcript,
+    read through the set's training index (asr/train/index.py): a few bytes per utterance.
 
     Utterances with an empty transcript (nothing to learn; validate flags them) and those too
     short for their transcript after subsampling (CTC would give them infinite loss) are
-    dropped, with counts and the first ids in the log.
+    dropped, with counts and the first ids in the log. `build=False`: use the index only if it
+    exists (learners other than the first wait for it to be built).
     """
 
-    def __init__(self, feats_set_dir: Path, data_dir: Path, tokenizer: Tokenizer, subsample: int, norm_vars: bool = True):
-        data = read_data_dir(data_dir)
-        self.reader = FeatureReader(feats_set_dir, data.utt2spk, norm_vars)
-        with_feats = self.reader.utts()
-        self.utts, self.tokens, self.num_frames = [], [], []
-        empty, too_short = [], 0
-        for utt in with_feats:
-            if utt not in data.text:
-                continue
-            tokens = tokenizer.encode(data.text[utt])
-            if not tokens:
-                empty.append(utt)
-                continue
-            frames = self.reader.num_frames[utt]
-            if output_lengths(torch.tensor(frames), subsample).item() < ctc_min_frames(tokens):
-                too_short += 1
-                continue
-            self.utts.append(utt)
-            self.tokens.append(tokens)
-            self.num_frames.append(frames)
-        self._report(data_dir, len(with_feats), too_short, empty)
+    def __init__(self, feats_set_dir: Path, data_dir: Path, tokenizer: Tokenizer, subsample: int, norm_vars: bool = True,
+                 build: bool = True):
+        if not Path(data_dir).is_dir():
+            raise InputError(f"{data_dir}: data directory not found; run the prepare stage first")
+        self.set_dir = Path(feats_set_dir)
+        self.feat_dim = read_feat_dim(self.set_dir)
+        sources = IndexSources.of(Path(data_dir), self.set_dir, tokenizer.path)
+        index = load_index(sources, tokenizer, self.set_dir, build)
+        if index is None:
+            raise InputError(f"{self.set_dir}: the training index is missing (learner 0 builds it); is {self.set_dir} on a file system every learner sees?")
+        self.index = index
+        self.norm_vars = norm_vars
+        self.augment = None  # training-time masking (asr.features.specaugment), set by the trainer
+        available = torch.from_numpy(np.asarray(index.frames, dtype=np.int64))
+        long_enough = output_lengths(available, subsample).numpy() >= np.maximum(1, np.asarray(index.min_frames))
+        self.rows = np.flatnonzero(long_enough)
+        self.num_frames = np.asarray(index.frames)[self.rows]
+        self._report(Path(data_dir), int((~long_enough).sum()))
 
-    def _report(self, data_dir: Path, with_feats: int, too_short: int, empty: list[str]) -> None:
-        if not self.utts:
-            raise InputError(f"{data_dir}: no utterance has both features ({self.reader.set_dir}) and a transcript long enough for CTC")
-        if empty:
+    def _report(self, data_dir: Path, too_short: int) -> None:
+        meta = self.index.meta
+        if not len(self.rows):
+            raise InputError(f"{data_dir}: no utterance has both features ({self.set_dir}) and a transcript long enough for CTC")
+        if meta["empty_transcripts"]:
             log.warning("%s: %d utterances with an empty transcript left out (python -m asr.data.fix drops them): %s",
-                        data_dir, len(empty), " ".join(empty[:10]) + (" ..." if len(empty) > 10 else ""))
-        log.info("%s: kept %d of %d utterances with features (%d too short for their transcript, %d with an empty one)",
-                 data_dir, len(self.utts), with_feats, too_short, len(empty))
+                        data_dir, meta["empty_transcripts"], " ".join(meta["empty_examples"]) + (" ..." if meta["empty_transcripts"] > 10 else ""))
+        with_feats = len(self.index) + meta["empty_transcripts"]
+        log.info("%s: kept %d of %d utterances with features and a transcript (%d too short for their transcript, %d with an empty one)",
+                 data_dir, len(self.rows), with_feats, too_short, meta["empty_transcripts"])
 
     @property
-    def feat_dim(self) -> int:
-        return self.reader.feat_dim
+    def reader(self) -> "CtcDataset":
+        return self  # where the trainer sets `augment` and error messages find `set_dir`
+
+    @property
+    def utts(self) -> list[str]:
+        return [self.index.utt(int(row)) for row in self.rows]
 
     def __len__(self) -> int:
-        return len(self.utts)
+        return len(self.rows)
+
+    def features(self, index: int) -> Tensor:
+        row = int(self.rows[index])
+        utt = self.index.utt(row)
+        try:
+            mat = self.index.features(row)
+        except InputError:
+            raise
+        except Exception as err:  # kaldiio raises assorted errors for a truncated/missing ark
+            raise InputError(f"{self.set_dir / 'feats.scp'}: cannot read features of {utt!r} ({err}); re-run the features stage") from None
+        if mat.ndim != 2 or mat.shape[1] != self.feat_dim:
+            raise InputError(f"{self.set_dir}: {utt!r} has shape {mat.shape}, expected (T, {self.feat_dim}) from feat_dim")
+        stats = self.index.cmvn_stats(row)
+        normalised = np.array(mat, dtype=np.float32) if stats is None else apply_cmvn(mat, stats, self.norm_vars)
+        if not np.isfinite(normalised).all():
+            where = "its features" if not np.isfinite(mat).all() else "its CMVN statistics (cmvn.scp)"
+            raise NonFiniteFeatures(f"{self.set_dir / 'feats.scp'}: utterance {utt!r}: NaN/inf values in {where}; remove it "
+                                    "from the data dir, or make the features again (the features stage skips such utterances)")
+        feats = torch.from_numpy(normalised)
+        return self.augment(feats, index) if self.augment is not None else feats
 
     def __getitem__(self, index: int) -> tuple[str, Tensor, Tensor]:
-        utt = self.utts[index]
-        return utt, self.reader(utt), torch.tensor(self.tokens[index], dtype=torch.long)
+        row = int(self.rows[index])
+        return self.index.utt(row), self.features(index), torch.from_numpy(self.index.token_ids(row))
 
 
 @dataclass
@@ -164,8 +133,25 @@ class Batch:
     targets: Tensor  # (sum of target lengths,), concatenated
     target_lens: Tensor  # (B,)
 
-    def to(self, device: torch.device | str) -> "Batch":
-        return Batch(self.utts, self.feats.to(device), self.feat_lens.to(device), self.targets.to(device), self.target_lens.to(device))
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+        move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
+        return Batch(self.utts, move(self.feats), move(self.feat_lens), move(self.targets), move(self.target_lens))
+
+    def pin_memory(self) -> "Batch":
+        """Page-locked copies (the DataLoader calls this with pin_memory=True): a copy to the GPU
+        from them can run asynchronously (non_blocking=True)."""
+        return Batch(self.utts, self.feats.pin_memory(), self.feat_lens.pin_memory(), self.targets.pin_memory(), self.target_lens.pin_memory())
+
+    def subset(self, keep: Sequence[bool]) -> "Batch":
+        """The batch without the utterances whose `keep` is False (padding cut to the longest kept)."""
+        rows = [i for i, k in enumerate(keep) if k]
+        index = torch.tensor(rows, dtype=torch.long, device=self.feats.device)
+        feat_lens = self.feat_lens[index]
+        starts = torch.cumsum(self.target_lens, 0) - self.target_lens
+        targets = [self.targets[int(starts[i]) : int(starts[i] + self.target_lens[i])] for i in rows]
+        longest = int(feat_lens.max()) if rows else 0
+        return Batch([self.utts[i] for i in rows], self.feats[index, :longest], feat_lens,
+                     torch.cat(targets) if targets else self.targets[:0], self.target_lens[index])
 
 
 def collate(items: list[tuple[str, Tensor, Tensor]]) -> Batch:
@@ -225,7 +211,7 @@ class BucketBatchSampler(Sampler[list[int]]):
 
     def __init__(
         self, lengths: Sequence[int], max_frames: int, max_utts: int, seed: int = 0, shuffle: bool = True,
-        num_replicas: int = 1, rank: int = 0,
+        num_replicas: int = 1, rank: int = 0, window: int = 0,
     ):
         if max_frames < 1 or max_utts < 1:
             raise ValueError(f"max_frames ({max_frames}) and max_utts ({max_utts}) must be >= 1")
@@ -240,6 +226,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.shuffle = shuffle
         self.num_replicas = num_replicas
         self.rank = rank
+        self.window = window
         self.epoch = 0
         self.start = 0
         self.done: np.ndarray | None = None
@@ -262,10 +249,27 @@ class BucketBatchSampler(Sampler[list[int]]):
             order = sorted(self._remaining(range(len(lengths)), done), key=lambda i: lengths[i])
             return make_buckets(lengths, order, self.max_frames * n, self.max_utts * n, min_utts=n)
         rng = np.random.default_rng([self.seed, epoch])
+        if self.window:
+            return self._cut_windows(rng, done)
         shuffled = self._remaining(rng.permutation(len(lengths)).tolist(), done)
         order = sorted(shuffled, key=lambda i: lengths[i])  # stable: ties stay shuffled
         batches = make_buckets(lengths, order, self.max_frames * n, self.max_utts * n, min_utts=n)
         return [batches[i] for i in rng.permutation(len(batches))]
+
+    def _cut_windows(self, rng: np.random.Generator, done: np.ndarray | None) -> list[list[int]]:
+        """Windows of `window` consecutive utterances (in the features' order, i.e. where they
+        lie in the archives) in random order, each bucketed and shuffled on its own: an epoch
+        reads one stretch of the archives at a time, as Kaldi's shuffle buffer does, when the
+        features do not fit in memory."""
+        n, lengths, batches = self.num_replicas, self.lengths.tolist(), []
+        starts = list(range(0, len(lengths), self.window))
+        for start in (starts[i] for i in rng.permutation(len(starts))):
+            members = self._remaining(range(start, min(start + self.window, len(lengths))), done)
+            shuffled = [members[i] for i in rng.permutation(len(members))]
+            order = sorted(shuffled, key=lambda i: lengths[i])
+            cut = make_buckets(lengths, order, self.max_frames * n, self.max_utts * n, min_utts=n) if len(order) >= n else []
+            batches += [cut[i] for i in rng.permutation(len(cut))]
+        return batches
 
     @staticmethod
     def _remaining(indices, done: np.ndarray | None) -> list[int]:
@@ -335,3 +339,51 @@ def pack_mask(mask: np.ndarray) -> Tensor:
 
 def unpack_mask(packed: Tensor, size: int) -> np.ndarray:
     return np.unpackbits(packed.numpy(), count=size).astype(bool)
+
+
+class Prefetcher:
+    """Iterates `batches` on a thread of its own, `depth` batches ahead, so that reading and
+    collating the next batches overlaps the current step (reading arks and numpy release the
+    GIL for most of the work). An exception on the thread is raised where the batch was due."""
+
+    _END = object()
+
+    def __init__(self, batches, depth: int = 2):
+        self.queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self.thread = threading.Thread(target=self._fill, args=(iter(batches),), name="asr-prefetch", daemon=True)
+        self.stopped = threading.Event()
+        self.thread.start()
+
+    def _fill(self, batches) -> None:
+        try:
+            for batch in batches:
+                if not self._put(batch):
+                    return
+            self._put(self._END)
+        except BaseException as err:  # handed to the consumer
+            self._put(err)
+
+    def _put(self, item) -> bool:
+        while not self.stopped.is_set():
+            try:
+                self.queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> "Prefetcher":
+        return self
+
+    def __next__(self):
+        item = self.queue.get()
+        if item is self._END:
+            raise StopIteration
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        """Stop early (the consumer broke out of the loop): the thread ends after its batch."""
+        self.stopped.set()
+        self.thread.join(timeout=60)

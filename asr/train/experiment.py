@@ -1,11 +1,16 @@
-"""The experiment's config snapshot and the guard that refuses to resume under a changed one.
+"""The experiment's config snapshot, the guard that refuses to resume under a changed one, and
+starting an experiment over.
 
 `<exp_dir>/train_config.yaml` holds the groups that decide what the model is and what it is
 trained on (model, data, features, tokenizer). A re-run compares the current config with it:
 any difference stops training with a message listing the changed keys, unless
 `train.force=true`, which logs them as a warning and records the new config. Keys that do
 not change what the model sees (where the corpus lives, how many processes extract
-features) are ignored.
+features) are ignored. The snapshot is written only once the run has built its model and data
+and found where to start (`save_config`), so a run that fails before that changes nothing.
+
+`train.restart=true` moves the experiment's training outputs (checkpoints, log, plots,
+snapshot) to `<exp_dir>/previous/<N>/` and starts afresh: nothing is deleted.
 """
 
 from __future__ import annotations
@@ -57,23 +62,49 @@ def config_changes(saved: dict, current: dict) -> list[str]:
     ]
 
 
-def check_and_save_config(exp_dir: str | Path, cfg, force: bool = False, write: bool = True) -> None:
-    """Refuse a changed model/data config (unless forced); write the snapshot (unless
-    write=False: the learners other than rank 0 only check)."""
+def check_config(exp_dir: str | Path, cfg, force: bool = False) -> list[str]:
+    """Refuse a changed model/data config unless forced; returns the changes (forced ones)."""
     path = Path(exp_dir) / SNAPSHOT_NAME
-    current = guarded_config(cfg)
-    if path.is_file():
-        saved = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-        changes = config_changes(saved, current)  # type: ignore[arg-type]
-        if changes and not force:
-            raise InputError(
-                f"{path}: this experiment was trained with a different model/data config:\n  "
-                + "\n  ".join(changes)
-                + "\nUse a new exp_name, or pass train.force=true to continue with the new config."
-            )
-        if changes:
-            log.warning("train.force=true: continuing with a changed config:\n  %s", "\n  ".join(changes))
-        else:
-            return
-    if write:
-        write_text(path, OmegaConf.to_yaml(OmegaConf.create(current)))
+    if not path.is_file():
+        return []
+    saved = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    changes = config_changes(saved, guarded_config(cfg))  # type: ignore[arg-type]
+    if changes and not force:
+        raise InputError(
+            f"{path}: this experiment was trained with a different model/data config:\n  "
+            + "\n  ".join(changes)
+            + "\nUse a new exp_name, or pass train.force=true to continue with the new config."
+        )
+    if changes:
+        log.warning("train.force=true: continuing with a changed config:\n  %s", "\n  ".join(changes))
+    return changes
+
+
+def save_config(exp_dir: str | Path, cfg) -> None:
+    """Record what this experiment trains (after the run has started for real)."""
+    write_text(Path(exp_dir) / SNAPSHOT_NAME, OmegaConf.to_yaml(OmegaConf.create(guarded_config(cfg))))
+
+
+TRAINING_OUTPUTS = ("checkpoints", "train_log.csv", "loss.png", "timing", "bad_utterances.txt", SNAPSHOT_NAME)
+
+
+def training_history(exp_dir: str | Path) -> list[str]:
+    """What an earlier run of the experiment left: its training outputs that exist."""
+    return [name for name in TRAINING_OUTPUTS if (Path(exp_dir) / name).exists()]
+
+
+def restart_experiment(exp_dir: str | Path) -> Path | None:
+    """Move the training outputs to `<exp_dir>/previous/<N>/` (the first free N)."""
+    exp_dir = Path(exp_dir)
+    found = training_history(exp_dir)
+    if not found:
+        return None
+    n = 1
+    while (exp_dir / "previous" / str(n)).exists():
+        n += 1
+    target = exp_dir / "previous" / str(n)
+    target.mkdir(parents=True)
+    for name in found:
+        (exp_dir / name).rename(target / name)
+    log.warning("train.restart=true: moved %s to %s; training starts afresh", ", ".join(found), target)
+    return target

@@ -25,8 +25,8 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from asr.data.datadir import c_sort_key, read_data_dir
+from asr.features.featureset import FeatureReader
 from asr.train.alignments import AlignmentArchives
-from asr.train.data import FeatureReader
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class FrameCeDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[str, Tensor, Tensor]:
         utt = self.utts[index]
-        return utt, self.reader(utt), torch.from_numpy(self.targets[index].astype(np.int64))
+        return utt, self.reader(utt, index), torch.from_numpy(self.targets[index].astype(np.int64))
 
 
 def check_pdf_range(pdfs: np.ndarray, num_pdfs: int, alignments: AlignmentArchives, utt: str) -> None:

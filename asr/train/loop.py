@@ -34,27 +34,34 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from asr.config import to_container
 from asr.distributed.build import build_training_updater, step_group
 from asr.distributed.claims import BatchClaims, claims_store
 from asr.distributed.context import DistributedContext, DistributedError, fail_fast, init_distributed
 from asr.distributed.flat import set_parameters_
 from asr.features.specaugment import SpecAugment
 from asr.models.blstm import build_model
-from asr.train.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, restore_rng_state, rng_state
-from asr.train.data import Batch, BucketBatchSampler, ClaimedBatchSampler, collate, pack_mask, unpack_mask
-from asr.train.device import autocast, grad_scaler, select_device, training_precision
-from asr.train.experiment import check_and_save_config
+from asr.models.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, restore_rng_state, rng_state
+from asr.optim.updater import optimizer_moments
+from asr.train.data import Batch, BucketBatchSampler, ClaimedBatchSampler, EpochAugment, Prefetcher, collate, pack_mask, unpack_mask
+from asr.train.experiment import check_config, restart_experiment, save_config
 from asr.train.objectives import build_objective, ctc_loss_sum  # noqa: F401  (ctc_loss_sum: re-exported)
+from asr.train.precision import autocast, grad_scaler, training_precision
 from asr.train.resume import RunLayout, Start, find_start, node_dir
+from asr.train.telemetry import Telemetry
 from asr.train.trainlog import LogRow, TrainLog
-from asr.train.updater import optimizer_moments
+from asr.utils.device import select_device
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
+
+
+def to_container(cfg) -> dict:
+    """A plain dict of a config node, interpolations resolved (what checkpoints store)."""
+    return OmegaConf.to_container(cfg, resolve=True)
 
 NAN = float("nan")
 
@@ -73,7 +80,7 @@ class Progress:
     window_tokens: int = 0
     dev_loss: float = NAN  # of the last completed epoch
     best_dev_loss: float = math.inf
-    bad_batches: int = 0
+    bad_utterances: int = 0  # left out of their step for a non-finite loss
 
 
 def mean(loss_sum: float, tokens: int) -> float:
@@ -84,16 +91,19 @@ class StepTimes:
     """Per-step wall time, and how much of it went to waiting for data and for the weight
     average; written to `<exp_dir>/timing/learner-<rank>.json` at the end of a run."""
 
-    def __init__(self):
+    def __init__(self, started: float | None = None):
         self.steps: list[float] = []
         self.data_wait: list[float] = []
         self.utterances = 0
+        self.started = started if started is not None else time.perf_counter()  # the train stage's start
+        self.startup: float | None = None  # seconds from it to the first batch
         self.mark = time.perf_counter()
 
     def batch_ready(self) -> None:
         now = time.perf_counter()
         self.data_wait.append(now - self.mark)
-        self._ready = now
+        if self.startup is None:
+            self.startup = now - self.started
 
     def step_done(self, utterances: int) -> None:
         now = time.perf_counter()
@@ -112,6 +122,7 @@ class StepTimes:
             "step_seconds_mean": round(statistics.fmean(steady), 5) if steady else None,
             "step_seconds_median": round(statistics.median(steady), 5) if steady else None,
             "data_wait_seconds": round(sum(self.data_wait), 3),
+            "startup_seconds": round(self.startup, 4) if self.startup is not None else None,
         }
 
 
@@ -124,9 +135,9 @@ class Trainer:
         self.device = self.dist.device
         self.precision = training_precision(self.tcfg.precision, self.device)
         self.objective = build_objective(cfg)
-        self.train_set = self.objective.dataset(cfg.data.train_set)
-        self.dev_set = self.objective.dataset(cfg.data.dev_set)
-        self.train_set.reader.augment = SpecAugment.from_config(cfg.features.specaugment)  # None: off
+        self.train_set, self.dev_set = self.datasets()
+        augment = SpecAugment.from_config(cfg.features.specaugment)  # None: off
+        self.train_set.reader.augment = EpochAugment(augment, cfg.seed) if augment is not None else None
         if self.dev_set.feat_dim != self.train_set.feat_dim:
             raise InputError(f"{self.dev_set.reader.set_dir}: feat_dim {self.dev_set.feat_dim} differs from the training set's {self.train_set.feat_dim}")
         torch.manual_seed(cfg.seed)
@@ -140,7 +151,7 @@ class Trainer:
         lengths = list(self.train_set.num_frames)[: self.tcfg.max_train_utts or None]
         self.num_train_utts = len(lengths)
         self.sampler = BucketBatchSampler(lengths, self.tcfg.max_frames, self.tcfg.max_utts, seed=cfg.seed,
-                                          num_replicas=self.group.size, rank=self.group.rank)
+                                          num_replicas=self.group.size, rank=self.group.rank, window=self.tcfg.shuffle_window_utts)
         self.total_steps = math.ceil(self.sampler.num_batches() / self.group.count) * self.tcfg.epochs
         self.updater = build_training_updater(self.model, cfg, self.dist, self.total_steps, grad_scaler(self.precision, self.device))
         self.train_model = self.updater.wrap(self.model)
@@ -158,11 +169,19 @@ class Trainer:
         self.run_steps = 0
         self.stopped = False  # train.max_steps reached before the end of training
         self.times = StepTimes()
+        self.telemetry = Telemetry(self.exp_dir, self.dist.rank, self.tcfg.tensorboard)
         self.run_start = time.monotonic()
+
+    def datasets(self):
+        """The training and dev sets; learner 0 makes their training index first (if missing)."""
+        names = (self.cfg.data.train_set, self.cfg.data.dev_set)
+        sets = [self.objective.dataset(name) for name in names] if self.dist.is_writer else None
+        self.dist.broadcast_object(None)
+        return sets or [self.objective.dataset(name, build=False) for name in names]
 
     def _claims(self) -> BatchClaims:
         layout = self.group.layout
-        control = self.updater.groups.node_control
+        control = self.updater.groups.node_claims
         return BatchClaims(claims_store(), is_leader=layout.is_leader, leader=layout.leader_of(layout.node), control_group=control,
                            rank=self.dist.rank, timeout_s=self.dist.timeout_s, limit=int(self.tcfg.max_steps))
 
@@ -275,7 +294,8 @@ class Trainer:
         # Own generator: creating an iterator must not draw from the global RNG, or a resumed
         # run's dropout masks would differ from the uninterrupted run's.
         generator = torch.Generator().manual_seed(self.cfg.seed)
-        return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=self.tcfg.num_workers, generator=generator)
+        return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=self.tcfg.num_workers, generator=generator,
+                          pin_memory=self.device.type == "cuda")
 
     def run(self) -> Path | None:
         epochs = self.tcfg.epochs
@@ -318,15 +338,30 @@ class Trainer:
             leave=False,
             dynamic_ncols=True,
         )
+        if self.train_set.reader.augment is not None:
+            self.train_set.reader.augment.epoch = p.epoch
         self.model.train()
         self.times.restart()
-        for batch in self.loader(self.train_set, batches):
+        prefetched = Prefetcher(self.loader(self.train_set, batches), self.tcfg.prefetch_batches)
+        try:
+            self.train_batches(prefetched, bar, total)
+        finally:
+            prefetched.close()
+        if self.claims is not None:
+            self.stopped = self.claims.limit_reached
+        bar.close()
+
+    def train_batches(self, batches, bar, total: int) -> None:
+        p = self.progress
+        for batch in batches:
             self.times.batch_ready()
+            comm_before = self.updater.comm_wait_s
             self.train_batch(batch)
             p.step += 1
             p.batches_done += 1
             self.run_steps += 1
             self.times.step_done(len(batch.utts))
+            self.telemetry.add_step(int(batch.feat_lens.sum()), self.times.data_wait[-1], self.updater.comm_wait_s - comm_before)
             bar.update(self._claimed_so_far() - bar.n if self.claims is not None else 1)
             if p.step % self.tcfg.log_every_steps == 0:
                 row = self.log_row(epoch=p.epoch + 1)
@@ -335,24 +370,25 @@ class Trainer:
                 self.save_checkpoint()
             if self.claims is None and self.tcfg.max_steps and self.run_steps >= self.tcfg.max_steps:
                 self.stopped = p.batches_done < total or p.epoch + 1 < self.tcfg.epochs
-                break
-        if self.claims is not None:
-            self.stopped = self.claims.limit_reached
-        bar.close()
+                return
 
     def _claimed_so_far(self) -> int:
         return (max(self.claimed) + 1) if self.claimed else 0
 
     def train_batch(self, batch: Batch) -> None:
-        batch = batch.to(self.device)
+        batch = batch.to(self.device, non_blocking=True)
         self.updater.begin_step()  # ADPSGD: the weight exchange runs during forward and backward
-        with autocast(self.device, self.precision):
-            log_probs, out_lens = self.train_model(batch.feats, batch.feat_lens)
-        loss_sum, tokens = self.objective.loss(log_probs, out_lens, batch)
-        if not torch.isfinite(loss_sum):
-            self.record_bad_batch(batch, loss_sum.item())
-            self.updater.skip_batch()  # other learners still count on this one's part
-            return
+        losses, counts = self.forward_losses(batch)
+        bad = ~torch.isfinite(losses.detach())
+        if bad.any():
+            self.record_bad_utterances(batch, bad)
+            keep = (~bad).cpu().tolist()
+            batch = batch.subset(keep) if any(keep) else None
+            losses, counts = self.forward_losses(batch) if batch is not None else (None, None)
+            if losses is None or not torch.isfinite(losses.detach()).all():
+                self.updater.skip_batch()  # other learners still count on this one's part
+                return
+        loss_sum, tokens = losses.sum(), int(counts.sum())
         self.updater.step(loss_sum / max(tokens, 1), weight=tokens)
         value = loss_sum.item()
         p = self.progress
@@ -361,17 +397,25 @@ class Trainer:
         p.epoch_tokens += tokens
         p.window_tokens += tokens
 
-    def record_bad_batch(self, batch: Batch, loss: float) -> None:
-        """Skip it, and keep its utterance ids so the data can be inspected."""
-        self.progress.bad_batches += 1
-        path = self.exp_dir / "bad_batches.txt"
-        line = f"step {self.progress.step} epoch {self.progress.epoch + 1} loss {loss}: {' '.join(batch.utts)}"
+    def forward_losses(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        with autocast(self.device, self.precision):
+            log_probs, out_lens = self.train_model(batch.feats, batch.feat_lens)
+        return self.objective.utterance_losses(log_probs, out_lens, batch)
+
+    def record_bad_utterances(self, batch: Batch, bad: torch.Tensor) -> None:
+        """Leave them out of this step (the rest of the batch is trained again without them),
+        and name them so the data can be inspected."""
+        names = [utt for utt, b in zip(batch.utts, bad.tolist()) if b]
+        self.progress.bad_utterances += len(names)
+        line = f"step {self.progress.step} epoch {self.progress.epoch + 1}: non-finite loss, left out: {' '.join(names)}"
         if not self.dist.is_writer:  # only rank 0 writes files; the ids go to this learner's log
-            log.warning("learner %d, bad batch: %s", self.dist.rank, line)
+            log.warning("learner %d: %s", self.dist.rank, line)
             return
+        path = self.exp_dir / "bad_utterances.txt"
         with open(path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
-        log.warning("step %d: non-finite loss %s; batch of %d utterances skipped (ids in %s)", self.progress.step, loss, len(batch.utts), path)
+        log.warning("step %d: non-finite loss for %d of %d utterances, trained without them (ids in %s)",
+                    self.progress.step, len(names), len(batch.utts), path)
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module | None = None) -> float:
@@ -387,9 +431,12 @@ class Trainer:
             batch = batch.to(self.device)
             with autocast(self.device, self.precision):
                 log_probs, out_lens = model(batch.feats, batch.feat_lens)
-            batch_loss, batch_count = self.objective.loss(log_probs, out_lens, batch)
-            loss_sum += float(batch_loss)
-            tokens += batch_count
+            losses, counts = self.objective.utterance_losses(log_probs, out_lens, batch)
+            finite = torch.isfinite(losses)
+            if not finite.all():
+                log.warning("dev set: non-finite loss for %s; left out of the dev loss", [u for u, ok in zip(batch.utts, finite.tolist()) if not ok])
+            loss_sum += float(losses[finite].sum())
+            tokens += int(counts[finite].sum())
             for key, value in self.objective.eval_stats(log_probs, out_lens, batch).items():
                 stats[key] = stats.get(key, 0.0) + value
         model.train(was_training)
@@ -407,6 +454,8 @@ class Trainer:
         row = LogRow(p.step, epoch, mean(p.window_loss, p.window_tokens), dev_loss, self.updater.lr, round(self.elapsed(), 1))
         if self.dist.is_writer:
             self.trainlog.append(row)
+        if dev_loss != dev_loss:  # a row of the steps, not an epoch end
+            self.telemetry.row(p.step, row.train_loss, row.lr)
         p.window_loss, p.window_tokens = 0.0, 0
         return row
 
@@ -432,6 +481,7 @@ class Trainer:
         p.best_dev_loss = min(p.best_dev_loss, dev_loss)
         self.plan_done, self.claimed = None, []
         self.log_row(epoch=p.epoch, dev_loss=dev_loss)
+        self.telemetry.epoch(p.step, {"train_loss": train_loss, "dev_loss": dev_loss, "weights_spread": spread, **self.dev_metrics})
         path = self.save_epoch_checkpoints(saved)
         self.times.restart()
         if path is None:
@@ -476,6 +526,7 @@ class Trainer:
     def write_timing(self) -> None:
         summary = self.times.summary() | {"rank": self.dist.rank, "algorithm": self.dist.algorithm, "world_size": self.dist.world_size}
         summary["exchanges"] = getattr(self.updater, "exchanges", 0)
+        summary["communication_wait_seconds"] = round(self.updater.comm_wait_s, 3)
         path = self.exp_dir / "timing" / f"learner-{self.dist.rank}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(summary, indent=1) + "\n")
@@ -491,19 +542,27 @@ def train(cfg) -> Path | None:
     None when train.max_steps stopped it before the end."""
     if cfg.train.epochs < 1:
         raise InputError(f"train.epochs={cfg.train.epochs}: train for at least one epoch")
+    started = time.perf_counter()
     torch.set_num_threads(cfg.train.threads)
     exp_dir = Path(cfg.exp_dir)
     dist = init_distributed(cfg)
     try:
-        check_and_save_config(exp_dir, cfg, force=cfg.train.force, write=dist.is_writer)
+        if cfg.train.restart and dist.is_writer:
+            restart_experiment(exp_dir)
+        dist.broadcast_object(None)  # every learner sees the experiment as rank 0 left it
+        check_config(exp_dir, cfg, force=cfg.train.force)
         trainer = Trainer(cfg, dist)
+        trainer.times.started = started
         trainer.resume()
+        if dist.is_writer:
+            save_config(exp_dir, cfg)  # only now is it true that this config trains here
         if trainer.progress.epoch >= cfg.train.epochs and trainer.checkpoints.last.is_file():
             log.info("%s: already trained for %d epochs; skipping", trainer.checkpoints.last, trainer.progress.epoch)
             last = trainer.checkpoints.last
         else:
             last = trainer.run()
             trainer.write_timing()
+        trainer.telemetry.close()
         trainer.updater.close()
     except BaseException as err:
         if dist.distributed or isinstance(err, DistributedError):

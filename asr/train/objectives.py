@@ -4,8 +4,12 @@ The loop (asr/train/loop.py) is the same for every objective. It asks the object
 
     num_outputs                        the size of the output layer
     dataset(set_name)                  (utt, features, targets) items of a data set
-    loss(log_probs, out_lens, batch)   (summed loss, count); the loss optimised and logged is
-                                       sum / count: CTC per target token, CE per frame
+    utterance_losses(log_probs, out_lens, batch)
+                                       each utterance's summed loss and count (tokens, frames);
+                                       the loss optimised and logged is sum / count over the batch:
+                                       CTC per target token, CE per frame. Per utterance, so that
+                                       the loop can leave out one whose loss is not finite
+    loss(log_probs, out_lens, batch)   (summed loss, count) over the batch
     eval_stats(...) / metrics(stats)   dev statistics beyond the loss (CE: frame accuracy)
     write_training_files(exp_dir, train_set)
                                        what decoding needs later (CE: the pdf counts)
@@ -24,16 +28,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from asr.data.datadir import data_set_dir
+from asr.features.featureset import feature_set_dir
+from asr.models.pdf_counts import PDF_COUNTS_NAME, write_pdf_counts
 from asr.text.tokenizer import BLANK_ID, Tokenizer, tokenizer_model_path
-from asr.train.alignments import AlignmentArchives, write_pdf_counts
-from asr.train.data import Batch, CtcDataset, data_set_dir, feature_set_dir
+from asr.train.alignments import AlignmentArchives
+from asr.train.data import Batch, CtcDataset
 from asr.train.frame_targets import FrameCeDataset
 from asr.utils.errors import InputError
 from asr.utils.log import rank
 
 log = logging.getLogger(__name__)
 
-PDF_COUNTS_NAME = "pdf_counts"  # in the experiment dir; the priors of asr.decode.loglikes
 
 
 def ctc_loss_sum(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> Tensor:
@@ -55,6 +61,19 @@ def frame_ce_sum(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> Tensor:
     return F.nll_loss(valid_frames(log_probs, out_lens), batch.targets, reduction="sum")
 
 
+def ctc_utterance_losses(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> Tensor:
+    """Each utterance's CTC loss (zero_infinity: an impossible alignment gives 0, not inf)."""
+    return F.ctc_loss(log_probs.transpose(0, 1), batch.targets, out_lens, batch.target_lens, blank=BLANK_ID,
+                      reduction="none", zero_infinity=True)
+
+
+def frame_ce_utterance_losses(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> Tensor:
+    """Each utterance's summed frame cross-entropy (its frames are consecutive in the targets)."""
+    per_frame = F.nll_loss(valid_frames(log_probs, out_lens), batch.targets, reduction="none")
+    owner = torch.repeat_interleave(torch.arange(len(out_lens), device=per_frame.device), out_lens.to(per_frame.device))
+    return torch.zeros(len(out_lens), dtype=per_frame.dtype, device=per_frame.device).index_add_(0, owner, per_frame)
+
+
 class Objective:
     name = ""
     head = ""  # the model.head it trains
@@ -68,11 +87,17 @@ class Objective:
     def num_outputs(self) -> int:
         raise NotImplementedError
 
-    def dataset(self, set_name: str):
+    def dataset(self, set_name: str, build: bool = True):
+        """The set's items; `build=False`: files shared between learners (the training index)
+        are only read, learner 0 having made them."""
+        raise NotImplementedError
+
+    def utterance_losses(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
         raise NotImplementedError
 
     def loss(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, int]:
-        raise NotImplementedError
+        losses, counts = self.utterance_losses(log_probs, out_lens, batch)
+        return losses.sum(), int(counts.sum())
 
     def eval_stats(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> dict[str, float]:
         return {}
@@ -97,12 +122,13 @@ class CtcObjective(Objective):
     def num_outputs(self) -> int:
         return self.tokenizer.vocab_size
 
-    def dataset(self, set_name: str) -> CtcDataset:
+    def dataset(self, set_name: str, build: bool = True) -> CtcDataset:
         cfg = self.cfg
-        return CtcDataset(feature_set_dir(cfg, set_name), data_set_dir(cfg, set_name), self.tokenizer, cfg.model.subsample, cfg.features.norm_vars)
+        return CtcDataset(feature_set_dir(cfg, set_name), data_set_dir(cfg, set_name), self.tokenizer, cfg.model.subsample,
+                          cfg.features.norm_vars, build=build)
 
-    def loss(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, int]:
-        return ctc_loss_sum(log_probs, out_lens, batch), int(batch.target_lens.sum())
+    def utterance_losses(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
+        return ctc_utterance_losses(log_probs, out_lens, batch), batch.target_lens
 
 
 class FrameCeObjective(Objective):
@@ -144,7 +170,7 @@ class FrameCeObjective(Objective):
             )
         return self._num_outputs
 
-    def dataset(self, set_name: str) -> FrameCeDataset:
+    def dataset(self, set_name: str, build: bool = True) -> FrameCeDataset:
         cfg = self.cfg
         is_dev = set_name == cfg.data.dev_set and set_name != cfg.data.train_set
         alignments = self.dev_alignments if is_dev else self.train_alignments
@@ -165,8 +191,8 @@ class FrameCeObjective(Objective):
         self.datasets.append(dataset)
         return dataset
 
-    def loss(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, int]:
-        return frame_ce_sum(log_probs, out_lens, batch), int(batch.targets.numel())
+    def utterance_losses(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
+        return frame_ce_utterance_losses(log_probs, out_lens, batch), out_lens
 
     def eval_stats(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> dict[str, float]:
         best = valid_frames(log_probs, out_lens).argmax(dim=-1)

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from asr.distributed.context import DistributedContext
-from asr.train.checkpoint import CheckpointDir, load_checkpoint
+from asr.models.checkpoint import CheckpointDir, load_checkpoint
 from asr.train.data import pack_mask, unpack_mask
 from asr.utils.errors import InputError
 
@@ -128,7 +128,11 @@ def find_start(checkpoints: CheckpointDir, ctx: DistributedContext, current: Run
 
 
 def _decide(checkpoints: CheckpointDir, current: RunLayout, num_utts: int) -> tuple[str, str]:
-    global_state = checkpoints.load_newest(map_location="cpu")
+    try:
+        global_state = checkpoints.load_newest(map_location="cpu")
+        unreadable = ""
+    except InputError as err:  # every periodic checkpoint unreadable
+        global_state, unreadable = None, str(err)
     nodes = _complete_node_set(checkpoints, num_utts)
     if nodes:
         behind = global_state is not None and progress_key(global_state, num_utts)
@@ -138,12 +142,44 @@ def _decide(checkpoints: CheckpointDir, current: RunLayout, num_utts: int) -> tu
             if not behind or _node_progress(nodes, num_utts) > behind:
                 global_state = merge_nodes(checkpoints, nodes, num_utts)
             # else: the nodes stand at the epoch end whose average is the newest step-*.pt
+    if global_state is None:
+        global_state, path = _last_resort(checkpoints, unreadable)
+    else:
+        path = str(checkpoints.dir / f"step-{global_state['step']:09d}.pt")
     _remove_node_dirs(checkpoints, "superseded by " + (f"step {global_state['step']}" if global_state else "a fresh start"))
     if global_state is None:
         return "fresh", ""
-    path = str(checkpoints.dir / f"step-{global_state['step']:09d}.pt")
     same = RunLayout.from_state(global_state) == current and not current.decentralized
     return ("exact" if same else "replan"), path
+
+
+def _last_resort(checkpoints: CheckpointDir, unreadable: str) -> tuple[dict | None, str]:
+    """No usable periodic checkpoint: go on from best.pt where it is readable; start afresh only
+    where the experiment has no history; otherwise refuse, naming the way forward."""
+    exp_dir = checkpoints.dir.parent
+    if checkpoints.best.is_file():
+        try:
+            state = load_checkpoint(checkpoints.best, map_location="cpu")
+            reason = unreadable or f"{checkpoints.dir}: no periodic checkpoint"
+            log.warning("%s; going on from %s (end of epoch %d): the steps after it are trained again",
+                        reason, checkpoints.best, state["progress"]["epoch"])
+            return state, str(checkpoints.best)
+        except InputError as err:
+            unreadable = f"{unreadable}; {err}" if unreadable else str(err)
+    history = [name for name in ("train_log.csv", "checkpoints") if _has_content(exp_dir / name)]
+    if history:
+        raise InputError(
+            f"{exp_dir}: an earlier run left {' and '.join(history)} but no checkpoint to go on from"
+            f"{' (' + unreadable + ')' if unreadable else ''}. Pass train.restart=true to move its outputs to "
+            f"{exp_dir / 'previous'}/<N>/ and start afresh, or use a new exp_name"
+        )
+    return None, ""
+
+
+def _has_content(path: Path) -> bool:
+    if path.is_dir():
+        return any(path.rglob("*.pt"))
+    return path.is_file() and len(path.read_text().splitlines()) > 1  # a header and rows
 
 
 def _complete_node_set(checkpoints: CheckpointDir, num_utts: int) -> list[dict]:

@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 
 from asr.data.config import DataConfig
 from asr.data.datadir import Segment, read_data_dir, write_data_dir
-from asr.data.hub5 import extend_segments, fix_stm, prepare_eval2000
+from asr.data.hub5 import extend_segments, prepare_eval2000
+from asr.data.stm import fix_stm
 from asr.data.prepare import prepare_data, preflight
 from asr.data.swbd import prepare_swbd
 from asr.data.validate import validate_data_dir

@@ -10,7 +10,7 @@ from asr.data.config import DataConfig
 from asr.data.prepare import prepare_data
 from asr.data.sphere import read_sphere_header
 from asr.utils.errors import InputError
-from tests.recipes.swb_corpus import quirky_corpus, quirks_done
+from tests.fixtures.swb_corpus import quirky_corpus, quirks_done
 
 pytestmark = pytest.mark.slow
 

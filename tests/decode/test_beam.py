@@ -18,7 +18,6 @@ from asr.decode.beam import BeamOptions, BeamSearchDecoder
 from asr.decode.greedy import ctc_greedy
 from asr.decode.lexicon import Lexicon, build_lexicon
 from asr.decode.search import BeamSpec, ParallelBeamSearch, lm_path, tuned_values
-from asr.decode.tune import best_point
 from asr.text.tokenizer import Tokenizer, train_sentencepiece
 from asr.utils.errors import InputError
 
@@ -190,9 +189,3 @@ def test_lm_path_and_tuned_values_from_the_config(tmp_path, caplog):
     (tmp_path / "exp").mkdir()
     (tmp_path / "exp" / "lm_tuning.json").write_text(json.dumps({"best": {"lm_weight": 0.8, "word_score": 1.0, "wer": 2.0}}))
     assert tuned_values(cfg) == {"lm_weight": 0.8, "word_score": 1.0}
-
-
-def test_best_point_prefers_the_lowest_wer_then_the_smaller_values():
-    grid = [{"lm_weight": 1.0, "word_score": 0.0, "wer": 5.0}, {"lm_weight": 0.5, "word_score": 1.0, "wer": 5.0},
-            {"lm_weight": 0.5, "word_score": 2.0, "wer": 5.0}, {"lm_weight": 2.0, "word_score": 0.0, "wer": 6.0}]
-    assert best_point(grid) == grid[1]

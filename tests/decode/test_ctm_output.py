@@ -5,9 +5,10 @@ import math
 import pytest
 import torch
 
+from asr.data.ctm import CtmWord, write_ctm
 from asr.data.datadir import DataDir, Segment
 from asr.decode.greedy import ctc_greedy
-from asr.decode.output import CtmLine, TimedWord, ctm_lines, timed_words, write_ctm, write_hyp_text
+from asr.decode.output import TimedWord, ctm_words, timed_words, write_hyp_text
 from asr.text.tokenizer import Tokenizer, train_sentencepiece
 
 TEXT = ["yes no okay [noise] ab-", "no no yes [laughter] well", "ab- okay well yes"] * 5
@@ -44,7 +45,7 @@ def test_words_and_ctm_times_from_hand_made_log_probs(chars):
         reco2file_and_channel={"sw02001-A": ("sw02001", "1")},
     )
     # 10 ms frames, subsampled by 3: 30 ms per output frame, offset by the segment start.
-    lines = ctm_lines(data, "sw02001-A_001250-001300", words, frame_seconds=0.03)
+    lines = ctm_words(data, "sw02001-A_001250-001300", words, frame_seconds=0.03)
     assert [str(c) for c in lines] == [
         "sw02001 1 12.53 0.15 no 0.80",
         "sw02001 1 12.74 0.03 [noise] 0.80",
@@ -55,20 +56,20 @@ def test_words_and_ctm_times_from_hand_made_log_probs(chars):
 def test_file_and_channel_fallbacks():
     w = [TimedWord("hi", 2, 4, 0.5)]
     with_segments = DataDir(utt2spk={"u1": "s"}, segments={"u1": Segment("rec7", 3.0, 9.0)})
-    assert str(ctm_lines(with_segments, "u1", w, 0.01)[0]) == "rec7 A 3.02 0.02 hi 0.50"
+    assert str(ctm_words(with_segments, "u1", w, 0.01)[0]) == "rec7 A 3.02 0.02 hi 0.50"
     no_segments = DataDir(utt2spk={"u1": "s"})  # the utterance is the recording, starting at 0
-    assert str(ctm_lines(no_segments, "u1", w, 0.01)[0]) == "u1 A 0.02 0.02 hi 0.50"
+    assert str(ctm_words(no_segments, "u1", w, 0.01)[0]) == "u1 A 0.02 0.02 hi 0.50"
 
 
 def test_files_are_sorted(tmp_path):
     write_hyp_text(tmp_path / "hyp.txt", {"sw_b": "x y", "en_a": "", "sw_B": "z"})
     assert (tmp_path / "hyp.txt").read_text() == "en_a\nsw_B z\nsw_b x y\n"
     lines = [
-        CtmLine("sw_2", "A", 5.0, 0.1, "c", 1.0),
-        CtmLine("en_1", "B", 1.0, 0.1, "b", 1.0),
-        CtmLine("sw_2", "A", 1.0, 0.1, "a", 1.0),
-        CtmLine("en_1", "A", 9.0, 0.1, "d", 1.0),
-        CtmLine("sw_2", "A", 5.0, 0.1, "c2", 1.0),  # same start: word order kept
+        CtmWord("sw_2", "A", 5.0, 0.1, "c", 1.0),
+        CtmWord("en_1", "B", 1.0, 0.1, "b", 1.0),
+        CtmWord("sw_2", "A", 1.0, 0.1, "a", 1.0),
+        CtmWord("en_1", "A", 9.0, 0.1, "d", 1.0),
+        CtmWord("sw_2", "A", 5.0, 0.1, "c2", 1.0),  # same start: word order kept
     ]
     write_ctm(tmp_path / "hyp.ctm", lines)
     assert [line.split()[4] for line in (tmp_path / "hyp.ctm").read_text().splitlines()] == ["d", "b", "a", "c", "c2"]

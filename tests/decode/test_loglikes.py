@@ -6,17 +6,17 @@ import kaldiio
 import numpy as np
 import pytest
 import torch
-from hybrid_corpus import FEAT_DIM, hybrid_overrides, write_hybrid_set
+from tests.fixtures.hybrid_corpus import FEAT_DIM, hybrid_overrides, write_hybrid_set
 
 from asr.config import load_config
 from asr.data.datadir import read_data_dir
 from asr.decode.loglikes import UNSEEN_LOG_PRIOR, log_priors, loglike_archive, upsample
 from asr.decode.stage import decode
+from asr.features.featureset import FeatureReader
 from asr.models.blstm import build_model
+from asr.models.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, model_from_checkpoint, save_checkpoint
 from asr.models.config import ModelConfig
-from asr.train.alignments import write_pdf_counts
-from asr.train.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, model_from_checkpoint, save_checkpoint
-from asr.train.data import FeatureReader
+from asr.models.pdf_counts import write_pdf_counts
 from asr.utils.errors import InputError
 
 torch.set_num_threads(1)

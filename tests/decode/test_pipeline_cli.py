@@ -6,7 +6,7 @@ import sys
 
 import jiwer
 import pytest
-from toy_corpus import toy_overrides, write_toy_corpus
+from tests.fixtures.toy_corpus import toy_overrides, write_toy_corpus
 
 from asr.config import load_config
 from asr.data.datadir import read_data_dir, read_table
@@ -67,7 +67,7 @@ def test_tokenizer_train_decode_cli(tmp_path):
     beam = ["decode=beam_lm", "decode.jobs=2", "decode.tune_lm_weights=[0.2,1.0]", "decode.tune_word_scores=[0.0]", *lm]
     run_stage("asr.lm", root, lm)
     assert (root / "lang" / "lm" / "2gram.bin").is_file() and (root / "lang" / "lm" / "perplexity.json").is_file()
-    run_stage("asr.decode.tune", root, beam)
+    run_stage("asr.tune", root, beam)
     tuning = __import__("json").loads((root / "exp" / "lm_tuning.json").read_text())
     assert tuning["set"] == "dev" and len(tuning["grid"]) == 2 and tuning["best"] in tuning["grid"]
     run_stage("asr.decode", root, beam)

@@ -8,12 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-# The toy corpus writer lives with the training tests.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
-
-from toy_corpus import make_toy_experiment, toy_overrides  # noqa: E402
+from tests.fixtures.toy_corpus import toy_overrides
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,10 +38,3 @@ def run_torchrun(nproc: int, module_args: list[str], *launcher: str, timeout: fl
 def train_overrides(root: Path, *extra: str) -> list[str]:
     """The toy experiment at a size where the multi-process runs take seconds."""
     return toy_overrides(root, ["train.threads=1", *extra])
-
-
-@pytest.fixture(scope="session")
-def toy_corpus(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dist_toy")
-    make_toy_experiment(root)
-    return root

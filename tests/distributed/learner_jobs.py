@@ -27,10 +27,8 @@ from types import SimpleNamespace
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from asr.distributed.build import build_training_updater  # noqa: E402  (imported before forking)
-from asr.distributed.context import DistributedError, fail_fast, init_distributed  # noqa: E402
+from asr.distributed.build import build_training_updater  # imported before forking
+from asr.distributed.context import DistributedError, fail_fast, init_distributed
 
 # The first optimizer imports torch's compiler machinery (seconds): once, before forking.
 torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)

@@ -13,7 +13,7 @@ import torch
 
 from asr.distributed.flat import add_to_parameters_, flat_parameters, set_parameters_
 from asr.distributed.staging import Staging, _flat_slice
-from asr.train.updater import optimizer_moments
+from asr.optim.updater import optimizer_moments
 
 META = torch.device("meta")
 

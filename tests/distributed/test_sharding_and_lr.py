@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from asr.optim.schedule import scaled_lr
 from asr.train.data import BucketBatchSampler, make_buckets
-from asr.train.schedule import scaled_lr
 from asr.utils.errors import InputError
 
 LENGTHS = np.random.default_rng(5).integers(50, 400, size=203).tolist()

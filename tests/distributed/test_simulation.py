@@ -9,7 +9,7 @@ import torch
 
 from asr.distributed.flat import flat_parameters
 from asr.distributed.simulation import Simulation
-from asr.train.updater import build_updater
+from asr.optim.updater import build_updater
 from tests.distributed.sim_problem import batches, loss_fn, model, split, train_cfg
 
 torch.set_num_threads(1)

@@ -7,7 +7,6 @@ import torch
 
 from asr.distributed.simulation import Simulation
 from asr.distributed.timed import TimedSimulation, Timing
-
 from tests.distributed.sim_problem import batches, loss_fn, model, split, train_cfg
 
 torch.set_num_threads(1)

@@ -12,5 +12,7 @@ Issue 17's list, and where each item is tested (besides the unit tests of each m
   8 leftovers of a killed stage, changed overrides of a done stage, unreadable recordings,
     empty transcripts                                              tests/faults/test_leftovers.py,
                                                                    tests/recipes/test_recipe_sh.py
-Items 1 and 2 (experiment state and resume) are tested with training (tests/train/).
+  1, 2 experiment state written once true, train.restart, best.pt fallback, the log never mixed
+                                                                   tests/faults/test_training_state.py
+    non-finite training losses: the utterance left out, named      tests/train/test_loop.py
 """

@@ -20,7 +20,7 @@ from asr.data.perturb import perturb_data_dir
 from asr.data.prepare import prepare_data
 from asr.data.validate import main as validate_main
 from asr.features.extract import extract_set
-from asr.train.data import FeatureReader
+from asr.features.featureset import FeatureReader
 from tests.data.conftest import build_ldc_tree
 from tests.faults.conftest import fbank_options, features_overrides, run_stage, tone, write_wav_data_dir
 

@@ -10,7 +10,7 @@ from tests.faults.conftest import features_overrides, on_small_tmpfs, tone, writ
 
 CHECKPOINT = """
 import json, os, torch
-from asr.train.checkpoint import load_checkpoint, save_checkpoint
+from asr.models.checkpoint import load_checkpoint, save_checkpoint
 from asr.utils.atomic import DiskFull
 target = os.path.join({mnt!r}, "exp", "checkpoints", "step-000000200.pt")
 save_checkpoint(target, {{"weights": torch.ones(1000)}})  # fits: 4 kB

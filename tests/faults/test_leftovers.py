@@ -18,13 +18,14 @@ from omegaconf import OmegaConf
 
 from asr.data.config import DataConfig
 from asr.data.prepare import prepare_data
+from asr.features.extract import extract_set
+from asr.features.featureset import feature_set_dir
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path
-from asr.train.data import CtcDataset, feature_set_dir
+from asr.train.data import CtcDataset
 from asr.utils.errors import InputError
 from tests.data.conftest import build_ldc_tree
-from asr.features.extract import extract_set
 from tests.faults.conftest import fbank_options, features_overrides, tone, write_wav_data_dir
-from tests.train.toy_corpus import make_toy_experiment
+from tests.fixtures.toy_corpus import make_toy_experiment
 
 
 def test_a_killed_features_stage_leaves_nothing_the_next_run_keeps(tmp_path, caplog):
@@ -93,6 +94,6 @@ def test_empty_transcripts_are_left_out_of_training_and_named(tmp_path, caplog):
     with caplog.at_level(logging.INFO):
         dataset = CtcDataset(feature_set_dir(cfg, "train"), tmp_path / "data" / "train", tokenizer, subsample=2)
     assert empty not in dataset.utts and len(dataset) == 11
-    assert all(len(tokens) > 0 for tokens in dataset.tokens)
+    assert all(len(dataset[i][2]) > 0 for i in range(len(dataset)))
     assert f"1 utterances with an empty transcript left out (python -m asr.data.fix drops them): {empty}" in caplog.text
 

@@ -17,13 +17,14 @@ from asr.data.datadir import read_data_dir, read_table
 from asr.decode.stage import decode_set
 from asr.features import cmvn
 from asr.features.extract import extract_set
+from asr.features.featureset import FeatureReader, NonFiniteFeatures, feature_set_dir
 from asr.models.blstm import build_model
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path
-from asr.train.data import CtcDataset, FeatureReader, NonFiniteFeatures, feature_set_dir
+from asr.train.data import CtcDataset
 from asr.train.loop import train
 from asr.utils.errors import InputError
 from tests.faults.conftest import fbank_options, tone, write_wav_data_dir
-from tests.train.toy_corpus import FEAT_DIM, make_toy_experiment
+from tests.fixtures.toy_corpus import FEAT_DIM, make_toy_experiment
 
 torch.set_num_threads(1)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.faults.conftest import run_stage
-from tests.score.hub5_cases import GLM
+from tests.fixtures.hub5_cases import GLM
 from tests.score.test_hub5_stage import CTM, STM  # a case NIST SCTK scores (it fails on a single segment)
 
 

@@ -17,7 +17,7 @@ from asr.features.fmllr_model import FmllrModel
 from asr.features.fmllr_recipe import adapt_set
 from asr.features.kaldi_io import read_transforms
 from asr.features.recipes import feature_dim, make_features
-from test_features_extract import make_data_dir
+from tests.features.test_features_extract import make_data_dir
 
 SETS = ("train", "dev", "eval")
 # Small enough for 12 utterances of ~0.9 s (about 180 frames per speaker).

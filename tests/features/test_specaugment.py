@@ -5,8 +5,9 @@ import numpy as np
 import torch
 
 from asr.features.config import SpecAugmentConfig
+from asr.features.featureset import FeatureReader
 from asr.features.specaugment import SpecAugment, warp_frequency
-from asr.train.data import FeatureReader
+from asr.train.data import EpochAugment
 
 
 def test_off_by_default():
@@ -63,7 +64,11 @@ def test_training_reader_applies_the_hook(tmp_path):
     (tmp_path / "cmvn_type").write_text("none\n")
     reader = FeatureReader(tmp_path, {"u1": "s1"})
     assert torch.equal(reader("u1"), torch.from_numpy(mat))
-    reader.augment = SpecAugment(freq_masks=1, freq_width=8, time_masks=0)
-    torch.manual_seed(3)
-    masked = reader("u1")
+    reader.augment = EpochAugment(SpecAugment(freq_masks=1, freq_width=8, time_masks=0), seed=3)
+    masked = reader("u1", index=0)
     assert masked.shape == (50, 8) and bool(((masked == 0).all(dim=0)).any())
+    # Drawn from (seed, epoch, utterance): the same masks whenever and wherever it is read.
+    torch.manual_seed(99)
+    assert torch.equal(reader("u1", index=0), masked)
+    reader.augment.epoch = 1
+    assert any(not torch.equal(reader("u1", index=i), masked) for i in range(5))

@@ -13,7 +13,7 @@ import pytest
 from asr.data.datadir import read_data_dir
 from asr.data.validate import validate_data_dir
 from tests.recipes.conftest import Recipe
-from tests.recipes.swb_corpus import quirky_corpus, swb_recipes
+from tests.fixtures.swb_corpus import quirky_corpus, swb_recipes
 
 pytestmark = pytest.mark.slow
 

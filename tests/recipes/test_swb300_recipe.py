@@ -13,7 +13,7 @@ from asr.data.audio import parse_wav_scp_entry
 from asr.data.datadir import read_data_dir
 from asr.data.validate import validate_data_dir
 from tests.recipes.conftest import Recipe
-from tests.recipes.swb_corpus import TINY_SWB, corpus_options, quirky_corpus, quirks_done, swb_recipes
+from tests.fixtures.swb_corpus import TINY_SWB, corpus_options, quirky_corpus, quirks_done, swb_recipes
 
 pytestmark = pytest.mark.slow
 

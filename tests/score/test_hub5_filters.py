@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from asr.data.ctm import parse_ctm, read_ctm
 from asr.score.hub5.align import align_networks
-from asr.score.hub5.ctm import filter_ctm, parse_ctm, read_ctm
+from asr.score.hub5.ctm import filter_ctm
 from asr.score.hub5.glm import Glm, GlmRule, filter_text, parse_rule, read_glm, split_hyphens, spread_parentheses
 from asr.score.hub5.network import parse_transcript
 from asr.score.hub5.sctk import parse_pra, parse_sum
-from asr.score.hub5.stm import parse_stm
 from asr.utils.errors import InputError
-from tests.score.hub5_cases import GLM
+from tests.fixtures.hub5_cases import GLM
 
 
 def test_ctm_filter_drops_tags_unk_hesitations_and_partial_words():
@@ -29,7 +29,7 @@ def test_ctm_filter_drops_tags_unk_hesitations_and_partial_words():
         "sw_1 A 1.10 0.10 oh\n"
     )
     assert [w.word for w in filter_ctm(ctm)] == ["hello", "mmm", "uh-huh", "oh"]
-    assert str(ctm[0]) == "sw_1 A 0.10 0.20 hello 0.9" and ctm[-1].confidence == ""
+    assert str(ctm[0]) == "sw_1 A 0.10 0.20 hello 0.90" and ctm[-1].confidence is None
 
 
 def test_ctm_errors_name_the_file_and_line(tmp_path):
@@ -43,21 +43,6 @@ def test_ctm_errors_name_the_file_and_line(tmp_path):
         read_ctm(empty)
     with pytest.raises(InputError, match="not found; run the decode stage"):
         read_ctm(tmp_path / "missing.ctm")
-
-
-def test_stm_is_fixed_parsed_and_sorted():
-    segments = parse_stm(
-        ";; comment line\n"
-        "sw_2 B sw_2_B 5.00 6.00 <O,sw,M> (( YEAH\n"
-        "sw_2 A sw_2_A 3.00 4.00 <O,sw,F> <B_ASIDE> HELLO <E_ASIDE> THERE\n"
-        "sw_2 A sw_2_A 1.00 2.00 IGNORE_TIME_SEGMENT_IN_SCORING\n"
-    )
-    assert [(s.channel, s.start) for s in segments] == [("A", 1.0), ("A", 3.0), ("B", 5.0)]
-    assert segments[0].ignored and segments[0].label == "" and not segments[1].ignored
-    assert segments[1].label == "<O,sw,F>" and segments[1].text == "HELLO THERE"
-    assert segments[2].text == "( YEAH"  # '((' fixed to '(' as Kaldi does for hubscr.pl
-    with pytest.raises(InputError, match="stm:1: expected"):
-        parse_stm("sw_2 A spk one 2.0 hi\n")
 
 
 def test_glm_rules_parse_with_brackets_comments_and_alternations(tmp_path):

@@ -14,7 +14,7 @@ from asr.score.hub5 import scorer as hub5_scorer
 from asr.score.hub5.sctk import find_sctk
 from asr.score.stage import score_set
 from asr.utils.errors import InputError
-from tests.score.hub5_cases import GLM, STM_HEADER
+from tests.fixtures.hub5_cases import GLM, STM_HEADER
 
 STM = STM_HEADER + (
     "en_4001 A en_4001_A 0.00 3.00 <O,en,F> I DON'T KNOW (%HESITATION)\n"

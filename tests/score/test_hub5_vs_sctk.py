@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from asr.score.hub5.ctm import CtmWord
+from asr.data.ctm import CtmWord
+from asr.data.stm import fix_stm, parse_stm
 from asr.score.hub5.glm import read_glm
-from asr.score.hub5.native import score_native
+from asr.score.hub5.native import score_native, scoring_order
 from asr.score.hub5.sctk import find_sctk, score_sctk
-from asr.score.hub5.stm import parse_stm
-from tests.score.hub5_cases import BETWEEN, CASES, GLM, IGNORED, STM_HEADER
+from tests.fixtures.hub5_cases import BETWEEN, CASES, GLM, IGNORED, STM_HEADER
 
 SPEAKER = "sw_1_A"
 
@@ -22,7 +22,7 @@ def _segment(t0: float, text: str) -> str:
 
 
 def _words(t0: float, hyp: str) -> list[CtmWord]:
-    return [CtmWord("sw_1", "A", round(t0 + 0.5 + 0.5 * j, 2), 0.3, w, "0.9") for j, w in enumerate(hyp.split())]
+    return [CtmWord("sw_1", "A", round(t0 + 0.5 + 0.5 * j, 2), 0.3, w, 0.9) for j, w in enumerate(hyp.split())]
 
 
 def crafted_inputs() -> tuple[str, list[CtmWord], list[tuple[int, int, int, int]]]:
@@ -39,10 +39,10 @@ def crafted_inputs() -> tuple[str, list[CtmWord], list[tuple[int, int, int, int]
     stm += _segment(last, BETWEEN[0])
     between, good, bye, after = BETWEEN[1].split()
     words += [
-        CtmWord("sw_1", "A", 10 * n + 14, 0.3, between, "0.9"),
-        CtmWord("sw_1", "A", last + 1, 0.3, good, "0.9"),
-        CtmWord("sw_1", "A", last + 2, 0.3, bye, "0.9"),
-        CtmWord("sw_1", "A", last + 12, 0.3, after, "0.9"),
+        CtmWord("sw_1", "A", 10 * n + 14, 0.3, between, 0.9),
+        CtmWord("sw_1", "A", last + 1, 0.3, good, 0.9),
+        CtmWord("sw_1", "A", last + 2, 0.3, bye, 0.9),
+        CtmWord("sw_1", "A", last + 12, 0.3, after, 0.9),
     ]
     expected.append(BETWEEN[2])
     return stm, words, expected
@@ -55,7 +55,7 @@ def _counts(result) -> list[tuple[int, int, int, int]]:
 def test_native_scorer_gives_sctks_counts(tmp_path):
     stm, words, expected = crafted_inputs()
     (tmp_path / "glm").write_text(GLM)
-    result = score_native(parse_stm(stm), words, read_glm(tmp_path / "glm"))
+    result = score_native(scoring_order(parse_stm(fix_stm(stm))), words, read_glm(tmp_path / "glm"))
     got = _counts(result)
     assert len(got) == len(expected)  # the ignored segment is not scored
     for (ref, hyp, _), want, have in zip(CASES + [BETWEEN], expected, got):
@@ -70,6 +70,6 @@ def test_sctk_agrees_live(tmp_path):
     stm, words, expected = crafted_inputs()
     result = score_sctk(find_sctk(), tmp_path / "sctk", stm, [str(w) for w in words], GLM)
     assert _counts(result) == expected
-    native = score_native(parse_stm(stm), words, read_glm(tmp_path / "sctk" / "glm"))
+    native = score_native(scoring_order(parse_stm(fix_stm(stm))), words, read_glm(tmp_path / "sctk" / "glm"))
     assert native.subsets == result.subsets
     assert [u.utt for u in native.utterances] == [u.utt for u in result.utterances]  # sclite's ids

@@ -3,13 +3,14 @@
 import pytest
 
 from asr.config import load_config
-from asr.score.stage import decode_dir, scorer, sets_to_score
+from asr.decode.acoustic import evaluation_sets
+from asr.score.stage import decode_dir, scorer
 from asr.utils.errors import InputError
 
 
 def test_sets_default_to_the_eval_set():
-    assert sets_to_score(load_config()) == ["eval2000"]
-    assert sets_to_score(load_config(["decode.sets=[train_dev,eval2000]"])) == ["train_dev", "eval2000"]
+    assert evaluation_sets(load_config()) == ["eval2000"]
+    assert evaluation_sets(load_config(["decode.sets=[train_dev,eval2000]"])) == ["train_dev", "eval2000"]
 
 
 def test_decode_dir_is_in_the_experiment():

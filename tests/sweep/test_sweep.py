@@ -3,20 +3,16 @@
 table and a plot, a re-run that trains nothing again, and the same numbers from processes."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
-
-from toy_corpus import make_toy_experiment, toy_config  # noqa: E402
-
-from asr.config import load_config  # noqa: E402
-from asr.sweep.report import write_report  # noqa: E402
-from asr.sweep.sweep import run_sweep  # noqa: E402
-from asr.utils.errors import InputError  # noqa: E402
+from asr.config import load_config
+from asr.sweep.report import write_report
+from asr.sweep.sweep import run_sweep
+from asr.utils.errors import InputError
+from tests.fixtures.toy_corpus import make_toy_experiment, toy_config
 
 torch.set_num_threads(1)
 ALGORITHMS = ["ssgd", "adpsgd", "adpsgd_random_ring_delay_by_one", "hadpsgd"]

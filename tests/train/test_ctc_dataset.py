@@ -5,10 +5,11 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from toy_corpus import FEAT_DIM, make_toy_experiment
+from tests.fixtures.toy_corpus import FEAT_DIM, make_toy_experiment
 
+from asr.features.featureset import feature_set_dir, read_feat_dim
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path
-from asr.train.data import CtcDataset, collate, ctc_min_frames, feature_set_dir, read_feat_dim
+from asr.train.data import CtcDataset, collate, ctc_min_frames
 from asr.utils.errors import InputError
 
 torch.set_num_threads(1)

@@ -8,11 +8,11 @@ import torch
 
 from asr.models.blstm import build_model
 from asr.models.config import ModelConfig
+from asr.optim.schedule import LrSchedule, build_optimizer
+from asr.optim.updater import Updater
 from asr.train.data import collate
-from asr.train.device import autocast
 from asr.train.loop import ctc_loss_sum
-from asr.train.schedule import LrSchedule, build_optimizer
-from asr.train.updater import Updater
+from asr.train.precision import autocast
 
 torch.set_num_threads(1)
 

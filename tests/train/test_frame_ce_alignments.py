@@ -5,7 +5,7 @@ import gzip
 import kaldiio
 import numpy as np
 import pytest
-from hybrid_corpus import (
+from tests.fixtures.hybrid_corpus import (
     HMM_PDF_OF_TID,
     binary_ali_archive,
     binary_transition_model,
@@ -16,14 +16,8 @@ from hybrid_corpus import (
     write_ali_gz,
 )
 
-from asr.train.alignments import (
-    AlignmentArchives,
-    parse_int_vector_archive,
-    read_int_vectors,
-    read_pdf_counts,
-    read_transition_model,
-    write_pdf_counts,
-)
+from asr.models.pdf_counts import read_pdf_counts, write_pdf_counts
+from asr.train.alignments import AlignmentArchives, parse_int_vector_archive, read_int_vectors, read_transition_model
 from asr.train.frame_targets import subsample_targets
 from asr.utils.errors import InputError
 

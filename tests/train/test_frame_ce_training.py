@@ -9,7 +9,7 @@ import kaldiio
 import numpy as np
 import pytest
 import torch
-from hybrid_corpus import (
+from tests.fixtures.hybrid_corpus import (
     NUM_PDFS,
     binary_transition_model,
     features_for,
@@ -25,14 +25,14 @@ from hybrid_corpus import (
 from asr.config import load_config
 from asr.decode.stage import decode
 from asr.models.blstm import build_model
+from asr.models.checkpoint import load_checkpoint
 from asr.models.config import ModelConfig
+from asr.optim.schedule import LrSchedule, build_optimizer
+from asr.optim.updater import Updater
 from asr.train import loop
-from asr.train.checkpoint import load_checkpoint
 from asr.train.data import collate
 from asr.train.frame_targets import subsample_targets
 from asr.train.objectives import FrameCeObjective, build_objective, frame_ce_sum, valid_frames
-from asr.train.schedule import LrSchedule, build_optimizer
-from asr.train.updater import Updater
 from asr.utils.errors import InputError
 
 torch.set_num_threads(1)

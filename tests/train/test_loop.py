@@ -4,10 +4,10 @@ import shutil
 
 import pytest
 import torch
-from toy_corpus import make_toy_experiment, toy_config
+from tests.fixtures.toy_corpus import make_toy_experiment, toy_config
 
+from asr.models.checkpoint import CheckpointDir, load_checkpoint
 from asr.train import loop, objectives
-from asr.train.checkpoint import CheckpointDir, load_checkpoint
 from asr.train.trainlog import TrainLog
 from asr.utils.errors import InputError
 
@@ -152,30 +152,51 @@ def test_changed_model_config_is_refused_unless_forced(root, monkeypatch, caplog
     loop.train(toy_config(root, ["model.dropout=0.2", "data.swbd_dir=/again/elsewhere"]))  # the new snapshot holds
 
 
-def test_non_finite_loss_batch_is_skipped_and_recorded(root, monkeypatch, caplog):
-    original = objectives.ctc_loss_sum
-    calls = {"n": 0}
+def poison(monkeypatch, which: str):
+    """Make the second forward pass's CTC loss NaN for its first utterance ('one') or all ('all');
+    returns the batch sizes of every forward pass."""
+    original = objectives.ctc_utterance_losses
+    sizes = []
 
     def poisoned(log_probs, out_lens, batch):
-        calls["n"] += 1
-        loss = original(log_probs, out_lens, batch)
-        return loss * float("nan") if calls["n"] == 2 else loss
+        sizes.append(len(batch.utts))
+        losses = original(log_probs, out_lens, batch)
+        if len(sizes) == 2:
+            losses = losses.clone()
+            losses[: 1 if which == "one" else len(losses)] = float("nan")
+        return losses
 
-    monkeypatch.setattr(objectives, "ctc_loss_sum", poisoned)
+    monkeypatch.setattr(objectives, "ctc_utterance_losses", poisoned)
+    return sizes
+
+
+def test_an_utterance_with_a_non_finite_loss_is_left_out_and_named(root, monkeypatch, caplog):
+    sizes = poison(monkeypatch, "one")
     with caplog.at_level("WARNING"):
         loop.train(toy_config(root, ["train.epochs=1"]))
-    bad = (root / "exp" / "bad_batches.txt").read_text().splitlines()
-    assert len(bad) == 1 and bad[0].startswith("step 1 epoch 1 loss nan: sw0")
-    assert "non-finite loss" in caplog.text
+    bad = (root / "exp" / "bad_utterances.txt").read_text().splitlines()
+    assert len(bad) == 1 and bad[0].startswith("step 1 epoch 1: non-finite loss, left out: sw0")
+    assert sizes[2] == sizes[1] - 1  # the same batch again, without it
+    assert "non-finite loss for 1 of" in caplog.text
     state = load_checkpoint(root / "exp" / "checkpoints" / "last.pt")
-    assert state["progress"]["bad_batches"] == 1
+    assert state["progress"]["bad_utterances"] == 1
+    assert state["updater"]["schedule"]["steps"] == state["step"]  # every batch gave an update
+    assert all(torch.isfinite(t).all() for t in state["model"].values())
+
+
+def test_a_batch_of_only_non_finite_losses_gives_no_update(root, monkeypatch):
+    poison(monkeypatch, "all")
+    loop.train(toy_config(root, ["train.epochs=1"]))
+    state = load_checkpoint(root / "exp" / "checkpoints" / "last.pt")
+    assert state["progress"]["bad_utterances"] > 1
     assert state["updater"]["schedule"]["steps"] == state["step"] - 1  # one batch gave no update
     assert all(torch.isfinite(t).all() for t in state["model"].values())
 
 
 def test_training_precision_choice(monkeypatch):
-    from asr.train import device as devices
-    from asr.train.device import autocast, grad_scaler, native_bf16, training_precision
+    from asr.train import precision as devices
+    from asr.train.precision import autocast, grad_scaler, training_precision
+    from asr.utils.device import native_bf16
     cpu = torch.device("cpu")
     assert training_precision("fp32", cpu) == "fp32" and training_precision("bf16", cpu) == "bf16"
     with pytest.raises(InputError, match="train.precision=fp16 needs a CUDA device"):

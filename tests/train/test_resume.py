@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from asr.distributed.context import DistributedContext
-from asr.train.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, load_checkpoint, save_checkpoint
+from asr.models.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, load_checkpoint, save_checkpoint
 from asr.train.data import pack_mask, unpack_mask
 from asr.train.resume import RunLayout, find_start, node_dir
 from asr.utils.errors import InputError

@@ -2,6 +2,7 @@
 
 import random
 
+import numpy as np
 import pytest
 
 from asr.train.data import BucketBatchSampler, make_buckets
@@ -68,3 +69,26 @@ def test_overlong_utterance_is_a_batch_of_its_own():
     batches = make_buckets(lengths, sorted(range(4), key=lengths.__getitem__), max_frames=400, max_utts=10)
     assert batches == [[3, 0, 2], [1]]
     assert make_buckets(lengths, [3, 0, 2], max_frames=400, max_utts=2) == [[3, 0], [2]]
+
+
+def test_windowed_shuffle_reads_one_stretch_of_the_archives_at_a_time():
+    """With a window, every batch comes from one window of consecutive utterances, the windows
+    come in random order, each utterance once per epoch; sharding and `done` still apply."""
+    lengths = list(np.random.default_rng(3).integers(100, 1000, size=300))
+    s = BucketBatchSampler(lengths, 4000, 8, seed=4, window=50)
+    batches = s.global_batches(2)
+    assert sorted(i for b in batches for i in b) == list(range(300))
+    windows = [{i // 50 for i in b} for b in batches]
+    assert all(len(w) == 1 for w in windows)  # no batch spans two windows
+    order = [next(iter(w)) for w in windows]
+    visits = [w for i, w in enumerate(order) if i == 0 or order[i - 1] != w]
+    assert sorted(visits) == list(range(6)) and visits != list(range(6))  # each window once, shuffled
+    assert s.global_batches(3) != batches  # another epoch, another order
+    done = np.zeros(300, dtype=bool)
+    done[:120] = True
+    assert sorted(i for b in s.global_batches(2, done) for i in b) == list(range(120, 300))
+    shards = [BucketBatchSampler(lengths, 4000, 8, seed=4, window=50, num_replicas=2, rank=r) for r in range(2)]
+    for shard in shards:
+        shard.set_epoch(2)
+    union = [sorted(a + b) for a, b in zip(*(x.batches(2) for x in shards))]
+    assert union == [sorted(b) for b in shards[0].global_batches(2)]

@@ -9,7 +9,7 @@ import logging
 
 from omegaconf import DictConfig
 
-from asr.config import stage_main
+from asr.stage import stage_main
 from asr.data.synth.corpus import format_summary, is_synthesized, synthesize_corpus
 
 log = logging.getLogger("asr.data.synth")

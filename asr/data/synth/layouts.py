@@ -1,4 +1,4 @@
-"""The LDC release layouts and file formats the generator writes (DESIGN.md section 7).
+"""The LDC release layouts and file formats the generator writes, as LDC releases them.
 
     LDC97S62/swb1_d{1..4}/data/sw0NNNN.sph                      Switchboard-1 audio
     swb_ms98_transcriptions/NN/NNNN/swNNNN{A,B}-ms98-a-{trans,word}.text

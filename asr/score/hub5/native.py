@@ -20,11 +20,11 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass
 
+from asr.data.ctm import CtmWord
+from asr.data.stm import StmSegment
 from asr.score.hub5.align import align_networks
-from asr.score.hub5.ctm import CtmWord
 from asr.score.hub5.glm import Glm, GlmMapper, filter_text
 from asr.score.hub5.network import Network, Word, parse_transcript
-from asr.score.hub5.stm import StmSegment
 from asr.score.result import AlignedWord, ScoreResult, UttAlignment
 from asr.utils.errors import InputError
 
@@ -70,6 +70,11 @@ def items_by_side(words: list[CtmWord], mapper: GlmMapper) -> dict[tuple[str, st
     for word in sorted(words, key=lambda w: (w.file, w.channel, w.start)):  # hubscr's sortCTM (stable)
         by_side[(word.file, word.channel)].extend(hyp_items(word, mapper))
     return by_side
+
+
+def scoring_order(segments: list[StmSegment]) -> list[StmSegment]:
+    """By file, channel and start time, as hubscr.pl sorts the stm (stable)."""
+    return sorted(segments, key=lambda s: (s.file, s.channel, s.start))
 
 
 def assign_to_segments(segments: list[StmSegment], items: list[HypItem]) -> list[list[HypItem]]:

@@ -17,12 +17,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from asr.data.ctm import read_ctm, write_ctm
+from asr.data.stm import fix_stm, parse_stm
 from asr.decode.output import decode_dir
-from asr.score.hub5.ctm import filter_ctm, read_ctm, write_ctm_words
+from asr.score.hub5.ctm import filter_ctm
 from asr.score.hub5.glm import read_glm
-from asr.score.hub5.native import score_native
+from asr.score.hub5.native import score_native, scoring_order
 from asr.score.hub5.sctk import find_sctk, score_sctk
-from asr.score.hub5.stm import parse_stm
 from asr.score.result import ScoreResult
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
@@ -86,16 +87,14 @@ def score_hub5(cfg, set_name: str) -> ScoreResult:
     kept = filter_ctm(words)
     log.info("%s: %d of %d hypothesis words kept after removing noise tags, <unk>, hesitations and partial words", set_name, len(kept), len(words))
     work_dir = out_dir / "hub5"
-    write_ctm_words(work_dir / FILTERED_CTM, kept)
+    write_ctm(work_dir / FILTERED_CTM, kept)
     backend, sctk_dir = choose_backend(cfg)
     if backend == "sctk":
-        from asr.data.hub5 import fix_stm
-
         result = score_sctk(sctk_dir, work_dir, fix_stm(stm), [str(w) for w in kept], glm)
     else:
         glm_path = work_dir / "glm"
         write_text(glm_path, glm)
-        result = score_native(parse_stm(stm, str(stm_path)), kept, read_glm(glm_path))
+        result = score_native(scoring_order(parse_stm(fix_stm(stm), str(stm_path))), kept, read_glm(glm_path))
     write_text(work_dir / "scorer.txt", f"{backend}\n")
     log.info("%s: scored with %s", set_name, "NIST SCTK hubscr.pl/sclite" if backend == "sctk" else "the native Python Hub5 scorer")
     return result

@@ -144,7 +144,7 @@ class CheckpointDir:
                 log.warning("resuming from %s instead", path)
             return state
         if errors:
-            raise InputError(f"{self.dir}: no readable checkpoint ({'; '.join(errors)}). Delete the directory to train from scratch.")
+            raise InputError(f"{self.dir}: no readable checkpoint ({'; '.join(errors)})")
         return None
 
     def resolve(self, choice: str) -> Path:

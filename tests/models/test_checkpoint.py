@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from asr.models.blstm import build_model
-from asr.models.config import ModelConfig
-from asr.train.checkpoint import (
+from asr.models.checkpoint import (
     CHECKPOINT_FORMAT,
     CheckpointDir,
     CorruptCheckpoint,
@@ -18,8 +17,9 @@ from asr.train.checkpoint import (
     rng_state,
     save_checkpoint,
 )
-from asr.train.schedule import LrSchedule
-from asr.train.updater import Updater
+from asr.models.config import ModelConfig
+from asr.optim.schedule import LrSchedule
+from asr.optim.updater import Updater
 from asr.utils.errors import InputError
 
 torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-"""`python -m asr.decode.tune decode=beam_lm`: sweep LM weight and word score on the dev set.
+"""`python -m asr.tune decode=beam_lm`: sweep LM weight and word score on the dev set.
 
 The acoustic model runs once over decode.tune_set (the held-out train_dev by default); the
 beam search then decodes it for every (lm_weight, word_score) of decode.tune_lm_weights x
@@ -20,40 +20,33 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from asr.config import stage_main
-from asr.data.datadir import read_data_dir
+from asr.data.datadir import data_set_dir
+from asr.decode.acoustic import ScoredSet
 from asr.decode.search import ParallelBeamSearch, as_arrays, beam_options, beam_spec
-from asr.decode.stage import batch_log_probs, length_sorted_batches, load_decoding_model
+from asr.decode.stage import load_decoding_model
 from asr.score.wer import score
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path
-from asr.train.data import FeatureReader, data_set_dir, feature_set_dir
-from asr.train.device import select_device
 from asr.utils.atomic import write_text
+from asr.utils.device import select_device
 from asr.utils.errors import InputError
 
-log = logging.getLogger("asr.decode.tune")  # not __main__ when run with -m
+log = logging.getLogger(__name__)
 
 
-@torch.no_grad()
 def set_log_probs(cfg, set_name: str, model, device: torch.device) -> tuple[dict[str, str], dict[str, np.ndarray]]:
-    """(reference texts, utt -> (T, V) log-probabilities) of one set."""
-    data = read_data_dir(data_set_dir(cfg, set_name))
-    reader = FeatureReader(feature_set_dir(cfg, set_name), data.utt2spk, cfg.features.norm_vars)
-    utts = [u for u in reader.utts() if u in data.text]
-    if not utts:
+    """(reference texts, utt -> (T, V) log-probabilities) of one set's transcribed utterances."""
+    scored = ScoredSet(cfg, set_name, model, device, wanted=lambda data: data.text)
+    if not scored.utts:
         raise InputError(f"{data_set_dir(cfg, set_name)}: no utterance with both text and features to tune on")
     arrays: dict[str, np.ndarray] = {}
-    skipped: dict[str, str] = {}
-    for batch in length_sorted_batches(utts, reader.num_frames, cfg.decode.batch_size):
-        kept, log_probs, out_lens = batch_log_probs(model, reader, batch, device, skipped)
-        if kept:
-            arrays.update(zip(kept, as_arrays(log_probs, out_lens)))
-    if skipped:
-        log.warning("%s: %d utterances with NaN/inf features left out of the tuning: %s", set_name, len(skipped),
-                    " ".join(sorted(skipped)[:10]))
+    for batch in scored.batches(f"tune {set_name}"):
+        arrays.update(zip(batch.utts, as_arrays(batch.log_probs, batch.out_lens)))
+    if scored.skipped:
+        log.warning("%s: %d utterances with NaN/inf features left out of the tuning: %s", set_name, len(scored.skipped),
+                    " ".join(sorted(scored.skipped)[:10]))
     if not arrays:
         raise InputError(f"{data_set_dir(cfg, set_name)}: no utterance with finite features to tune on")
-    return {u: data.text[u] for u in arrays}, arrays
+    return {u: scored.data.text[u] for u in arrays}, arrays
 
 
 def best_point(grid: list[dict]) -> dict:
@@ -81,7 +74,7 @@ def tune(cfg) -> dict:
         raise InputError("decode.tune_lm_weights and decode.tune_word_scores must each list at least one value")
     tokenizer = Tokenizer(tokenizer_model_path(cfg.tokenizer))
     with ParallelBeamSearch(beam_spec(cfg, tokenizer), cfg.decode.jobs) as pool:
-        torch.set_num_threads(cfg.train.threads)
+        torch.set_num_threads(cfg.decode.threads)
         device = select_device(cfg.device)
         model, tokenizer = load_decoding_model(cfg, device)
         refs, arrays = set_log_probs(cfg, cfg.decode.tune_set, model, device)
@@ -92,12 +85,3 @@ def tune(cfg) -> dict:
     best = result["best"]
     log.info("best on %s: lm_weight %g, word_score %g (WER %.2f%%) -> %s", cfg.decode.tune_set, best["lm_weight"], best["word_score"], best["wer"], cfg.decode.tuning_file)
     return result
-
-
-@stage_main("tune")
-def main(cfg) -> None:
-    tune(cfg)
-
-
-if __name__ == "__main__":
-    main()

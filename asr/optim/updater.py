@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from contextlib import nullcontext
 
 import torch
 from torch import Tensor
 
-from asr.train.schedule import LrSchedule, build_optimizer, final_lr_ratio, scaled_lr
+from asr.optim.schedule import LrSchedule, build_optimizer, final_lr_ratio, scaled_lr
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class Updater:
         self.grad_clip = grad_clip
         self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
         self.skipped_updates = 0
+        self.comm_wait_s = 0.0  # seconds spent waiting for other learners outside backward (telemetry)
 
     @property
     def lr(self) -> float:
@@ -76,7 +78,9 @@ class Updater:
         before clipping (NaN/inf: the update was skipped, the weights still mixed)."""
         self.begin_step()
         self.optimizer.zero_grad(set_to_none=True)
+        waited = time.perf_counter()
         factor = self.gradient_weight(float(weight), loss is not None)
+        self.comm_wait_s += time.perf_counter() - waited
         if loss is not None and factor is not None:
             self.backward(loss * factor if factor != 1.0 else loss)
         has_gradients = self.has_gradients()
@@ -86,7 +90,9 @@ class Updater:
             self.skipped_updates += 1
             log.warning("non-finite gradient norm (%s); update skipped", grad_norm)
             self.optimizer.zero_grad(set_to_none=True)
+        waited = time.perf_counter()
         mix = self.prepare_mix()
+        self.comm_wait_s += time.perf_counter() - waited
         with self.weights_lock():
             self.apply_mix(mix)
             if usable:

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from asr.config import stage_main
 from asr.data.datadir import DataDir, combine_data_dirs, write_data_dir
 from asr.data.fisher import LAYOUT as FISHER_LAYOUT
 from asr.data.fisher import missing_fisher_inputs, prepare_fisher
@@ -160,12 +159,3 @@ def prepare_data(cfg: DictConfig) -> dict[str, Path]:
         write_validated(evaluation, data_dir / cfg.eval_set)
         written["eval"] = data_dir / cfg.eval_set
     return written
-
-
-@stage_main("prepare")
-def main(cfg: DictConfig) -> None:
-    prepare_data(cfg.data)
-
-
-if __name__ == "__main__":
-    main()

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from asr.train.schedule import LrSchedule, build_optimizer, final_lr_ratio
-from asr.train.updater import Updater
+from asr.optim.schedule import LrSchedule, build_optimizer, final_lr_ratio
+from asr.optim.updater import Updater
 
 torch.set_num_threads(1)
 

@@ -1,0 +1,247 @@
+"""How each stage's cost grows with the corpus: time, memory and disk at three sizes, the growth
+exponent, and what that predicts for Switchboard-300 and Switchboard-2000.
+
+    python -m asr.bench scale [--sizes 40 120 360] [--recipes logmel40 fmllr40 ...] [--steps 20]
+                              [--jobs 2] [--out exp/bench] [overrides...]
+
+For each size (synthetic conversations) it runs, through the stages' own entry points
+(`python -m asr.<stage>`), as the mini recipe does: synth, prepare, validate, features (each of
+--recipes), tokenizer, lm, and `--steps` training steps of one learner. Per stage and size:
+
+    seconds, seconds_per_hour      wall time, and per hour of training audio
+    peak_rss_mb                    the largest total resident memory of the stage's whole
+                                   process tree (sampled every 50 ms)
+    disk_mb, disk_mb_per_hour      what the stage wrote
+and for training the learner's start-up (process start to its first step) per utterance.
+
+Fits, per stage over the sizes: the exponent k of seconds ~ hours^k (least squares on logs),
+and the peak memory's growth in bytes per training utterance (least squares). Extrapolated to
+300 h and 2,000 h: the largest size's time x (hours / its hours)^k, and divided by
+jobs_target / --jobs for the stages that split over jobs (synth, features), for a machine of
+--jobs-target cores. Writes scale.json and scale.png into --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")
+from matplotlib.figure import Figure  # noqa: E402
+
+from asr.utils.atomic import atomic_path, write_text  # noqa: E402
+
+log = logging.getLogger("asr.bench.scale")
+
+PARALLEL_STAGES = ("synth", "features")  # split over jobs (synth.jobs, features.jobs)
+TARGETS_HOURS = {"swb300": 300.0, "swb2000": 2000.0}
+
+
+def tree_rss_bytes(root: int) -> int:
+    """Resident memory of `root` and all its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid, ppid = int(entry), int(fields[1])
+        children.setdefault(ppid, []).append(pid)
+        rss[pid] = int(fields[21]) * page
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack += children.get(pid, [])
+    return total
+
+
+def run_measured(cmd: list[str], cwd: Path, log_path: Path) -> dict:
+    """Run `cmd`; wall seconds and the peak RSS of its process tree."""
+    start = time.perf_counter()
+    with open(log_path, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], tree_rss_bytes(proc.pid))
+            done.wait(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    status = proc.wait()
+    done.set()
+    sampler.join()
+    if status != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({status}); see {log_path}:\n{log_path.read_text()[-2000:]}")
+    return {"seconds": time.perf_counter() - start, "peak_rss_mb": peak[0] / 2**20}
+
+
+def disk_mb(*paths: Path) -> float:
+    total = 0
+    for path in paths:
+        if path.is_file():
+            total += path.stat().st_size
+        elif path.is_dir():
+            total += sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return total / 2**20
+
+
+def training_hours(data_dir: Path) -> tuple[float, int]:
+    """Hours of speech in the training set's segments, and its utterances."""
+    seconds, count = 0.0, 0
+    for line in (data_dir / "segments").read_text().splitlines():
+        _, _, start, end = line.split()
+        seconds += float(end) - float(start)
+        count += 1
+    return seconds / 3600, count
+
+
+class SizeRun:
+    """Every stage at one corpus size, in a directory of its own."""
+
+    def __init__(self, args, work: Path, conversations: int):
+        self.args, self.dir = args, work / f"c{conversations}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.conversations = conversations
+        self.common = [f"synth.train_conversations={conversations}", f"synth.out_dir={self.dir / 'corpus'}",
+                       f"synth.jobs={args.jobs}", f"data.data_dir={self.dir / 'data'}", f"features.feats_dir={self.dir / 'feats'}",
+                       f"features.jobs={args.jobs}", f"tokenizer.lang_dir={self.dir / 'lang'}", f"exp_dir={self.dir / 'exp'}",
+                       *args.overrides]
+
+    def stage(self, name: str, module: str, *extra: str, outputs: tuple[Path, ...] = ()) -> dict:
+        cmd = [sys.executable, "-m", module, *self.common, *extra]
+        result = run_measured(cmd, self.dir, self.dir / f"{name}.log")
+        result["disk_mb"] = disk_mb(*outputs)
+        log.info("%d conversations, %s: %.1f s, peak %.0f MB", self.conversations, name, result["seconds"], result["peak_rss_mb"])
+        return result
+
+    def run(self) -> dict:
+        out: dict = {"conversations": self.conversations, "stages": {}}
+        stages = out["stages"]
+        stages["synth"] = self.stage("synth", "asr.data.synth", outputs=(self.dir / "corpus",))
+        stages["prepare"] = self.stage("prepare", "asr.data.prepare", outputs=(self.dir / "data",))
+        hours, utts = training_hours(self.dir / "data" / "train")
+        out["hours"], out["utterances"] = hours, utts
+        stages["validate"] = run_measured([sys.executable, "-m", "asr.data.validate", str(self.dir / "data" / "train")],
+                                          self.dir, self.dir / "validate.log") | {"disk_mb": 0.0}
+        for recipe in self.args.recipes:
+            stages[f"features:{recipe}"] = self.stage(f"features_{recipe}", "asr.features", f"features={recipe}",
+                                                      outputs=(self.dir / "feats" / recipe,))
+        first = self.args.recipes[0]
+        stages["tokenizer"] = self.stage("tokenizer", "asr.text", f"features={first}", outputs=(self.dir / "lang",))
+        stages["lm"] = self.stage("lm", "asr.lm", f"features={first}")
+        stages["train"] = self.stage("train", "asr.train", f"features={first}", f"train.max_steps={self.args.steps}",
+                                     "train.threads=1", "train.checkpoint_every_steps=100000", "train.tensorboard=false")
+        timing = json.loads((self.dir / "exp" / "timing" / "learner-0.json").read_text())
+        stages["train"]["startup_seconds"] = timing["startup_seconds"]
+        for entry in stages.values():
+            entry["seconds_per_hour"] = entry["seconds"] / hours
+            entry["disk_mb_per_hour"] = entry["disk_mb"] / hours
+        return out
+
+
+def fit(sizes: list[dict]) -> dict:
+    """Per stage: growth exponent of time in hours, memory and start-up growth per utterance."""
+    hours = np.array([s["hours"] for s in sizes])
+    utts = np.array([s["utterances"] for s in sizes], dtype=float)
+    fits = {}
+    for stage in sizes[0]["stages"]:
+        seconds = np.array([s["stages"][stage]["seconds"] for s in sizes])
+        rss = np.array([s["stages"][stage]["peak_rss_mb"] for s in sizes]) * 2**20
+        entry = {"exponent": float(np.polyfit(np.log(hours), np.log(seconds), 1)[0]),
+                 "memory_bytes_per_utterance": float(np.polyfit(utts, rss, 1)[0])}
+        if stage == "train":
+            startup = np.array([s["stages"][stage]["startup_seconds"] for s in sizes])
+            entry["startup_microseconds_per_utterance"] = float(np.polyfit(utts, startup, 1)[0] * 1e6)
+        fits[stage] = entry
+    return fits
+
+
+def extrapolate(sizes: list[dict], fits: dict, jobs: int, jobs_target: int) -> dict:
+    largest = sizes[-1]
+    out: dict = {}
+    for target, hours in TARGETS_HOURS.items():
+        per_stage = {}
+        for stage, entry in fits.items():
+            seconds = largest["stages"][stage]["seconds"] * (hours / largest["hours"]) ** entry["exponent"]
+            if stage.split(":")[0] in PARALLEL_STAGES:
+                seconds *= jobs / jobs_target
+            per_stage[stage] = round(seconds / 3600, 2)
+        out[target] = {"hours_of_audio": hours, "jobs": jobs_target, "stage_hours": per_stage}
+    return out
+
+
+def plot(report: dict, path: Path) -> None:
+    fig = Figure(figsize=(10, 4), dpi=100)
+    sizes = report["sizes"]
+    hours = [s["hours"] for s in sizes]
+    for col, (key, label) in enumerate((("seconds", "seconds"), ("peak_rss_mb", "peak memory (MB)"))):
+        ax = fig.add_subplot(1, 2, col + 1)
+        for stage in sizes[0]["stages"]:
+            ax.plot(hours, [s["stages"][stage][key] for s in sizes], "o-", label=stage)
+        ax.set_xscale("log")
+        ax.set_yscale("log" if key == "seconds" else "linear")
+        ax.set_xlabel("hours of training audio")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    fig.axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m asr.bench scale", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[40, 120, 360], help="synthetic conversations per size")
+    parser.add_argument("--recipes", nargs="+", default=["logmel40", "logmel40_deltas", "fmllr40", "fmllr40_logmel40_deltas"])
+    parser.add_argument("--steps", type=int, default=20, help="training steps per size")
+    parser.add_argument("--jobs", type=int, default=2, help="processes for the stages that split (synth, features)")
+    parser.add_argument("--jobs-target", type=int, default=16, help="cores of the machine the extrapolation is for")
+    parser.add_argument("--keep", action="store_true", help="keep the corpora and outputs")
+    parser.add_argument("--out", type=Path, default=Path("exp/bench"))
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every stage (key=value)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+    if len(args.sizes) < 2 or args.sizes != sorted(args.sizes):
+        log.error("--sizes: give at least two sizes, smallest first (got %s)", args.sizes)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="bench-scale."))
+    start = time.time()
+    try:
+        sizes = [SizeRun(args, work, n).run() for n in args.sizes]
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    fits = fit(sizes)
+    report = {"benchmark": "scale", "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+              "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+              "seconds": round(time.time() - start, 1), "sizes": sizes, "fits": fits,
+              "extrapolation": extrapolate(sizes, fits, args.jobs, args.jobs_target)}
+    write_text(args.out / "scale.json", json.dumps(report, indent=1) + "\n")
+    plot(report, args.out / "scale.png")
+    for stage, entry in fits.items():
+        log.info("%-32s exponent %.2f, memory %+.0f B/utterance", stage, entry["exponent"], entry["memory_bytes_per_utterance"])
+    log.info("wrote %s and %s", args.out / "scale.json", args.out / "scale.png")
+    return 0 if all(math.isfinite(e["exponent"]) for e in fits.values()) else 1

@@ -1,0 +1,43 @@
+"""`python -m asr.bench scale` at toy size: every stage measured at two corpus sizes through its
+own entry point; the fits and extrapolation follow from the measurements."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from asr.bench.scale import main
+
+pytestmark = pytest.mark.slow
+
+
+def test_scale_benchmark_measures_every_stage_and_fits_its_growth(tmp_path):
+    out = tmp_path / "bench"
+    status = main(["--sizes", "2", "4", "--recipes", "logmel40", "--steps", "2", "--jobs", "1", "--out", str(out),
+                   "synth=tiny", "data.dev_utts=8", "model.num_layers=1", "model.hidden_size=16", "train.max_utts=4"])
+    assert status == 0
+    report = json.loads((out / "scale.json").read_text())
+    assert (out / "scale.png").stat().st_size > 0
+    small, large = report["sizes"]
+    assert (small["conversations"], large["conversations"]) == (2, 4) and large["hours"] > small["hours"] > 0
+    stages = ["synth", "prepare", "validate", "features:logmel40", "tokenizer", "lm", "train"]
+    assert list(small["stages"]) == stages
+    for size in (small, large):
+        for name, stage in size["stages"].items():
+            assert stage["seconds"] > 0 and stage["peak_rss_mb"] > 10  # a Python process at least
+            assert stage["seconds_per_hour"] == pytest.approx(stage["seconds"] / size["hours"])
+        assert size["stages"]["features:logmel40"]["disk_mb"] > 0 and size["stages"]["train"]["startup_seconds"] > 0
+    for name in stages:
+        fit = report["fits"][name]
+        s, l = small["stages"][name], large["stages"][name]
+        expected = math.log(l["seconds"] / s["seconds"]) / math.log(large["hours"] / small["hours"])
+        assert fit["exponent"] == pytest.approx(expected, rel=1e-6)
+        slope = (l["peak_rss_mb"] - s["peak_rss_mb"]) * 2**20 / (large["utterances"] - small["utterances"])
+        assert fit["memory_bytes_per_utterance"] == pytest.approx(slope, rel=1e-6, abs=1e-6)
+    swb = report["extrapolation"]["swb2000"]
+    k = report["fits"]["prepare"]["exponent"]
+    assert swb["stage_hours"]["prepare"] == pytest.approx(large["stages"]["prepare"]["seconds"] * (2000 / large["hours"]) ** k / 3600, rel=1e-2, abs=0.01)
+    assert np.isfinite(swb["stage_hours"]["features:logmel40"])

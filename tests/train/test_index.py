@@ -1,0 +1,106 @@
+"""The training index: the same utterances, tokens and features as reading the files directly,
+built once and reused, rebuilt when an input changes, a few bytes per utterance; and the
+prefetching reader."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import kaldiio
+import numpy as np
+import pytest
+
+from asr.data.datadir import read_table
+from asr.features.cmvn import apply, read_stats
+from asr.text.tokenizer import Tokenizer, tokenizer_model_path
+from asr.train.data import Prefetcher
+from asr.train.index import IndexSources, load_index
+from asr.utils.errors import InputError
+from tests.fixtures.toy_corpus import toy_config
+
+
+@pytest.fixture(scope="module")
+def toy(toy_corpus, tmp_path_factory) -> tuple[Path, Tokenizer]:
+    root = tmp_path_factory.mktemp("index_toy") / "toy"
+    shutil.copytree(toy_corpus, root)
+    return root, Tokenizer(tokenizer_model_path(toy_config(root).tokenizer))
+
+
+def sources(root: Path, tokenizer: Tokenizer) -> IndexSources:
+    return IndexSources.of(root / "data" / "train", root / "feats" / "toy" / "train", tokenizer.path)
+
+
+def test_the_index_holds_what_the_files_say(toy):
+    root, tokenizer = toy
+    index = load_index(sources(root, tokenizer), tokenizer, root / "feats" / "toy" / "train", build=True)
+    text = read_table(root / "data" / "train" / "text")
+    frames = read_table(root / "feats" / "toy" / "train" / "utt2num_frames")
+    feats = kaldiio.load_scp(str(root / "feats" / "toy" / "train" / "feats.scp"))
+    stats = read_stats(root / "feats" / "toy" / "train" / "cmvn.scp")["global"]
+    assert [index.utt(i) for i in range(len(index))] == sorted(text, key=str.encode)
+    for i in range(len(index)):
+        utt = index.utt(i)
+        assert index.frames[i] == int(frames[utt])
+        ids = tokenizer.encode(text[utt])
+        assert index.token_ids(i).tolist() == ids
+        assert index.min_frames[i] == len(ids) + sum(a == b for a, b in zip(ids, ids[1:]))
+        np.testing.assert_array_equal(index.features(i), feats[utt])
+        np.testing.assert_array_equal(apply(index.features(i), index.cmvn_stats(i)), apply(feats[utt], stats))
+
+
+def test_built_once_reused_and_rebuilt_when_an_input_changes(toy, tmp_path):
+    root, tokenizer = toy
+    shutil.copytree(root, tmp_path / "t")
+    root = tmp_path / "t"
+    set_dir = root / "feats" / "toy" / "train"
+    first = load_index(sources(root, tokenizer), tokenizer, set_dir, build=True)
+    again = load_index(sources(root, tokenizer), tokenizer, set_dir, build=False)
+    assert again is not None and again.dir == first.dir
+    text = root / "data" / "train" / "text"
+    lines = text.read_text().splitlines()
+    time.sleep(0.01)
+    text.write_text("\n".join(lines[:-1]) + "\n")  # one transcript fewer
+    assert load_index(sources(root, tokenizer), tokenizer, set_dir, build=False) is None  # stale: not used
+    rebuilt = load_index(sources(root, tokenizer), tokenizer, set_dir, build=True)
+    assert len(rebuilt) == len(first) - 1 and rebuilt.meta["without_text"] == 1
+    assert [p.name for p in set_dir.glob("index.*")] == [rebuilt.dir.name]  # the old one is gone
+
+
+def test_a_few_bytes_per_utterance(toy):
+    root, tokenizer = toy
+    index = load_index(sources(root, tokenizer), tokenizer, root / "feats" / "toy" / "train", build=True)
+    n = len(index)
+    stored = sum(np.asarray(getattr(index, name)).nbytes for name in
+                 ("utt_bytes", "utt_offsets", "frames", "tokens", "token_offsets", "min_frames", "feat_file", "feat_offset", "cmvn_of"))
+    # The layout: the id's bytes, 4 per token, 8 + 4 + 4 + 8 + 4 + 4 + 8 for the per-utterance numbers.
+    id_bytes, tokens = index.utt_offsets[-1] / n, index.token_offsets[-1] / n
+    assert stored / n <= id_bytes + 4 * tokens + 40 + 16 / n
+
+
+def test_unsorted_input_is_an_error_naming_the_line(toy, tmp_path):
+    root, tokenizer = toy
+    shutil.copytree(root, tmp_path / "t")
+    scp = tmp_path / "t" / "feats" / "toy" / "train" / "feats.scp"
+    lines = scp.read_text().splitlines()
+    scp.write_text("\n".join([lines[1], lines[0], *lines[2:]]) + "\n")
+    with pytest.raises(InputError, match=r"feats.scp:2: key .* out of order .* sorted by key"):
+        load_index(sources(tmp_path / "t", tokenizer), tokenizer, scp.parent, build=True)
+
+
+def test_prefetching_keeps_order_and_hands_errors_over():
+    assert list(Prefetcher(range(10), depth=3)) == list(range(10))
+
+    def failing():
+        yield 1
+        raise InputError("feats.scp: cannot read features of 'u2'")
+
+    items = Prefetcher(failing(), depth=2)
+    assert next(items) == 1
+    with pytest.raises(InputError, match="cannot read features of 'u2'"):
+        next(items)
+    endless = Prefetcher(iter(int, 1), depth=2)  # never ends by itself
+    assert next(endless) == 0
+    endless.close()
+    assert not endless.thread.is_alive()
