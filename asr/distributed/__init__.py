@@ -2,12 +2,13 @@
 torchrun), and the same algorithms simulated with N virtual learners in one process.
 
     context.py     rank, device, backend (gloo on CPU, NCCL on GPUs), small collectives
-    topology.py    node groups and ADPSGD's bipartite ring (who averages with whom, when)
+    topology.py    node groups and ADPSGD's bipartite ring, fixed or randomized (who averages with whom, when)
     ssgd.py        synchronous SGD: weighted gradient all-reduce every step
     exchange.py    ADPSGD's pairwise weight exchange on its own thread and process group
     adpsgd.py      the ADPSGD / H-ADPSGD updater
     hadpsgd.py     the node and exchange process groups
     build.py       the updater of distributed.algorithm for this learner
-    simulation.py  the three algorithms with virtual learners (convergence studies)
+    simulation.py  the three algorithms with virtual learners in lockstep (the reference)
+    timed.py       the same on a clock: speeds, staleness, first-come-first-served batches, delay-by-one
 """
 

@@ -14,6 +14,12 @@ keeps its own weights. Each step:
                              gathered from the node's learners into the whole delta
     apply_mix(), update      under the weights lock: w <- w + delta, then the node's gradient
 
+With distributed.delay_by_one an active node's prepare_mix() takes the delta of the exchange it
+started at the previous step (none at its first), so each exchange overlaps a whole step and
+the average lands one step late (Zhang et al., ICASSP 2020). The exchange still in flight is
+applied (`drain()`) before anything that needs a learner's weights to be its whole state: the
+epoch-end average, a node checkpoint (`quiesce()`), the end of training.
+
 There is no barrier between epoch ends. At an epoch end (`average_for_epoch_end`, the one
 collective of an epoch) every learner waits for its exchanges to land and the learners'
 weights are averaged: the model ADPSGD's analysis is about (pairwise averaging keeps the sum of
@@ -67,7 +73,7 @@ class AdpsgdUpdater(Updater):
 
     def __init__(self, model, optimizer, schedule, grad_clip: float, *, layout: Layout, groups: DecentralizedGroups,
                  timeout_s: float, device: torch.device, bucket_cap_mb: float = 25.0, restart_from_average: bool = False,
-                 scaler=None):
+                 delay_by_one: bool = False, scaler=None):
         super().__init__(model, optimizer, schedule, grad_clip, scaler=scaler)
         self.params = list(model.parameters())
         self.size = numel(self.params)
@@ -77,6 +83,7 @@ class AdpsgdUpdater(Updater):
         self.device = device
         self.bucket_cap_mb = bucket_cap_mb
         self.restart_from_average = restart_from_average
+        self.delay_by_one = delay_by_one
         share = math.ceil(self.size / layout.learners_per_node)
         self.share_size = share
         self.share = (min(self.size, layout.local_index * share), min(self.size, (layout.local_index + 1) * share))
@@ -138,7 +145,10 @@ class AdpsgdUpdater(Updater):
         if exchanger is None:
             return None
         if isinstance(exchanger, ActiveExchanger):
-            return Mix(self.gather_shares(exchanger.finish(self.exchange_step)))
+            due = exchanger.oldest()
+            if due is None or (self.delay_by_one and due == self.exchange_step):
+                return None  # delay_by_one: this step's exchange lands at the next step
+            return Mix(self.gather_shares(exchanger.finish(due)))
         with self.lock:
             taken = exchanger.peek_pending()
         share = self.staging.ready_on_main(*self.staging.upload(taken))
@@ -175,10 +185,22 @@ class AdpsgdUpdater(Updater):
     # --- epoch ends, checkpoints, shutdown -----------------------------------------------------
 
     def quiesce(self) -> None:
-        """Fold what a passive's server has averaged so far into its weights (a node collective
-        under H-ADPSGD), so that the weights alone are this learner's state."""
+        """Fold what a passive's server has averaged so far into its weights, and what an
+        active's delayed exchange brings (a node collective under H-ADPSGD), so that the
+        weights alone are this learner's state."""
         if isinstance(self.exchanger, PassiveServer):
             mix = self.prepare_mix()
+            with self.lock:
+                self.apply_mix(mix)
+        self.drain()
+
+    def drain(self) -> None:
+        """delay_by_one: wait for the exchange still in flight and apply its average now."""
+        exchanger = self.exchanger
+        if not isinstance(exchanger, ActiveExchanger):
+            return
+        while (due := exchanger.oldest()) is not None:
+            mix = Mix(self.gather_shares(exchanger.finish(due)))
             with self.lock:
                 self.apply_mix(mix)
 
@@ -194,6 +216,7 @@ class AdpsgdUpdater(Updater):
     def average_for_epoch_end(self) -> EpochAverage:
         """All learners, once each: wait for the exchanges to land, then average."""
         rank = self.layout.rank
+        self.drain()
         with collective("waiting for every learner at the epoch end", rank, self.timeout_s):
             dist.all_reduce(torch.zeros(1))  # a barrier on gloo's side of the group: exchanges done
         if isinstance(self.exchanger, PassiveServer):
@@ -239,6 +262,7 @@ class AdpsgdUpdater(Updater):
     def close(self) -> None:
         exchanger = self.exchanger
         if isinstance(exchanger, ActiveExchanger):
+            self.drain()
             exchanger.close(self.exchange_step)
         elif isinstance(exchanger, PassiveServer):
             exchanger.close()

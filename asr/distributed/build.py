@@ -14,6 +14,7 @@ from asr.distributed.hadpsgd import describe, learners_per_node, make_groups
 from asr.distributed.ssgd import SsgdUpdater
 from asr.distributed.topology import Layout, node_groups
 from asr.optim.updater import Updater, build_updater
+from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -30,14 +31,25 @@ class StepGroup:
 
 
 def step_group(ctx: DistributedContext, cfg) -> StepGroup:
+    check_exchange_options(cfg.distributed)
     if not ctx.distributed:
         return StepGroup(1, 0, 1)
     if ctx.algorithm == "ssgd":
         return StepGroup(ctx.world_size, ctx.rank, 1)
     per_node = learners_per_node(ctx, cfg.distributed.learners_per_node, ctx.algorithm)
     node_groups(ctx.world_size, per_node)  # a clear error if it does not divide the learners
-    layout = Layout(ctx.rank, ctx.world_size, per_node)
+    layout = Layout(ctx.rank, ctx.world_size, per_node, cfg.distributed.topology, int(cfg.seed))
     return StepGroup(per_node, layout.local_index, layout.num_nodes, layout)
+
+
+def check_exchange_options(dcfg) -> None:
+    """The exchange's options mean nothing without exchanges: say so rather than ignore them."""
+    if dcfg.algorithm in ("adpsgd", "hadpsgd"):
+        return
+    for key, value, default in (("topology", dcfg.topology, "ring"), ("delay_by_one", dcfg.delay_by_one, False)):
+        if value != default:
+            raise InputError(f"distributed.{key}={value}: only ADPSGD and H-ADPSGD exchange weights; "
+                             f"use distributed=adpsgd or hadpsgd, or leave distributed.{key}={default}")
 
 
 def build_training_updater(model: torch.nn.Module, cfg, ctx: DistributedContext, total_steps: int = 0,
@@ -55,5 +67,5 @@ def build_training_updater(model: torch.nn.Module, cfg, ctx: DistributedContext,
     log.info("%s: %s", ctx.algorithm, describe(layout))
     return build_updater(
         model, tcfg, ctx.world_size, AdpsgdUpdater, total_steps=total_steps, scaler=scaler, layout=layout, groups=groups,
-        restart_from_average=bool(getattr(dcfg, "restart_from_average", False)), **common,
+        restart_from_average=bool(getattr(dcfg, "restart_from_average", False)), delay_by_one=bool(dcfg.delay_by_one), **common,
     )

@@ -5,6 +5,8 @@ from typing import ClassVar
 
 from asr.utils.checks import NON_NEGATIVE, POSITIVE, Check, one_of
 
+TOPOLOGIES = ("ring", "random_ring")  # asr.distributed.topology
+
 ALGORITHMS = ("none", "ssgd", "adpsgd", "hadpsgd")
 
 
@@ -27,8 +29,17 @@ class DistributedConfig:
     # ADPSGD/H-ADPSGD: after the epoch-end average (evaluated and saved), every learner continues
     # from its own weights (false, the algorithm as published) or from the average (true).
     restart_from_average: bool = False
+    # ADPSGD/H-ADPSGD: which passive node an active node averages with at each step. ring: its
+    # left and right neighbours in turn; random_ring: a random active/passive matching per
+    # round, drawn from the experiment's seed on every learner (asr/distributed/topology.py).
+    topology: str = "ring"
+    # ADPSGD/H-ADPSGD: an active node applies the average it started at step t at step t + 1,
+    # so the exchange overlaps a whole step (forward, backward and update) instead of one
+    # forward and backward (Zhang et al., ICASSP 2020).
+    delay_by_one: bool = False
 
     CHECKS: ClassVar[dict[str, Check]] = {
         "algorithm": one_of(*ALGORITHMS), "backend": one_of("auto", "gloo", "nccl"),
         "learners_per_node": NON_NEGATIVE, "timeout_s": POSITIVE, "bucket_cap_mb": POSITIVE,
+        "topology": one_of(*TOPOLOGIES),
     }

@@ -1,9 +1,11 @@
 """ADPSGD's pairwise weight exchange, run by a communication thread on its own process group.
 
-An *active* learner starts an exchange with its passive partner of the step (topology.Ring)
+An *active* learner starts an exchange with its passive partner of the step (topology.py)
 before its forward pass: its communication thread sends a header, then sends its weights w_a
 while it receives the partner's weights v (both directions at once); the main thread, after its
 backward pass, adds (v - w_a) / 2, i.e. w_a <- (w_a + v) / 2, and then applies its own gradient.
+With delay_by_one it adds the delta of the exchange it started one step earlier instead, so an
+exchange has a whole step to complete (adpsgd.py).
 Under H-ADPSGD every learner of a node does this for its share of the parameters, with the
 learner of the same local index on the partner node.
 
@@ -23,8 +25,9 @@ collectives; tags keep the three kinds apart):
     header   int64 [sender rank, step, kind]     kind 1 = exchange, 0 = goodbye
     weights  float32 [share]                       active -> passive and passive -> active at once
 
-Shutdown: an active learner sends each passive neighbour a goodbye after its last exchange; a
-passive server stops after a goodbye from each active neighbour. So no learner is ever left
+Shutdown: an active learner sends each passive it may pair with a goodbye after its last
+exchange (a ring neighbour; under distributed.topology=random_ring every passive); a passive
+server stops after a goodbye from each active that may pair with it. So no learner is ever left
 blocked in a send or receive, and the process group can be destroyed cleanly.
 
 Waiting is bounded: an active learner waits at most `timeout_s` for its exchange, a passive one
@@ -40,6 +43,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Callable
@@ -118,7 +122,9 @@ class ActiveExchanger:
     """The active side: one exchange per step with the step's partner, overlapped with compute.
 
     `partner_of(step)` is the learner to average with at a step; `passives` every learner it
-    ever averages with (they get a goodbye at the end)."""
+    ever averages with (they get a goodbye at the end). Exchanges run in the order they were
+    started; with delay_by_one the previous step's exchange is still in flight when the next
+    one starts, so up to two are."""
 
     def __init__(self, rank: int, partner_of: Callable[[int], int], passives: list[int], transport, staging: Staging, timeout_s: float):
         self.rank = rank
@@ -128,15 +134,18 @@ class ActiveExchanger:
         self.staging = staging
         self.timeout_s = timeout_s
         self.thread = CommThread(f"adpsgd-active-{rank}")
-        self.future: Future | None = None
-        self.partner = -1
+        self.in_flight: deque[tuple[int, int, Future]] = deque()  # (step, partner, result), oldest first
         self.exchanges = 0
         self.bytes_sent = 0
 
     def start(self, step: int, mine: Tensor, ready) -> None:
         """Exchange `mine` (a host snapshot, complete once `ready` is) with the step's partner."""
-        self.partner = self.partner_of(step)
-        self.future = self.thread.submit(self._exchange, step, self.partner, mine, ready)
+        partner = self.partner_of(step)
+        self.in_flight.append((step, partner, self.thread.submit(self._exchange, step, partner, mine, ready)))
+
+    def oldest(self) -> int | None:
+        """The step of the oldest exchange not yet finished (None: none)."""
+        return self.in_flight[0][0] if self.in_flight else None
 
     def _exchange(self, step: int, partner: int, mine: Tensor, ready) -> tuple[Tensor, object]:
         wait(ready)
@@ -147,23 +156,25 @@ class ActiveExchanger:
         return self.staging.upload(theirs.sub_(mine).div_(2))
 
     def finish(self, step: int) -> Tensor:
-        """The step's averaging delta (v - w_a) / 2 on the device, waiting at most timeout_s."""
-        assert self.future is not None, "finish() without start()"
-        future, self.future = self.future, None
+        """The averaging delta (v - w_a) / 2 of the exchange started at `step` (the oldest in
+        flight) on the device, waiting at most timeout_s."""
+        assert self.oldest() == step, f"finish({step}) but the oldest exchange in flight is of step {self.oldest()}"
+        _, partner, future = self.in_flight.popleft()
         try:
             delta, event = future.result(timeout=self.timeout_s)
         except FutureTimeout:
             raise DistributedError(
-                f"learner {self.rank}: no answer from learner {self.partner} to the ADPSGD weight exchange of step {step} "
+                f"learner {self.rank}: no answer from learner {partner} to the ADPSGD weight exchange of step {step} "
                 f"within distributed.timeout_s={self.timeout_s:g}; it has died, hung or cannot be reached"
             ) from None
         except Exception as err:
-            raise DistributedError(f"learner {self.rank}: ADPSGD weight exchange with learner {self.partner} at step {step} failed: {err}") from err
+            raise DistributedError(f"learner {self.rank}: ADPSGD weight exchange with learner {partner} at step {step} failed: {err}") from err
         self.exchanges += 1
         return self.staging.ready_on_main(delta, event)
 
     def close(self, step: int) -> None:
-        """Say goodbye to every passive neighbour, after the last exchange."""
+        """Say goodbye to every passive it may pair with, after the last exchange."""
+        assert not self.in_flight, "close() with an exchange in flight: its average would be lost"
         done = self.thread.submit(self._goodbye, step)
         try:
             done.result(timeout=self.timeout_s)

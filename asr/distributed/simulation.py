@@ -1,40 +1,45 @@
-"""SSGD, ADPSGD and H-ADPSGD with N virtual learners in one process.
+"""SSGD, ADPSGD and H-ADPSGD with N virtual learners in one process, in lockstep.
 
-Each virtual learner has its own model copy, optimizer and schedule, and its own shard of
-every batch (the same sharding as the real learners). One step is a fixed interleaving of
-what the real learners do concurrently:
+A *node* is what steps as one: a learner under ADPSGD, `learners_per_node` learners under
+H-ADPSGD, all learners under SSGD. Every node has its own model copy, optimizer and schedule;
+the learners of a node hold equal weights (their gradients are all-reduced), so a node keeps
+one model, and its gradient is computed on the union of its learners' shards: the real
+trainer's all-reduce weighted by counts gives exactly the gradient of that union batch's mean
+loss (tests/distributed/test_simulation.py checks SSGD against one learner).
 
-    1. every learner computes its gradient on its current weights
-    2. inside each node (all learners for SSGD, one learner for ADPSGD): the weighted mean
-       gradient, NaN for all if any learner's loss was not finite (as ssgd.all_reduce_gradients)
-    3. the step's ADPSGD exchanges between nodes, actives in ascending order
-       (topology.Ring.pairs): w_a, w_p <- (w_a + w_p) / 2
-    4. every learner applies its node's gradient (clipped) with its own optimizer
-    5. every `consensus_every` steps (the real trainer's checkpoint interval) and at epoch
-       ends: all learners take the mean of all weights and optimizer states
+`Simulation` is the synchronous reference: one step is a fixed interleaving of what the real
+learners do concurrently,
 
-This is the real algorithms' arithmetic with one particular timing, in which every passive
-learner answers its exchanges of step t before applying its gradient of step t: so it is
-deterministic, and convergence with 16-64 learners can be studied on one CPU. Degenerate
-cases coincide exactly: H-ADPSGD with one learner per node is ADPSGD, with one node SSGD.
+    1. every node computes its gradient on its current weights
+    2. the step's exchanges between nodes (topology.py), actives in ascending order, with the
+       real exchange's arithmetic (exchange.py): the active gets (v - w_a) / 2, the passive
+       adds (w_a - v) / 2 to its pending delta, where v = w_p + pending
+    3. every node adds its delta (active) or pending (passive) to its weights, then applies
+       its gradient (clipped; a non-finite norm skips the update, the average still lands)
+
+and the epoch end averages all nodes' weights for evaluation only: learners go on from their
+own weights, as the real trainer does. asr/distributed/timed.py runs the same arithmetic on a
+clock (speeds, staleness, first-come-first-served batches, delay-by-one) and reduces to this
+one with equal speeds. H-ADPSGD with one learner per node is ADPSGD, with one node SSGD.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
 
-from asr.distributed.flat import flat_gradients, flat_parameters, set_gradients_, set_parameters_
+from asr.distributed.flat import add_to_parameters_, flat_parameters
 from asr.distributed.topology import Layout, node_groups
-from asr.optim.updater import Updater, build_updater, optimizer_moments
+from asr.optim.updater import Updater, build_updater
 
-# loss_fn(model, batch) -> (summed loss, count): the loss optimised is sum / count, and the
-# learners' gradients are combined weighted by count (as asr.train.objectives' losses).
-LossFn = Callable[[nn.Module, object], tuple[Tensor, int]]
+# loss_fn(model, shards) -> (summed loss, count) over the union of the learners' shards: the
+# loss optimised is sum / count (as asr.train.objectives' losses).
+LossFn = Callable[[nn.Module, Sequence[object]], tuple[Tensor, int]]
 
 
 def learners_per_node(algorithm: str, learners: int, per_node: int) -> int:
@@ -47,106 +52,137 @@ def learners_per_node(algorithm: str, learners: int, per_node: int) -> int:
     raise ValueError(f"unknown algorithm {algorithm!r}; choose ssgd, adpsgd or hadpsgd")
 
 
-class Simulation:
-    def __init__(self, model: nn.Module, train_cfg, algorithm: str, learners: int, per_node: int = 1, consensus_every: int = 0):
-        self.algorithm = algorithm
-        per_node = learners_per_node(algorithm, learners, per_node)
-        node_groups(learners, per_node)  # a clear error if per_node does not divide the learners
-        self.layout = Layout(0, learners, per_node)
-        self.models = [model] + [copy.deepcopy(model) for _ in range(learners - 1)]
-        self.updaters: list[Updater] = [build_updater(m, train_cfg, learners) for m in self.models]
-        self.params = [list(m.parameters()) for m in self.models]
-        self.consensus_every = consensus_every
-        self.steps = 0
+def make_layout(algorithm: str, learners: int, per_node: int = 1, topology: str = "ring", seed: int = 0) -> Layout:
+    per_node = learners_per_node(algorithm, learners, per_node)
+    node_groups(learners, per_node)  # a clear error if per_node does not divide the learners
+    return Layout(0, learners, per_node, topology, seed)
+
+
+def exchange_deltas(mine: Tensor, virtual: Tensor) -> tuple[Tensor, Tensor]:
+    """(the active's delta, the passive's pending increment) of one exchange between the
+    active's snapshot `mine` and the passive's w + pending, computed as exchange.py does."""
+    return virtual.clone().sub_(mine).div_(2), mine.clone().sub_(virtual).div_(2)
+
+
+@dataclass
+class StepResult:
+    loss: float  # summed over the node's usable shards
+    count: int
+
+
+class SimNode:
+    """One node: its model, its updater and the averaging its 'server' has not applied yet."""
+
+    def __init__(self, model: nn.Module, train_cfg, learners: int):
+        self.model = model
+        self.params = list(model.parameters())
+        self.updater: Updater = build_updater(model, train_cfg, learners)
+        self.pending = torch.zeros(sum(p.numel() for p in self.params), dtype=torch.float32)
         self.skipped = 0
+        self.steps = 0
+
+    def snapshot(self) -> Tensor:
+        return flat_parameters(self.params).float()
+
+    def virtual(self) -> Tensor:
+        """The weights a passive answers an exchange with: w + what is still pending."""
+        return self.snapshot().add_(self.pending)
+
+    def compute_gradient(self, shards: Sequence[object], loss_fn: LossFn) -> StepResult:
+        """The gradient of the node's batch on its current weights (none if the loss is not finite)."""
+        self.updater.optimizer.zero_grad(set_to_none=True)
+        loss_sum, count = loss_fn(self.model, shards)
+        if not bool(torch.isfinite(loss_sum)):
+            return StepResult(0.0, 0)
+        (loss_sum / max(count, 1)).backward()
+        return StepResult(float(loss_sum.detach()), count)
+
+    def take_pending(self) -> Tensor:
+        taken, self.pending = self.pending, torch.zeros_like(self.pending)
+        return taken
+
+    def apply(self, delta: Tensor | None) -> None:
+        """The end of a step: clip, add the averaging delta, then the gradient update."""
+        updater = self.updater
+        norm = updater.clip_gradients() if updater.has_gradients() else math.nan
+        if delta is not None:
+            add_to_parameters_(self.params, delta)
+        if math.isfinite(norm):
+            updater.apply_update()
+        else:
+            updater.optimizer.zero_grad(set_to_none=True)
+            self.skipped += 1
+        updater.schedule.step()
+        self.steps += 1
+
+    def add(self, delta: Tensor) -> None:
+        """An averaging delta without a gradient step (an epoch end draining what is pending)."""
+        add_to_parameters_(self.params, delta)
+
+
+def build_nodes(model: nn.Module, train_cfg, layout: Layout) -> list[SimNode]:
+    models = [model] + [copy.deepcopy(model) for _ in range(layout.num_nodes - 1)]
+    return [SimNode(m, train_cfg, layout.world_size) for m in models]
+
+
+def average_weights(nodes: Sequence[SimNode]) -> tuple[Tensor, float]:
+    """The nodes' mean weights (every node has equally many learners) and their spread
+    before averaging: max over nodes of |w_i - mean| / |mean|."""
+    flats = torch.stack([n.snapshot() for n in nodes])
+    mean = flats.mean(0)
+    spread = float(((flats - mean).norm(dim=1) / mean.norm().clamp_min(1e-12)).max())
+    return mean, spread
+
+
+class Simulation:
+    def __init__(self, model: nn.Module, train_cfg, algorithm: str, learners: int, per_node: int = 1, topology: str = "ring", seed: int = 0):
+        self.algorithm = algorithm
+        self.layout = make_layout(algorithm, learners, per_node, topology, seed)
+        self.nodes = build_nodes(model, train_cfg, self.layout)
+        self.steps = 0
 
     @property
     def learners(self) -> int:
-        return len(self.models)
+        return self.layout.world_size
+
+    @property
+    def models(self) -> list[nn.Module]:
+        return [n.model for n in self.nodes]
+
+    @property
+    def skipped(self) -> int:
+        return sum(n.skipped for n in self.nodes)
 
     @property
     def lr(self) -> float:
-        return self.updaters[0].lr
+        return self.nodes[0].updater.lr
 
     def step(self, batches: Sequence[object], loss_fn: LossFn) -> tuple[float, int]:
-        """One step of every learner on its batch; returns (summed loss, count) over all."""
+        """One step of every learner on its shard; returns (summed loss, count) over all."""
         assert len(batches) == self.learners
-        total_loss, total_count = 0.0, 0
-        weights, usable = [], []
-        for model, updater, batch in zip(self.models, self.updaters, batches):
-            updater.optimizer.zero_grad(set_to_none=True)
-            loss_sum, count = loss_fn(model, batch)
-            ok = bool(torch.isfinite(loss_sum))
-            if ok:
-                (loss_sum / max(count, 1)).backward()
-                total_loss += float(loss_sum.detach())
-                total_count += count
-            weights.append(float(count))
-            usable.append(ok)
-        for node in self.layout.nodes:
-            if len(node) > 1:
-                self.average_gradients(node, weights, usable)
-        norms = [self.clip(i) for i in range(self.learners)]
-        self.mix()
-        for updater, norm in zip(self.updaters, norms):
-            if math.isfinite(norm):
-                updater.apply_update()
-            else:
-                self.skipped += 1
-            updater.schedule.step()
+        results = [node.compute_gradient([batches[i] for i in members], loss_fn) for node, members in zip(self.nodes, self.layout.nodes)]
+        deltas = self.mix()
+        for node, delta in zip(self.nodes, deltas):
+            node.apply(delta)
         self.steps += 1
-        if self.consensus_every and self.steps % self.consensus_every == 0:
-            self.consensus()
-        return total_loss, total_count
+        return sum(r.loss for r in results), sum(r.count for r in results)
 
-    def average_gradients(self, node: list[int], weights: list[float], usable: list[bool]) -> None:
-        flats = [flat_gradients(self.params[i], weights[i]) for i in node]
-        total = sum(weights[i] for i in node)
-        mean = torch.stack(flats).sum(0).div_(total) if total > 0 else flats[0].fill_(math.nan)
-        if not all(usable[i] for i in node):
-            mean.fill_(math.nan)
-        for i in node:
-            set_gradients_(self.params[i], mean)
+    def mix(self) -> list[Tensor | None]:
+        """The step's exchanges: each node's averaging delta (None: no exchange this step)."""
+        deltas: list[Tensor | None] = [None] * len(self.nodes)
+        if len(self.nodes) < 2:
+            return deltas
+        for active, passive in self.layout.ring.pairs(self.steps):
+            a, p = self.nodes[active], self.nodes[passive]
+            deltas[active], increment = exchange_deltas(a.snapshot(), p.virtual())
+            p.pending.add_(increment)
+        for i, node in enumerate(self.nodes):
+            if not self.layout.ring.is_active(i):
+                deltas[i] = node.take_pending()
+        return deltas
 
-    def clip(self, learner: int) -> float:
-        updater = self.updaters[learner]
-        if not updater.has_gradients():
-            return math.nan
-        norm = updater.clip_gradients()
-        if not math.isfinite(norm):
-            updater.optimizer.zero_grad(set_to_none=True)
-        return norm
-
-    def mix(self) -> None:
-        """The step's pairwise averages between nodes (each node's learners hold equal weights)."""
-        layout = self.layout
-        if layout.num_nodes < 2:
-            return
-        nodes = layout.nodes
-        weights = {n: flat_parameters(self.params[nodes[n][0]]) for n in range(layout.num_nodes)}
-        for active, passive in layout.ring.pairs(self.steps):
-            mean = (weights[active] + weights[passive]) / 2
-            weights[active], weights[passive] = mean, mean.clone()
-        for n, flat in weights.items():
-            for i in nodes[n]:
-                set_parameters_(self.params[i], flat)
-
-    def consensus(self) -> float:
-        """Every learner <- the mean weights and optimizer state; returns the spread before."""
-        flats = torch.stack([flat_parameters(p) for p in self.params])
-        mean = flats.mean(0)
-        spread = float(((flats - mean).norm(dim=1) / mean.norm().clamp_min(1e-12)).max())
-        for params in self.params:
-            set_parameters_(params, mean)
-        states = [optimizer_moments(u.optimizer) for u in self.updaters]
-        for tensors in zip(*states):
-            average = torch.stack([t.double() for t in tensors]).mean(0)
-            for t in tensors:
-                t.copy_(average)
-        return spread
-
-    def end_epoch(self) -> float:
-        spread = self.consensus()
-        for updater in self.updaters:
-            updater.end_epoch()
-        return spread
+    def end_epoch(self) -> tuple[Tensor, float]:
+        """The learners' average (for evaluation) and their spread; learners keep their own weights."""
+        for node in self.nodes:
+            node.updater.end_epoch()
+        return average_weights(self.nodes)

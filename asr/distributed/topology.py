@@ -1,4 +1,4 @@
-"""Who talks to whom: node groups (super-learners) and ADPSGD's bipartite ring.
+"""Who talks to whom: node groups (super-learners) and ADPSGD's bipartite ring, fixed or randomized.
 
 Learners (ranks) are grouped into nodes of `learners_per_node` consecutive ranks, as
 torchrun numbers them. ADPSGD runs on a ring of nodes (of learners when every node has one
@@ -13,12 +13,23 @@ ring every active member averages with its left neighbour on even steps and its 
 odd steps, which pairs every member exactly once per step. Because the schedule is a function
 of the step, a passive member knows how many exchanges to expect up to any step, which is how
 checkpoints are taken without missing one in flight.
+
+`RandomRing` (distributed.topology=random_ring) keeps the active/passive split but draws a new
+random matching between the active and the passive members every round, from a seed all
+learners share (Zhang et al., ICASSP 2020: a random neighbour each exchange mixes faster than
+a fixed ring). An active member's partner at its step s is its partner in round s, so every
+learner computes the whole schedule by itself: no message agrees on it, and since only actives
+start exchanges, two exchanges still never wait on each other. Any active may now meet any
+passive, so every passive serves (and expects a goodbye from) every active.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from asr.distributed.config import TOPOLOGIES
 from asr.utils.errors import InputError
 
 
@@ -77,6 +88,57 @@ class Ring:
 
 
 @dataclass(frozen=True)
+class RandomRing:
+    """A random perfect matching between the active (even) and passive (odd) members per round.
+
+    With an odd number of members there is one active more than passives: every passive is
+    matched once and the extra active (a random one each round) averages with a random passive
+    too, which then serves two exchanges that round (as the fixed odd ring's middle members do).
+    """
+
+    size: int
+    seed: int = 0
+
+    def is_active(self, member: int) -> bool:
+        return member % 2 == 0
+
+    def neighbours(self, member: int) -> list[int]:
+        """Every member of the other role: each is a possible partner."""
+        if self.size < 2:
+            return []
+        return [m for m in range(self.size) if self.is_active(m) != self.is_active(member)]
+
+    def active_neighbours(self, passive: int) -> list[int]:
+        return [m for m in self.neighbours(passive) if self.is_active(m)]
+
+    def matching(self, step: int) -> dict[int, int]:
+        """active -> passive for round `step`: the same on every learner (a function of seed and step)."""
+        actives = list(range(0, self.size, 2))
+        passives = list(range(1, self.size, 2))
+        if not passives:
+            return {}
+        rng = np.random.default_rng([self.seed, step])
+        order = rng.permutation(len(actives))
+        taken = rng.permutation(len(passives))
+        return {actives[a]: passives[taken[i % len(passives)]] for i, a in enumerate(order)}
+
+    def partner(self, active: int, step: int) -> int:
+        return self.matching(step)[active]
+
+    def pairs(self, step: int) -> list[tuple[int, int]]:
+        """(active, passive) exchanges of one round, actives in ascending order."""
+        return sorted(self.matching(step).items())
+
+
+def make_ring(size: int, topology: str = "ring", seed: int = 0) -> Ring | RandomRing:
+    if topology == "ring":
+        return Ring(size)
+    if topology == "random_ring":
+        return RandomRing(size, seed)
+    raise InputError(f"distributed.topology={topology!r}: choose one of {', '.join(TOPOLOGIES)}")
+
+
+@dataclass(frozen=True)
 class Layout:
     """One learner's place: its node (super-learner), the node's leader, the ring of nodes.
 
@@ -87,6 +149,8 @@ class Layout:
     rank: int
     world_size: int
     learners_per_node: int
+    topology: str = "ring"  # ring | random_ring: how active and passive nodes are paired
+    seed: int = 0  # random_ring: the seed every learner draws the matchings from
 
     @property
     def nodes(self) -> list[list[int]]:
@@ -124,8 +188,8 @@ class Layout:
         return [node * self.learners_per_node + local_index for node in range(self.num_nodes)]
 
     @property
-    def ring(self) -> Ring:
-        return Ring(self.num_nodes)
+    def ring(self) -> Ring | RandomRing:
+        return make_ring(self.num_nodes, self.topology, self.seed)
 
     @property
     def role(self) -> str:

@@ -21,13 +21,18 @@ from typing import Iterable
 
 import torch
 
+from asr.utils.errors import InputError
+
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], train_cfg) -> torch.optim.Optimizer:
-    """Adam, or SGD with (classical) momentum, as in train.optimizer."""
+    """Adam, or SGD with momentum (classical, or Nesterov's with train.nesterov), as in train.optimizer."""
     if train_cfg.optimizer == "adam":
         return torch.optim.Adam(params, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
     if train_cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=train_cfg.lr, momentum=train_cfg.momentum, weight_decay=train_cfg.weight_decay)
+        nesterov = bool(getattr(train_cfg, "nesterov", False))
+        if nesterov and train_cfg.momentum <= 0:
+            raise InputError(f"train.nesterov=true needs a momentum; train.momentum={train_cfg.momentum} (the paper's: 0.9)")
+        return torch.optim.SGD(params, lr=train_cfg.lr, momentum=train_cfg.momentum, nesterov=nesterov, weight_decay=train_cfg.weight_decay)
     raise ValueError(f"unknown train.optimizer {train_cfg.optimizer!r}; choose adam or sgd")
 
 

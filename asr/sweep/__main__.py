@@ -1,5 +1,6 @@
-"""`python -m asr.sweep`: SSGD vs ADPSGD held-out loss at several global batch sizes
-(simulated learners), written to <sweep.out_dir>/sweep.{json,md,png}."""
+"""`python -m asr.sweep`: held-out loss against the global batch for SSGD, ADPSGD (and its
+variants) and H-ADPSGD with simulated learners, and the largest batch each converges at,
+written to <sweep.out_dir>/sweep.{json,md,png}."""
 
 import logging
 from pathlib import Path
@@ -8,7 +9,7 @@ import torch
 
 from asr.stage import stage_main
 from asr.sweep.report import write_report
-from asr.sweep.run import run_sweep
+from asr.sweep.sweep import run_sweep
 
 log = logging.getLogger("asr.sweep")
 
@@ -16,9 +17,9 @@ log = logging.getLogger("asr.sweep")
 @stage_main("sweep")
 def main(cfg) -> None:
     torch.set_num_threads(cfg.train.threads)
-    results = run_sweep(cfg)
+    result = run_sweep(cfg)
     out_dir = Path(cfg.sweep.out_dir)
-    write_report(results, out_dir)
+    write_report(result, out_dir)
     log.info("sweep: %s\n%s", out_dir / "sweep.md", (out_dir / "sweep.md").read_text())
 
 

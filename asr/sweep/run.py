@@ -1,73 +1,92 @@
-"""The batch-size sweep: each (algorithm, global batch) trained with simulated learners.
+"""One run of the batch-size sweep: an algorithm at a global batch with one seed, trained with
+simulated learners on a clock (asr/distributed/timed.py), or the single-learner baseline.
 
-Every run starts from the same initial model (cfg.seed) and sees the same data order; the
-global batch is `sweep.learners` x the per-learner batch, in utterances (max_frames is set
-so that it never binds). The learning rate is train.lr scaled to the global batch
-(sweep.lr_scaling relative to sweep.reference_batch), reached through train.warmup_steps of
-warm-up and annealed by train.lr_decay per epoch. The held-out loss is the objective's loss
-on the dev set with the average of the learners' weights after each epoch.
-
-Results go to `<sweep.out_dir>/sweep.json` after every run, so an interrupted sweep
-continues with the runs not done yet (a run is identified by its settings).
+The seed picks the data order and the learners' speeds, and the initial weights unless
+sweep.same_init (then they are the experiment's `seed`'s for every run). The global batch
+is `learners` x the per-learner batch, in utterances (the batch's frame limit never binds); the
+epoch's global batches are length-bucketed as the real trainer's are and dealt out to the
+learners by stride, and a node claims one global batch's shards of its learners at a time. The
+learning rate is sweep.lr scaled from sweep.base_batch to the global batch, reached by a warm-up
+over sweep.warmup_epochs and multiplied by sweep.lr_decay after every epoch. The held-out loss
+is the objective's loss on the dev set with the learners' average after each epoch; a run whose
+held-out loss is not finite or above the untrained model's has diverged and stops there.
 """
 
 from __future__ import annotations
 
-import json
-import logging
+import copy
 import math
 import time
-from pathlib import Path
+from dataclasses import asdict, dataclass
 
 import torch
 from omegaconf import OmegaConf
-from tqdm import tqdm
 
-from asr.distributed.simulation import Simulation
+from asr.distributed.flat import set_parameters_
+from asr.distributed.timed import TimedSimulation, Timing
 from asr.models.blstm import build_model
+from asr.sweep.config import parse_algorithm
 from asr.train.data import BucketBatchSampler, collate
 from asr.train.objectives import build_objective
-from asr.utils.atomic import write_text
-from asr.utils.errors import InputError
 
-log = logging.getLogger(__name__)
-
-
-def sweep_lr(cfg, global_batch: int) -> float:
-    scfg = cfg.sweep
-    ratio = global_batch / scfg.reference_batch
-    factor = {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}.get(scfg.lr_scaling)
-    if factor is None:
-        raise InputError(f"sweep.lr_scaling={scfg.lr_scaling!r}: choose none, linear or sqrt")
-    return float(cfg.train.lr) * factor
+BASELINE = "baseline"  # one learner at sweep.base_batch
+EVAL_BATCH = 32  # utterances per held-out batch
 
 
-def run_settings(cfg, algorithm: str, global_batch: int) -> dict:
+@dataclass(frozen=True)
+class RunSettings:
     """What identifies a run (a finished run with the same settings is not trained again)."""
-    scfg = cfg.sweep
-    return {
-        "algorithm": algorithm,
-        "global_batch": global_batch,
-        "learners": scfg.learners,
-        "learners_per_node": scfg.learners_per_node if algorithm == "hadpsgd" else (scfg.learners if algorithm == "ssgd" else 1),
-        "per_learner_batch": global_batch // scfg.learners,
-        "lr": sweep_lr(cfg, global_batch),
-        "epochs": scfg.epochs,
-        "max_train_utts": scfg.max_train_utts,
-        "model": OmegaConf.to_container(cfg.model, resolve=True),
-        "optimizer": cfg.train.optimizer,
-        "seed": cfg.seed,
-    }
+
+    algorithm: str  # a sweep algorithm, or BASELINE
+    global_batch: int
+    learners: int
+    learners_per_node: int
+    seed: int  # data order and timing
+    init_seed: int  # initial weights
+    lr: float
+    epochs: int
+    train: dict  # the optimisation settings
+    model: dict
+    timing: dict
+    max_train_utts: int
+
+    @property
+    def per_learner_batch(self) -> int:
+        return self.global_batch // self.learners
+
+    def key(self) -> dict:
+        return asdict(self)
 
 
-def check(cfg) -> None:
+def scaled_lr(scfg, global_batch: int) -> float:
+    ratio = global_batch / scfg.base_batch
+    return float(scfg.lr) * {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[scfg.lr_scaling]
+
+
+def run_settings(cfg, algorithm: str, global_batch: int, seed: int) -> RunSettings:
     scfg = cfg.sweep
-    for batch in scfg.global_batches:
-        if batch % scfg.learners:
-            raise InputError(f"sweep.global_batches: {batch} is not a multiple of sweep.learners={scfg.learners}")
-    for algorithm in scfg.algorithms:
-        if algorithm not in ("ssgd", "adpsgd", "hadpsgd"):
-            raise InputError(f"sweep.algorithms: {algorithm!r}; choose from ssgd, adpsgd, hadpsgd")
+    baseline = algorithm == BASELINE
+    learners = 1 if baseline else int(scfg.learners)
+    train = {"optimizer": scfg.optimizer, "momentum": float(scfg.momentum), "nesterov": bool(scfg.nesterov),
+             "warmup_epochs": float(scfg.warmup_epochs), "lr_decay": float(scfg.lr_decay), "grad_clip": float(scfg.grad_clip),
+             "lr_scaling": scfg.lr_scaling, "base_batch": int(scfg.base_batch)}
+    timing = {} if baseline else {"speeds": [float(s) for s in scfg.speeds], "speed_spread": float(scfg.speed_spread),
+                                  "jitter": float(scfg.jitter), "exchange_time": float(scfg.exchange_time)}
+    return RunSettings(
+        algorithm=algorithm, global_batch=int(global_batch), learners=learners,
+        learners_per_node=int(scfg.learners_per_node) if algorithm.startswith("hadpsgd") else 1, seed=int(seed),
+        init_seed=int(cfg.seed) if scfg.same_init else int(seed),
+        lr=scaled_lr(scfg, global_batch), epochs=int(scfg.epochs), train=train, model=model_config(cfg), timing=timing,
+        max_train_utts=int(scfg.max_train_utts),
+    )
+
+
+def model_config(cfg) -> dict:
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    for key in ("num_layers", "hidden_size"):
+        if cfg.sweep[key]:
+            model[key] = int(cfg.sweep[key])
+    return model
 
 
 class SweepData:
@@ -81,68 +100,88 @@ class SweepData:
         self.train_index = list(range(len(self.train)))[: limit or None]
         self.lengths = [self.train.num_frames[i] for i in self.train_index]
 
-    def loss(self, model, batch) -> tuple[torch.Tensor, int]:
+    def loss(self, model, shards) -> tuple[torch.Tensor, int]:
+        """The summed loss and its count over the union of a node's shards (lists of positions)."""
+        batch = collate([self.train[self.train_index[i]] for shard in shards for i in shard])
         log_probs, out_lens = model(batch.feats, batch.feat_lens)
         return self.objective.loss(log_probs, out_lens, batch)
 
     @torch.no_grad()
-    def held_out_loss(self, model, max_utts: int) -> float:
+    def held_out_loss(self, model) -> float:
         model.eval()
         total, count = 0.0, 0
-        sampler = BucketBatchSampler(self.dev.num_frames, max_utts * max(self.dev.num_frames), max_utts, shuffle=False)
+        sampler = BucketBatchSampler(self.dev.num_frames, EVAL_BATCH * max(self.dev.num_frames), EVAL_BATCH, shuffle=False)
         for indices in sampler:
-            loss, n = self.loss(model, collate([self.dev[i] for i in indices]))
+            batch = collate([self.dev[i] for i in indices])
+            log_probs, out_lens = model(batch.feats, batch.feat_lens)
+            loss, n = self.objective.loss(log_probs, out_lens, batch)
             total, count = total + float(loss), count + n
         model.train()
         return total / max(count, 1)
 
 
-def train_run(cfg, data: SweepData, settings: dict) -> dict:
-    learners, per_learner = settings["learners"], settings["per_learner_batch"]
-    # Per-epoch annealing (lr_decay) whatever train.final_lr says: runs of different batch sizes
-    # take different numbers of steps, and their peaks differ.
-    train_cfg = OmegaConf.merge(cfg.train, {"lr": settings["lr"], "lr_scaling": "none", "final_lr": 0.0})
-    torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model, data.train.feat_dim, data.objective.num_outputs)
-    consensus = cfg.sweep.consensus_every_steps or cfg.train.checkpoint_every_steps
-    sim = Simulation(model, train_cfg, settings["algorithm"], learners, cfg.sweep.learners_per_node, consensus)
-    sampler = BucketBatchSampler(data.lengths, per_learner * max(data.lengths), per_learner, seed=cfg.seed, num_replicas=learners)
-    epochs, start = [], time.monotonic()
-    for epoch in range(settings["epochs"]):
-        batches = sampler.global_batches(epoch)
-        loss_sum, count = 0.0, 0
-        desc = f"{settings['algorithm']} batch {settings['global_batch']} epoch {epoch + 1}"
-        for batch in tqdm(batches, desc=desc, disable=None, leave=False, dynamic_ncols=True):
-            shards = [collate([data.train[data.train_index[i]] for i in batch[r::learners]]) for r in range(learners)]
-            step_loss, step_count = sim.step(shards, data.loss)
-            loss_sum, count = loss_sum + step_loss, count + step_count
-        spread = sim.end_epoch()
-        held_out = data.held_out_loss(sim.models[0], max(per_learner, 8))
-        epochs.append({"epoch": epoch + 1, "train_loss": loss_sum / max(count, 1), "held_out_loss": held_out,
-                       "spread": spread, "steps": sim.steps, "lr": sim.lr})
-        log.info("%s: epoch %d, train loss %.4f, held-out loss %.4f, spread %.3g", desc.rsplit(" epoch", 1)[0], epoch + 1,
-                 epochs[-1]["train_loss"], held_out, spread)
-    return settings | {"epochs_log": epochs, "held_out_loss": epochs[-1]["held_out_loss"], "steps": sim.steps,
-                       "skipped_updates": sim.skipped, "seconds": round(time.monotonic() - start, 1)}
+def epoch_plan(sampler: BucketBatchSampler, epoch: int, learners: int) -> list[list[list[int]]]:
+    """The epoch's global batches, each dealt out by stride: one shard per learner."""
+    return [[batch[r::learners] for r in range(learners)] for batch in sampler.global_batches(epoch)]
 
 
-def run_sweep(cfg) -> list[dict]:
-    check(cfg)
-    out_dir = Path(cfg.sweep.out_dir)
-    results_path = out_dir / "sweep.json"
-    done = json.loads(results_path.read_text()) if results_path.is_file() else []
-    data = SweepData(cfg)
-    log.info("sweep: %d training utterances, %d held out, %d learners", len(data.train_index), len(data.dev), cfg.sweep.learners)
-    results = []
-    for algorithm in cfg.sweep.algorithms:
-        for global_batch in cfg.sweep.global_batches:
-            settings = run_settings(cfg, algorithm, int(global_batch))
-            previous = next((r for r in done if {k: r.get(k) for k in settings} == settings), None)
-            if previous is not None:
-                log.info("%s at global batch %d: done already (%s)", algorithm, global_batch, results_path)
-                results.append(previous)
-                continue
-            results.append(train_run(cfg, data, settings))
-            write_text(results_path, json.dumps(results + [r for r in done if r not in results], indent=1) + "\n")
-    write_text(results_path, json.dumps(results, indent=1) + "\n")
-    return results
+def simulation(settings: RunSettings, model, steps_per_epoch: int) -> TimedSimulation:
+    t = settings.train
+    train_cfg = OmegaConf.create({
+        "optimizer": t["optimizer"], "lr": settings.lr, "momentum": t["momentum"], "nesterov": t["nesterov"], "weight_decay": 0.0,
+        "warmup_steps": math.ceil(t["warmup_epochs"] * steps_per_epoch), "lr_decay": t["lr_decay"], "final_lr": 0.0,
+        "grad_clip": t["grad_clip"], "lr_scaling": "none", "max_frames": 1, "lr_reference_frames": 0,
+    })
+    if settings.algorithm == BASELINE:
+        return TimedSimulation(model, train_cfg, "ssgd", 1, seed=settings.seed)
+    variant = parse_algorithm(settings.algorithm)
+    timing = settings.timing
+    if timing["speeds"]:
+        clock = Timing(tuple(timing["speeds"]), timing["jitter"], timing["exchange_time"], settings.seed)
+    else:
+        clock = Timing.drawn(settings.learners, timing["speed_spread"], timing["jitter"], timing["exchange_time"], settings.seed)
+    return TimedSimulation(model, train_cfg, variant.base, settings.learners, settings.learners_per_node, variant.topology,
+                           variant.delay_by_one, clock, seed=settings.seed)
+
+
+def averaged_model(model, weights: torch.Tensor):
+    out = copy.deepcopy(model)
+    set_parameters_(list(out.parameters()), weights)
+    return out
+
+
+def train_run(data: SweepData, settings: RunSettings, progress=None) -> dict:
+    """Train one run; returns its settings with the held-out loss per epoch. `progress(n)` is
+    told of every n steps taken."""
+    start = time.monotonic()
+    torch.manual_seed(settings.init_seed)
+    model = build_model(OmegaConf.create(settings.model), data.train.feat_dim, data.objective.num_outputs)
+    untrained = data.held_out_loss(model)
+    sampler = BucketBatchSampler(data.lengths, settings.per_learner_batch * max(data.lengths), settings.per_learner_batch,
+                                 seed=settings.seed, num_replicas=settings.learners)
+    steps_per_epoch = len(sampler.global_batches(0))
+    sim = simulation(settings, model, steps_per_epoch)
+    observer = (lambda node, step: progress(1)) if progress is not None else None
+    epochs, diverged = [], False
+    for epoch in range(settings.epochs):
+        run = sim.train_epoch(epoch_plan(sampler, epoch, settings.learners), data.loss, observer)
+        lr = sim.lr
+        average, spread = sim.end_epoch()
+        held_out = data.held_out_loss(averaged_model(sim.models[0], average))
+        epochs.append({"epoch": epoch + 1, "train_loss": run.loss / max(run.count, 1), "held_out_loss": finite_or_none(held_out),
+                       "spread": finite_or_none(spread), "lr": lr, "steps_min": min(run.steps), "steps_max": max(run.steps),
+                       "time": round(float(run.time), 3), "waited": round(float(run.waited), 3)})
+        if not math.isfinite(held_out) or held_out > untrained:
+            diverged = True
+            break
+    return settings.key() | {
+        "per_learner_batch": settings.per_learner_batch, "steps_per_epoch": steps_per_epoch, "untrained_loss": untrained,
+        "held_out_loss": None if diverged else epochs[-1]["held_out_loss"], "diverged": diverged, "epochs_log": epochs,
+        "skipped_updates": sim.skipped, "train_utterances": len(data.train_index), "held_out_utterances": len(data.dev),
+        "seconds": round(time.monotonic() - start, 1),
+    }
+
+
+def finite_or_none(value: float) -> float | None:
+    """JSON has no NaN or infinity."""
+    return float(value) if math.isfinite(value) else None

@@ -22,6 +22,7 @@ class TrainConfig:
     lr_scaling: str = "none"
     lr_reference_frames: int = 0
     momentum: float = 0.9
+    nesterov: bool = False  # sgd: Nesterov's momentum (the paper's optimizer: sgd, momentum 0.9, nesterov)
     weight_decay: float = 0.0
     warmup_steps: int = 200  # linear warm-up over this many updates
     lr_decay: float = 0.85  # lr multiplied by this after every epoch

@@ -51,9 +51,9 @@ def config(spec: dict) -> SimpleNamespace:
     )
     distributed = SimpleNamespace(
         algorithm=spec["algorithm"], backend="gloo", learners_per_node=spec.get("per_node", 0), timeout_s=spec.get("timeout_s", 30.0),
-        bucket_cap_mb=25.0, restart_from_average=False,
+        bucket_cap_mb=25.0, restart_from_average=False, topology=spec.get("topology", "ring"), delay_by_one=spec.get("delay_by_one", False),
     )
-    return SimpleNamespace(train=train, distributed=distributed, device="cpu")
+    return SimpleNamespace(train=train, distributed=distributed, device="cpu", seed=spec.get("seed", 1))
 
 
 def learner(spec: dict, rank: int, out: Path) -> None:
@@ -82,6 +82,8 @@ def learner(spec: dict, rank: int, out: Path) -> None:
             if spec.get("mix_only"):
                 loss = loss * 0.0  # a zero gradient: the step only averages
             updater.step(loss, weight=16)
+            if spec.get("trace"):
+                report.setdefault("trace", []).append(flat(model))
             if spec.get("slow_rank", -1) == rank:
                 time.sleep(spec.get("slow_s", 0.0))
         report["train_s"] = time.monotonic() - t0
@@ -90,7 +92,7 @@ def learner(spec: dict, rank: int, out: Path) -> None:
             report["own"] = own_weights(updater, model)
         average = updater.average_for_epoch_end() if updater.decentralized else None
         report["spread"] = average.spread if average else 0.0
-        report["weights"] = [float(v) for v in (average.weights if average else torch.cat([p.detach().reshape(-1) for p in model.parameters()]))]
+        report["weights"] = [float(v) for v in average.weights] if average else flat(model)
         updater.close()
         report["exchanges"] = getattr(updater, "exchanges", 0)
     except DistributedError as err:
@@ -100,18 +102,24 @@ def learner(spec: dict, rank: int, out: Path) -> None:
     (out / f"report.{rank}.json").write_text(json.dumps(report))
 
 
+def flat(model) -> list[float]:
+    return [float(v) for v in torch.cat([p.detach().reshape(-1) for p in model.parameters()])]
+
+
 def own_weights(updater, model) -> list[float]:
-    """This learner's weights once every exchange has landed (a passive folds what its server
-    averaged): after a barrier, which every active reaches only after its last exchange."""
+    """This learner's weights once every exchange has landed (an active applies its delayed
+    one, a passive folds what its server averaged): after a barrier, which every active
+    reaches only after its last exchange."""
     import torch.distributed as dist
 
+    updater.drain()
     dist.all_reduce(torch.zeros(1))
     exchanger = updater.exchanger
     if hasattr(exchanger, "wait_idle"):
         with updater.lock:
             exchanger.wait_idle()
         updater.quiesce()
-    return [float(v) for v in torch.cat([p.detach().reshape(-1) for p in model.parameters()])]
+    return flat(model)
 
 
 def run_job(spec: dict) -> dict:

@@ -1,6 +1,7 @@
 """The real updaters in real processes (forked learners on gloo, tests/distributed/learner_jobs.py):
-ADPSGD/H-ADPSGD exchanges (exactly the average, the sum kept), straggler independence, clean shutdown (20 times),
-and a learner that stops answering hitting a timeout with a clear error instead of a hang."""
+ADPSGD/H-ADPSGD exchanges (exactly the average, the sum kept), straggler independence, clean shutdown (20 times,
+with the fixed and the randomized ring), delay-by-one's average one step late, and a learner that stops answering
+hitting a timeout with a clear error instead of a hang."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ ABORT_SIGNS = ("terminate called", "Aborted", "core dumped", "Traceback", "Fatal
 JOB_SPECS = [
     {"name": "straggler", "learners": 4, "algorithm": "adpsgd", "steps": 12, "slow_rank": 1, "slow_s": 0.1},
     {"name": "shutdown", "learners": 2, "algorithm": "adpsgd", "steps": 4, "repeat": 20},
+    {"name": "shutdown-random-ring", "learners": 4, "algorithm": "adpsgd", "topology": "random_ring", "steps": 4, "repeat": 20},
+    {"name": "mixing-random-ring-delayed", "learners": 4, "algorithm": "adpsgd", "topology": "random_ring", "delay_by_one": True,
+     "steps": 6, "own_start": True, "mix_only": True},
+    {"name": "one-exchange-delayed", "learners": 2, "algorithm": "adpsgd", "delay_by_one": True, "steps": 2, "own_start": True,
+     "mix_only": True, "trace": True},
     {"name": "frozen-passive", "learners": 2, "algorithm": "adpsgd", "steps": 20, "freeze_rank": 1, "freeze_step": 5, "timeout_s": 3},
     {"name": "frozen-active", "learners": 2, "algorithm": "adpsgd", "steps": 20, "freeze_rank": 0, "freeze_step": 5, "timeout_s": 3},
     {"name": "frozen-ssgd", "learners": 2, "algorithm": "ssgd", "steps": 20, "freeze_rank": 1, "freeze_step": 5, "timeout_s": 3},
@@ -68,6 +74,16 @@ def test_clean_shutdown_twenty_times(jobs):
         assert [l["exchanges"] for l in learners] == [4, 4]
 
 
+def test_random_ring_shuts_down_cleanly_twenty_times(jobs):
+    """4 learners, a random active/passive matching per round: every passive may meet every
+    active, so each waits for both actives' goodbyes; each time every learner exits cleanly."""
+    assert len(jobs["shutdown-random-ring"]) == 20
+    for learners in jobs["shutdown-random-ring"]:
+        assert_clean(learners)
+        assert [learners[r]["exchanges"] for r in (0, 2)] == [4, 4]  # an exchange per step of each active
+        assert learners[1]["exchanges"] + learners[3]["exchanges"] == 8  # each served by one passive
+
+
 @pytest.mark.parametrize("job,frozen,message", [
     ("frozen-passive", 1, r"learner 0: no answer from learner 1 to the ADPSGD weight exchange of step \d+ within distributed.timeout_s=3"),
     # The passive learner trains on without waiting for its frozen active neighbour, until the
@@ -105,8 +121,23 @@ def test_one_exchange_leaves_both_learners_with_exactly_the_average(jobs):
     assert ((both - (a + b)).abs() <= 2 * bound).all()  # the sum is kept
 
 
-def test_pairwise_averaging_keeps_the_sum_and_pulls_the_learners_together(jobs):
-    [learners] = jobs["mixing"]
+def test_delay_by_one_applies_the_average_one_step_late(jobs):
+    """The active's weights after step 0 are its own (the exchange it started is still out),
+    after step 1 they are exactly the average of step 0's exchange."""
+    [learners] = jobs["one-exchange-delayed"]
+    assert_clean(learners)
+    active = learners[0]
+    a, b = (torch.tensor(l["initial"], dtype=torch.float64) for l in learners)
+    after = [torch.tensor(t, dtype=torch.float64) for t in active["trace"]]
+    assert torch.equal(after[0], a)
+    bound = 2 * U * (a.abs() + b.abs())
+    assert ((after[1] - (a + b) / 2).abs() <= bound).all()
+    assert active["exchanges"] == 2  # step 1's exchange was drained before the epoch-end average
+
+
+@pytest.mark.parametrize("job", ["mixing", "mixing-random-ring-delayed"])
+def test_pairwise_averaging_keeps_the_sum_and_pulls_the_learners_together(jobs, job):
+    [learners] = jobs[job]
     assert_clean(learners)
     initial = torch.stack([torch.tensor(l["initial"], dtype=torch.float64) for l in learners])
     own = torch.stack([torch.tensor(l["own"], dtype=torch.float64) for l in learners])

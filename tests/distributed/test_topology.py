@@ -2,7 +2,7 @@
 
 import pytest
 
-from asr.distributed.topology import Layout, Ring, node_groups
+from asr.distributed.topology import Layout, RandomRing, Ring, make_ring, node_groups
 from asr.utils.errors import InputError
 
 
@@ -67,3 +67,45 @@ def test_layout_roles_and_leaders():
     assert [lay.role for lay in layouts] == ["active", "active", "passive", "passive"]
     assert layouts[3].leader_of(layouts[3].node) == 2
     assert Layout(1, 2, 2).role == "alone" and Layout(3, 4, 1).role == "passive"
+
+
+@pytest.mark.parametrize("size", [2, 4, 8, 16])
+def test_random_ring_pairs_every_member_exactly_once_per_round(size):
+    ring = RandomRing(size, seed=5)
+    matchings = set()
+    for step in range(40):
+        pairs = ring.pairs(step)
+        members = [m for pair in pairs for m in pair]
+        assert sorted(members) == list(range(size))  # a perfect matching
+        assert all(ring.is_active(a) and not ring.is_active(p) for a, p in pairs)  # bipartite: no two exchanges wait on each other
+        assert all(ring.partner(a, step) == p for a, p in pairs)
+        matchings.add(tuple(pairs))
+    # Random: every active meets every passive over the rounds, and the matchings differ.
+    met = {frozenset(p) for step in range(300) for p in ring.pairs(step)}
+    assert met == {frozenset({a, p}) for a in range(0, size, 2) for p in range(1, size, 2)}
+    if size > 2:
+        assert len(matchings) > 1
+
+
+def test_random_ring_is_a_function_of_seed_and_round():
+    """Every learner computes the schedule alone: the same seed gives the same matchings."""
+    assert [RandomRing(8, 3).pairs(s) for s in range(5)] == [RandomRing(8, 3).pairs(s) for s in range(5)]
+    assert [RandomRing(8, 3).pairs(s) for s in range(5)] != [RandomRing(8, 4).pairs(s) for s in range(5)]
+
+
+@pytest.mark.parametrize("size", [3, 5, 7])
+def test_odd_random_ring_matches_every_passive_and_the_extra_active_too(size):
+    ring = RandomRing(size, seed=1)
+    for step in range(10):
+        pairs = ring.pairs(step)
+        assert sorted(a for a, _ in pairs) == list(range(0, size, 2))  # every active exchanges each round
+        assert set(p for _, p in pairs) == set(range(1, size, 2))  # every passive at least once
+        assert all(not ring.is_active(p) for _, p in pairs)
+
+
+def test_random_ring_passives_serve_and_expect_goodbyes_from_every_active():
+    ring = make_ring(6, "random_ring", seed=2)
+    assert ring.active_neighbours(3) == [0, 2, 4] and ring.neighbours(0) == [1, 3, 5]
+    assert Layout(3, 6, 1, "random_ring", 2).ring == ring
+    with pytest.raises(InputError, match="distributed.topology='star'"):
+        make_ring(4, "star")
