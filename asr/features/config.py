@@ -142,7 +142,7 @@ class FeaturesConfig:
     specaugment: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
 
     CHECKS: ClassVar[dict[str, Check]] = {
-        "kind": one_of("fbank", "fmllr", "fmllr_fbank", "kaldi"), "delta_order": NON_NEGATIVE, "delta_window": AT_LEAST_ONE,
+        "kind": one_of("fbank", "fmllr", "fmllr_fbank", "ivector", "fmllr_ivector_fbank", "kaldi"), "delta_order": NON_NEGATIVE, "delta_window": AT_LEAST_ONE,
         "sample_frequency": POSITIVE, "frame_length_ms": POSITIVE, "frame_shift_ms": POSITIVE, "dither": NON_NEGATIVE,
         "preemphasis_coefficient": FRACTION, "window_type": one_of("povey", "hamming", "hanning", "sine", "rectangular", "blackman"),
         "num_mel_bins": AT_LEAST_ONE, "low_freq": NON_NEGATIVE, "cmvn": one_of("utterance", "speaker", "global", "none"),
