@@ -134,12 +134,14 @@ def average_weights(nodes: Sequence[SimNode]) -> tuple[Tensor, float]:
     return mean, spread
 
 
-class Simulation:
-    def __init__(self, model: nn.Module, train_cfg, algorithm: str, learners: int, per_node: int = 1, topology: str = "ring", seed: int = 0):
+class SimulatedNodes:
+    """The virtual nodes of a simulation (one model and updater per node), what the lockstep
+    and the clocked simulators (asr/distributed/timed.py) have in common."""
+
+    def __init__(self, model: nn.Module, train_cfg, algorithm: str, learners: int, per_node: int, topology: str, seed: int):
         self.algorithm = algorithm
         self.layout = make_layout(algorithm, learners, per_node, topology, seed)
-        self.nodes = build_nodes(model, train_cfg, self.layout)
-        self.steps = 0
+        self.nodes: list[SimNode] = build_nodes(model, train_cfg, self.layout)
 
     @property
     def learners(self) -> int:
@@ -152,6 +154,12 @@ class Simulation:
     @property
     def skipped(self) -> int:
         return sum(n.skipped for n in self.nodes)
+
+
+class Simulation(SimulatedNodes):
+    def __init__(self, model: nn.Module, train_cfg, algorithm: str, learners: int, per_node: int = 1, topology: str = "ring", seed: int = 0):
+        super().__init__(model, train_cfg, algorithm, learners, per_node, topology, seed)
+        self.steps = 0
 
     @property
     def lr(self) -> float:

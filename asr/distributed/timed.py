@@ -38,7 +38,7 @@ from typing import Callable, Sequence
 import numpy as np
 from torch import Tensor, nn
 
-from asr.distributed.simulation import LossFn, SimNode, average_weights, build_nodes, exchange_deltas, make_layout
+from asr.distributed.simulation import LossFn, SimulatedNodes, average_weights, exchange_deltas
 
 END, LAND, BEGIN, SERVE = 0, 1, 2, 3  # priorities of events at the same time
 
@@ -105,13 +105,11 @@ class EpochRun:
 Observer = Callable[[int, int], None]
 
 
-class TimedSimulation:
+class TimedSimulation(SimulatedNodes):
     def __init__(self, model: nn.Module, train_cfg, algorithm: str, learners: int, per_node: int = 1, topology: str = "ring",
                  delay_by_one: bool = False, timing: Timing = Timing(), seed: int = 0):
-        self.algorithm = algorithm
-        self.layout = make_layout(algorithm, learners, per_node, topology, seed)
+        super().__init__(model, train_cfg, algorithm, learners, per_node, topology, seed)
         self.ring = self.layout.ring
-        self.nodes: list[SimNode] = build_nodes(model, train_cfg, self.layout)
         self.delay_by_one = delay_by_one and len(self.nodes) > 1
         speeds = timing.speeds or (1.0,) * learners
         if len(speeds) != learners or min(speeds) <= 0:
@@ -122,18 +120,6 @@ class TimedSimulation:
         self.now = 0.0
         self.clocks = [NodeClock() for _ in self.nodes]
         self.servers = [Server() for _ in self.nodes]
-
-    @property
-    def learners(self) -> int:
-        return self.layout.world_size
-
-    @property
-    def models(self) -> list[nn.Module]:
-        return [n.model for n in self.nodes]
-
-    @property
-    def skipped(self) -> int:
-        return sum(n.skipped for n in self.nodes)
 
     @property
     def steps(self) -> list[int]:

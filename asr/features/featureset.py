@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -80,16 +81,25 @@ class FeatureReader:
 
     def __call__(self, utt: str, index: int = 0) -> Tensor:
         """`index`: the utterance's place in its dataset, which seeds its augmentation."""
-        try:
-            mat = self.feats[utt]
-        except Exception as err:  # kaldiio raises assorted errors for a truncated/missing ark
-            raise InputError(f"{self.set_dir / 'feats.scp'}: cannot read features of {utt!r} ({err}); re-run the features stage") from None
-        if mat.ndim != 2 or mat.shape[1] != self.feat_dim:
-            raise InputError(f"{self.set_dir}: {utt!r} has shape {mat.shape}, expected (T, {self.feat_dim}) from feat_dim")
-        normalised = self.cmvn(utt, mat)
-        if not np.isfinite(normalised).all():
-            where = "its features" if not np.isfinite(mat).all() else "its CMVN statistics (cmvn.scp)"
-            raise NonFiniteFeatures(f"{self.set_dir / 'feats.scp'}: utterance {utt!r}: NaN/inf values in {where}; remove it "
-                                    "from the data dir, or make the features again (the features stage skips such utterances)")
-        feats = torch.from_numpy(normalised)
+        feats = checked_features(self.set_dir, utt, self.feat_dim, lambda: self.feats[utt], lambda mat: self.cmvn(utt, mat))
         return self.augment(feats, index) if self.augment is not None else feats
+
+
+def checked_features(set_dir: Path, utt: str, feat_dim: int, read: Callable[[], np.ndarray],
+                     normalise: Callable[[np.ndarray], np.ndarray]) -> Tensor:
+    """One utterance's matrix from `read()`, normalised: an unreadable ark, a matrix of another
+    width than feat_dim, or NaN/inf after normalisation is an InputError naming the utterance."""
+    try:
+        mat = read()
+    except InputError:
+        raise
+    except Exception as err:  # kaldiio raises assorted errors for a truncated/missing ark
+        raise InputError(f"{set_dir / 'feats.scp'}: cannot read features of {utt!r} ({err}); re-run the features stage") from None
+    if mat.ndim != 2 or mat.shape[1] != feat_dim:
+        raise InputError(f"{set_dir}: {utt!r} has shape {mat.shape}, expected (T, {feat_dim}) from feat_dim")
+    normalised = normalise(mat)
+    if not np.isfinite(normalised).all():
+        where = "its features" if not np.isfinite(mat).all() else "its CMVN statistics (cmvn.scp)"
+        raise NonFiniteFeatures(f"{set_dir / 'feats.scp'}: utterance {utt!r}: NaN/inf values in {where}; remove it "
+                                "from the data dir, or make the features again (the features stage skips such utterances)")
+    return torch.from_numpy(normalised)

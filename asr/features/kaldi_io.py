@@ -31,6 +31,7 @@ from asr.data import commands
 from asr.data.datadir import c_sort_key
 from asr.utils.atomic import atomic_path
 from asr.utils.errors import InputError
+from asr.utils.kaldi_binary import KaldiBinaryReader
 
 BINARY_MARK = b"\0B"
 
@@ -148,81 +149,9 @@ def write_diag_gmm(path: str | os.PathLike, weights: np.ndarray, means: np.ndarr
         tmp.write_bytes(diag_gmm_bytes(weights, means, variances))
 
 
-class _Reader:
-    """Kaldi's binary tokens and objects from a byte stream."""
-
-    def __init__(self, data: bytes, name: str, kind: str = "DiagGmm"):
-        self.stream = io.BytesIO(data)
-        self.name, self.kind = name, kind
-
-    def fail(self, what: str) -> InputError:
-        return InputError(f"{self.name}: not a Kaldi binary {self.kind} ({what} at byte {self.stream.tell()})")
-
-    def token(self) -> str:
-        chars = bytearray()
-        while (c := self.stream.read(1)) not in (b" ", b""):
-            chars += c
-        return chars.decode(errors="replace")
-
-    def int32(self) -> int:
-        size = self.stream.read(1)
-        if size != b"\4":
-            raise self.fail("expected a 4-byte integer")
-        return struct.unpack("<i", self.stream.read(4))[0]
-
-    def floats(self, count: int, kind: str) -> np.ndarray:
-        dtype, width = ("<f4", 4) if kind[0] == "F" else ("<f8", 8)
-        data = self.stream.read(count * width)
-        if len(data) != count * width:
-            raise self.fail("truncated data")
-        return np.frombuffer(data, dtype=dtype).astype(np.float64)
-
-    def vector(self) -> np.ndarray:
-        kind = self.token()
-        if kind not in ("FV", "DV"):
-            raise self.fail(f"expected a vector, got {kind!r}")
-        return self.floats(self.int32(), kind)
-
-    def matrix(self) -> np.ndarray:
-        kind = self.token()
-        if kind not in ("FM", "DM"):
-            raise self.fail(f"expected a matrix, got {kind!r}")
-        rows, cols = self.int32(), self.int32()
-        return self.floats(rows * cols, kind).reshape(rows, cols)
-
-    def packed(self) -> np.ndarray:
-        """A Kaldi SpMatrix as a full symmetric matrix."""
-        kind = self.token()
-        if kind not in ("FP", "DP"):
-            raise self.fail(f"expected a packed matrix, got {kind!r}")
-        rows = self.int32()
-        lower = self.floats(rows * (rows + 1) // 2, kind)
-        out = np.zeros((rows, rows))
-        out[np.tril_indices(rows)] = lower
-        return out + np.tril(out, -1).T
-
-    def double(self) -> float:
-        size = self.stream.read(1)
-        if size != b"\10":
-            raise self.fail("expected an 8-byte float")
-        return struct.unpack("<d", self.stream.read(8))[0]
-
-    def expect(self, *names: str) -> str:
-        got = self.token()
-        if got not in names:
-            raise self.fail(f"expected {' or '.join(names)}, got {got!r}")
-        return got
-
-
 def read_diag_gmm(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(weights, means, variances) from a Kaldi binary DiagGmm file (ours or Kaldi's)."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: missing GMM; re-run the features stage")
-    data = path.read_bytes()
-    reader = _Reader(data[2:], str(path))
-    if not data.startswith(BINARY_MARK):
-        raise reader.fail("no binary mark; convert text models with gmm-global-copy --binary=true")
+    reader = _binary_reader(Path(path), "DiagGmm", "gmm-global-copy --binary=true")
     reader.expect("<DiagGMM>", "<DiagGMMBegin>")
     if reader.expect("<GCONSTS>", "<WEIGHTS>") == "<GCONSTS>":
         reader.vector()  # recomputed from the parameters
@@ -238,11 +167,11 @@ def read_diag_gmm(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.n
     return weights, means_invvars / inv_vars, 1.0 / inv_vars
 
 
-def _binary_reader(path: Path, kind: str, how_to_convert: str) -> _Reader:
+def _binary_reader(path: Path, kind: str, how_to_convert: str) -> KaldiBinaryReader:
     if not path.is_file():
         raise InputError(f"{path}: missing {kind}; re-run the features stage")
     data = path.read_bytes()
-    reader = _Reader(data[2:], str(path), kind)
+    reader = KaldiBinaryReader(io.BytesIO(data[2:]), str(path), kind)
     if not data.startswith(BINARY_MARK):
         raise reader.fail(f"no binary mark; convert text models with {how_to_convert}")
     return reader

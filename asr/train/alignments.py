@@ -45,6 +45,7 @@ import numpy as np
 
 from asr.data import commands
 from asr.utils.errors import InputError
+from asr.utils.kaldi_binary import KaldiBinaryReader
 
 log = logging.getLogger(__name__)
 
@@ -315,53 +316,7 @@ def read_text_transition_model(lines: Iterator[str], source: str) -> TransitionM
     return transition_ids_to_pdfs(topology, tuples, source)
 
 
-class BinaryReader:
-    """Kaldi's binary basic types: tokens end with a space; an int32 or float is a size byte
-    (4) and 4 little-endian bytes; an integer vector is a size byte, an int32 count and the
-    raw array."""
-
-    def __init__(self, f: BinaryIO, source: str):
-        self.f, self.source = f, source
-
-    def read(self, n: int) -> bytes:
-        data = self.f.read(n)
-        if len(data) != n:
-            raise InputError(f"{self.source}: ends inside the transition model; is it complete?")
-        return data
-
-    def token(self) -> str:
-        chars = bytearray()
-        while (c := self.read(1)) != b" ":
-            chars += c
-            if len(chars) > 64:
-                raise InputError(f"{self.source}: expected a token, got binary data")
-        return chars.decode("latin-1")
-
-    def expect(self, wanted: str) -> None:
-        got = self.token()
-        if got != wanted:
-            raise InputError(f"{self.source}: expected {wanted}, got {got!r}")
-
-    def int32(self) -> int:
-        size, value = struct.unpack("<bi", self.read(5))
-        if size != 4:
-            raise InputError(f"{self.source}: expected an int32, got a {size}-byte value")
-        return value
-
-    def float32(self) -> float:
-        size, value = struct.unpack("<bf", self.read(5))
-        if size != 4:
-            raise InputError(f"{self.source}: expected a float, got a {size}-byte value (double-precision model?)")
-        return value
-
-    def int_vector(self) -> list[int]:
-        size, count = struct.unpack("<bi", self.read(5))
-        if size != 4 or count < 0:
-            raise InputError(f"{self.source}: expected an int32 vector")
-        return list(struct.unpack(f"<{count}i", self.read(4 * count)))
-
-
-def read_binary_topology(r: BinaryReader) -> dict[int, list[HmmState]]:
+def read_binary_topology(r: KaldiBinaryReader) -> dict[int, list[HmmState]]:
     """Kaldi's HmmTopology::Read, binary branch: phones, phone2idx, [-1 if chain-style], entries."""
     r.expect("<Topology>")
     phones, phone2idx = r.int_vector(), r.int_vector()
@@ -385,11 +340,11 @@ def read_binary_topology(r: BinaryReader) -> dict[int, list[HmmState]]:
     try:
         return {phone: entries[phone2idx[phone]] for phone in phones}
     except IndexError:
-        raise InputError(f"{r.source}: topology phone table is inconsistent") from None
+        raise InputError(f"{r.name}: topology phone table is inconsistent") from None
 
 
 def read_binary_transition_model(f: BinaryIO, source: str) -> TransitionModel:
-    r = BinaryReader(f, source)
+    r = KaldiBinaryReader(f, source, "transition model")
     r.expect("<TransitionModel>")
     topology = read_binary_topology(r)
     kind = r.token()

@@ -21,7 +21,7 @@ from torch import Tensor
 from torch.utils.data import Dataset, Sampler
 
 from asr.features.cmvn import apply as apply_cmvn
-from asr.features.featureset import NonFiniteFeatures, read_feat_dim
+from asr.features.featureset import checked_features, read_feat_dim
 from asr.models.blstm import output_lengths
 from asr.text.tokenizer import Tokenizer
 from asr.train.index import IndexSources, load_index
@@ -102,23 +102,13 @@ class CtcDataset(Dataset):
 
     def features(self, index: int) -> Tensor:
         row = int(self.rows[index])
-        utt = self.index.utt(row)
-        try:
-            mat = self.index.features(row)
-        except InputError:
-            raise
-        except Exception as err:  # kaldiio raises assorted errors for a truncated/missing ark
-            raise InputError(f"{self.set_dir / 'feats.scp'}: cannot read features of {utt!r} ({err}); re-run the features stage") from None
-        if mat.ndim != 2 or mat.shape[1] != self.feat_dim:
-            raise InputError(f"{self.set_dir}: {utt!r} has shape {mat.shape}, expected (T, {self.feat_dim}) from feat_dim")
-        stats = self.index.cmvn_stats(row)
-        normalised = np.array(mat, dtype=np.float32) if stats is None else apply_cmvn(mat, stats, self.norm_vars)
-        if not np.isfinite(normalised).all():
-            where = "its features" if not np.isfinite(mat).all() else "its CMVN statistics (cmvn.scp)"
-            raise NonFiniteFeatures(f"{self.set_dir / 'feats.scp'}: utterance {utt!r}: NaN/inf values in {where}; remove it "
-                                    "from the data dir, or make the features again (the features stage skips such utterances)")
-        feats = torch.from_numpy(normalised)
+        feats = checked_features(self.set_dir, self.index.utt(row), self.feat_dim, lambda: self.index.features(row),
+                                 lambda mat: self._normalise(row, mat))
         return self.augment(feats, index) if self.augment is not None else feats
+
+    def _normalise(self, row: int, mat: np.ndarray) -> np.ndarray:
+        stats = self.index.cmvn_stats(row)
+        return np.array(mat, dtype=np.float32) if stats is None else apply_cmvn(mat, stats, self.norm_vars)
 
     def __getitem__(self, index: int) -> tuple[str, Tensor, Tensor]:
         row = int(self.rows[index])

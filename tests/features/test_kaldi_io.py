@@ -82,7 +82,7 @@ def test_diag_gmm_round_trip_and_kaldi_layout(tmp_path):
 def test_damaged_gmm_file_is_an_input_error(tmp_path):
     path = tmp_path / "final.dubm"
     path.write_bytes(b"\0B<DiagGMM> <WEIGHTS> FV \x04\x03\x00\x00\x00")
-    with pytest.raises(InputError, match="final.dubm.*truncated"):
+    with pytest.raises(InputError, match="final.dubm: ends inside the DiagGmm"):
         read_diag_gmm(path)
     path.write_text("<DiagGMM> text form")
     with pytest.raises(InputError, match="binary"):
