@@ -3,8 +3,9 @@ starting an experiment over.
 
 `<exp_dir>/train_config.yaml` holds the groups that decide what the model is and what it is
 trained on (model, data, features, tokenizer). A re-run compares the current config with it:
-any difference stops training with a message listing the changed keys, unless
-`train.force=true`, which logs them as a warning and records the new config. Keys that do
+a changed value stops training with a message listing the changed keys, unless
+`train.force=true`, which logs them as a warning and records the new config; a key only one
+side has (an option the toolkit gained or dropped since) is listed as a warning. Keys that do
 not change what the model sees (where the corpus lives, how many processes extract
 features) are ignored. The snapshot is written only once the run has built its model and data
 and found where to start (`save_config`), so a run that fails before that changes nothing.
@@ -51,24 +52,28 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def config_changes(saved: dict, current: dict) -> list[str]:
-    """'key: old -> new' for every guarded key that differs."""
+def config_changes(saved: dict, current: dict) -> tuple[list[str], list[str]]:
+    """('key: old -> new' for every guarded key set on both sides that differs, the same for
+    the keys only one side has: options the toolkit gained or lost since the snapshot)."""
     old, new = flatten(saved), flatten(current)
     missing = "(absent)"
-    return [
-        f"{key}: {old.get(key, missing)!r} -> {new.get(key, missing)!r}"
-        for key in sorted(set(old) | set(new))
-        if key not in IGNORED_KEYS and old.get(key, missing) != new.get(key, missing)
-    ]
+    keys = [key for key in sorted(set(old) | set(new)) if key not in IGNORED_KEYS and old.get(key, missing) != new.get(key, missing)]
+    lines = {key: f"{key}: {old.get(key, missing)!r} -> {new.get(key, missing)!r}" for key in keys}
+    return [lines[k] for k in keys if k in old and k in new], [lines[k] for k in keys if (k in old) != (k in new)]
 
 
 def check_config(exp_dir: str | Path, cfg, force: bool = False) -> list[str]:
-    """Refuse a changed model/data config unless forced; returns the changes (forced ones)."""
+    """Refuse a changed model/data config unless forced; returns the changes (forced ones).
+    Options the toolkit gained or dropped since the snapshot cannot have been set by the run
+    that wrote it: they are listed as a warning, not refused."""
     path = Path(exp_dir) / SNAPSHOT_NAME
     if not path.is_file():
         return []
     saved = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    changes = config_changes(saved, guarded_config(cfg))  # type: ignore[arg-type]
+    changes, toolkit = config_changes(saved, guarded_config(cfg))  # type: ignore[arg-type]
+    if toolkit:
+        log.warning("%s: options added or removed by the toolkit since this experiment started (continuing):\n  %s",
+                    path, "\n  ".join(toolkit))
     if changes and not force:
         raise InputError(
             f"{path}: this experiment was trained with a different model/data config:\n  "
