@@ -29,7 +29,7 @@ import logging
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +81,16 @@ class Progress:
     dev_loss: float = NAN  # of the last completed epoch
     best_dev_loss: float = math.inf
     bad_utterances: int = 0  # left out of their step for a non-finite loss
+
+    @classmethod
+    def from_checkpoint(cls, saved: dict, source: str) -> "Progress":
+        """The progress a checkpoint holds; fields an earlier toolkit kept and this one does
+        not (bad_batches: batches dropped whole for a non-finite loss) are left out, named."""
+        known = {f.name for f in fields(cls)}
+        dropped = sorted(set(saved) - known)
+        if dropped:
+            log.warning("%s: written by an earlier toolkit; its progress fields %s are no longer kept (ignored)", source, ", ".join(dropped))
+        return cls(**{k: v for k, v in saved.items() if k in known})
 
 
 def mean(loss_sum: float, tokens: int) -> float:
@@ -204,7 +214,7 @@ class Trainer:
                 f"{start.source}: checkpoint does not fit the configured model ({str(err).splitlines()[0]}); "
                 "use a new exp_name for a different model"
             ) from None
-        self.progress = Progress(**state["progress"])
+        self.progress = Progress.from_checkpoint(state["progress"], str(start.source))
         if start.kind == "exact":
             self.plan_done = _unpacked_done(state, self.num_train_utts)
             self._restore_rng(state)

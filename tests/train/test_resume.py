@@ -10,6 +10,7 @@ import torch
 from asr.distributed.context import DistributedContext
 from asr.models.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, load_checkpoint, save_checkpoint
 from asr.train.data import pack_mask, unpack_mask
+from asr.train.loop import Progress
 from asr.train.resume import RunLayout, find_start, node_dir
 from asr.utils.errors import InputError
 
@@ -106,3 +107,11 @@ def test_a_changed_training_set_is_refused(checkpoints):
     checkpoints.save(state(7, 1, mask(0), SINGLE, 1.0))
     with pytest.raises(InputError, match="taken with 20 training utterances, the training set now has 19"):
         find_start(checkpoints, DistributedContext(), ADPSGD2, UTTS - 1)
+
+
+def test_progress_of_an_earlier_toolkits_checkpoint_drops_the_fields_it_no_longer_keeps(caplog):
+    saved = {"step": 1100, "epoch": 1, "batches_done": 285, "bad_batches": 0}
+    with caplog.at_level("WARNING"):
+        progress = Progress.from_checkpoint(saved, "exp/x/checkpoints/step-000001100.pt")
+    assert (progress.step, progress.epoch, progress.batches_done, progress.bad_utterances) == (1100, 1, 285, 0)
+    assert "step-000001100.pt: written by an earlier toolkit; its progress fields bad_batches are no longer kept (ignored)" in caplog.text
