@@ -126,6 +126,9 @@ class FeaturesConfig:
     htk_compat: bool = False
     use_log_fbank: bool = True
     use_power: bool = True
+    # Stored as Kaldi's compressed matrices (copy-feats --compress=true: 1 byte per value, about 4x
+    # smaller than float32); deltas are never stored, the reader appends them (asr.features.featureset).
+    compress: bool = True
     # Normalisation statistics written beside the features.
     cmvn: str = "utterance"  # utterance | speaker | global | none
     norm_vars: bool = True

@@ -1,10 +1,13 @@
 """The features stage: filterbank features for the train, dev and eval data dirs.
 
 For each set, `<feats_dir>/<name>/<set>/` holds
-  feats.ark, feats.scp   one float32 matrix per utterance (kaldiio; Kaldi reads them)
+  feats.ark, feats.scp   one matrix per utterance (kaldiio; Kaldi reads them), compressed as
+                         Kaldi's `copy-feats --compress=true` does with features.compress
   utt2num_frames         frames per utterance
   feat_dim               the feature dimension, one line (the model config reads it)
-  delta_opts             add-deltas options, when deltas follow the filterbank (features.delta_order > 0)
+  delta_opts, delta_columns   with features.delta_order > 0: the reader appends add-deltas of
+                         the stored filterbank (asr.features.featureset); they are not stored
+  compress               whether the matrices are compressed (true/false)
   cmvn.ark, cmvn.scp, cmvn_type   CMVN statistics per `features.cmvn` unit (asr.features.cmvn)
   fbank.conf             the options in Kaldi's --option=value form (compute-fbank-feats --config)
   data_checksum          a checksum of the data dir files the features were made from
@@ -33,7 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import kaldiio
 import numpy as np
 import torch
 from tqdm import tqdm
@@ -42,8 +44,9 @@ from asr.data import commands
 from asr.data.audio import RecordingCache, cut_segment, shell_command
 from asr.data.datadir import DataDir, read_data_dir, write_table
 from asr.features import cmvn
-from asr.features.deltas import add_deltas, delta_opts
+from asr.features.deltas import delta_opts
 from asr.features.fbank import FbankOptions, fbank_batch
+from asr.features.featureset import DELTA_COLUMNS, FeatureLayout, FeatureWriter, LoadDeltas
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 
@@ -79,6 +82,11 @@ class PartTask:
     batch_seconds: float
     delta_order: int = 0
     delta_window: int = 2
+    compress: bool = False
+
+    @property
+    def load_deltas(self) -> LoadDeltas | None:
+        return LoadDeltas(self.delta_order, self.delta_window, 0, self.options.dim) if self.delta_order > 0 else None
 
 
 @dataclass
@@ -121,6 +129,7 @@ def extract_features(cfg: Any) -> list[SetSummary]:
                 batch_seconds=feats_cfg.batch_seconds,
                 force=feats_cfg.force,
                 deltas=(feats_cfg.delta_order, feats_cfg.delta_window),
+                compress=feats_cfg.compress,
             )
         )
     return summaries
@@ -136,10 +145,12 @@ def extract_set(
     batch_seconds: float = 300.0,
     force: bool = False,
     deltas: tuple[int, int] = (0, 2),
+    compress: bool = False,
 ) -> SetSummary:
     """Features, frame counts, feature dimension and CMVN statistics of one data dir.
 
-    deltas: (order, window) of Kaldi's add-deltas applied to the filterbank; order 0 = none.
+    deltas: (order, window) of Kaldi's add-deltas the reader appends to the filterbank; order 0 = none.
+    compress: store Kaldi's compressed matrices (1 byte per value) instead of float32.
     """
     data_dir, out_dir = Path(data_dir), Path(out_dir)
     if cmvn_unit not in cmvn.UNITS:
@@ -149,7 +160,7 @@ def extract_set(
     data = read_data_dir(data_dir)
     if (data_dir / "wav.scp").is_file():
         commands.check_table(data_dir / "wav.scp", shell_command)  # refused here, or logged, before any work
-    recorded = _provenance(data_dir, options, cmvn_unit, deltas)
+    recorded = _provenance(data_dir, options, cmvn_unit, deltas, compress)
     reason = "forced" if force else _why_incomplete(out_dir, recorded)
     if reason is None:
         log.info("%s: complete already (%s), skipping; features.force=true recomputes it", data_dir.name, out_dir)
@@ -163,7 +174,7 @@ def extract_set(
     started = time.perf_counter()
     with atomic_dir(out_dir) as tmp:
         tasks = [
-            PartTask(i, part, str(tmp), options, cmvn_unit, _utt2spk_of(part, data), device, batch_seconds, *deltas)
+            PartTask(i, part, str(tmp), options, cmvn_unit, _utt2spk_of(part, data), device, batch_seconds, *deltas, compress)
             for i, part in enumerate(parts)
         ]
         results = run_parts(tasks, desc=data_dir.name, total=len(works))
@@ -209,7 +220,8 @@ def _log_summary(s: SetSummary) -> None:
 # ----------------------------------------------------------------- resumability
 
 
-def _provenance(data_dir: Path, options: FbankOptions, cmvn_unit: str, deltas: tuple[int, int] = (0, 2)) -> dict[str, str]:
+def _provenance(data_dir: Path, options: FbankOptions, cmvn_unit: str, deltas: tuple[int, int] = (0, 2),
+                compress: bool = False) -> dict[str, str]:
     """What the set's output depends on, as the files recording it there. An empty value
     records a file that must be absent (so sets made before a record existed stay complete)."""
     digest = hashlib.sha1()
@@ -217,7 +229,8 @@ def _provenance(data_dir: Path, options: FbankOptions, cmvn_unit: str, deltas: t
         path = data_dir / file_name
         digest.update(file_name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"") + b"\0")
     return {"fbank.conf": options.to_kaldi_conf(), "cmvn_type": cmvn_unit + "\n", "data_checksum": digest.hexdigest() + "\n",
-            "delta_opts": delta_opts(*deltas) if deltas[0] > 0 else ""}
+            "delta_opts": delta_opts(*deltas) if deltas[0] > 0 else "",
+            DELTA_COLUMNS: f"0 {options.dim}\n" if deltas[0] > 0 else "", "compress": f"{str(compress).lower()}\n"}
 
 
 def _why_incomplete(out_dir: Path, recorded: dict[str, str]) -> str | None:
@@ -343,20 +356,19 @@ def extract_part(task: PartTask, on_recording_done: Callable[[], None]) -> PartR
     out = Path(task.out_dir)
     ark, scp = out / f"feats.{task.index}.ark", out / f"feats.{task.index}.scp"
     audio = RecordingCache({w.recording: w.wav for w in task.works if w.wav is not None})
-    with kaldiio.WriteHelper(f"ark,scp:{ark},{scp}") as writer:
+    layout = FeatureLayout(task.options.dim + (task.load_deltas.added_dim if task.load_deltas else 0), task.load_deltas)
+    with FeatureWriter(ark, scp, task.compress) as writer:
         for work in task.works:
             for utt, feats, seconds in _recording_features(work, audio, task, result):
-                if task.delta_order > 0:
-                    feats = add_deltas(feats, task.delta_order, task.delta_window)
                 problem = non_finite_problem(feats)
                 if problem:
                     result.skipped.append((work.recording, problem, [utt]))
                     continue
-                writer(utt, feats)
+                stored = writer(utt, feats)
                 result.num_frames[utt] = feats.shape[0]
                 result.seconds += seconds
-                if task.cmvn_unit != "none":
-                    _add_stats(result.stats, cmvn.compute_stats(task.cmvn_unit, {utt: feats}, task.utt2spk))
+                if task.cmvn_unit != "none":  # statistics of what the reader normalises: deltas included
+                    _add_stats(result.stats, cmvn.compute_stats(task.cmvn_unit, {utt: layout.expand(stored)}, task.utt2spk))
             on_recording_done()
     return result
 

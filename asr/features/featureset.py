@@ -1,22 +1,31 @@
 """A feature set: the features stage's output for one data set, as every later stage reads it.
 
     <features.feats_dir>/<features.name>/<set>/
-        feats.scp, feats.ark   the matrices (kaldiio; Kaldi reads them as they are)
+        feats.scp, feats.ark   the stored matrices (kaldiio; Kaldi reads them as they are),
+                               compressed as Kaldi's `copy-feats --compress=true` writes them
+                               unless features.compress=false
         feat_dim               the dimension per frame (what the model's input is built for)
+        delta_opts, delta_columns   when present: the reader appends deltas (Kaldi's add-deltas
+                               with delta_opts) of the stored columns [first, last) that
+                               delta_columns names, as Kaldi's training pipelines do on the fly
         utt2num_frames         frames per utterance (so samplers work without reading a matrix)
         cmvn.scp, cmvn.ark, cmvn_type   CMVN statistics and their unit (asr/features/cmvn.py)
 
-`FeatureReader` reads one set's matrices with CMVN applied; a matrix with NaN/inf values is
-refused (NonFiniteFeatures) naming the utterance.
+`FeatureReader` reads one set's matrices, deltas appended and CMVN applied (the statistics are
+those of the matrices with their deltas); a matrix with NaN/inf values is refused
+(NonFiniteFeatures) naming the utterance. `FeatureWriter` writes them.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import kaldiio
 import numpy as np
 import torch
 from torch import Tensor
@@ -24,6 +33,7 @@ from torch import Tensor
 from asr.data import commands
 from asr.data.datadir import c_sort_key, read_table
 from asr.features.cmvn import CmvnApplier
+from asr.features.deltas import add_deltas, delta_opts
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -56,6 +66,101 @@ def read_num_frames(set_dir: Path, feats: dict) -> dict[str, int]:
     return {u: int(feats[u].shape[0]) for u in feats}
 
 
+DELTA_COLUMNS = "delta_columns"
+KALDI_AUTOMATIC_COMPRESSION = 1  # CompressedMatrix's kAutomaticMethod: 1 byte per value for > 8 frames
+
+
+@dataclass(frozen=True)
+class LoadDeltas:
+    """Deltas of the stored columns [first, last) appended on reading: [x | delta x[:, first:last] | ...]."""
+
+    order: int
+    window: int
+    first: int
+    last: int
+
+    @property
+    def added_dim(self) -> int:
+        return (self.last - self.first) * self.order
+
+    def __call__(self, stored: np.ndarray) -> np.ndarray:
+        width = self.last - self.first
+        deltas = add_deltas(stored[:, self.first:self.last], self.order, self.window)[:, width:]
+        return np.concatenate([stored, deltas.astype(stored.dtype, copy=False)], axis=1)
+
+    def write(self, set_dir: Path) -> None:
+        (set_dir / "delta_opts").write_text(delta_opts(self.order, self.window))
+        (set_dir / DELTA_COLUMNS).write_text(f"{self.first} {self.last}\n")
+
+    @classmethod
+    def read(cls, set_dir: Path) -> "LoadDeltas | None":
+        """None for a set without delta_columns (its matrices are used as stored)."""
+        columns = set_dir / DELTA_COLUMNS
+        if not columns.is_file():
+            return None
+        try:
+            first, last = (int(v) for v in columns.read_text().split())
+            opts = dict(part.lstrip("-").split("=") for part in (set_dir / "delta_opts").read_text().split())
+            return cls(int(opts["delta-order"]), int(opts["delta-window"]), first, last)
+        except FileNotFoundError:
+            raise InputError(f"{set_dir / 'delta_opts'}: missing beside {columns}; re-run the features stage") from None
+        except (ValueError, KeyError):
+            raise InputError(f"{columns}: expected 'first last' columns and a delta_opts with --delta-order and "
+                             "--delta-window; re-run the features stage") from None
+
+
+@dataclass(frozen=True)
+class FeatureLayout:
+    """How a set's stored matrices become the model's input: their width, and the deltas added."""
+
+    feat_dim: int
+    deltas: LoadDeltas | None = None
+
+    @property
+    def stored_dim(self) -> int:
+        return self.feat_dim - (self.deltas.added_dim if self.deltas else 0)
+
+    def expand(self, stored: np.ndarray) -> np.ndarray:
+        return self.deltas(stored) if self.deltas else stored
+
+    @classmethod
+    def read(cls, set_dir: str | os.PathLike) -> "FeatureLayout":
+        return cls(read_feat_dim(set_dir), LoadDeltas.read(Path(set_dir)))
+
+
+class FeatureWriter:
+    """Matrices into `<name>.ark` + `<name>.scp` (kaldiio's writer, Kaldi's format), compressed as
+    Kaldi's `copy-feats --compress=true` does when `compress`. Each call returns the matrix as a
+    reader will get it back, so statistics can be computed on exactly that."""
+
+    def __init__(self, ark: Path, scp: Path, compress: bool):
+        self.ark_path, self.scp_path, self.compress = Path(ark), Path(scp), compress
+        self.method = KALDI_AUTOMATIC_COMPRESSION if compress else None
+        self.ark = open(self.ark_path, "wb")
+        self.lines: list[str] = []
+
+    def __call__(self, key: str, matrix: np.ndarray) -> np.ndarray:
+        matrix = np.ascontiguousarray(matrix, dtype=np.float32)
+        record = io.BytesIO()
+        kaldiio.save_ark(record, {key: matrix}, compression_method=self.method)
+        self.lines.append(f"{key} {self.ark_path}:{self.ark.tell() + len(key.encode()) + 1}\n")
+        self.ark.write(record.getvalue())
+        if not self.compress:
+            return matrix
+        record.seek(0)
+        return next(iter(kaldiio.load_ark(record)))[1]
+
+    def close(self) -> None:
+        self.ark.close()
+        self.scp_path.write_text("".join(self.lines))
+
+    def __enter__(self) -> "FeatureWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class NonFiniteFeatures(InputError):
     """A feature matrix with NaN or inf values: it would make every loss and output it enters
     NaN. The features stage never writes one; features made elsewhere can hold them."""
@@ -72,7 +177,8 @@ class FeatureReader:
             raise InputError(f"{scp}: missing; run the features stage for this set")
         self.feats = commands.load_scp(scp)
         self.num_frames = read_num_frames(self.set_dir, self.feats)
-        self.feat_dim = read_feat_dim(self.set_dir)
+        self.layout = FeatureLayout.read(self.set_dir)
+        self.feat_dim = self.layout.feat_dim
         self.cmvn = CmvnApplier(self.set_dir, utt2spk, norm_vars)
         self.augment = None  # training-time masking (asr.features.specaugment), set by the trainer
 
@@ -81,22 +187,25 @@ class FeatureReader:
 
     def __call__(self, utt: str, index: int = 0) -> Tensor:
         """`index`: the utterance's place in its dataset, which seeds its augmentation."""
-        feats = checked_features(self.set_dir, utt, self.feat_dim, lambda: self.feats[utt], lambda mat: self.cmvn(utt, mat))
+        feats = checked_features(self.set_dir, utt, self.layout, lambda: self.feats[utt], lambda mat: self.cmvn(utt, mat))
         return self.augment(feats, index) if self.augment is not None else feats
 
 
-def checked_features(set_dir: Path, utt: str, feat_dim: int, read: Callable[[], np.ndarray],
+def checked_features(set_dir: Path, utt: str, layout: FeatureLayout, read: Callable[[], np.ndarray],
                      normalise: Callable[[np.ndarray], np.ndarray]) -> Tensor:
-    """One utterance's matrix from `read()`, normalised: an unreadable ark, a matrix of another
-    width than feat_dim, or NaN/inf after normalisation is an InputError naming the utterance."""
+    """One utterance's matrix from `read()`, deltas appended and normalised: an unreadable ark,
+    a matrix of another width than the layout stores, or NaN/inf after normalisation is an
+    InputError naming the utterance."""
     try:
         mat = read()
     except InputError:
         raise
     except Exception as err:  # kaldiio raises assorted errors for a truncated/missing ark
         raise InputError(f"{set_dir / 'feats.scp'}: cannot read features of {utt!r} ({err}); re-run the features stage") from None
-    if mat.ndim != 2 or mat.shape[1] != feat_dim:
-        raise InputError(f"{set_dir}: {utt!r} has shape {mat.shape}, expected (T, {feat_dim}) from feat_dim")
+    if mat.ndim != 2 or mat.shape[1] != layout.stored_dim:
+        source = "feat_dim" + (f" less the deltas of {DELTA_COLUMNS}" if layout.deltas else "")
+        raise InputError(f"{set_dir}: {utt!r} has shape {mat.shape}, expected (T, {layout.stored_dim}) from {source}")
+    mat = layout.expand(mat)
     normalised = normalise(mat)
     if not np.isfinite(normalised).all():
         where = "its features" if not np.isfinite(mat).all() else "its CMVN statistics (cmvn.scp)"

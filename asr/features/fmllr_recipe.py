@@ -5,13 +5,11 @@ Per frame the features are
   fmllr_fbank   [ fMLLR as above | x_t | delta x_t | delta^2 x_t ]  (dim + D * (1 + delta_order))
   fmllr_ivector_fbank   [ fMLLR | i-vector | x_t | delta x_t | delta^2 x_t ]  (+ features.ivector.dim)
 where x_t is the log-mel frame, CMN_s the speaker's mean normalisation, P the LDA+MLLT matrix
-and W_s the speaker's fMLLR transform. For fmllr and fmllr_fbank the log-mel stream is raw (its
-CMVN, like that of the whole vector, comes from the statistics stored beside the features, per
-`features.cmvn`). For fmllr_ivector_fbank, fMLLR and log-mel are normalised per
-`features.cmvn` (speaker or utterance; means, and variances with `features.norm_vars`) before
-the i-vector (asr.features.ivector_recipe) goes between them, and the set's cmvn_type is
-none: the i-vector is used as it is, and per-speaker statistics would wipe out a per-speaker
-i-vector.
+and W_s the speaker's fMLLR transform. The sets store [fMLLR | (i-vector) | x_t] and name the
+log-mel columns in `delta_columns`: the reader appends their deltas (asr.features.featureset),
+then normalises the whole vector with the CMVN statistics stored beside it per `features.cmvn`.
+Those statistics are of the vector with its deltas; the i-vector's columns hold the statistics
+of an identity normalisation (mean 0, variance 1), so the i-vector is used as it is.
 
 Every set, eval included, is adapted the same way: each speaker's transform is estimated
 from that speaker's own frames under the GMM, so test-time adaptation is unsupervised and
@@ -40,16 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import kaldiio
 import numpy as np
 import torch
 
 from asr.data.datadir import read_data_dir, read_table, spk2utt, write_table
 from asr.features import cmvn
-from asr.features.deltas import add_deltas
 from asr.features.extract import (SetSummary, _add_stats, _log_summary, join_parts, merge_stats, non_finite_problem,
                                   repoint_scp, run_parts)
 from asr.features.fbank import FbankOptions
+from asr.features.featureset import FeatureLayout, FeatureWriter, LoadDeltas
 from asr.features.fmllr import transform_frames
 from asr.features.fmllr_model import FmllrModel, FmllrOptions, SpeakerFrames, single_thread, train_fmllr_model, write_report
 from asr.features.ivector_recipe import IvectorReader, ivector_sets, make_base_sets
@@ -63,8 +60,8 @@ log = logging.getLogger("asr.features")
 
 KINDS = ("fmllr", "fmllr_fbank", "fmllr_ivector_fbank")
 WITH_LOGMEL = ("fmllr_fbank", "fmllr_ivector_fbank")
-BAKED_CMVN = ("speaker", "utterance", "none")  # what fmllr_ivector_fbank can normalise before appending
 SET_OUTPUTS = ("feats.ark", "feats.scp", "utt2num_frames", "feat_dim", "cmvn_type", "trans.scp", CHECKSUM_FILE)
+STORED_LAYOUT = "deltas appended on reading"  # sets that stored their deltas are made again
 MODEL_OUTPUTS = ("final.dubm", "splice_opts", "cmvn_opts", "report.json", CHECKSUM_FILE)
 
 
@@ -86,9 +83,6 @@ def make_fmllr_features(cfg: Any) -> list[SetSummary]:
         raise InputError(f"features.kind={fcfg.kind!r} is not an fMLLR recipe {KINDS}")
     if fcfg.fmllr.lda and fcfg.fmllr.dim > FbankOptions.from_config(fcfg).dim * (fcfg.fmllr.splice_left + 1 + fcfg.fmllr.splice_right):
         raise InputError(f"features.fmllr.dim={fcfg.fmllr.dim} exceeds the spliced log-mel dimension")
-    if fcfg.kind == "fmllr_ivector_fbank" and fcfg.cmvn not in BAKED_CMVN:
-        raise InputError(f"features.cmvn={fcfg.cmvn!r}: {fcfg.name} normalises fMLLR and log-mel per speaker or per "
-                         f"utterance before the i-vector goes between them; choose one of {BAKED_CMVN}")
     root = Path(fcfg.feats_dir) / fcfg.name
     sets = (cfg.data.train_set, cfg.data.dev_set, cfg.data.eval_set)
     make_base_sets(cfg, root)
@@ -138,19 +132,22 @@ class AdaptOptions:
     cmvn: str
     fmllr: FmllrOptions
     device: str
-    norm_vars: bool = True
+    layout: FeatureLayout  # what the set stores and the reader appends
+    ivector_columns: tuple[int, int] = (0, 0)  # fmllr_ivector_fbank: [first, last) of the i-vector
     ivector_dir: str = ""  # fmllr_ivector_fbank: the set's i-vectors (asr.features.ivector_recipe)
+    compress: bool = False
 
     @classmethod
     def from_config(cls, fcfg: Any, ivector_dir: Path | None = None) -> "AdaptOptions":
+        first = fmllr_dim(fcfg)
+        ivector = fcfg.ivector.dim if fcfg.kind == "fmllr_ivector_fbank" else 0
+        logmel = FbankOptions.from_config(fcfg).dim
+        deltas = None
+        if fcfg.kind in WITH_LOGMEL and fcfg.delta_order > 0:
+            deltas = LoadDeltas(fcfg.delta_order, fcfg.delta_window, first + ivector, first + ivector + logmel)
         return cls(fcfg.kind, fcfg.delta_order, fcfg.delta_window, fcfg.cmvn, FmllrOptions.from_config(fcfg.fmllr), fcfg.device,
-                   fcfg.norm_vars, str(ivector_dir) if ivector_dir is not None else "")
-
-    @property
-    def stored_cmvn(self) -> str:
-        """The CMVN unit of the statistics stored beside the output: none when it is normalised
-        already (fmllr_ivector_fbank: the i-vector in the middle is used as it is)."""
-        return "none" if self.kind == "fmllr_ivector_fbank" else self.cmvn
+                   FeatureLayout(feature_dim(fcfg), deltas), (first, first + ivector),
+                   str(ivector_dir) if ivector_dir is not None else "", fcfg.compress)
 
 
 @dataclass
@@ -182,7 +179,7 @@ def adapt_set(model_dir: Path, model_checksum: str, base_dir: Path, data_dir: Pa
         raise ValueError("fmllr_ivector_fbank needs the set's i-vector directory")
     ivectors = (ivector_dir / CHECKSUM_FILE).read_text() if ivector_dir is not None else ""
     expected = checksum(model_checksum, source_checksum(base_dir), fcfg.kind, fcfg.delta_order, fcfg.delta_window,
-                        fcfg.cmvn, plain(fcfg.fmllr), ivectors, fcfg.norm_vars if ivectors else None)
+                        fcfg.cmvn, plain(fcfg.fmllr), ivectors, STORED_LAYOUT, fcfg.compress)
     if not fcfg.force and complete(out_dir, SET_OUTPUTS, expected):
         log.info("%s: complete already (%s), skipping; features.force=true recomputes it", out_dir.name, out_dir)
         return SetSummary(out_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
@@ -199,7 +196,7 @@ def adapt_set(model_dir: Path, model_checksum: str, base_dir: Path, data_dir: Pa
         tasks = [AdaptTask(i, part, str(model_dir), str(base_dir), str(tmp), utt2spk, options) for i, part in enumerate(parts)]
         results = run_parts(tasks, desc=out_dir.name, total=len(speakers), work=adapt_part, unit="spk")
         join_parts(tmp, out_dir, len(parts))
-        summary = _finish_set(results, tmp, out_dir, base_dir, fcfg, options.stored_cmvn, expected)
+        summary = _finish_set(results, tmp, out_dir, base_dir, fcfg, options, expected)
     summary.wall_seconds = time.perf_counter() - started
     summary.seconds = summary.frames * fcfg.frame_shift_ms / 1000.0  # one frame per shift
     _log_summary(summary)
@@ -219,24 +216,24 @@ def _adapt_part(task: AdaptTask, on_speaker_done) -> AdaptResult:
     ivectors = IvectorReader(opts.ivector_dir) if opts.ivector_dir else None
     result = AdaptResult()
     out = Path(task.out_dir)
-    with kaldiio.WriteHelper(f"ark,scp:{out / f'feats.{task.index}.ark'},{out / f'feats.{task.index}.scp'}") as writer:
+    with FeatureWriter(out / f"feats.{task.index}.ark", out / f"feats.{task.index}.scp", opts.compress) as writer:
         for speaker, utts in task.speakers.items():
             for utt, feats in adapt_speaker(model, frames, speaker, utts, opts, result, ivectors):
                 problem = non_finite_problem(feats)
                 if problem:
                     result.skipped[utt] = problem
                     continue
-                writer(utt, feats)
+                stored = writer(utt, feats)
                 result.num_frames[utt] = feats.shape[0]
-                if opts.stored_cmvn != "none":
-                    _add_stats(result.stats, cmvn.compute_stats(opts.stored_cmvn, {utt: feats}, task.utt2spk))
+                if opts.cmvn != "none":  # statistics of what the reader normalises: deltas included
+                    _add_stats(result.stats, cmvn.compute_stats(opts.cmvn, {utt: opts.layout.expand(stored)}, task.utt2spk))
             on_speaker_done()
     return result
 
 
 def adapt_speaker(model: FmllrModel, frames: SpeakerFrames, speaker: str, utts: list[str], opts: AdaptOptions,
                   result: AdaptResult, ivectors: IvectorReader | None = None) -> list[tuple[str, np.ndarray]]:
-    """(utt, composed features) for one speaker; its transform and diagnostics go to `result`."""
+    """(utt, stored features) for one speaker; its transform and diagnostics go to `result`."""
     raw = [frames.raw(u) for u in utts]
     projected = [model.project(frames.cmvn(u, r)) for u, r in zip(utts, raw)]
     device = model.gmm.means.device
@@ -248,34 +245,26 @@ def adapt_speaker(model: FmllrModel, frames: SpeakerFrames, speaker: str, utts: 
     out = []
     for utt, r, z in zip(utts, raw, projected):
         adapted = transform_frames(torch.from_numpy(z), fmllr.transform).numpy().astype(np.float32)
+        parts = [adapted]
+        if ivectors is not None:
+            parts.append(ivectors(utt, adapted.shape[0]).astype(np.float32))
         if opts.kind in WITH_LOGMEL:
-            logmel = add_deltas(r, opts.delta_order, opts.delta_window) if opts.delta_order > 0 else r
-            adapted = np.concatenate([adapted, logmel.astype(np.float32)], axis=1)
-        out.append((utt, adapted))
-    if opts.kind == "fmllr_ivector_fbank":
-        assert ivectors is not None
-        out = [(utt, insert_ivectors(feats, ivectors(utt, feats.shape[0]), fmllr.transform.shape[0]))
-               for utt, feats in normalised(out, opts.cmvn, opts.norm_vars)]
+            parts.append(r.astype(np.float32))
+        out.append((utt, np.concatenate(parts, axis=1)))
     return out
 
 
-def normalised(feats: list[tuple[str, np.ndarray]], unit: str, norm_vars: bool) -> list[tuple[str, np.ndarray]]:
-    """One speaker's utterances normalised as the training reader would with statistics per
-    `unit` (speaker | utterance | none)."""
-    if unit == "none":
-        return feats
-    if unit == "speaker":
-        stats = cmvn.accumulate(f for _, f in feats)
-        return [(utt, cmvn.apply(f, stats, norm_vars)) for utt, f in feats]
-    return [(utt, cmvn.apply(f, cmvn.accumulate([f]), norm_vars)) for utt, f in feats]
+def with_identity_columns(stats: dict[str, np.ndarray], columns: tuple[int, int]) -> dict[str, np.ndarray]:
+    """CMVN statistics whose `columns` normalise as the identity (sum 0, sum of squares = count:
+    mean 0, variance 1), so Kaldi's apply-cmvn leaves those dimensions as they are."""
+    first, last = columns
+    for value in stats.values():
+        value[0, first:last] = 0.0
+        value[1, first:last] = value[0, -1]
+    return stats
 
 
-def insert_ivectors(acoustic: np.ndarray, ivectors: np.ndarray, position: int) -> np.ndarray:
-    """[acoustic[:, :position] | i-vectors | acoustic[:, position:]] per frame, float32."""
-    return np.concatenate([acoustic[:, :position], ivectors, acoustic[:, position:]], axis=1).astype(np.float32)
-
-
-def _finish_set(results: list[AdaptResult], tmp: Path, out_dir: Path, base_dir: Path, fcfg: Any, cmvn_unit: str,
+def _finish_set(results: list[AdaptResult], tmp: Path, out_dir: Path, base_dir: Path, fcfg: Any, options: AdaptOptions,
                 expected: str) -> SetSummary:
     """Everything beside the joined features: transforms, frame counts, dimension, CMVN."""
     final = out_dir.absolute()
@@ -285,9 +274,12 @@ def _finish_set(results: list[AdaptResult], tmp: Path, out_dir: Path, base_dir: 
     write_transforms(tmp, transforms)
     repoint_scp(tmp / "trans.scp", final / "trans.ark")
     write_table(tmp / "utt2num_frames", {u: str(n) for u, n in num_frames.items()})
-    (tmp / "feat_dim").write_text(f"{feature_dim(fcfg)}\n")
-    stats = merge_stats(r.stats for r in results)
-    cmvn.write_stats(stats, tmp, cmvn_unit)
+    (tmp / "feat_dim").write_text(f"{options.layout.feat_dim}\n")
+    if options.layout.deltas:
+        options.layout.deltas.write(tmp)
+    (tmp / "compress").write_text(f"{str(options.compress).lower()}\n")
+    stats = with_identity_columns(merge_stats(r.stats for r in results), options.ivector_columns)
+    cmvn.write_stats(stats, tmp, options.cmvn)
     if stats:
         repoint_scp(tmp / "cmvn.scp", final / "cmvn.ark")
     # speaker, frames, adapted|identity, log-likelihood per frame before/after, and the same

@@ -46,6 +46,7 @@ from asr.features import cmvn
 from asr.features import ivector as iv
 from asr.features.extract import SetSummary, _log_summary, extract_set, join_parts, repoint_scp, run_parts
 from asr.features.fbank import FbankOptions
+from asr.features.featureset import FeatureWriter
 from asr.features.fmllr_model import single_thread
 from asr.features.ivector_model import CONF_FILE, IvectorModel, LogmelFrames, train_ivector_model, write_report
 from asr.features.provenance import CHECKSUM_FILE, checksum, complete, plain, source_checksum
@@ -80,7 +81,8 @@ def make_base_sets(cfg: Any, root: Path) -> None:
     options = FbankOptions.from_config(fcfg)
     for set_name in (cfg.data.train_set, cfg.data.dev_set, cfg.data.eval_set):
         extract_set(Path(cfg.data.data_dir) / set_name, root / "fbank" / set_name, options, cmvn_unit="speaker",
-                    jobs=fcfg.jobs, device=fcfg.device, batch_seconds=fcfg.batch_seconds, force=fcfg.force)
+                    jobs=fcfg.jobs, device=fcfg.device, batch_seconds=fcfg.batch_seconds, force=fcfg.force,
+                    compress=fcfg.compress)
 
 
 def check_options(fcfg: Any) -> None:
@@ -161,6 +163,7 @@ class ExtractTask:
     max_count: float
     device: str
     write_feats: bool
+    compress: bool = False  # the per-frame features as Kaldi's compressed matrices
 
 
 @dataclass
@@ -175,7 +178,8 @@ def extract_ivector_set(model_dir: Path, model_checksum: str, base_dir: Path, da
     """One set's i-vectors (and, with `write_feats`, per-frame features), its speakers split
     over `features.jobs` worker processes."""
     icfg = fcfg.ivector
-    expected = checksum(model_checksum, source_checksum(base_dir), mode, icfg.period, icfg.max_count, write_feats)
+    expected = checksum(model_checksum, source_checksum(base_dir), mode, icfg.period, icfg.max_count, write_feats,
+                        fcfg.compress if write_feats else None)
     if not fcfg.force and complete(out_dir, FEATURE_OUTPUTS if write_feats else IVECTOR_OUTPUTS, expected):
         log.info("%s: i-vectors complete already (%s), skipping; features.force=true recomputes them", out_dir.name, out_dir)
         return SetSummary(out_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
@@ -189,7 +193,7 @@ def extract_ivector_set(model_dir: Path, model_checksum: str, base_dir: Path, da
     log.info("%s: %s i-vectors for %d speakers in %d part(s) into %s", out_dir.name, mode, len(speakers), len(parts), out_dir)
     with atomic_dir(out_dir) as tmp:
         tasks = [ExtractTask(i, str(model_dir), str(base_dir), str(tmp), part, mode, icfg.period, icfg.max_count,
-                             fcfg.device, write_feats) for i, part in enumerate(parts)]
+                             fcfg.device, write_feats, fcfg.compress) for i, part in enumerate(parts)]
         results = run_parts(tasks, desc=f"{out_dir.name} i-vectors", total=len(speakers), work=extract_part, unit="spk")
         for name in ("ivector_online", "feats") if write_feats else ("ivector_online",):
             join_parts(tmp, out_dir, len(parts), name)
@@ -253,7 +257,7 @@ def _extract_part(task: ExtractTask, on_speaker_done: Callable[[], None]) -> Ext
     result = ExtractResult()
     out = Path(task.out_dir)
     online = kaldiio.WriteHelper(f"ark,scp:{out / f'ivector_online.{task.index}.ark'},{out / f'ivector_online.{task.index}.scp'}")
-    feats = kaldiio.WriteHelper(f"ark,scp:{out / f'feats.{task.index}.ark'},{out / f'feats.{task.index}.scp'}") if task.write_feats else None
+    feats = FeatureWriter(out / f"feats.{task.index}.ark", out / f"feats.{task.index}.scp", task.compress) if task.write_feats else None
     try:
         for speaker, utts in task.speakers.items():
             for utt, rows, frames in speaker_ivectors(model, logmel, speaker, utts, task, result):
@@ -345,7 +349,8 @@ def import_ivector_set(kaldi_dir: Path, set_name: str, base_dir: Path, data_dir:
     if not online.is_file() and not per_speaker.is_file():
         raise InputError(f"{source}: neither ivector_online.scp (with ivector_period) nor ivectors_spk.scp")
     recorded = (online if online.is_file() else per_speaker).read_text()
-    expected = checksum("kaldi", str(source), recorded, source_checksum(base_dir), write_feats, fcfg.ivector.period)
+    expected = checksum("kaldi", str(source), recorded, source_checksum(base_dir), write_feats, fcfg.ivector.period,
+                        fcfg.compress if write_feats else None)
     if not fcfg.force and complete(out_dir, FEATURE_OUTPUTS if write_feats else IVECTOR_OUTPUTS, expected):
         log.info("%s: i-vectors complete already (%s), skipping", out_dir.name, out_dir)
         return SetSummary(out_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
@@ -365,7 +370,7 @@ def import_ivector_set(kaldi_dir: Path, set_name: str, base_dir: Path, data_dir:
         report |= {"period": reader.period, "utterances": len(num_frames)}
         dim = _check_dim(reader, num_frames, fcfg.ivector.dim)
         if write_feats:
-            with kaldiio.WriteHelper(f"ark,scp:{tmp / 'feats.ark'},{tmp / 'feats.scp'}") as writer:
+            with FeatureWriter(tmp / "feats.ark", tmp / "feats.scp", fcfg.compress) as writer:
                 for utt, frames in num_frames.items():
                     writer(utt, reader(utt, frames))
             repoint_scp(tmp / "feats.scp", out_dir.absolute() / "feats.ark")

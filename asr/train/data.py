@@ -21,7 +21,7 @@ from torch import Tensor
 from torch.utils.data import Dataset, Sampler
 
 from asr.features.cmvn import apply as apply_cmvn
-from asr.features.featureset import checked_features, read_feat_dim
+from asr.features.featureset import FeatureLayout, checked_features
 from asr.models.blstm import output_lengths
 from asr.text.tokenizer import Tokenizer
 from asr.train.index import IndexSources, load_index
@@ -64,7 +64,8 @@ class CtcDataset(Dataset):
         if not Path(data_dir).is_dir():
             raise InputError(f"{data_dir}: data directory not found; run the prepare stage first")
         self.set_dir = Path(feats_set_dir)
-        self.feat_dim = read_feat_dim(self.set_dir)
+        self.layout = FeatureLayout.read(self.set_dir)
+        self.feat_dim = self.layout.feat_dim
         sources = IndexSources.of(Path(data_dir), self.set_dir, tokenizer.path)
         index = load_index(sources, tokenizer, self.set_dir, build)
         if index is None:
@@ -102,7 +103,7 @@ class CtcDataset(Dataset):
 
     def features(self, index: int) -> Tensor:
         row = int(self.rows[index])
-        feats = checked_features(self.set_dir, self.index.utt(row), self.feat_dim, lambda: self.index.features(row),
+        feats = checked_features(self.set_dir, self.index.utt(row), self.layout, lambda: self.index.features(row),
                                  lambda mat: self._normalise(row, mat))
         return self.augment(feats, index) if self.augment is not None else feats
 

@@ -11,6 +11,7 @@ import torch
 from asr.data.datadir import read_table
 from asr.features import cmvn
 from asr.features.deltas import add_deltas
+from asr.features.featureset import FeatureReader
 from asr.features.fmllr import transform_frames
 from asr.features.fmllr_model import FmllrModel
 from asr.features.kaldi_io import read_transforms
@@ -53,13 +54,16 @@ def test_ivector_recipe_writes_kaldi_ivectors_and_per_frame_features(ivector_run
         frames = {u: int(n) for u, n in read_table(set_dir / "utt2num_frames").items()}
         for utt, mat in feats.items():
             assert mat.shape == (frames[utt], 5) and rows[utt].shape == (-(-frames[utt] // 10), 5)
-            np.testing.assert_array_equal(mat, rows[utt][np.arange(frames[utt]) // 10])
+            expected = rows[utt][np.arange(frames[utt]) // 10]
+            # stored compressed (features.compress): at least 64 levels per column's range
+            np.testing.assert_allclose(mat, expected, rtol=0, atol=np.ptp(expected) / 64)
     # Training set: one i-vector per speaker, the same for every frame of its utterances.
     train = out / "train"
     per_speaker = kaldiio.load_scp(str(train / "ivectors_spk.scp"))
     assert len(per_speaker) == 6 and all(v.shape == (5,) for v in per_speaker.values())
     for utt, mat in kaldiio.load_scp(str(train / "feats.scp")).items():
-        np.testing.assert_array_equal(mat, np.tile(per_speaker[utt.split("_")[0]], (mat.shape[0], 1)))
+        expected = np.tile(per_speaker[utt.split("_")[0]], (mat.shape[0], 1))
+        np.testing.assert_allclose(mat, expected, rtol=0, atol=np.ptp(expected) / 64)
     # Dev and eval: online, so the rows of an utterance differ, and no per-speaker file.
     assert not (out / "eval" / "ivectors_spk.scp").exists()
     online = next(iter(kaldiio.load_scp(str(out / "eval" / "ivector_online.scp")).values()))
@@ -107,21 +111,25 @@ def test_kaldi_ivector_dirs_are_used_as_they_are(ivector_run, tmp_path):
 def full_input_run(tmp_path_factory, corpus):
     root = tmp_path_factory.mktemp("full_input")
     (root / "data").symlink_to(corpus / "data")
-    cfg = config(root, "fmllr40_ivector100_logmel40_deltas", *SMALL_FMLLR, *SMALL_IVECTOR)
+    cfg = config(root, "fmllr40_ivector100_logmel40_deltas", *SMALL_FMLLR, *SMALL_IVECTOR, "features.compress=false")
     return root, cfg, make_features(cfg)
 
 
 def test_full_input_is_normalised_fmllr_ivector_and_logmel_deltas(full_input_run):
-    """Per frame: [fMLLR | i-vector | log-mel + deltas], fMLLR and log-mel normalised per
-    speaker (mean and variance) exactly as the training reader would, the i-vector as it is."""
+    """Per frame, as the reader returns it: [fMLLR | i-vector | log-mel + deltas], fMLLR and
+    log-mel normalised per speaker (mean and variance), the i-vector as it is. The set stores
+    [fMLLR | i-vector | log-mel]; the reader appends the deltas."""
     root, cfg, summaries = full_input_run
     out = root / "feats" / "fmllr40_ivector100_logmel40_deltas"
     assert [s.utterances for s in summaries] == [12, 12, 12]
     model = FmllrModel.load(out / "gmm")
     for set_name in ("train", "eval"):
         set_dir = out / set_name
-        assert (set_dir / "feat_dim").read_text() == "165\n" and (set_dir / "cmvn_type").read_text() == "none\n"
-        feats = kaldiio.load_scp(str(set_dir / "feats.scp"))
+        assert (set_dir / "feat_dim").read_text() == "165\n" and (set_dir / "cmvn_type").read_text() == "speaker\n"
+        assert (set_dir / "delta_columns").read_text() == "45 85\n"
+        stored = kaldiio.load_scp(str(set_dir / "feats.scp"))
+        reader = FeatureReader(set_dir, {utt: utt.split("_")[0] for utt in stored})
+        feats = {utt: reader(utt).numpy() for utt in stored}
         base = kaldiio.load_scp(str(out / "fbank" / set_name / "feats.scp"))
         base_cmvn = kaldiio.load_scp(str(out / "fbank" / set_name / "cmvn.scp"))
         transforms = read_transforms(set_dir / "trans.scp")
@@ -146,7 +154,8 @@ def test_full_input_is_normalised_fmllr_ivector_and_logmel_deltas(full_input_run
                 np.testing.assert_array_equal(mat[:, 40:45], ivectors[utt][np.arange(mat.shape[0]) // 10])
     # Every speaker of the training set is normalised: mean 0 and variance 1 in the acoustic dims.
     train = kaldiio.load_scp(str(out / "train" / "feats.scp"))
-    frames = np.concatenate([m for u, m in train.items() if u.startswith("sw02001-A")])
+    reader = FeatureReader(out / "train", {utt: utt.split("_")[0] for utt in train})
+    frames = np.concatenate([reader(u).numpy() for u in train if u.startswith("sw02001-A")])
     np.testing.assert_allclose(np.delete(frames, range(40, 45), axis=1).mean(axis=0), 0.0, atol=1e-4)
     np.testing.assert_allclose(np.delete(frames, range(40, 45), axis=1).std(axis=0), 1.0, atol=1e-3)
 
@@ -155,8 +164,6 @@ def test_option_errors_name_the_option(corpus, tmp_path):
     (tmp_path / "data").symlink_to(corpus / "data")
     with pytest.raises(InputError, match=r"features.ivector.test='offline'"):
         make_features(config(tmp_path, "ivector100", *SMALL_IVECTOR, "features.ivector.test=offline"))
-    with pytest.raises(InputError, match=r"features.cmvn='global'"):
-        make_features(config(tmp_path, "fmllr40_ivector100_logmel40_deltas", *SMALL_FMLLR, *SMALL_IVECTOR, "features.cmvn=global"))
     with pytest.raises(InputError, match="features.ivector.pca_dim=500"):
         make_features(config(tmp_path, "ivector100", *SMALL_IVECTOR, "features.ivector.pca_dim=500"))
 

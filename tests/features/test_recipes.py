@@ -13,6 +13,7 @@ from asr.config import load_config
 from asr.features.deltas import add_deltas
 from asr.features.extract import extract_set
 from asr.features.fbank import FbankOptions
+from asr.features.featureset import FeatureReader
 from asr.features.fmllr import transform_frames
 from asr.data.datadir import read_data_dir, read_table
 from asr.features.fmllr_model import FmllrModel, SpeakerFrames, train_fmllr_model
@@ -53,10 +54,17 @@ def test_logmel_with_deltas(tmp_path, corpus):
     with_deltas = extract_set(corpus / "data" / "train", tmp_path / "deltas", options, jobs=1, deltas=(2, 2))
     assert (tmp_path / "deltas" / "feat_dim").read_text() == "120\n"
     assert (tmp_path / "deltas" / "delta_opts").read_text() == "--delta-order=2 --delta-window=2\n"
+    assert (tmp_path / "deltas" / "delta_columns").read_text() == "0 40\n"
     assert not (tmp_path / "plain" / "delta_opts").exists()
+    # Stored as the plain filterbank; the reader appends the deltas, then normalises all 120 dims.
     a, b = (kaldiio.load_scp(str(tmp_path / d / "feats.scp")) for d in ("plain", "deltas"))
+    utt2spk = read_data_dir(corpus / "data" / "train").utt2spk
+    reader = FeatureReader(tmp_path / "deltas", utt2spk)
     for utt in a:
-        np.testing.assert_allclose(b[utt], add_deltas(a[utt], 2, 2), rtol=1e-6, atol=1e-5)
+        np.testing.assert_array_equal(b[utt], a[utt])
+        expected = add_deltas(a[utt], 2, 2)
+        expected = (expected - expected.mean(axis=0)) / expected.std(axis=0)
+        np.testing.assert_allclose(reader(utt).numpy(), expected, rtol=1e-3, atol=1e-3)  # E[x^2]-E[x]^2 in the stats
     assert with_deltas.frames == plain.frames
     # The delta options are part of what makes a set complete: asking for none recomputes it.
     again = extract_set(corpus / "data" / "train", tmp_path / "deltas", options, jobs=1)
@@ -105,11 +113,16 @@ def test_fmllr_logmel_composition(fmllr_run):
     for utt, mat in feats.items():
         speaker = utt.split("_")[0]
         raw = base[utt]
-        assert mat.shape == (raw.shape[0], 160) and mat.dtype == np.float32
-        np.testing.assert_allclose(mat[:, 40:], add_deltas(raw, 2, 2), rtol=1e-5, atol=1e-4)
+        # Stored [fMLLR | log-mel], compressed (at least 64 levels per column's range); the
+        # reader appends the log-mel's deltas.
+        assert mat.shape == (raw.shape[0], 80) and mat.dtype == np.float32
+        np.testing.assert_allclose(mat[:, 40:], raw, rtol=0, atol=np.ptp(raw) / 64)
         normalised = raw - base_cmvn[speaker][0, :-1] / base_cmvn[speaker][0, -1]
         expected = transform_frames(torch.from_numpy(model.project(normalised)), transforms[speaker]).numpy()
-        np.testing.assert_allclose(mat[:, :40], expected, rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(mat[:, :40], expected, rtol=0, atol=np.ptp(expected) / 64)
+    assert (out / "eval" / "delta_columns").read_text() == "40 80\n" and (out / "eval" / "compress").read_text() == "true\n"
+    reader = FeatureReader(out / "eval", {utt: utt.split("_")[0] for utt in feats})
+    assert all(reader(utt).shape == (mat.shape[0], 160) for utt, mat in feats.items())
 
 
 def test_fmllr_rerun_skips_and_reuses_the_model(fmllr_run, caplog):
@@ -161,7 +174,8 @@ def test_kaldi_files_reproduce_the_fmllr_features(fmllr_run, tmp_path):
     ours = kaldiio.load_scp(str(out / "eval" / "feats.scp"))
     assert sorted(imported) == sorted(ours) and (root / "feats" / "from_kaldi" / "eval" / "feat_dim").read_text() == "40\n"
     for utt in ours:
-        np.testing.assert_allclose(imported[utt], ours[utt][:, :40], rtol=1e-4, atol=1e-3)
+        ours_fmllr = ours[utt][:, :40]  # ours stored compressed: at least 64 levels per column's range
+        np.testing.assert_allclose(imported[utt], ours_fmllr, rtol=0, atol=np.ptp(ours_fmllr) / 64)
 
 
 def test_kaldi_feats_and_cmvn_used_as_they_are(corpus, tmp_path):
@@ -196,7 +210,7 @@ def test_parallel_adaptation_gives_the_same_features(fmllr_run, tmp_path):
     two = kaldiio.load_scp(str(tmp_path / "jobs2" / "feats.scp"))
     assert list(one) == list(two)  # one sorted scp over the joined ark
     for utt in one:
-        assert two[utt].shape == (one[utt].shape[0], 160)
+        assert two[utt].shape == (one[utt].shape[0], 80)  # stored: [fMLLR | log-mel]
         np.testing.assert_allclose(two[utt], one[utt], rtol=1e-5, atol=1e-5)
     a, b = (read_transforms(tmp_path / d / "trans.scp") for d in ("jobs1", "jobs2"))
     assert sorted(a) == sorted(b) and all(np.allclose(a[s], b[s], atol=1e-5) for s in a)

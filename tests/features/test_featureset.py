@@ -1,0 +1,86 @@
+"""The feature set's storage: Kaldi's compressed matrices through kaldiio, and deltas appended
+on reading."""
+
+import io
+
+import kaldiio
+import numpy as np
+import pytest
+
+from asr.features.deltas import add_deltas
+from asr.features.featureset import FeatureLayout, FeatureReader, FeatureWriter, LoadDeltas
+from asr.utils.errors import InputError
+
+
+def speech_like(rng, frames: int, dim: int) -> np.ndarray:
+    """Log-mel-like values: a per-bin level, slow drift and noise."""
+    level = rng.uniform(5, 15, dim)
+    drift = np.cumsum(rng.standard_normal((frames, 1)), axis=0) * 0.3
+    return (level + drift + rng.standard_normal((frames, dim))).astype(np.float32)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_writer_is_kaldiio_readable_and_returns_what_is_read(tmp_path, compress):
+    rng = np.random.default_rng(0)
+    mats = {f"utt{i}": speech_like(rng, 50 + 30 * i, 40) for i in range(4)}
+    mats["tiny"] = speech_like(rng, 3, 40)  # <= 8 frames: Kaldi's automatic method keeps 2 bytes
+    returned = {}
+    with FeatureWriter(tmp_path / "feats.ark", tmp_path / "feats.scp", compress) as writer:
+        for key, mat in mats.items():
+            returned[key] = writer(key, mat)
+    read = kaldiio.load_scp(str(tmp_path / "feats.scp"))
+    assert list(read) == list(mats)
+    for key, mat in mats.items():
+        np.testing.assert_array_equal(read[key], returned[key])
+        if compress:  # at least 64 levels per column's range, plus the 16-bit column headers
+            assert np.abs(read[key] - mat).max() <= np.ptp(mat) / 64
+        else:
+            np.testing.assert_array_equal(read[key], mat)
+    # The same bytes as kaldiio's own writer with Kaldi's automatic compression.
+    with kaldiio.WriteHelper(f"ark,scp:{tmp_path / 'ref.ark'},{tmp_path / 'ref.scp'}", compression_method=1 if compress else None) as ref:
+        for key, mat in mats.items():
+            ref(key, mat)
+    assert (tmp_path / "ref.ark").read_bytes() == (tmp_path / "feats.ark").read_bytes()
+    assert (tmp_path / "ref.scp").read_text().replace("ref.ark", "feats.ark") == (tmp_path / "feats.scp").read_text()
+
+
+def test_compression_stores_about_a_quarter():
+    rng = np.random.default_rng(1)
+    sizes = {}
+    for compress in (False, True):
+        buf = io.BytesIO()
+        kaldiio.save_ark(buf, {"u": speech_like(rng, 500, 80)}, compression_method=1 if compress else None)
+        sizes[compress] = len(buf.getvalue())
+    assert sizes[True] < 0.27 * sizes[False]  # 1 byte per value + 8 per column, against 4 per value
+
+
+def test_load_deltas_append_the_named_columns_deltas(tmp_path):
+    rng = np.random.default_rng(2)
+    stored = speech_like(rng, 60, 13)
+    deltas = LoadDeltas(order=2, window=2, first=5, last=13)
+    out = deltas(stored)
+    assert out.shape == (60, 13 + 16) and deltas.added_dim == 16
+    np.testing.assert_array_equal(out[:, :13], stored)
+    np.testing.assert_allclose(out[:, 13:], add_deltas(stored[:, 5:13], 2, 2)[:, 8:], rtol=1e-6, atol=1e-6)
+    deltas.write(tmp_path)
+    (tmp_path / "feat_dim").write_text("29\n")
+    layout = FeatureLayout.read(tmp_path)
+    assert layout == FeatureLayout(29, deltas) and layout.stored_dim == 13
+
+
+def test_reader_refuses_a_stored_width_that_does_not_fit(tmp_path):
+    rng = np.random.default_rng(3)
+    with FeatureWriter(tmp_path / "feats.ark", tmp_path / "feats.scp", compress=True) as writer:
+        writer("u1", speech_like(rng, 40, 10))
+    LoadDeltas(2, 2, 0, 10).write(tmp_path)
+    (tmp_path / "feat_dim").write_text("30\n")
+    assert FeatureReader(tmp_path, {"u1": "s1"})("u1").shape == (40, 30)
+    (tmp_path / "feat_dim").write_text("40\n")
+    with pytest.raises(InputError, match=r"'u1' has shape \(40, 10\), expected \(T, 20\) from feat_dim less the deltas of delta_columns"):
+        FeatureReader(tmp_path, {"u1": "s1"})("u1")
+    (tmp_path / "delta_opts").unlink()
+    with pytest.raises(InputError, match="delta_opts: missing beside"):
+        FeatureLayout.read(tmp_path)
+    (tmp_path / "delta_opts").write_text("--delta-order=two\n")
+    with pytest.raises(InputError, match="delta_columns: expected 'first last'"):
+        FeatureLayout.read(tmp_path)
