@@ -52,10 +52,10 @@ print(json.dumps({{"code": code, "left": sorted(str(p) for p in Path({feats!r}).
 
 
 def test_features_stage_on_a_full_disk(tmp_path):
-    for name, seconds in (("train", 10.0), ("dev", 1.0), ("eval", 1.0)):
+    for name, seconds in (("train", 30.0), ("dev", 1.0), ("eval", 1.0)):
         write_wav_data_dir(tmp_path, {f"{name}{i}-A": tone(seconds, i) for i in range(3)}, name)
     mnt = tmp_path / "small"
-    overrides = features_overrides(tmp_path, f"features.feats_dir={mnt}")  # 3 x 160 kB of features into 256 kB
+    overrides = features_overrides(tmp_path, f"features.feats_dir={mnt}")  # 3 x 120 kB of compressed features into 256 kB
     proc = on_small_tmpfs(mnt, "256k", FEATURES.format(overrides=overrides, feats=str(mnt)))
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["code"] == 2, proc.stderr[-3000:]
