@@ -18,7 +18,12 @@ Measured, all on `--threads` CPU threads (torch) and one process:
                     and `with_model_training`), the adaptation of the set (fMLLR per speaker,
                     online i-vectors per utterance: what test audio costs) is included; the
                     i-vector recipes also time per-speaker extraction (`speaker_ivectors`, as
-                    for a training set).
+                    for a training set); `feats_mb_per_hour` is the set's feats.ark per hour
+                    of audio as stored (features.compress, deltas appended by the reader).
+  compression       log-mel 40 with deltas stored compressed and as float32: the bytes per frame
+                    of each, and how far what the reader returns (normalised, deltas appended)
+                    differs, in the static and the delta columns (RMS and largest, in units of
+                    each column's standard deviation).
 Wall and CPU seconds are both reported: on a shared machine CPU time is the stable measure.
 """
 
@@ -44,6 +49,7 @@ from asr.data.audio import RecordingCache, cut_segment
 from asr.data.datadir import DataDir, Segment, read_data_dir, write_data_dir
 from asr.features.extract import compute_features, extract_set
 from asr.features.fbank import INT16_SCALE, FbankOptions
+from asr.features.featureset import FeatureReader
 from asr.features.fmllr_recipe import adapt_set, ensure_model
 from asr.features.ivector_recipe import ensure_extractor, extract_ivector_set
 from asr.features.recipes import feature_dim
@@ -170,10 +176,10 @@ def time_recipe(name: str, data_dir: Path, work: Path, overrides: list[str], aud
     if fcfg.kind == "fbank":
         with timed(timings):
             extract_set(data_dir, out / "set", options, cmvn_unit=fcfg.cmvn, jobs=1,
-                        deltas=(fcfg.delta_order, fcfg.delta_window))
-        return result | rates(timings[0], audio_seconds)
+                        deltas=(fcfg.delta_order, fcfg.delta_window), compress=fcfg.compress)
+        return result | rates(timings[0], audio_seconds) | {"feats_mb_per_hour": mb_per_hour(out / "set", audio_seconds)}
     with timed(timings):
-        extract_set(data_dir, out / "fbank", options, cmvn_unit="speaker", jobs=1)
+        extract_set(data_dir, out / "fbank", options, cmvn_unit="speaker", jobs=1, compress=fcfg.compress)
     fbank = timings[-1]
     training, adaptation = Timing(), Timing()
     if fcfg.kind in ("fmllr", "fmllr_fbank", "fmllr_ivector_fbank"):
@@ -201,7 +207,33 @@ def time_recipe(name: str, data_dir: Path, work: Path, overrides: list[str], aud
     result["model_training"] = {"seconds": round(training.wall, 3), "cpu_seconds": round(training.cpu, 3)}
     result["adaptation"] = {"seconds": round(adaptation.wall, 3), "cpu_seconds": round(adaptation.cpu, 3)}
     result["with_model_training"] = rates(fbank + training + adaptation, audio_seconds)
+    result["feats_mb_per_hour"] = mb_per_hour(out / "set", audio_seconds)
     return result
+
+
+def mb_per_hour(set_dir: Path, audio_seconds: float) -> float:
+    return round((set_dir / "feats.ark").stat().st_size / 2**20 / (audio_seconds / 3600), 2)
+
+
+def compression_error(data_dir: Path, work: Path) -> dict:
+    """Log-mel 40 with deltas, per-utterance CMVN, stored both ways; the reader's outputs compared."""
+    options = FbankOptions(sample_frequency=8000.0, num_mel_bins=40)
+    readers = {}
+    for compress in (False, True):
+        out = work / f"compress_{compress}"
+        extract_set(data_dir, out, options, cmvn_unit="utterance", jobs=1, deltas=(2, 2), compress=compress)
+        readers[compress] = FeatureReader(out, read_data_dir(data_dir).utt2spk)
+    utts = readers[False].utts()
+    errors = np.concatenate([(readers[True](u) - readers[False](u)).numpy() for u in utts])
+    static, deltas = np.abs(errors[:, :40]), np.abs(errors[:, 40:])
+    frames = sum(readers[False].num_frames[u] for u in utts)
+    return {
+        "recipe": "logmel40_deltas", "utterances": len(utts), "frames": frames,
+        "bytes_per_frame": {name: round((readers[compress].set_dir / "feats.ark").stat().st_size / frames, 1)
+                            for name, compress in (("float32", False), ("compressed", True))},
+        "static_rms_error": round(float(np.sqrt((static ** 2).mean())), 5), "static_max_error": round(float(static.max()), 4),
+        "delta_rms_error": round(float(np.sqrt((deltas ** 2).mean())), 5), "delta_max_error": round(float(deltas.max()), 4),
+    }
 
 
 def run(data_dir: Path | None, minutes: float, threads: int, overrides: list[str]) -> dict:
@@ -225,6 +257,7 @@ def _run(data_dir: Path | None, minutes: float, threads: int, overrides: list[st
         ours = time_our_fbank(waves)
         ours_float32 = time_our_fbank(waves, torch.float32)
         recipes = {name: time_recipe(name, data_dir, work, overrides, audio_seconds) for name in RECIPES}
+        compression = compression_error(data_dir, work)
     return {
         "benchmark": "features",
         "audio": {"data_dir": "synthetic" if synthetic else str(data_dir), "seconds": round(audio_seconds, 1),
@@ -237,6 +270,7 @@ def _run(data_dir: Path | None, minutes: float, threads: int, overrides: list[st
         "fbank_speedup_vs_reference": {"wall": round(reference.wall / ours.wall, 2), "cpu": round(reference.cpu / ours.cpu, 2)},
         "fbank_float64_cost": {"wall": round(ours.wall / ours_float32.wall, 2), "cpu": round(ours.cpu / ours_float32.cpu, 2)},
         "recipes": recipes,
+        "compression": compression,
         "overrides": overrides,
     }
 

@@ -15,7 +15,7 @@ and `kaldi` (features made by Kaldi, used as they are).
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from asr.utils.checks import AT_LEAST_ONE, FRACTION, NON_NEGATIVE, POSITIVE, Check, between, one_of
+from asr.utils.checks import AT_LEAST_ONE, FRACTION, NON_NEGATIVE, POSITIVE, Check, at_least, between, one_of
 
 
 @dataclass
@@ -97,6 +97,17 @@ class SpecAugmentConfig:
 
 
 @dataclass
+class SplitConfig:
+    """A set's log-mel extraction split into `count` shares computed by separate processes (a
+    cluster array job each, Kaldi's nj); see asr.features.extract."""
+
+    count: int = 0  # shares; 0: none, the set is computed by features.jobs local processes
+    index: int = -1  # the share this process computes (0 .. count-1); -1: merge the shares into the set
+
+    CHECKS: ClassVar[dict[str, Check]] = {"count": NON_NEGATIVE, "index": at_least(-1)}
+
+
+@dataclass
 class FeaturesConfig:
     name: str = "logmel80"
     feats_dir: str = "feats"  # features go to <feats_dir>/<name>/<set>/
@@ -137,6 +148,7 @@ class FeaturesConfig:
     device: str = "cpu"  # where the filterbank runs in each worker: cpu | cuda
     batch_seconds: float = 300.0  # padded audio per filterbank call (bounds memory)
     force: bool = False  # recompute sets whose output is already complete
+    split: SplitConfig = field(default_factory=SplitConfig)
     fmllr: FmllrConfig = field(default_factory=FmllrConfig)
     ivector: IvectorConfig = field(default_factory=IvectorConfig)
     # kind=kaldi: a directory of Kaldi data dirs <kaldi_dir>/<set>/ with feats.scp (and

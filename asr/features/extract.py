@@ -19,12 +19,19 @@ Work is split by recording into `features.jobs` worker processes, each writing i
 ark/scp part; the parts are then joined into one ark. The set directory is built under a
 temporary name and renamed when complete, so an existing set directory is complete; a re-run
 skips it unless the options or the data dir changed, or `features.force` is set.
+
+On a cluster (Kaldi's `nj` with `slurm.pl`), `features.split.count=N features.split.index=I`
+computes only share I of N (recordings balanced by duration, the same N shares on every
+machine) into `<set>.shares/I-of-N/`, each share complete or absent; a run with
+`features.split.count=N` and no index then merges the shares into the set, computing any share
+that is missing or was made from other inputs, and removes them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import multiprocessing
 import os
@@ -42,7 +49,7 @@ from tqdm import tqdm
 
 from asr.data import commands
 from asr.data.audio import RecordingCache, cut_segment, shell_command
-from asr.data.datadir import DataDir, read_data_dir, write_table
+from asr.data.datadir import DataDir, read_data_dir, read_table, write_table
 from asr.features import cmvn
 from asr.features.deltas import delta_opts
 from asr.features.fbank import FbankOptions, fbank_batch
@@ -106,6 +113,7 @@ class SetSummary:
     wall_seconds: float
     skipped_utterances: int
     skipped: bool = False  # True when the set was complete already
+    share: str = ""  # "I-of-N" when only that share was computed (features.split.index)
 
 
 # ---------------------------------------------------------------------------- stage
@@ -130,6 +138,7 @@ def extract_features(cfg: Any) -> list[SetSummary]:
                 force=feats_cfg.force,
                 deltas=(feats_cfg.delta_order, feats_cfg.delta_window),
                 compress=feats_cfg.compress,
+                split=(feats_cfg.split.index, feats_cfg.split.count),
             )
         )
     return summaries
@@ -146,11 +155,13 @@ def extract_set(
     force: bool = False,
     deltas: tuple[int, int] = (0, 2),
     compress: bool = False,
+    split: tuple[int, int] = (-1, 0),
 ) -> SetSummary:
     """Features, frame counts, feature dimension and CMVN statistics of one data dir.
 
     deltas: (order, window) of Kaldi's add-deltas the reader appends to the filterbank; order 0 = none.
     compress: store Kaldi's compressed matrices (1 byte per value) instead of float32.
+    split: (index, count) of a share computed alone; (-1, count) merges the count shares; count 0: no shares.
     """
     data_dir, out_dir = Path(data_dir), Path(out_dir)
     if cmvn_unit not in cmvn.UNITS:
@@ -165,23 +176,87 @@ def extract_set(
     if reason is None:
         log.info("%s: complete already (%s), skipping; features.force=true recomputes it", data_dir.name, out_dir)
         return SetSummary(data_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
-    log.info("%s: extracting into %s (%s)", data_dir.name, out_dir, reason)
-
     works = plan_recordings(data)
     if not works:
         raise InputError(f"{data_dir / 'utt2spk'}: no utterances; re-run the prepare stage")
-    parts = split_into_parts(works, jobs)
+    index, count = split
+    if not -1 <= index < max(count, 1) or count < 0:
+        raise InputError(f"features.split.index={index}, features.split.count={count}: give 0 <= index < count "
+                         "(one array job per share), or index=-1 to merge")
+    extractor = _PartExtractor(data, options, cmvn_unit, device, batch_seconds, deltas, compress, recorded, jobs)
     started = time.perf_counter()
+    if index >= 0:
+        shares = split_into_parts(works, count)
+        share_dir = shares_dir(out_dir) / f"{index}-of-{count}"
+        if index < len(shares):
+            extractor.share(shares[index], share_dir, f"{data_dir.name} {index + 1}/{count}")
+        log.info("%s: share %d of %d in %s; a run with features.split.count=%d and no index merges the shares",
+                 data_dir.name, index, count, share_dir, count)
+        return SetSummary(data_dir.name, 0, 0, 0.0, time.perf_counter() - started, 0, share=f"{index}-of-{count}")
+    log.info("%s: extracting into %s (%s)", data_dir.name, out_dir, reason)
     with atomic_dir(out_dir) as tmp:
-        tasks = [
-            PartTask(i, part, str(tmp), options, cmvn_unit, _utt2spk_of(part, data), device, batch_seconds, *deltas, compress)
-            for i, part in enumerate(parts)
-        ]
-        results = run_parts(tasks, desc=data_dir.name, total=len(works))
+        if count > 0:
+            results = [extractor.reuse_or_compute(share, shares_dir(out_dir) / f"{i}-of-{count}", tmp, i, data_dir.name)
+                       for i, share in enumerate(split_into_parts(works, count))]
+        else:
+            results = run_parts(extractor.tasks(split_into_parts(works, jobs), tmp), desc=data_dir.name, total=len(works))
         summary = _finish_set(data_dir, results, tmp, out_dir, options.dim * (1 + deltas[0]), cmvn_unit, recorded)
+    shutil.rmtree(shares_dir(out_dir), ignore_errors=True)
     summary.wall_seconds = time.perf_counter() - started
     _log_summary(summary)
     return summary
+
+
+def shares_dir(out_dir: Path) -> Path:
+    return out_dir.with_name(out_dir.name + ".shares")
+
+
+@dataclass
+class _PartExtractor:
+    """Computes a set's parts: all in local worker processes, or one cluster share alone."""
+
+    data: DataDir
+    options: FbankOptions
+    cmvn_unit: str
+    device: str
+    batch_seconds: float
+    deltas: tuple[int, int]
+    compress: bool
+    recorded: dict[str, str]
+    jobs: int
+
+    def tasks(self, parts: list[list[RecordingWork]], into: Path) -> list[PartTask]:
+        return [PartTask(i, part, str(into), self.options, self.cmvn_unit, _utt2spk_of(part, self.data), self.device,
+                         self.batch_seconds, *self.deltas, self.compress) for i, part in enumerate(parts)]
+
+    def share(self, works: list[RecordingWork], share_dir: Path, desc: str) -> PartResult:
+        """One share over `jobs` local processes into `share_dir`: feats.{ark,scp}, utt2num_frames,
+        CMVN statistics and share.json (what it was made from, skipped utterances, seconds)."""
+        with atomic_dir(share_dir) as tmp:
+            parts = split_into_parts(works, self.jobs)
+            results = run_parts(self.tasks(parts, tmp), desc=desc, total=len(works))
+            join_parts(tmp, share_dir, len(parts))
+            result = PartResult({u: n for r in results for u, n in r.num_frames.items()}, merge_stats(r.stats for r in results),
+                                [s for r in results for s in r.skipped], sum(r.seconds for r in results))
+            write_table(tmp / "utt2num_frames", {u: str(n) for u, n in result.num_frames.items()})
+            cmvn.write_stats(result.stats, tmp, self.cmvn_unit)
+            repoint_scp(tmp / "cmvn.scp", share_dir.absolute() / "cmvn.ark")
+            (tmp / "share.json").write_text(json.dumps({"recorded": self.recorded, "skipped": result.skipped, "seconds": result.seconds}))
+        return result
+
+    def reuse_or_compute(self, works: list[RecordingWork], share_dir: Path, tmp: Path, index: int, name: str) -> PartResult:
+        """Share `index` as part `index` of the set being built in `tmp`: read from `share_dir`
+        when it was made from the same inputs, else computed here first."""
+        record = share_dir / "share.json"
+        if not record.is_file() or json.loads(record.read_text())["recorded"] != self.recorded:
+            log.info("%s: share %s is %s; computing it here", name, share_dir.name, "from other inputs" if record.is_file() else "missing")
+            self.share(works, share_dir, f"{name} share {index}")
+        meta = json.loads(record.read_text())
+        shutil.copyfile(share_dir / "feats.ark", tmp / f"feats.{index}.ark")
+        shutil.copyfile(share_dir / "feats.scp", tmp / f"feats.{index}.scp")
+        stats = cmvn.read_stats(share_dir / "cmvn.scp") if self.cmvn_unit != "none" else {}
+        num_frames = {u: int(n) for u, n in read_table(share_dir / "utt2num_frames").items()}
+        return PartResult(num_frames, stats, [tuple(s) for s in meta["skipped"]], meta["seconds"])
 
 
 def _finish_set(data_dir: Path, results: list[PartResult], tmp: Path, out_dir: Path,

@@ -85,7 +85,9 @@ def make_fmllr_features(cfg: Any) -> list[SetSummary]:
         raise InputError(f"features.fmllr.dim={fcfg.fmllr.dim} exceeds the spliced log-mel dimension")
     root = Path(fcfg.feats_dir) / fcfg.name
     sets = (cfg.data.train_set, cfg.data.dev_set, cfg.data.eval_set)
-    make_base_sets(cfg, root)
+    base = make_base_sets(cfg, root)
+    if fcfg.split.index >= 0:
+        return base  # one cluster share of the log-mel: the model and adaptation run after the merge
     model_checksum = ensure_model(root / "gmm", root / "fbank" / cfg.data.train_set,
                                   Path(cfg.data.data_dir) / cfg.data.train_set, fcfg)
     ivectors = ivector_sets(cfg, root, root / "ivector", write_feats=False) if fcfg.kind == "fmllr_ivector_fbank" else {}

@@ -71,18 +71,21 @@ def make_ivector_features(cfg: Any) -> list[SetSummary]:
     """The stage for kind=ivector: log-mel of every set, the extractor, per-frame i-vectors."""
     fcfg = cfg.features
     root = Path(fcfg.feats_dir) / fcfg.name
-    make_base_sets(cfg, root)
+    base = make_base_sets(cfg, root)
+    if fcfg.split.index >= 0:
+        return base  # one cluster share of the log-mel: the extractor runs after the merge
     return [summary for _, summary in ivector_sets(cfg, root, root, write_feats=True).values()]
 
 
-def make_base_sets(cfg: Any, root: Path) -> None:
-    """The log-mel filterbank of every set into root/fbank/<set> (per-speaker CMVN stats beside)."""
+def make_base_sets(cfg: Any, root: Path) -> list[SetSummary]:
+    """The log-mel filterbank of every set into root/fbank/<set> (per-speaker CMVN stats beside),
+    or with features.split.index only that share of each."""
     fcfg = cfg.features
     options = FbankOptions.from_config(fcfg)
-    for set_name in (cfg.data.train_set, cfg.data.dev_set, cfg.data.eval_set):
-        extract_set(Path(cfg.data.data_dir) / set_name, root / "fbank" / set_name, options, cmvn_unit="speaker",
-                    jobs=fcfg.jobs, device=fcfg.device, batch_seconds=fcfg.batch_seconds, force=fcfg.force,
-                    compress=fcfg.compress)
+    return [extract_set(Path(cfg.data.data_dir) / set_name, root / "fbank" / set_name, options, cmvn_unit="speaker",
+                        jobs=fcfg.jobs, device=fcfg.device, batch_seconds=fcfg.batch_seconds, force=fcfg.force,
+                        compress=fcfg.compress, split=(fcfg.split.index, fcfg.split.count))
+            for set_name in (cfg.data.train_set, cfg.data.dev_set, cfg.data.eval_set)]
 
 
 def check_options(fcfg: Any) -> None:

@@ -37,3 +37,10 @@ def test_benchmark_reports_every_recipe_beside_the_reference(tmp_path):
     assert (ref - 5e-4) / (ours + 5e-4) - 0.01 <= speedup <= (ref + 5e-4) / max(ours - 5e-4, 1e-6) + 0.01
     cost, fp64, fp32 = report["fbank_float64_cost"]["cpu"], report["fbank"]["cpu_seconds"], report["fbank_float32"]["cpu_seconds"]
     assert (fp64 - 5e-4) / (fp32 + 5e-4) - 0.01 <= cost <= (fp64 + 5e-4) / max(fp32 - 5e-4, 1e-6) + 0.01
+    # Storage: compressed sets, deltas appended by the reader (not stored).
+    stored = {name: r["feats_mb_per_hour"] for name, r in report["recipes"].items()}
+    assert stored["logmel40_deltas"] < 0.3 * 40 * 4 * 100 * 3600 / 2**20  # under 30% of 40 float32 per frame
+    assert stored["fmllr40_logmel40_deltas"] < 0.3 * 80 * 4 * 100 * 3600 / 2**20
+    compression = report["compression"]
+    assert compression["bytes_per_frame"]["compressed"] < 0.3 * compression["bytes_per_frame"]["float32"]
+    assert 0 < compression["static_rms_error"] < 0.05 and 0 < compression["delta_rms_error"] < 0.2

@@ -189,3 +189,56 @@ def test_cli_extracts_every_set(tmp_path):
     assert "12 utterances" in run.stderr and "real-time factor" in run.stderr
     rerun = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0 and rerun.stderr.count("complete already") == 3
+
+
+def test_cluster_shares_merge_into_the_same_set(tmp_path, caplog):
+    """features.split: shares computed apart (one array job each) and merged give the set a
+    single run gives; a share missing at the merge is computed there; the shares go away."""
+    data_dir, _ = make_data_dir(tmp_path)
+    whole = extract_set(data_dir, tmp_path / "whole", OPTIONS, jobs=1, cmvn_unit="speaker", compress=True)
+    out = tmp_path / "split"
+    for index in (0, 2):
+        share = extract_set(data_dir, out, OPTIONS, jobs=1, cmvn_unit="speaker", compress=True, split=(index, 3))
+        assert share.share == f"{index}-of-3" and (tmp_path / "split.shares" / f"{index}-of-3" / "share.json").is_file()
+    assert not out.exists()  # no set until the merge
+    with caplog.at_level("INFO", logger="asr.features"):
+        merged = extract_set(data_dir, out, OPTIONS, jobs=1, cmvn_unit="speaker", compress=True, split=(-1, 3))
+    assert "share 1-of-3 is missing; computing it here" in caplog.text and "share 0-of-3" not in caplog.text
+    assert (merged.utterances, merged.frames) == (whole.utterances, whole.frames)
+    a, b = kaldiio.load_scp(str(tmp_path / "whole" / "feats.scp")), kaldiio.load_scp(str(out / "feats.scp"))
+    assert list(a) == list(b) and all(np.array_equal(a[u], b[u]) for u in a)
+    for name in ("cmvn.ark", "utt2num_frames"):
+        assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+    assert not (tmp_path / "split.shares").exists()
+
+
+def test_a_share_made_from_other_inputs_is_made_again(tmp_path, caplog):
+    data_dir, _ = make_data_dir(tmp_path)
+    extract_set(data_dir, tmp_path / "out", OPTIONS, jobs=1, split=(0, 2))
+    extract_set(data_dir, tmp_path / "out", FbankOptions(sample_frequency=RATE, num_mel_bins=23), jobs=1, split=(1, 2))
+    with caplog.at_level("INFO", logger="asr.features"):
+        extract_set(data_dir, tmp_path / "out", FbankOptions(sample_frequency=RATE, num_mel_bins=23), jobs=1, split=(-1, 2))
+    assert "share 0-of-2 is from other inputs; computing it here" in caplog.text
+    assert all(m.shape[1] == 23 for m in kaldiio.load_scp(str(tmp_path / "out" / "feats.scp")).values())
+    with pytest.raises(InputError, match=r"features.split.index=2, features.split.count=2: give 0 <= index < count"):
+        extract_set(data_dir, tmp_path / "again", OPTIONS, jobs=1, split=(2, 2))
+
+
+@pytest.mark.slow
+def test_cli_shares_as_array_jobs_then_merge(tmp_path):
+    """`python -m asr.features features.split.count=2 features.split.index=I` as two array jobs,
+    then the same command without the index merges them: every set complete."""
+    for set_name in ("train", "dev", "eval"):
+        make_data_dir(tmp_path, set_name)
+    args = [sys.executable, "-m", "asr.features", "features=logmel40", "features.jobs=1", "features.split.count=2",
+            f"data.data_dir={tmp_path / 'data'}", "data.train_set=train", "data.dev_set=dev", "data.eval_set=eval",
+            f"features.feats_dir={tmp_path / 'feats'}", f"exp_dir={tmp_path / 'exp'}"]
+    for index in (0, 1):
+        job = subprocess.run([*args, f"features.split.index={index}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert job.returncode == 0, job.stderr
+    assert not (tmp_path / "feats" / "logmel40" / "train").exists()
+    merge = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert merge.returncode == 0 and "computing it here" not in merge.stderr, merge.stderr
+    for set_name in ("train", "dev", "eval"):
+        assert len(kaldiio.load_scp(str(tmp_path / "feats" / "logmel40" / set_name / "feats.scp"))) == 12
+        assert not (tmp_path / "feats" / "logmel40" / f"{set_name}.shares").exists()
