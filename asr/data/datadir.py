@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Collection, Iterable, Iterator
 
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
@@ -159,9 +159,12 @@ def _read_durations(path: Path) -> dict[str, float]:
     return durations
 
 
-def read_data_dir(path: str | os.PathLike) -> DataDir:
-    """Load a Kaldi data dir. Required: wav.scp (or feats.scp), text, utt2spk."""
+def read_data_dir(path: str | os.PathLike, tables: Collection[str] | None = None) -> DataDir:
+    """Load a Kaldi data dir. Required: utt2spk. `tables`: the other files to read (default all),
+    so a stage that needs a few does not hold the others (text is the largest) per utterance."""
     path = Path(path)
+    def wanted(name: str) -> bool:
+        return (path / name).is_file() and (tables is None or name in tables)
     if not path.is_dir():
         raise InputError(f"{path}: data directory not found; run the prepare stage first")
     for required in ("utt2spk",):
@@ -169,24 +172,24 @@ def read_data_dir(path: str | os.PathLike) -> DataDir:
             raise InputError(f"{path / required}: missing; a Kaldi data dir needs utt2spk (and wav.scp or feats.scp)")
     d = DataDir()
     d.utt2spk = read_table(path / "utt2spk")
-    if (path / "text").is_file():
+    if wanted("text"):
         d.text = read_table(path / "text", allow_empty_value=True)
-    if (path / "wav.scp").is_file():
+    if wanted("wav.scp"):
         d.wav_scp = read_table(path / "wav.scp")
-    if (path / "segments").is_file():
+    if wanted("segments"):
         d.segments = _parse_segments(path / "segments")
-    if (path / "reco2file_and_channel").is_file():
+    if wanted("reco2file_and_channel"):
         d.reco2file_and_channel = {
             k: tuple(v.split()[:2]) for k, v in read_table(path / "reco2file_and_channel").items()  # type: ignore[misc]
         }
-    if (path / "utt2dur").is_file():
+    if wanted("utt2dur"):
         d.utt2dur = _read_durations(path / "utt2dur")
-    if (path / "feats.scp").is_file():
+    if wanted("feats.scp"):
         d.feats_scp = read_table(path / "feats.scp")
-    if (path / "cmvn.scp").is_file():
+    if wanted("cmvn.scp"):
         d.cmvn_scp = read_table(path / "cmvn.scp")
     for name in VERBATIM_FILES:
-        if (path / name).is_file():
+        if wanted(name):
             d.verbatim[name] = read_text(path / name)
     return d
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import kaldiio
 import numpy as np
 import torch
 from tqdm import tqdm
@@ -168,7 +169,7 @@ def extract_set(
         raise InputError(f"features.cmvn={cmvn_unit!r}: choose one of {cmvn.UNITS}")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise InputError(f"features.device={device!r} but torch sees no GPU; use features.device=cpu")
-    data = read_data_dir(data_dir)
+    data = read_data_dir(data_dir, tables=("wav.scp", "segments", "utt2dur"))
     if (data_dir / "wav.scp").is_file():
         commands.check_table(data_dir / "wav.scp", shell_command)  # refused here, or logged, before any work
     recorded = _provenance(data_dir, options, cmvn_unit, deltas, compress)
@@ -239,8 +240,7 @@ class _PartExtractor:
             result = PartResult({u: n for r in results for u, n in r.num_frames.items()}, merge_stats(r.stats for r in results),
                                 [s for r in results for s in r.skipped], sum(r.seconds for r in results))
             write_table(tmp / "utt2num_frames", {u: str(n) for u, n in result.num_frames.items()})
-            cmvn.write_stats(result.stats, tmp, self.cmvn_unit)
-            repoint_scp(tmp / "cmvn.scp", share_dir.absolute() / "cmvn.ark")
+            write_cmvn_stats(tmp, share_dir, results, self.cmvn_unit)
             (tmp / "share.json").write_text(json.dumps({"recorded": self.recorded, "skipped": result.skipped, "seconds": result.seconds}))
         return result
 
@@ -254,7 +254,12 @@ class _PartExtractor:
         meta = json.loads(record.read_text())
         shutil.copyfile(share_dir / "feats.ark", tmp / f"feats.{index}.ark")
         shutil.copyfile(share_dir / "feats.scp", tmp / f"feats.{index}.scp")
-        stats = cmvn.read_stats(share_dir / "cmvn.scp") if self.cmvn_unit != "none" else {}
+        stats = {}
+        if self.cmvn_unit == "utterance":  # joined with the other shares' like the features
+            shutil.copyfile(share_dir / "cmvn.ark", tmp / f"cmvn.{index}.ark")
+            shutil.copyfile(share_dir / "cmvn.scp", tmp / f"cmvn.{index}.scp")
+        elif self.cmvn_unit != "none":
+            stats = cmvn.read_stats(share_dir / "cmvn.scp")
         num_frames = {u: int(n) for u, n in read_table(share_dir / "utt2num_frames").items()}
         return PartResult(num_frames, stats, [tuple(s) for s in meta["skipped"]], meta["seconds"])
 
@@ -273,8 +278,7 @@ def _finish_set(data_dir: Path, results: list[PartResult], tmp: Path, out_dir: P
     join_parts(tmp, out_dir, len(results))
     write_table(tmp / "utt2num_frames", {utt: str(n) for utt, n in num_frames.items()})
     (tmp / "feat_dim").write_text(f"{feat_dim}\n")
-    cmvn.write_stats(merge_stats(r.stats for r in results), tmp, cmvn_unit)
-    repoint_scp(tmp / "cmvn.scp", out_dir.absolute() / "cmvn.ark")  # it names the temporary dir
+    write_cmvn_stats(tmp, out_dir, results, cmvn_unit)
     if skipped:
         write_table(tmp / "skipped", {utt: reason for _, reason, utts in skipped for utt in utts})
         log.warning("%s: %d utterances skipped, each listed with its reason in %s", name,
@@ -432,7 +436,11 @@ def extract_part(task: PartTask, on_recording_done: Callable[[], None]) -> PartR
     ark, scp = out / f"feats.{task.index}.ark", out / f"feats.{task.index}.scp"
     audio = RecordingCache({w.recording: w.wav for w in task.works if w.wav is not None})
     layout = FeatureLayout(task.options.dim + (task.load_deltas.added_dim if task.load_deltas else 0), task.load_deltas)
-    with FeatureWriter(ark, scp, task.compress) as writer:
+    # Per-utterance statistics go to the part's own cmvn.<index>.ark (joined like the features),
+    # so no process holds one per utterance; per speaker or global they are summed in memory.
+    per_utterance = f"ark,scp:{out / f'cmvn.{task.index}.ark'},{out / f'cmvn.{task.index}.scp'}"
+    with FeatureWriter(ark, scp, task.compress) as writer, \
+            (kaldiio.WriteHelper(per_utterance) if task.cmvn_unit == "utterance" else contextlib.nullcontext()) as stats_writer:
         for work in task.works:
             for utt, feats, seconds in _recording_features(work, audio, task, result):
                 problem = non_finite_problem(feats)
@@ -442,7 +450,9 @@ def extract_part(task: PartTask, on_recording_done: Callable[[], None]) -> PartR
                 stored = writer(utt, feats)
                 result.num_frames[utt] = feats.shape[0]
                 result.seconds += seconds
-                if task.cmvn_unit != "none":  # statistics of what the reader normalises: deltas included
+                if task.cmvn_unit == "utterance":  # statistics of what the reader normalises: deltas included
+                    stats_writer(utt, cmvn.accumulate([layout.expand(stored)]))
+                elif task.cmvn_unit != "none":
                     _add_stats(result.stats, cmvn.compute_stats(task.cmvn_unit, {utt: layout.expand(stored)}, task.utt2spk))
             on_recording_done()
     return result
@@ -565,6 +575,17 @@ def repoint_scp(scp: Path, ark: Path) -> None:
         key, location = line.split(maxsplit=1)
         lines.append(f"{key} {ark}:{location.rsplit(':', 1)[1]}\n")
     scp.write_text("".join(lines))
+
+
+def write_cmvn_stats(tmp: Path, out_dir: Path, results: list[PartResult], unit: str) -> None:
+    """cmvn.{ark,scp} and cmvn_type into `tmp`, the scp naming `out_dir`: per utterance the parts'
+    cmvn.<i>.ark joined, else the parts' sums."""
+    if unit == "utterance":
+        join_parts(tmp, out_dir, len(results), "cmvn")
+        (tmp / "cmvn_type").write_text(f"{unit}\n")
+        return
+    cmvn.write_stats(merge_stats(r.stats for r in results), tmp, unit)
+    repoint_scp(tmp / "cmvn.scp", out_dir.absolute() / "cmvn.ark")  # it names the temporary dir
 
 
 def _add_stats(total: dict[str, np.ndarray], stats: dict[str, np.ndarray]) -> None:

@@ -108,7 +108,7 @@ def ensure_model(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any) -> 
         return expected
     log.info("fMLLR model: training on %s into %s", base_dir, model_dir)
     started = time.perf_counter()
-    data = read_data_dir(data_dir)
+    data = read_data_dir(data_dir, tables=())
     frames = SpeakerFrames(base_dir, data.utt2spk, fcfg.fmllr.base_norm_vars)
     num_frames = {u: int(n) for u, n in read_table(base_dir / "utt2num_frames").items()}
     model, report = train_fmllr_model(frames, num_frames, fcfg.fmllr, fcfg.device, fcfg.jobs)
@@ -186,7 +186,7 @@ def adapt_set(model_dir: Path, model_checksum: str, base_dir: Path, data_dir: Pa
         log.info("%s: complete already (%s), skipping; features.force=true recomputes it", out_dir.name, out_dir)
         return SetSummary(out_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
     started = time.perf_counter()
-    utt2spk = read_data_dir(data_dir).utt2spk
+    utt2spk = read_data_dir(data_dir, tables=()).utt2spk
     num_frames = {u: int(n) for u, n in read_table(base_dir / "utt2num_frames").items()}
     speakers = spk2utt({u: s for u, s in utt2spk.items() if u in num_frames})
     if not speakers:

@@ -140,7 +140,7 @@ def ensure_extractor(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any)
         return expected
     log.info("i-vector extractor: training on %s into %s", base_dir, model_dir)
     started = time.perf_counter()
-    utt2spk = read_data_dir(data_dir).utt2spk
+    utt2spk = read_data_dir(data_dir, tables=()).utt2spk
     num_frames = {u: int(n) for u, n in read_table(base_dir / "utt2num_frames").items() if u in utt2spk}
     with atomic_dir(model_dir) as tmp:
         report = train_ivector_model(base_dir, utt2spk, num_frames, fcfg.ivector, tmp, fcfg.device, fcfg.jobs)
@@ -187,7 +187,7 @@ def extract_ivector_set(model_dir: Path, model_checksum: str, base_dir: Path, da
         log.info("%s: i-vectors complete already (%s), skipping; features.force=true recomputes them", out_dir.name, out_dir)
         return SetSummary(out_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
     started = time.perf_counter()
-    utt2spk = read_data_dir(data_dir).utt2spk
+    utt2spk = read_data_dir(data_dir, tables=()).utt2spk
     num_frames = {u: int(n) for u, n in read_table(base_dir / "utt2num_frames").items() if u in utt2spk}
     speakers = speaker_utterances(num_frames, utt2spk)
     if not speakers:
@@ -357,7 +357,7 @@ def import_ivector_set(kaldi_dir: Path, set_name: str, base_dir: Path, data_dir:
     if not fcfg.force and complete(out_dir, FEATURE_OUTPUTS if write_feats else IVECTOR_OUTPUTS, expected):
         log.info("%s: i-vectors complete already (%s), skipping", out_dir.name, out_dir)
         return SetSummary(out_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
-    utt2spk = read_data_dir(data_dir).utt2spk
+    utt2spk = read_data_dir(data_dir, tables=()).utt2spk
     num_frames = {u: int(n) for u, n in read_table(base_dir / "utt2num_frames").items() if u in utt2spk}
     with atomic_dir(out_dir) as tmp:
         if online.is_file():

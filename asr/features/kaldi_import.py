@@ -55,7 +55,7 @@ def import_kaldi_features(cfg: Any) -> list[SetSummary]:
 def _utt2spk(kaldi_set: Path, data_dir: Path) -> dict[str, str]:
     if (kaldi_set / "utt2spk").is_file():
         return read_table(kaldi_set / "utt2spk")
-    return read_data_dir(data_dir).utt2spk
+    return read_data_dir(data_dir, tables=()).utt2spk
 
 
 def import_set(kaldi_dir: Path, kaldi_set: Path, out_dir: Path, utt2spk: dict[str, str], cmvn_unit: str) -> SetSummary:
