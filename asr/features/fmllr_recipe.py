@@ -195,7 +195,8 @@ def adapt_set(model_dir: Path, model_checksum: str, base_dir: Path, data_dir: Pa
     log.info("%s: fMLLR for %d speakers in %d part(s) into %s", out_dir.name, len(speakers), len(parts), out_dir)
     options = AdaptOptions.from_config(fcfg, ivector_dir)
     with atomic_dir(out_dir) as tmp:
-        tasks = [AdaptTask(i, part, str(model_dir), str(base_dir), str(tmp), utt2spk, options) for i, part in enumerate(parts)]
+        tasks = [AdaptTask(i, part, str(model_dir), str(base_dir), str(tmp), {u: s for s, us in part.items() for u in us}, options)
+                 for i, part in enumerate(parts)]
         results = run_parts(tasks, desc=out_dir.name, total=len(speakers), work=adapt_part, unit="spk")
         join_parts(tmp, out_dir, len(parts))
         summary = _finish_set(results, tmp, out_dir, base_dir, fcfg, options, expected)

@@ -167,13 +167,14 @@ class ExtractTask:
     device: str
     write_feats: bool
     compress: bool = False  # the per-frame features as Kaldi's compressed matrices
+    eer_utts: frozenset[str] = frozenset()  # the utterances whose last i-vector the EER diagnostic scores
 
 
 @dataclass
 class ExtractResult:
     num_frames: dict[str, int] = field(default_factory=dict)
     speaker_ivectors: dict[str, np.ndarray] = field(default_factory=dict)  # speaker extraction
-    last_ivectors: dict[str, np.ndarray] = field(default_factory=dict)  # online: each utterance's last row
+    last_ivectors: dict[str, np.ndarray] = field(default_factory=dict)  # online: the EER sample's last rows
 
 
 def extract_ivector_set(model_dir: Path, model_checksum: str, base_dir: Path, data_dir: Path, out_dir: Path, fcfg: Any,
@@ -195,8 +196,9 @@ def extract_ivector_set(model_dir: Path, model_checksum: str, base_dir: Path, da
     parts = split_speakers(speakers, num_frames, fcfg.jobs)
     log.info("%s: %s i-vectors for %d speakers in %d part(s) into %s", out_dir.name, mode, len(speakers), len(parts), out_dir)
     with atomic_dir(out_dir) as tmp:
+        eer_utts = frozenset(sorted(num_frames)[:: max(1, -(-len(num_frames) // EER_UTTERANCES))])
         tasks = [ExtractTask(i, str(model_dir), str(base_dir), str(tmp), part, mode, icfg.period, icfg.max_count,
-                             fcfg.device, write_feats, fcfg.compress) for i, part in enumerate(parts)]
+                             fcfg.device, write_feats, fcfg.compress, eer_utts) for i, part in enumerate(parts)]
         results = run_parts(tasks, desc=f"{out_dir.name} i-vectors", total=len(speakers), work=extract_part, unit="spk")
         for name in ("ivector_online", "feats") if write_feats else ("ivector_online",):
             join_parts(tmp, out_dir, len(parts), name)
@@ -232,7 +234,6 @@ def eer_report(last_ivectors: dict[str, np.ndarray], utt2spk: dict[str, str]) ->
     if not last_ivectors:
         return {"speaker_eer": None}
     utts = sorted(last_ivectors)
-    utts = utts[:: max(1, -(-len(utts) // EER_UTTERANCES))]
     speakers = [utt2spk[u] for u in utts]
     eer = iv.speaker_eer(np.stack([last_ivectors[u] for u in utts]), speakers)
     log.info("i-vectors of %d utterances (%d speakers): equal error rate %.2f%% (cosine scoring, same vs different speaker)",
@@ -299,7 +300,8 @@ def speaker_ivectors(model: IvectorModel, logmel: LogmelFrames, speaker: str, ut
         return out
     for utt, x, (indices, weights) in zip(utts, xs, posteriors):
         rows = iv.extract_online(model.extractor, x, indices, weights, task.period, task.max_count).cpu().numpy()
-        result.last_ivectors[utt] = rows[-1]
+        if utt in task.eer_utts:  # a sample, not every utterance: a row per utterance would grow with the set
+            result.last_ivectors[utt] = rows[-1]
         out.append((utt, rows, x.shape[0]))
     return out
 
