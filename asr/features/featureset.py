@@ -137,13 +137,13 @@ class FeatureWriter:
         self.ark_path, self.scp_path, self.compress = Path(ark), Path(scp), compress
         self.method = KALDI_AUTOMATIC_COMPRESSION if compress else None
         self.ark = open(self.ark_path, "wb")
-        self.lines: list[str] = []
+        self.scp = open(self.scp_path, "w", encoding="utf-8")
 
     def __call__(self, key: str, matrix: np.ndarray) -> np.ndarray:
         matrix = np.ascontiguousarray(matrix, dtype=np.float32)
         record = io.BytesIO()
         kaldiio.save_ark(record, {key: matrix}, compression_method=self.method)
-        self.lines.append(f"{key} {self.ark_path}:{self.ark.tell() + len(key.encode()) + 1}\n")
+        self.scp.write(f"{key} {self.ark_path}:{self.ark.tell() + len(key.encode()) + 1}\n")
         self.ark.write(record.getvalue())
         if not self.compress:
             return matrix
@@ -152,7 +152,7 @@ class FeatureWriter:
 
     def close(self) -> None:
         self.ark.close()
-        self.scp_path.write_text("".join(self.lines))
+        self.scp.close()
 
     def __enter__(self) -> "FeatureWriter":
         return self
