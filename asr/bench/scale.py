@@ -15,10 +15,13 @@ For each size (synthetic conversations) it runs, through the stages' own entry p
 and for training the learner's start-up (process start to its first step) per utterance.
 
 Fits, per stage over the sizes: the exponent k of seconds ~ hours^k (least squares on logs),
-and the peak memory's growth in bytes per training utterance (least squares). Extrapolated to
-300 h and 2,000 h: the largest size's time x (hours / its hours)^k, and divided by
-jobs_target / --jobs for the stages that split over jobs (synth, features), for a machine of
---jobs-target cores. Writes scale.json and scale.png into --out.
+the marginal exponent between the two largest sizes (at small sizes start-up dominates and
+flattens k), seconds = fixed + per_hour x hours (least squares), and the peak memory's growth in
+bytes per training utterance (least squares). Extrapolated to 300 h and 2,000 h with the linear
+model (a power law fitted where start-up dominates would predict far too little): fixed +
+per_hour x hours, the per-hour part divided by jobs_target / --jobs for the stages that split
+over jobs (synth, features), for a machine of --jobs-target cores. Writes scale.json and
+scale.png into --out.
 """
 
 from __future__ import annotations
@@ -170,7 +173,10 @@ def fit(sizes: list[dict]) -> dict:
     for stage in sizes[0]["stages"]:
         seconds = np.array([s["stages"][stage]["seconds"] for s in sizes])
         rss = np.array([s["stages"][stage]["peak_rss_mb"] for s in sizes]) * 2**20
+        per_hour, fixed = np.polyfit(hours, seconds, 1)
         entry = {"exponent": float(np.polyfit(np.log(hours), np.log(seconds), 1)[0]),
+                 "marginal_exponent": float(np.log(seconds[-1] / seconds[-2]) / np.log(hours[-1] / hours[-2])),
+                 "fixed_seconds": float(fixed), "seconds_per_hour": float(max(per_hour, 0.0)),
                  "memory_bytes_per_utterance": float(np.polyfit(utts, rss, 1)[0])}
         if stage == "train":
             startup = np.array([s["stages"][stage]["startup_seconds"] for s in sizes])
@@ -180,15 +186,14 @@ def fit(sizes: list[dict]) -> dict:
 
 
 def extrapolate(sizes: list[dict], fits: dict, jobs: int, jobs_target: int) -> dict:
-    largest = sizes[-1]
     out: dict = {}
     for target, hours in TARGETS_HOURS.items():
         per_stage = {}
         for stage, entry in fits.items():
-            seconds = largest["stages"][stage]["seconds"] * (hours / largest["hours"]) ** entry["exponent"]
+            growing = entry["seconds_per_hour"] * hours
             if stage.split(":")[0] in PARALLEL_STAGES:
-                seconds *= jobs / jobs_target
-            per_stage[stage] = round(seconds / 3600, 2)
+                growing *= jobs / jobs_target
+            per_stage[stage] = round((max(entry["fixed_seconds"], 0.0) + growing) / 3600, 2)
         out[target] = {"hours_of_audio": hours, "jobs": jobs_target, "stage_hours": per_stage}
     return out
 

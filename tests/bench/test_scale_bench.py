@@ -34,10 +34,16 @@ def test_scale_benchmark_measures_every_stage_and_fits_its_growth(tmp_path):
         fit = report["fits"][name]
         s, l = small["stages"][name], large["stages"][name]
         expected = math.log(l["seconds"] / s["seconds"]) / math.log(large["hours"] / small["hours"])
-        assert fit["exponent"] == pytest.approx(expected, rel=1e-6)
+        assert fit["exponent"] == pytest.approx(expected, rel=1e-6) and fit["marginal_exponent"] == pytest.approx(expected, rel=1e-6)
+        per_hour = (l["seconds"] - s["seconds"]) / (large["hours"] - small["hours"])  # two sizes: the line through both
+        assert fit["seconds_per_hour"] == pytest.approx(max(per_hour, 0.0), rel=1e-6, abs=1e-9)
+        assert fit["fixed_seconds"] == pytest.approx(s["seconds"] - per_hour * small["hours"], rel=1e-6, abs=1e-6)
         slope = (l["peak_rss_mb"] - s["peak_rss_mb"]) * 2**20 / (large["utterances"] - small["utterances"])
         assert fit["memory_bytes_per_utterance"] == pytest.approx(slope, rel=1e-6, abs=1e-6)
     swb = report["extrapolation"]["swb2000"]
-    k = report["fits"]["prepare"]["exponent"]
-    assert swb["stage_hours"]["prepare"] == pytest.approx(large["stages"]["prepare"]["seconds"] * (2000 / large["hours"]) ** k / 3600, rel=1e-2, abs=0.01)
+    fit = report["fits"]["prepare"]  # linear: the fixed cost plus the cost per hour, not split over jobs
+    assert swb["stage_hours"]["prepare"] == pytest.approx((max(fit["fixed_seconds"], 0) + fit["seconds_per_hour"] * 2000) / 3600, abs=0.01)
+    fit = report["fits"]["features:logmel40"]  # split over jobs: the per-hour part on --jobs-target cores
+    assert swb["stage_hours"]["features:logmel40"] == pytest.approx(
+        (max(fit["fixed_seconds"], 0) + fit["seconds_per_hour"] * 2000 * report["settings"]["jobs"] / report["settings"]["jobs_target"]) / 3600, abs=0.01)
     assert np.isfinite(swb["stage_hours"]["features:logmel40"])
