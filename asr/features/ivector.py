@@ -312,6 +312,8 @@ def _update_covariances(stats: TrainingStats, y: Tensor, rr: Tensor, projections
     """Sigma_c = (S_c - Y_c M_c^T - M_c Y_c^T + M_c R_c M_c^T) / gamma_c, floored at `floor_factor`
     times the count-weighted average covariance (in the sense of matrices: eigenvalues of
     floor^-1/2 Sigma floor^-1/2 raised to 1)."""
+    if not bool(trained.any()):  # no component has min_count: no average to floor at, nothing to update
+        return old_inv_covars, 0
     cross = y @ projections.transpose(1, 2)
     scatter = stats.second - cross - cross.transpose(1, 2) + projections @ rr @ projections.transpose(1, 2)
     scatter = 0.5 * (scatter + scatter.transpose(1, 2))

@@ -146,6 +146,16 @@ def test_extractor_em_never_decreases(training, trained):
     assert all(i.floored_eigenvalues == 0 and i.skipped_components == 0 for i in report)
 
 
+def test_too_little_data_for_any_covariance_keeps_them(training):
+    """Every component below min_count (a small set): the covariances stay, the rest trains
+    (it raised from the Cholesky factorisation of an empty average)."""
+    ubm, _, stats = training
+    start = iv.IvectorExtractor.init_from_ubm(ubm.full, 5, seed=0)
+    extractor, iteration = iv.em_iteration(start, stats, min_count=1e12)
+    assert iteration.skipped_components == C and iteration.floored_eigenvalues == 0
+    assert torch.equal(extractor.inv_covars, start.inv_covars) and torch.isfinite(extractor.projections).all()
+
+
 def test_prior_update_keeps_the_prior_standard(training, trained):
     """After the prior re-estimation the training i-vectors' mean lies on the first axis at
     the new offset and their covariance (including the posteriors' variance) is the identity."""
