@@ -218,11 +218,12 @@ def mb_per_hour(set_dir: Path, audio_seconds: float) -> float:
 def compression_error(data_dir: Path, work: Path) -> dict:
     """Log-mel 40 with deltas, per-utterance CMVN, stored both ways; the reader's outputs compared."""
     options = FbankOptions(sample_frequency=8000.0, num_mel_bins=40)
+    utt2spk = read_data_dir(data_dir, tables=()).utt2spk
     readers = {}
     for compress in (False, True):
         out = work / f"compress_{compress}"
         extract_set(data_dir, out, options, cmvn_unit="utterance", jobs=1, deltas=(2, 2), compress=compress)
-        readers[compress] = FeatureReader(out, read_data_dir(data_dir).utt2spk)
+        readers[compress] = FeatureReader(out, utt2spk)
     utts = readers[False].utts()
     errors = np.concatenate([(readers[True](u) - readers[False](u)).numpy() for u in utts])
     static, deltas = np.abs(errors[:, :40]), np.abs(errors[:, 40:])

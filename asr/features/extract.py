@@ -93,8 +93,10 @@ class PartTask:
     compress: bool = False
 
     @property
-    def load_deltas(self) -> LoadDeltas | None:
-        return LoadDeltas(self.delta_order, self.delta_window, 0, self.options.dim) if self.delta_order > 0 else None
+    def layout(self) -> FeatureLayout:
+        """The stored filterbank, with the deltas the reader appends."""
+        deltas = LoadDeltas(self.delta_order, self.delta_window, 0, self.options.dim) if self.delta_order > 0 else None
+        return FeatureLayout(self.options.dim * (1 + self.delta_order), deltas)
 
 
 @dataclass
@@ -435,7 +437,7 @@ def extract_part(task: PartTask, on_recording_done: Callable[[], None]) -> PartR
     out = Path(task.out_dir)
     ark, scp = out / f"feats.{task.index}.ark", out / f"feats.{task.index}.scp"
     audio = RecordingCache({w.recording: w.wav for w in task.works if w.wav is not None})
-    layout = FeatureLayout(task.options.dim + (task.load_deltas.added_dim if task.load_deltas else 0), task.load_deltas)
+    layout = task.layout
     # Per-utterance statistics go to the part's own cmvn.<index>.ark (joined like the features),
     # so no process holds one per utterance; per speaker or global they are summed in memory.
     per_utterance = f"ark,scp:{out / f'cmvn.{task.index}.ark'},{out / f'cmvn.{task.index}.scp'}"
@@ -450,10 +452,13 @@ def extract_part(task: PartTask, on_recording_done: Callable[[], None]) -> PartR
                 stored = writer(utt, feats)
                 result.num_frames[utt] = feats.shape[0]
                 result.seconds += seconds
-                if task.cmvn_unit == "utterance":  # statistics of what the reader normalises: deltas included
-                    stats_writer(utt, cmvn.accumulate([layout.expand(stored)]))
-                elif task.cmvn_unit != "none":
-                    _add_stats(result.stats, cmvn.compute_stats(task.cmvn_unit, {utt: layout.expand(stored)}, task.utt2spk))
+                if task.cmvn_unit == "none":
+                    continue
+                stats = cmvn.accumulate([layout.expand(stored)])  # of what the reader normalises: deltas included
+                if task.cmvn_unit == "utterance":
+                    stats_writer(utt, stats)
+                else:
+                    _add_stats(result.stats, {cmvn.cmvn_key(task.cmvn_unit, utt, task.utt2spk): stats})
             on_recording_done()
     return result
 

@@ -129,8 +129,6 @@ class AdaptOptions:
     """What a worker needs of the config (plain values, cheap to send to a process)."""
 
     kind: str
-    delta_order: int
-    delta_window: int
     cmvn: str
     fmllr: FmllrOptions
     device: str
@@ -147,7 +145,7 @@ class AdaptOptions:
         deltas = None
         if fcfg.kind in WITH_LOGMEL and fcfg.delta_order > 0:
             deltas = LoadDeltas(fcfg.delta_order, fcfg.delta_window, first + ivector, first + ivector + logmel)
-        return cls(fcfg.kind, fcfg.delta_order, fcfg.delta_window, fcfg.cmvn, FmllrOptions.from_config(fcfg.fmllr), fcfg.device,
+        return cls(fcfg.kind, fcfg.cmvn, FmllrOptions.from_config(fcfg.fmllr), fcfg.device,
                    FeatureLayout(feature_dim(fcfg), deltas), (first, first + ivector),
                    str(ivector_dir) if ivector_dir is not None else "", fcfg.compress)
 
