@@ -136,3 +136,28 @@ def test_goodbyes_end_the_server_and_a_stranger_is_an_error():
     wire.headers.put(header(0, 3, GOODBYE))
     server.close()
     assert server.goodbyes == {0}
+
+
+@pytest.mark.parametrize("active", [True, False])
+def test_a_swap_posts_its_receive_before_its_send(monkeypatch, active):
+    """gloo moves a tensor only once the peer's receive is posted: with the send posted first,
+    the two directions crossed a rate-limited link one after the other (twice the time)."""
+    import asr.distributed.exchange as exchange
+
+    posted = []
+
+    class Done:
+        def wait(self):
+            return True
+
+    def post(kind):
+        def record(tensor, peer, group=None, tag=0):
+            posted.append((kind, tag))
+            return Done()
+        return record
+
+    monkeypatch.setattr(exchange.dist, "irecv", post("recv"))
+    monkeypatch.setattr(exchange.dist, "isend", post("send"))
+    exchange.PointToPoint(group=None).swap(torch.zeros(3), torch.zeros(3), peer=1, active=active)
+    sent, received = (exchange.WEIGHTS_TAG, exchange.REPLY_TAG) if active else (exchange.REPLY_TAG, exchange.WEIGHTS_TAG)
+    assert posted == [("recv", received), ("send", sent)]
