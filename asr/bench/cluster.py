@@ -1,7 +1,7 @@
 """Distributed training on an emulated cluster: does the communication hide behind the
 computation, and does a slow learner slow only itself? Measured through the real entry point.
 
-    python -m asr.bench cluster [--recipe-dir recipes/mini] [--steps 30] [--utts 8]
+    python -m asr.bench cluster [--recipe-dir recipes/mini] [--steps 30] [--frames 12000]
                                 [--rates auto | MBIT ...] [--layouts 2x1 2x2] [--out DIR] [overrides...]
 
 Hosts are network namespaces joined by veth links through a bridge, every link rate-limited in
@@ -9,6 +9,10 @@ both directions with `tc ... tbf` (asr/bench/netns.py). Learners are real `torch
 processes, one per host and learner, running `python -m asr.train` (the recipe's data and
 features, `train.threads=1`) pinned to a core per host (`taskset`), for a fixed number of
 steps (`train.max_steps`). Per learner, `asr.train` writes its step times (timing/*.json).
+A learner's batch is `--frames` padded frames (12,000 by default: 120 s of audio), so that steps
+cost about the same: with a fixed number of utterances of varying length, an exchange sized to
+the mean step outlasts every short step and the learner waits for it there, however well it
+overlaps the computation.
 
 For each layout (`NxL`: N hosts of L learners; 2 cores: host n on core n mod 2):
   compute_only     the same learners with distributed=none, side by side on the same cores:
@@ -16,10 +20,12 @@ For each layout (`NxL`: N hosts of L learners; 2 cores: host n on core n mod 2):
   ssgd, adpsgd / hadpsgd at each link rate: the step time, and step time over the compute-only
                    one (never clamped: 1.0 means the communication is hidden, 2.0 that a step
                    takes twice as long), bytes sent on host 0's link
-  straggler        (layout 2x1, the slowest rate) one epoch over --straggler-utts utterances
+  straggler        (layout 2x1, at each link rate) one epoch over --straggler-utts utterances
                    with a CPU-bound competitor pinned to host 1's core, which halves that
                    learner's speed, and without it: epoch throughput (utterances per second of
-                   training) with over without. ADPSGD's ideal is (N - 0.5) / N, SSGD's 0.5.
+                   training) with over without. ADPSGD's ideal is (N - 0.5) / N; SSGD's is 0.5
+                   where communication costs little (every step waits for the slow learner's
+                   compute), nearer 1 where it dominates the step.
 
 Link rates: `auto` picks two from the compute-only step t and the model's size P: P x 32 bits
 in t (an exchange of the weights costs about one step) and ten times that (it costs little).
@@ -79,7 +85,7 @@ class Bench:
         return str(host % self.cores)
 
     def train_overrides(self, exp: Path, *extra: str) -> list[str]:
-        return [f"exp_dir={exp}", "train.threads=1", f"train.max_utts={self.args.utts}", "train.max_frames=1000000",
+        return [f"exp_dir={exp}", "train.threads=1", f"train.max_utts={self.args.utts}", f"train.max_frames={self.args.frames}",
                 "train.checkpoint_every_steps=1000000", "train.log_every_steps=1000000", "train.precision=fp32", "device=cpu",
                 *self.args.overrides, *extra]
 
@@ -117,6 +123,8 @@ class Bench:
                     competitor_host: int | None = None) -> tuple[list[dict], int]:
         """One torchrun job over the hosts; (every learner's timing, bytes host 0 sent)."""
         exp = self.work / name
+        if exp.exists():  # a finished run would be skipped, and its old timings read as new ones
+            raise RuntimeError(f"{exp}: two runs of one benchmark share an experiment name")
         port, job = free_port(), uuid.uuid4().hex[:8]
         before = cluster.tx_bytes(0)
         procs, logs = [], []
@@ -176,7 +184,7 @@ def run(args) -> dict:
     bench = Bench(args, work)
     params = model_parameters(args.recipe_dir, args.overrides)
     layouts = [parse_layout(text) for text in args.layouts]
-    report: dict = {"model_parameters": params, "weights_bytes": params * 4, "compute_only": {}, "links": [], "straggler": {}}
+    report: dict = {"model_parameters": params, "weights_bytes": params * 4, "compute_only": {}, "links": [], "straggler": []}
     try:
         for hosts, per_host in layouts:
             timings = bench.compute_only(hosts, per_host)
@@ -189,9 +197,8 @@ def run(args) -> dict:
             for rate in rates:
                 cluster.set_rate(rate)
                 report["links"].append(measure_link(bench, cluster, rate, layouts, report["compute_only"], params))
-            cluster.set_rate(min(rates))
-            if args.straggler_utts:
-                report["straggler"] = measure_straggler(bench, cluster, min(rates))
+                if args.straggler_utts:
+                    report["straggler"].append(measure_straggler(bench, cluster, rate))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -224,7 +231,7 @@ def measure_straggler(bench: Bench, cluster, rate: float) -> dict:
     for algorithm in ("ssgd", "adpsgd"):
         runs = {}
         for slowed in (False, True):
-            name = f"straggler_{algorithm}_{'slowed' if slowed else 'even'}"
+            name = f"straggler_{algorithm}_{'slowed' if slowed else 'even'}_{rate:g}mbit"
             timings, _ = bench.distributed(cluster, name, algorithm, 1, *one_epoch, competitor_host=1 if slowed else None)
             runs[slowed] = timings
         even, slow = throughput(runs[False]), throughput(runs[True])
@@ -233,7 +240,7 @@ def measure_straggler(bench: Bench, cluster, rate: float) -> dict:
             "ideal": 0.5 if algorithm == "ssgd" else (cluster.nodes - 0.5) / cluster.nodes,
             "steps_by_learner_slowed": [t["steps"] for t in runs[True]],
         }
-        log.info("straggler, %s: %.2f -> %.2f utterances/s (ratio %.3f)", algorithm, even, slow, slow / even)
+        log.info("straggler at %g Mbit/s, %s: %.2f -> %.2f utterances/s (ratio %.3f)", rate, algorithm, even, slow, slow / even)
     return out
 
 
@@ -251,10 +258,14 @@ def plot(report: dict, path: Path) -> None:
     ax.set_title("communication hidden (1.0) or exposed")
     ax.legend(fontsize=8)
     ax = fig.add_subplot(1, 2, 2)
-    straggler = report.get("straggler") or {}
-    algorithms = [a for a in ("ssgd", "adpsgd") if a in straggler]
-    ax.bar(algorithms, [straggler[a]["ratio"] for a in algorithms], color="tab:orange", label="measured")
-    ax.scatter(algorithms, [straggler[a]["ideal"] for a in algorithms], color="k", zorder=3, label="ideal")
+    algorithms = ["ssgd", "adpsgd"]
+    entries = report.get("straggler") or []
+    width = 0.8 / max(1, len(entries))
+    for i, entry in enumerate(entries):
+        xs = [x + i * width for x in range(len(algorithms))]
+        ax.bar(xs, [entry[a]["ratio"] for a in algorithms], width, label=f"{entry['rate_mbit']:g} Mbit/s")
+        ax.scatter(xs, [entry[a]["ideal"] for a in algorithms], color="k", zorder=3, label="ideal" if i == 0 else None, marker="_", s=200)
+    ax.set_xticks([x + width * (len(entries) - 1) / 2 for x in range(len(algorithms))], algorithms)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("epoch throughput, one learner at half speed / even")
     ax.set_title("a slow learner")
@@ -268,10 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m asr.bench cluster", description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipe-dir", type=Path, default=Path("recipes/mini"), help="where the recipe's data, feats and lang are")
     parser.add_argument("--steps", type=int, default=30, help="steps per learner and run (default %(default)s)")
-    parser.add_argument("--utts", type=int, default=8, help="utterances per learner and step (default %(default)s)")
+    parser.add_argument("--frames", type=int, default=12000, help="padded frames per learner and step (default %(default)s)")
+    parser.add_argument("--utts", type=int, default=1000, help="utterances per learner and step at most (default %(default)s)")
     parser.add_argument("--rates", nargs="+", default=["auto"], help="link rates in Mbit/s (0: unlimited), or auto")
     parser.add_argument("--layouts", nargs="+", default=["2x1", "2x2"], help="hosts x learners per host")
-    parser.add_argument("--straggler-utts", type=int, default=640, help="utterances in the straggler epoch (0: skip it)")
+    parser.add_argument("--straggler-utts", type=int, default=2400, help="utterances in the straggler epoch (0: skip it)")
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--keep", action="store_true", help="keep the runs' experiment dirs and logs")
     parser.add_argument("--out", type=Path, default=Path("exp/bench"))

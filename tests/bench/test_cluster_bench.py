@@ -42,7 +42,8 @@ def test_cluster_benchmark_reports_hidden_communication_and_stragglers(toy_corpu
         # Every step of learner 0 sent a model's worth over host 0's link: its weights to the
         # passive partner (ADPSGD), its half of a ring all-reduce twice (SSGD).
         assert run["host0_sent_bytes"] >= run["steps_by_learner"][0] * report["weights_bytes"]
-    straggler = report["straggler"]
+    [straggler] = report["straggler"]  # one per link rate
+    assert straggler["rate_mbit"] == 20
     for algorithm, ideal in (("ssgd", 0.5), ("adpsgd", 0.75)):
         entry = straggler[algorithm]
         assert entry["ideal"] == ideal
