@@ -1,7 +1,7 @@
 """How each stage's cost grows with the corpus: time, memory and disk at three sizes, the growth
 exponent, and what that predicts for Switchboard-300 and Switchboard-2000.
 
-    python -m asr.bench scale [--sizes 40 120 360] [--recipes logmel40 fmllr40 ...] [--steps 20]
+    python -m asr.bench scale [--sizes 40 120 360] [--recipes logmel40 fmllr40 ...] [--steps 20] [--frames 6000]
                               [--jobs 2] [--out exp/bench] [overrides...]
 
 For each size (synthetic conversations) it runs, through the stages' own entry points
@@ -12,7 +12,8 @@ For each size (synthetic conversations) it runs, through the stages' own entry p
     peak_rss_mb                    the largest total resident memory of the stage's whole
                                    process tree (sampled every 50 ms)
     disk_mb, disk_mb_per_hour      what the stage wrote
-and for training the learner's start-up (process start to its first step) per utterance.
+and for training the learner's start-up (process start to its first step) and its peak memory
+until then (what it holds for the corpus, before any batch's activations), per utterance.
 
 Fits, per stage over the sizes: the exponent k of seconds ~ hours^k (least squares on logs),
 the marginal exponent between the two largest sizes (at small sizes start-up dominates and
@@ -155,10 +156,14 @@ class SizeRun:
         first = self.args.recipes[0]
         stages["tokenizer"] = self.stage("tokenizer", "asr.text", f"features={first}", outputs=(self.dir / "lang",))
         stages["lm"] = self.stage("lm", "asr.lm", f"features={first}")
+        # Batches of a fixed number of padded frames: the steps' activations then take the same
+        # memory at every size, and the growth left is the learner's bookkeeping.
         stages["train"] = self.stage("train", "asr.train", f"features={first}", f"train.max_steps={self.args.steps}",
-                                     "train.threads=1", "train.checkpoint_every_steps=100000", "train.tensorboard=false")
+                                     "train.max_utts=1000", f"train.max_frames={self.args.frames}", "train.threads=1",
+                                     "train.checkpoint_every_steps=100000", "train.tensorboard=false")
         timing = json.loads((self.dir / "exp" / "timing" / "learner-0.json").read_text())
         stages["train"]["startup_seconds"] = timing["startup_seconds"]
+        stages["train"]["startup_peak_rss_mb"] = timing["startup_peak_rss_mb"]
         for entry in stages.values():
             entry["seconds_per_hour"] = entry["seconds"] / hours
             entry["disk_mb_per_hour"] = entry["disk_mb"] / hours
@@ -181,6 +186,8 @@ def fit(sizes: list[dict]) -> dict:
         if stage == "train":
             startup = np.array([s["stages"][stage]["startup_seconds"] for s in sizes])
             entry["startup_microseconds_per_utterance"] = float(np.polyfit(utts, startup, 1)[0] * 1e6)
+            startup_rss = np.array([s["stages"][stage]["startup_peak_rss_mb"] for s in sizes]) * 2**20
+            entry["startup_memory_bytes_per_utterance"] = float(np.polyfit(utts, startup_rss, 1)[0])
         fits[stage] = entry
     return fits
 
@@ -222,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[40, 120, 360], help="synthetic conversations per size")
     parser.add_argument("--recipes", nargs="+", default=["logmel40", "logmel40_deltas", "fmllr40", "fmllr40_logmel40_deltas"])
     parser.add_argument("--steps", type=int, default=20, help="training steps per size")
+    parser.add_argument("--frames", type=int, default=6000, help="padded frames per training step (default %(default)s)")
     parser.add_argument("--jobs", type=int, default=2, help="processes for the stages that split (synth, features)")
     parser.add_argument("--jobs-target", type=int, default=16, help="cores of the machine the extrapolation is for")
     parser.add_argument("--keep", action="store_true", help="keep the corpora and outputs")

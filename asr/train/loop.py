@@ -107,6 +107,7 @@ class StepTimes:
         self.utterances = 0
         self.started = started if started is not None else time.perf_counter()  # the train stage's start
         self.startup: float | None = None  # seconds from it to the first batch
+        self.startup_peak_mb: float | None = None  # the process's peak memory until then (Linux)
         self.mark = time.perf_counter()
 
     def batch_ready(self) -> None:
@@ -114,6 +115,7 @@ class StepTimes:
         self.data_wait.append(now - self.mark)
         if self.startup is None:
             self.startup = now - self.started
+            self.startup_peak_mb = peak_resident_mb()
 
     def step_done(self, utterances: int) -> None:
         now = time.perf_counter()
@@ -133,7 +135,22 @@ class StepTimes:
             "step_seconds_median": round(statistics.median(steady), 5) if steady else None,
             "data_wait_seconds": round(sum(self.data_wait), 3),
             "startup_seconds": round(self.startup, 4) if self.startup is not None else None,
+            "startup_peak_rss_mb": self.startup_peak_mb,
         }
+
+
+def peak_resident_mb() -> float | None:
+    """The process's peak resident memory so far (VmHWM), in MB; None where /proc has none.
+    Taken at the first batch it is what a learner holds for the corpus (index, plan, model,
+    optimizer), before the batches' activations, which depend on which batches come first."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
 
 
 class Trainer:

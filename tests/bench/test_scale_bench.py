@@ -16,8 +16,8 @@ pytestmark = pytest.mark.slow
 
 def test_scale_benchmark_measures_every_stage_and_fits_its_growth(tmp_path):
     out = tmp_path / "bench"
-    status = main(["--sizes", "2", "4", "--recipes", "logmel40", "--steps", "2", "--jobs", "1", "--out", str(out),
-                   "synth=tiny", "data.dev_utts=8", "model.num_layers=1", "model.hidden_size=16", "train.max_utts=4"])
+    status = main(["--sizes", "2", "4", "--recipes", "logmel40", "--steps", "2", "--frames", "1200", "--jobs", "1", "--out", str(out),
+                   "synth=tiny", "data.dev_utts=8", "model.num_layers=1", "model.hidden_size=16"])
     assert status == 0
     report = json.loads((out / "scale.json").read_text())
     assert (out / "scale.png").stat().st_size > 0
@@ -30,6 +30,7 @@ def test_scale_benchmark_measures_every_stage_and_fits_its_growth(tmp_path):
             assert stage["seconds"] > 0 and stage["peak_rss_mb"] > 10  # a Python process at least
             assert stage["seconds_per_hour"] == pytest.approx(stage["seconds"] / size["hours"])
         assert size["stages"]["features:logmel40"]["disk_mb"] > 0 and size["stages"]["train"]["startup_seconds"] > 0
+        assert size["stages"]["train"]["startup_peak_rss_mb"] > 10  # VmHWM of the learner at its first batch
     for name in stages:
         fit = report["fits"][name]
         s, l = small["stages"][name], large["stages"][name]
@@ -40,6 +41,9 @@ def test_scale_benchmark_measures_every_stage_and_fits_its_growth(tmp_path):
         assert fit["fixed_seconds"] == pytest.approx(s["seconds"] - per_hour * small["hours"], rel=1e-6, abs=1e-6)
         slope = (l["peak_rss_mb"] - s["peak_rss_mb"]) * 2**20 / (large["utterances"] - small["utterances"])
         assert fit["memory_bytes_per_utterance"] == pytest.approx(slope, rel=1e-6, abs=1e-6)
+    train = [size["stages"]["train"] for size in (small, large)]
+    slope = (train[1]["startup_peak_rss_mb"] - train[0]["startup_peak_rss_mb"]) * 2**20 / (large["utterances"] - small["utterances"])
+    assert report["fits"]["train"]["startup_memory_bytes_per_utterance"] == pytest.approx(slope, rel=1e-6, abs=1e-6)
     swb = report["extrapolation"]["swb2000"]
     fit = report["fits"]["prepare"]  # linear: the fixed cost plus the cost per hour, not split over jobs
     assert swb["stage_hours"]["prepare"] == pytest.approx((max(fit["fixed_seconds"], 0) + fit["seconds_per_hour"] * 2000) / 3600, abs=0.01)
