@@ -27,6 +27,7 @@ import copy
 import json
 import logging
 import math
+import resource
 import statistics
 import time
 from dataclasses import asdict, dataclass, fields
@@ -107,7 +108,7 @@ class StepTimes:
         self.utterances = 0
         self.started = started if started is not None else time.perf_counter()  # the train stage's start
         self.startup: float | None = None  # seconds from it to the first batch
-        self.startup_peak_mb: float | None = None  # the process's peak memory until then (Linux)
+        self.startup_peak_mb: float | None = None  # the process's peak memory until then
         self.mark = time.perf_counter()
 
     def batch_ready(self) -> None:
@@ -139,18 +140,11 @@ class StepTimes:
         }
 
 
-def peak_resident_mb() -> float | None:
-    """The process's peak resident memory so far (VmHWM), in MB; None where /proc has none.
+def peak_resident_mb() -> float:
+    """The process's peak resident memory so far, in MB (Linux reports ru_maxrss in KB).
     Taken at the first batch it is what a learner holds for the corpus (index, plan, model,
     optimizer), before the batches' activations, which depend on which batches come first."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 class Trainer:

@@ -30,7 +30,7 @@ def test_scale_benchmark_measures_every_stage_and_fits_its_growth(tmp_path):
             assert stage["seconds"] > 0 and stage["peak_rss_mb"] > 10  # a Python process at least
             assert stage["seconds_per_hour"] == pytest.approx(stage["seconds"] / size["hours"])
         assert size["stages"]["features:logmel40"]["disk_mb"] > 0 and size["stages"]["train"]["startup_seconds"] > 0
-        assert size["stages"]["train"]["startup_peak_rss_mb"] > 10  # VmHWM of the learner at its first batch
+        assert size["stages"]["train"]["startup_peak_rss_mb"] > 10  # the learner's peak memory at its first batch
     for name in stages:
         fit = report["fits"][name]
         s, l = small["stages"][name], large["stages"][name]

@@ -9,6 +9,7 @@ import threading
 import pytest
 import torch
 
+import asr.distributed.exchange as exchange
 from asr.distributed.exchange import EXCHANGE, GOODBYE, ActiveExchanger, PassiveServer, header
 from asr.distributed.staging import Staging
 
@@ -142,8 +143,6 @@ def test_goodbyes_end_the_server_and_a_stranger_is_an_error():
 def test_a_swap_posts_its_receive_before_its_send(monkeypatch, active):
     """gloo moves a tensor only once the peer's receive is posted: with the send posted first,
     the two directions crossed a rate-limited link one after the other (twice the time)."""
-    import asr.distributed.exchange as exchange
-
     posted = []
 
     class Done:
