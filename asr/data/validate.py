@@ -10,6 +10,11 @@ A wav.scp entry that is a command (`cmd |`, other than the sph2pipe and sox form
 natively) is not run unless --run-commands is given: validating a data dir must not execute
 what it contains (asr.data.commands). Such entries are listed as notes, unchecked.
 
+Memory does not grow with the number of utterances: the tables must be sorted (LC_ALL=C), so each
+is read line by line, and tables keyed by utterance are compared as merge-joins of sorted streams,
+as Kaldi's script does with `sort -c`, `cmp` and `comm`. Only what is per recording or per speaker
+is held. A table that is not sorted is sorted in memory (the data dir is invalid then anyway).
+
     python -m asr.data.validate data/train [data/eval2000 ...] [--no-audio] [--run-commands]
 """
 
@@ -19,14 +24,15 @@ import argparse
 import math
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from itertools import groupby
+from operator import attrgetter
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 import soundfile as sf
 
 from asr.data.audio import SEGMENT_END_TOLERANCE_S, parse_wav_scp_entry, read_recording, shell_command
-from asr.data.datadir import c_sort_key
 from asr.data.sphere import is_sphere, read_sphere_header, sphere_size_problem
 from asr.utils.errors import InputError
 
@@ -52,92 +58,165 @@ class Problem:
         return f"{where}: {self.message}"
 
 
-@dataclass
+@dataclass(slots=True)
 class Row:
     line: int
     key: str
     value: str
 
 
-@dataclass
-class Table:
-    """The lines of one table file as written, duplicates and disorder included."""
+Rows = Iterable[Row]
+LineCheck = Callable[[Row], "str | None"]  # a message when the line is wrong, else None
 
-    path: Path
-    rows: list[Row] = field(default_factory=list)
 
-    def first(self) -> dict[str, Row]:
-        out: dict[str, Row] = {}
-        for row in self.rows:
-            out.setdefault(row.key, row)
-        return out
+class _Capped:
+    """Problems of one kind: the MAX_EXAMPLES on the earliest lines (a table sorted in memory yields its
+    rows out of line order), and how many there were. Memory stays bounded however many lines are wrong."""
 
-    def keys(self) -> set[str]:
-        return {row.key for row in self.rows}
+    def __init__(self, what: str = "like this"):
+        self.what, self.shown, self.total = what, [], 0
+
+    def add(self, problem: Problem) -> None:
+        self.total += 1
+        self.shown = sorted(self.shown + [problem], key=lambda p: p.line or 0)[:MAX_EXAMPLES]
+
+    def problems(self) -> list[Problem]:
+        return _capped(self.shown, self.what, self.total)
+
+
+def _capped(problems: list[Problem], what: str, total: int | None = None) -> list[Problem]:
+    """At most MAX_EXAMPLES problems of one kind (of `total`), plus a line saying how many were left out."""
+    rest = (len(problems) if total is None else total) - MAX_EXAMPLES
+    return problems[:MAX_EXAMPLES] + ([Problem(problems[0].file, None, f"... and {rest} more {what}")] if rest > 0 else [])
+
+
+def iter_rows(path: Path, report: Callable[[Problem], None] = lambda problem: None) -> Iterator[Row]:
+    """The rows of a table file, one line at a time (never the whole file), reporting encoding,
+    blank-line and newline problems to `report`."""
+    lineno = 0
+    with open(path, "rb") as lines:
+        for lineno, data in enumerate(lines, 1):
+            row = _usual_row(lineno, data) or _parse_line(path, lineno, data, report)
+            if row is not None:
+                yield row
+    if lineno == 0:
+        report(Problem(str(path), None, "empty file; a data dir table needs at least one line"))
+
+
+def _usual_row(lineno: int, data: bytes) -> Row | None:
+    """A line that _parse_line would find nothing wrong with (most lines), split quickly; else None."""
+    if not (b"!" <= data[:1] <= b"~" and data.endswith(b"\n") and not data.endswith(b"\r\n")):
+        return None
+    try:
+        parts = data.decode("utf-8").split(maxsplit=1)
+    except UnicodeDecodeError:
+        return None
+    return Row(lineno, parts[0], parts[1].strip() if len(parts) > 1 else "")
+
+
+def _parse_line(path: Path, lineno: int, data: bytes, report: Callable[[Problem], None]) -> Row | None:
+    if data.endswith(b"\n"):
+        data = data[:-1]
+    else:
+        report(Problem(str(path), lineno, "last line does not end with a newline"))
+    try:
+        line = data.decode("utf-8")
+    except UnicodeDecodeError:
+        report(Problem(str(path), lineno, "not valid UTF-8"))
+        return None
+    if line.endswith("\r"):
+        report(Problem(str(path), lineno, "Windows line ending (\\r); convert the file with dos2unix"))
+        line = line.rstrip("\r")
+    if not line.strip():
+        report(Problem(str(path), lineno, "empty line; each line must be 'key value'"))
+        return None
+    if line[0].isspace():
+        report(Problem(str(path), lineno, "line starts with white space; the key must come first"))
+    parts = line.split(maxsplit=1)
+    return Row(lineno, parts[0], parts[1].strip() if len(parts) > 1 else "")
 
 
 def read_rows(path: Path) -> tuple[list[Row], list[Problem]]:
-    """Split a table file into rows, reporting encoding, blank-line and newline problems."""
-    raw = path.read_bytes()
-    rows: list[Row] = []
+    """All rows of a table file at once (for asr.data.fix, which rewrites the whole table anyway)."""
     problems: list[Problem] = []
-    if not raw:
-        return rows, [Problem(str(path), None, "empty file; a data dir table needs at least one line")]
-    lines = raw.split(b"\n")
-    if lines[-1] != b"":
-        problems.append(Problem(str(path), len(lines), "last line does not end with a newline"))
-    else:
-        lines.pop()
-    for lineno, data in enumerate(lines, 1):
-        try:
-            line = data.decode("utf-8")
-        except UnicodeDecodeError:
-            problems.append(Problem(str(path), lineno, "not valid UTF-8"))
-            continue
-        if line.endswith("\r"):
-            problems.append(Problem(str(path), lineno, "Windows line ending (\\r); convert the file with dos2unix"))
-            line = line.rstrip("\r")
-        if not line.strip():
-            problems.append(Problem(str(path), lineno, "empty line; each line must be 'key value'"))
-            continue
-        if line[0].isspace():
-            problems.append(Problem(str(path), lineno, "line starts with white space; the key must come first"))
-        parts = line.split(maxsplit=1)
-        rows.append(Row(lineno, parts[0], parts[1].strip() if len(parts) > 1 else ""))
+    rows = list(iter_rows(path, problems.append))
     return rows, problems
 
 
-def _order_problems(table: Table) -> list[Problem]:
-    """Kaldi requires keys sorted with LC_ALL=C and unique."""
-    problems, seen = [], {}
-    previous: str | None = None
-    unsorted = 0
-    for row in table.rows:
-        if row.key in seen:
-            problems.append(Problem(str(table.path), row.line, f"duplicate key {row.key!r} (first on line {seen[row.key]})"))
-        else:
-            seen[row.key] = row.line
-        if previous is not None and c_sort_key(row.key) < c_sort_key(previous):
-            unsorted += 1
-            if unsorted == 1:
-                problems.append(
-                    Problem(
-                        str(table.path),
-                        row.line,
-                        f"not sorted in C locale: {row.key!r} comes after {previous!r}; "
-                        "sort with `LC_ALL=C sort` or run python -m asr.data.fix",
-                    )
-                )
+class _KeyOrder:
+    """Whether a table's keys are sorted in C locale (Kaldi requires it) and unique, seen one row at a
+    time: in a sorted table a repeated key is next to its first line, so nothing else is kept."""
+
+    def __init__(self, path: Path, name: str):
+        self.path = str(path)
+        self.problems = _Capped(f"duplicate keys in {name}")
+        self.unsorted: Problem | None = None  # at the first key smaller than the one before
+        self.first: Row | None = None  # the first row of the latest key
+
+    def see(self, row: Row) -> None:
+        first = self.first
+        if first is None or row.key > first.key:  # str order is code point order: UTF-8 byte order, c_sort_key's
+            self.first = row
+        elif row.key == first.key:
+            self.problems.add(Problem(self.path, row.line, f"duplicate key {row.key!r} (first on line {first.line})"))
+        elif self.unsorted is None:
+            message = (f"not sorted in C locale: {row.key!r} comes after {first.key!r}; "
+                       "sort with `LC_ALL=C sort` or run python -m asr.data.fix")
+            self.unsorted = Problem(self.path, row.line, message)
+
+
+class _OutOfOrder(Exception):
+    """A stream of rows meant to be in key order is not."""
+
+
+def _in_key_order(rows: Rows) -> Iterator[Row]:
+    """The rows, as long as they are in key order (else _OutOfOrder), for a stream that is not checked by scan."""
+    previous = ""
+    for row in rows:
+        if row.key < previous:
+            raise _OutOfOrder(row.key)
         previous = row.key
-    return problems
+        yield row
 
 
-def _capped(problems: list[Problem], what: str) -> list[Problem]:
-    """At most MAX_EXAMPLES problems of one kind, plus a line saying how many were left out."""
-    if len(problems) <= MAX_EXAMPLES:
-        return problems
-    rest = len(problems) - MAX_EXAMPLES
-    return problems[:MAX_EXAMPLES] + [Problem(problems[0].file, None, f"... and {rest} more {what}")]
+def _join(*streams: Rows) -> Iterator[list]:
+    """Merge-join of streams of rows in key order, as Kaldi's `comm`: [key, rows of each stream] for
+    each key of any of them (an empty list where a stream lacks it). Only one key's rows are held."""
+    groups = [groupby(stream, key=attrgetter("key")) for stream in streams]
+    heads = [next(group, None) for group in groups]  # the (key, rows) next in each stream
+    while keys := [head[0] for head in heads if head is not None]:
+        key = min(keys)
+        joined: list = [key]
+        for i, head in enumerate(heads):
+            if head is not None and head[0] == key:
+                joined.append(list(head[1]))  # before groupby moves on
+                heads[i] = next(groups[i], None)
+            else:
+                joined.append([])
+        yield joined
+
+
+class _Coverage:
+    """The keys of a reference table that one table lacks, and its lines with keys beyond them."""
+
+    def __init__(self, file: str, reference: str, noun: str, unknown_what: str):
+        self.file, self.reference, self.noun = file, reference, noun
+        self.unknown = _Capped(unknown_what)
+        self.missing: list[str] = []  # the first MAX_EXAMPLES, in key order
+        self.missing_count = 0
+
+    def see(self, key: str, expected: list[Row], rows: list[Row]) -> None:
+        if not expected:
+            for row in rows:
+                self.unknown.add(Problem(self.file, row.line, f"{self.noun} {key!r} is not in {self.reference}"))
+        elif not rows:
+            self.missing_count += 1
+            self.missing += [key] if self.missing_count <= MAX_EXAMPLES else []
+
+    def problems(self) -> list[Problem]:
+        shown = ", ".join(self.missing) + (" ..." if self.missing_count > MAX_EXAMPLES else "")
+        message = f"{self.missing_count} {self.noun}s of {self.reference} have no line here: {shown}"
+        return self.unknown.problems() + ([Problem(self.file, None, message)] if self.missing_count else [])
 
 
 @dataclass
@@ -216,6 +295,10 @@ def full_read_sample(paths: list[str], count: int = FULL_READS) -> set[str]:
 
 
 class _Validator:
+    """Each table is read line by line; tables with the same keys are compared as merge-joins of sorted
+    streams. Only what is per recording or per speaker is held in memory: there are far fewer of those
+    than utterances."""
+
     def __init__(self, path: Path, check_audio: bool, full_reads: int, run_commands: bool = False):
         self.dir = path
         self.check_audio = check_audio
@@ -223,37 +306,41 @@ class _Validator:
         self.run_commands = run_commands
         self.problems: list[Problem] = []
         self.notes: list[Problem] = []  # what was not checked, and why
-        self.tables: dict[str, Table] = {}
+        self.tables: dict[str, bool] = {}  # the tables present, and whether each is sorted
 
     def file(self, name: str) -> str:
         return str(self.dir / name)
 
-    def add(self, problems: list[Problem], what: str = "like this") -> None:
-        self.problems.extend(_capped(problems, what))
+    def add(self, capped: _Capped) -> None:
+        self.problems.extend(capped.problems())
 
-    def flag(self, name: str, message_of: Callable[[Row], str | None], what: str) -> None:
-        """A problem for each line of table `name` that `message_of` has something to say about."""
+    def rows(self, name: str) -> Iterator[Row]:
+        """The rows of table `name` in file order, streamed (format problems were reported by scan)."""
+        return iter_rows(self.dir / name)
+
+    def ordered(self, name: str) -> Rows:
+        """The rows of table `name` in key order, for merge-joins: streamed from a sorted file. An
+        unsorted one is sorted in memory, as only an invalid data dir has one (scan reported it)."""
+        return self.rows(name) if self.tables[name] else sorted(self.rows(name), key=attrgetter("key"))
+
+    def flag(self, name: str, message_of: LineCheck, what: str, rows: Rows | None = None) -> None:
+        """A problem for each line of table `name` (or of `rows` from it) that `message_of` has something to say about."""
         if name in self.tables:
-            table = self.tables[name]
-            self.add([Problem(str(table.path), r.line, m) for r in table.rows if (m := message_of(r))], what)
-
-    def flag_missing(self, name: str, expected: set[str], what: str) -> None:
-        """One problem listing the keys of `expected` that table `name` lacks."""
-        missing = sorted(expected - self.tables[name].keys(), key=c_sort_key)
-        if missing:
-            shown = ", ".join(missing[:MAX_EXAMPLES]) + (" ..." if len(missing) > MAX_EXAMPLES else "")
-            self.problems.append(Problem(self.file(name), None, f"{len(missing)} {what} have no line here: {shown}"))
+            capped = _Capped(what)
+            for row in self.rows(name) if rows is None else rows:
+                if message := message_of(row):
+                    capped.add(Problem(self.file(name), row.line, message))
+            self.add(capped)
 
     def run(self) -> list[Problem]:
         if not self.dir.is_dir():
             return [Problem(str(self.dir), None, "data directory not found; run python -m asr.data.prepare first")]
         self.check_required_files()
-        self.read_tables()
+        for name in (n for n in ALL_TABLES if (self.dir / n).is_file()):
+            self.scan(name)
         if "utt2spk" in self.tables:
-            self.check_line_shapes()
             self.check_speakers()
             self.check_utterance_sets()
-            self.check_text()
         if "wav.scp" in self.tables:
             self.check_recordings()
         self.check_utt2dur_against_segments()
@@ -275,93 +362,130 @@ class _Validator:
         if (self.dir / "segments").is_file() and not (self.dir / "wav.scp").is_file():
             self.problems.append(Problem(self.file("segments"), None, "segments exists but wav.scp does not"))
 
-    def read_tables(self) -> None:
-        for name in ALL_TABLES:
-            path = self.dir / name
-            if not path.is_file():
-                continue
-            rows, problems = read_rows(path)
-            table = Table(path, rows)
-            self.tables[name] = table
-            self.add(problems, f"format problems in {name}")
-            self.add(_order_problems(table), f"duplicate keys in {name}")
-
-    def check_line_shapes(self) -> None:
-        """Per line: utt2spk 2 fields, segments 4 with 0 <= start < end, and so on."""
-        self.flag("utt2spk", _utt2spk_line_problem, "malformed utt2spk lines")
-        self.flag("segments", segment_line_problem, "bad segments")
-        self.flag("reco2file_and_channel", _r2fc_line_problem, "malformed reco2file_and_channel lines")
-        for name in ("utt2dur", "reco2dur"):
-            self.flag(name, _duration_line_problem, f"bad {name} lines")
+    def scan(self, name: str) -> None:
+        """One pass over a table: its format, key order and duplicates, and the checks of each line
+        on its own (LINE_CHECKS; those only when there is a utt2spk, as the other checks)."""
+        path = self.dir / name
+        formats, order = _Capped(f"format problems in {name}"), _KeyOrder(path, name)
+        line_checks = LINE_CHECKS.get(name, ()) if (self.dir / "utt2spk").is_file() else ()
+        flagged = [(check, _Capped(what)) for check, what in line_checks]
+        for row in iter_rows(path, formats.add):
+            order.see(row)
+            for check, capped in flagged:
+                if message := check(row):
+                    capped.add(Problem(str(path), row.line, message))
+        self.tables[name] = order.unsorted is None
+        if order.unsorted is not None:  # then repeated keys need not be adjacent: look again, sorted in memory
+            unsorted, order = order.unsorted, _KeyOrder(path, name)
+            for row in self.ordered(name):
+                order.see(row)
+            order.problems.add(unsorted)
+        self.add(formats)
+        self.add(order.problems)
+        for _, capped in flagged:
+            self.add(capped)
 
     def check_speakers(self) -> None:
-        self.flag("utt2spk", _speaker_prefix_problem, "utterances without their speaker prefix")
-        utt2spk = {r.key: r.value.split()[0] for r in self.tables["utt2spk"].rows if r.value}
         if "spk2utt" in self.tables:
-            self._check_spk2utt(utt2spk)
-        if "cmvn.scp" in self.tables and self.tables["cmvn.scp"].keys() not in (set(utt2spk.values()), set(utt2spk), {"global"}):
+            self._check_spk2utt()
+        if "cmvn.scp" in self.tables and not self._cmvn_keys_fit():
             self.problems.append(Problem(self.file("cmvn.scp"), None,
                                          "keys are neither the speakers, the utterances, nor 'global'; recompute CMVN"))
 
-    def _check_spk2utt(self, utt2spk: dict[str, str]) -> None:
+    def _check_spk2utt(self) -> None:
         """spk2utt must be utt2spk inverted: every utterance once, under its own speaker."""
         path = self.file("spk2utt")
-        found, problems = set(), []
-        for row in self.tables["spk2utt"].rows:
-            for utt in row.value.split():
-                if utt in found:
-                    problems.append(Problem(path, row.line, f"utterance {utt!r} listed twice"))
-                elif utt2spk.get(utt) != row.key:
-                    said = f"utt2spk says {utt2spk[utt]!r}" if utt in utt2spk else "it is not in utt2spk"
-                    problems.append(Problem(path, row.line, f"utterance {utt!r} listed under speaker {row.key!r} but {said}"))
-                found.add(utt)
-        missing = sorted(set(utt2spk) - found, key=c_sort_key)
-        problems += [Problem(path, None, f"utterance {u!r} of utt2spk is missing (speaker {utt2spk[u]!r})") for u in missing]
-        self.add(problems, "spk2utt mismatches")
-        if problems:
+        try:
+            wrong, missing = self._spk2utt_mismatches(path, _in_key_order(self._spk2utt_by_utterance()))
+        except _OutOfOrder:  # spk2utt unsorted, utterances under the wrong speaker, or speakers 'a' and 'a-b'
+            wrong, missing = self._spk2utt_mismatches(path, sorted(self._spk2utt_by_utterance(), key=attrgetter("key")))
+        total = wrong.total + missing.total  # as one kind: the wrong lines first, then what is missing
+        self.problems.extend(_capped(wrong.shown + missing.shown, "spk2utt mismatches", total))
+        if total:
             self.problems.append(Problem(path, None, "spk2utt does not match utt2spk; regenerate it with python -m asr.data.fix"))
+
+    def _spk2utt_by_utterance(self) -> Iterator[Row]:
+        """spk2utt as one Row(line, utterance, speaker) per listed utterance. Each speaker's utterances
+        are sorted (one speaker at a time); as speaker ids prefix utterance ids, sorted speakers then
+        follow one another in utterance order. Where they do not (see _check_spk2utt: Kaldi's own check,
+        comparing utt2spk with this expansion, rejects all those data dirs), it is sorted in memory."""
+        for row in self.rows("spk2utt"):
+            yield from (Row(row.line, utt, row.key) for utt in sorted(row.value.split()))
+
+    def _spk2utt_mismatches(self, path: str, by_utterance: Rows) -> tuple[_Capped, _Capped]:
+        """spk2utt's lines that are wrong, and the utterances of utt2spk that it lacks (a merge-join by utterance)."""
+        wrong, missing = _Capped(), _Capped()
+        for utt, listed, utt2spk_rows in _join(by_utterance, self.ordered("utt2spk")):
+            speakers = [row.value.split()[0] for row in utt2spk_rows if row.value]
+            speaker = speakers[-1] if speakers else None  # of a repeated line, the last (as a dict would keep)
+            if not listed:
+                if speaker is not None:
+                    missing.add(Problem(path, None, f"utterance {utt!r} of utt2spk is missing (speaker {speaker!r})"))
+                continue
+            first, *again = listed
+            if first.value != speaker:
+                said = f"utt2spk says {speaker!r}" if speaker is not None else "it is not in utt2spk"
+                wrong.add(Problem(path, first.line, f"utterance {utt!r} listed under speaker {first.value!r} but {said}"))
+            for row in again:
+                wrong.add(Problem(path, row.line, f"utterance {utt!r} listed twice"))
+        return wrong, missing
+
+    def _cmvn_keys_fit(self) -> bool:
+        """cmvn.scp is per speaker, per utterance, or global: its keys are exactly one of those sets."""
+        speakers = sorted({row.value.split()[0] for row in self.rows("utt2spk") if row.value})  # few
+        key_sets = (lambda: (Row(0, speaker, "") for speaker in speakers),
+                    lambda: (row for row in self.ordered("utt2spk") if row.value),
+                    lambda: [Row(0, "global", "")])
+        return any(all(cmvn and keys for _, cmvn, keys in _join(self.ordered("cmvn.scp"), key_set())) for key_set in key_sets)
 
     def check_utterance_sets(self) -> None:
         """Every utterance table covers exactly the utterances of utt2spk (Kaldi compares the lists)."""
-        utts = self.tables["utt2spk"].keys()
         names = UTT_TABLES if "segments" in self.tables else UTT_TABLES + ("wav.scp",)  # else wav.scp is per utterance
-        def unknown_utterance(row: Row) -> str | None:
-            return None if row.key in utts else f"utterance {row.key!r} is not in utt2spk"
+        self.check_keys_match("utt2spk", "utterance", {n: f"utterances of {n} not in utt2spk" for n in names if n in self.tables})
 
-        for name in (n for n in names if n in self.tables):
-            self.flag(name, unknown_utterance, f"utterances of {name} not in utt2spk")
-            self.flag_missing(name, utts, "utterances of utt2spk")
-
-    def check_text(self) -> None:
-        self.flag("text", lambda r: None if r.value else f"utterance {r.key!r} has an empty transcript", "empty transcripts")
-        self.flag("text", _illegal_symbol_problem, "lines with illegal symbols")
+    def check_keys_match(self, reference: str, noun: str, unknown_whats: dict[str, str]) -> None:
+        """Each table named in `unknown_whats` has lines for exactly the keys of table `reference`: one
+        merge-join of them all."""
+        coverages = [_Coverage(self.file(name), reference, noun, what) for name, what in unknown_whats.items()]
+        for key, expected, *rows_of in _join(self.ordered(reference), *map(self.ordered, unknown_whats)):
+            for coverage, rows in zip(coverages, rows_of):
+                coverage.see(key, expected, rows)
+        for coverage in coverages:
+            self.problems.extend(coverage.problems())
 
     def check_recordings(self) -> None:
         """segments name recordings of wav.scp and use all of them; reco2file_and_channel matches."""
-        recordings = self.tables["wav.scp"].keys()
-
-        def unknown_recording(row: Row) -> str | None:
-            return None if row.key in recordings else f"recording {row.key!r} is not in wav.scp"
-
         if "segments" in self.tables:
-            used = {r.value.split()[0] for r in self.tables["segments"].rows if r.value}
-            self.flag("segments", lambda r: _unknown_recording_problem(r, recordings), "segments naming unknown recordings")
+            recordings = {row.key for row in self.rows("wav.scp")}
+            used: set[str] = set()
+
+            def unknown_recording(row: Row) -> str | None:
+                if row.value:  # collected on the way, to save a pass
+                    used.add(row.value.split()[0])
+                return _unknown_recording_problem(row, recordings)
+
+            self.flag("segments", unknown_recording, "segments naming unknown recordings")
             self.flag("wav.scp", lambda r: None if r.key in used else f"recording {r.key!r} is used by no segment",
                       "unused recordings")
         if "reco2file_and_channel" in self.tables:
-            self.flag("reco2file_and_channel", unknown_recording, "reco2file_and_channel keys not in wav.scp")
-            self.flag_missing("reco2file_and_channel", recordings, "recordings of wav.scp")
+            self.check_keys_match("wav.scp", "recording", {"reco2file_and_channel": "reco2file_and_channel keys not in wav.scp"})
 
     def check_utt2dur_against_segments(self) -> None:
         if "utt2dur" in self.tables and "segments" in self.tables:
-            segments = self.tables["segments"].first()
-            self.flag("utt2dur", lambda r: _duration_mismatch(r, segments.get(r.key)), "utt2dur values disagreeing with segments")
+            capped = _Capped("utt2dur values disagreeing with segments")
+            for _, durations, segments in _join(self.ordered("utt2dur"), self.ordered("segments")):
+                for row in durations:
+                    if message := _duration_mismatch(row, segments[0] if segments else None):
+                        capped.add(Problem(self.file("utt2dur"), row.line, message))
+            self.add(capped)
 
     def check_audio_files(self) -> None:
         """Header of every recording; full decode of a sample; segments inside the real duration."""
-        wav_rows = self.tables["wav.scp"].first()
+        wav_rows: dict[str, Row] = {}  # the first line of each recording (there are few, unless each is an utterance)
+        for row in self.rows("wav.scp"):
+            wav_rows.setdefault(row.key, row)
         probes = {key: probe_recording(row.value, self.run_commands) for key, row in wav_rows.items()}
-        self.flag("wav.scp", lambda r: probes[r.key].problem if wav_rows[r.key] is r else None, "unreadable recordings")
+        self.flag("wav.scp", lambda r: probes[r.key].problem, "unreadable recordings", rows=wav_rows.values())
         not_run = [Problem(self.file("wav.scp"), row.line, f"a command, not run, so its audio is unchecked: {probes[key].not_run}")
                    for key, row in wav_rows.items() if probes[key].not_run]
         self.notes.extend(_capped(not_run, "commands not run (--run-commands runs them; a data dir is trusted code)"))
@@ -384,7 +508,7 @@ class _Validator:
             message = full_read_problem(probes[row.key], row.value)
             if message:
                 problems.append(Problem(self.file("wav.scp"), row.line, message))
-        self.add(problems, "undecodable recordings")
+        self.problems.extend(_capped(problems, "undecodable recordings"))
 
 
 # --- per-line checks: a message when the line is wrong, else None ---
@@ -431,6 +555,10 @@ def _speaker_prefix_problem(row: Row) -> str | None:
             "as prefixes of utterance ids so that sorting by either gives the same order")
 
 
+def _empty_transcript_problem(row: Row) -> str | None:
+    return None if row.value else f"utterance {row.key!r} has an empty transcript"
+
+
 def _illegal_symbol_problem(row: Row) -> str | None:
     illegal = [s for s in ILLEGAL_TEXT_SYMBOLS if s in row.value.split()]
     return f"illegal symbol {illegal[0]!r} (reserved for the language model)" if illegal else None
@@ -465,6 +593,18 @@ def _segment_end_problem(row: Row, durations: dict[str, float]) -> str | None:
     if duration is None or float(end) <= duration + SEGMENT_END_TOLERANCE_S:
         return None
     return f"{row.key} ends at {float(end):.2f}s but recording {recording} lasts {duration:.2f}s"
+
+
+# Checks of one line on its own, made while a table is first read: (check, what its problems are).
+LINE_CHECKS: dict[str, tuple[tuple[LineCheck, str], ...]] = {
+    "utt2spk": ((_utt2spk_line_problem, "malformed utt2spk lines"),
+                (_speaker_prefix_problem, "utterances without their speaker prefix")),
+    "segments": ((segment_line_problem, "bad segments"),),
+    "reco2file_and_channel": ((_r2fc_line_problem, "malformed reco2file_and_channel lines"),),
+    "utt2dur": ((_duration_line_problem, "bad utt2dur lines"),),
+    "reco2dur": ((_duration_line_problem, "bad reco2dur lines"),),
+    "text": ((_empty_transcript_problem, "empty transcripts"), (_illegal_symbol_problem, "lines with illegal symbols")),
+}
 
 
 def validate_data_dir(path: str | os.PathLike, check_audio: bool = True, full_reads: int = FULL_READS,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,43 @@ def test_cli_exit_status_and_messages(data_dir, break_dir, tmp_path):
     assert f"{data_dir / 'text'}:2: utterance {UTT!r} has an empty transcript" in bad.stderr
     assert f"{tmp_path / 'nowhere'}: data directory not found" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def _sorted_data_dir(path: Path, utterances: int, per_speaker: int = 100) -> Path:
+    """A valid data dir of `utterances` (its audio is not read): one recording per speaker."""
+    path.mkdir()
+    utts = [(f"spk{i // per_speaker:05d}", f"spk{i // per_speaker:05d}-{i % per_speaker:05d}") for i in range(utterances)]
+    speakers = sorted({spk for spk, _ in utts})
+    tables = {
+        "utt2spk": (f"{utt} {spk}" for spk, utt in utts),
+        "spk2utt": (f"{spk} " + " ".join(utt for s, utt in utts if s == spk) for spk in speakers),
+        "text": (f"{utt} a transcript of some words" for _, utt in utts),
+        "segments": (f"{utt} {spk} {i % per_speaker}.00 {i % per_speaker}.50" for i, (spk, utt) in enumerate(utts)),
+        "utt2dur": (f"{utt} 0.500" for _, utt in utts),
+        "feats.scp": (f"{utt} feats.ark:{i}" for i, (_, utt) in enumerate(utts)),
+        "wav.scp": (f"{spk} /audio/{spk}.wav" for spk in speakers),
+        "reco2file_and_channel": (f"{spk} {spk} A" for spk in speakers),
+        "cmvn.scp": (f"{spk} cmvn.ark:{i}" for i, spk in enumerate(speakers)),
+    }
+    for name, lines in tables.items():
+        (path / name).write_text("".join(f"{line}\n" for line in lines))
+    return path
+
+
+def _traced_peak(data_dir: Path) -> int:
+    tracemalloc.start()
+    try:
+        assert validate_data_dir(data_dir, check_audio=False) == []
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_memory_does_not_grow_with_utterances(tmp_path):
+    """Tables are streamed and merge-joined: nothing is kept per utterance, only per speaker and recording."""
+    small, large = _sorted_data_dir(tmp_path / "small", 2_000), _sorted_data_dir(tmp_path / "large", 20_000)
+    validate_data_dir(small, check_audio=False)  # one-time allocations (imports, caches) are not what is measured
+    growth = _traced_peak(large) - _traced_peak(small)
+    # Measured about 1.1 bytes per added utterance (from the 180 added speakers and recordings); keeping
+    # rows, or just the keys, of an utterance table costs 100 bytes and more per utterance (1.6 KB before).
+    assert growth < 50 * 18_000, f"peak grew by {growth / 18_000:.0f} bytes per utterance"
