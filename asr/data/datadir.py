@@ -2,15 +2,18 @@
 
 Files are `key value...` lines sorted by key in C locale (byte order), one key per line.
 `read_data_dir` loads the files that exist; `write_data_dir` writes them sorted, into a
-temporary directory renamed into place when complete.
+temporary directory renamed into place when complete. A corpus too large to hold (millions of
+utterances) is a `StreamedDataDir`: its recordings in memory, its utterances one at a time in
+sorted order, written line by line by `write_streamed`.
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection, Iterable, Iterator
+from typing import Callable, Collection, Iterable, Iterator
 
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
@@ -39,6 +42,21 @@ class Segment:
 
     def __str__(self) -> str:
         return f"{self.recording} {self.start:.2f} {self.end:.2f}"
+
+    @property
+    def duration(self) -> float:
+        """Its utt2dur value (Kaldi's get_utt2dur.sh does the same with segments)."""
+        return round(self.end - self.start, 3)
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """One utterance of a data dir with segments: its utt2spk, segments and text lines."""
+
+    utt: str
+    speaker: str
+    segment: Segment
+    text: str
 
 
 @dataclass
@@ -85,6 +103,45 @@ class DataDir:
         )
 
 
+def utterances_of(d: DataDir) -> Iterator[Utterance]:
+    """The utterances of a data dir with segments, in sorted order."""
+    for utt in d.utts:
+        yield Utterance(utt, d.utt2spk[utt], d.segments[utt], d.text[utt])
+
+
+@dataclass(frozen=True)
+class StreamedDataDir:
+    """A data dir with segments whose utterances are read one at a time: `recordings` holds
+    what is per recording (wav.scp, reco2file_and_channel) and the verbatim files,
+    `utterances()` yields the utterances in sorted order, afresh at each call."""
+
+    recordings: DataDir
+    utterances: Callable[[], Iterator[Utterance]]
+
+    def __iter__(self) -> Iterator[Utterance]:
+        return self.utterances()
+
+    def collect(self) -> DataDir:
+        """The data dir in memory (with the recordings its utterances use)."""
+        d = DataDir(verbatim=dict(self.recordings.verbatim))
+        for u in self:
+            d.text[u.utt], d.utt2spk[u.utt], d.segments[u.utt] = u.text, u.speaker, u.segment
+        used = {s.recording for s in d.segments.values()}
+        d.wav_scp = {r: v for r, v in self.recordings.wav_scp.items() if r in used}
+        d.reco2file_and_channel = {r: v for r, v in self.recordings.reco2file_and_channel.items() if r in used}
+        return d
+
+
+def streamed(d: DataDir) -> StreamedDataDir:
+    return StreamedDataDir(d, lambda: utterances_of(d))
+
+
+def combine_streamed(*parts: StreamedDataDir) -> StreamedDataDir:
+    """`combine_data_dirs` of streamed data dirs: their utterances merged in sorted order."""
+    recordings = combine_data_dirs(*(part.recordings for part in parts))
+    return StreamedDataDir(recordings, lambda: heapq.merge(*parts, key=lambda u: c_sort_key(u.utt)))
+
+
 def combine_data_dirs(*parts: DataDir) -> DataDir:
     """One data dir holding all of `parts` (Kaldi's utils/combine_data.sh); ids must not collide."""
     out = DataDir()
@@ -115,6 +172,37 @@ def iter_table(path: str | os.PathLike) -> Iterator[tuple[int, str, str]]:
         if not parts:
             raise InputError(f"{path}:{lineno}: empty line; Kaldi tables have one 'key value' per line")
         yield lineno, parts[0], parts[1].strip() if len(parts) > 1 else ""
+
+
+def sorted_table(path: str | os.PathLike) -> Iterator[tuple[int, str, str]]:
+    """iter_table, checking the C-locale order the streaming pass relies on."""
+    previous = b""
+    for lineno, key, value in iter_table(path):
+        encoded = key.encode()
+        if encoded <= previous:
+            raise InputError(f"{path}:{lineno}: key {key!r} out of order (or repeated); Kaldi tables are sorted by key "
+                             "in the C locale: run python -m asr.data.fix on the data dir, or re-run the features stage")
+        previous = encoded
+        yield lineno, key, value
+
+
+class Lookup:
+    """Values of a sorted table, looked up in increasing key order (a merge join)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = path = Path(path)
+        self.rows = sorted_table(path) if path.is_file() else iter(())
+        self.key, self.value = b"", ""
+
+    def get(self, key: str) -> str | None:
+        wanted = key.encode()
+        while self.key < wanted:
+            row = next(self.rows, None)
+            if row is None:
+                self.key = b"\xff" * 8
+                return None
+            self.key, self.value = row[1].encode(), row[2]
+        return self.value if self.key == wanted else None
 
 
 def read_table(path: str | os.PathLike, allow_empty_value: bool = False) -> dict[str, str]:
@@ -215,6 +303,95 @@ def write_data_dir(d: DataDir, path: str | os.PathLike) -> Path:
         for name, content in d.verbatim.items():
             (tmp / name).write_text(content, encoding="utf-8")
     return path
+
+
+@dataclass
+class Tally:
+    """How much a data dir holds, for the log."""
+
+    utterances: int = 0
+    speakers: set[str] = field(default_factory=set)
+    seconds: float = 0.0
+
+    def add(self, u: Utterance) -> None:
+        self.utterances += 1
+        self.speakers.add(u.speaker)
+        self.seconds += u.segment.duration
+
+    def __str__(self) -> str:
+        return f"{self.utterances} utterances, {len(self.speakers)} speakers, {self.seconds / 3600:.3f} hours"
+
+
+def tally(utterances: Iterable[Utterance]) -> Tally:
+    out = Tally()
+    for u in utterances:
+        out.add(u)
+    return out
+
+
+class _TableLines:
+    """The per-utterance tables of a data dir with segments, written a line at a time; the
+    utterances must come sorted, each speaker's together (true of speaker-prefixed ids)."""
+
+    FILES = ("text", "utt2spk", "segments", "utt2dur", "spk2utt")
+
+    def __init__(self, path: Path):
+        self.path, self.files = path, {name: open(path / name, "w", encoding="utf-8") for name in self.FILES}
+        self.last, self.speaker, self.speaker_utts = b"", "", []
+        self.recordings: set[str] = set()
+        self.tally = Tally()
+
+    def add(self, u: Utterance) -> None:
+        key = c_sort_key(u.utt)
+        if key <= self.last:
+            raise InputError(f"{self.path}: utterance {u.utt} comes after {self.last.decode()}; "
+                             "the utterances must come in sorted order, each once")
+        if u.speaker != self.speaker:
+            self._end_speaker(u.speaker)
+        self.last = key
+        self.speaker_utts.append(u.utt)
+        self.recordings.add(u.segment.recording)
+        self.tally.add(u)
+        values = {"text": u.text, "utt2spk": u.speaker, "segments": u.segment, "utt2dur": f"{u.segment.duration:.3f}"}
+        for name, value in values.items():
+            self.files[name].write(f"{u.utt} {value}\n")
+
+    def _end_speaker(self, next_speaker: str) -> None:
+        if self.speaker_utts:
+            self.files["spk2utt"].write(f"{self.speaker} {' '.join(self.speaker_utts)}\n")
+        if next_speaker and c_sort_key(next_speaker) < c_sort_key(self.speaker):
+            raise InputError(f"{self.path}: speaker {next_speaker} comes after {self.speaker}; the speakers must come "
+                             "in sorted order, the utterances of each together")
+        self.speaker, self.speaker_utts = next_speaker, []
+
+    def close(self) -> None:
+        self._end_speaker("")
+        for f in self.files.values():
+            f.close()
+        if not self.tally.utterances:  # as write_data_dir, which leaves out empty optional tables
+            (self.path / "segments").unlink()
+            (self.path / "utt2dur").unlink()
+
+
+def write_streamed(d: StreamedDataDir, path: Path) -> Tally:
+    """Write `d` into the existing directory `path` (write_data_dir's files, byte for byte)
+    holding one utterance at a time; returns what it holds."""
+    lines = _TableLines(path)
+    try:
+        for u in d:
+            lines.add(u)
+    finally:
+        lines.close()
+    def used(table: dict) -> dict:
+        return {r: v for r, v in table.items() if r in lines.recordings}
+
+    write_table(path / "wav.scp", used(d.recordings.wav_scp))
+    reco2file_and_channel = used(d.recordings.reco2file_and_channel)
+    if reco2file_and_channel:
+        write_table(path / "reco2file_and_channel", {r: " ".join(v) for r, v in reco2file_and_channel.items()})
+    for name, content in d.recordings.verbatim.items():
+        (path / name).write_text(content, encoding="utf-8")
+    return lines.tally
 
 
 def swbd_utt_id(speaker: str, start: float, end: float) -> str:

@@ -14,7 +14,8 @@ times truncated to centiseconds as Kaldi's sprintf("%06d") does. Lines with an u
 
 Kaldi stops when a folder is missing or the file counts differ from the release's 11,699; we
 stop only when no transcripts or no audio are found at all, and otherwise warn, naming what is
-missing, and prepare what pairs up.
+missing, and prepare what pairs up. `fisher_corpus` gives the utterances one call at a time
+(in sorted order), holding no more than one transcript in memory.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ import os
 import re
 from collections import Counter
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
-from asr.data.datadir import DataDir, Segment
-from asr.data.fix import fit_segments_to_audio
+from asr.data.datadir import DataDir, Segment, StreamedDataDir, Utterance, c_sort_key
+from asr.data.fix import AudioFit
 from asr.data.pairing import names, pair_sides
 from asr.data.swbd import sph2pipe_command
 from asr.data.text_norm import normalize_fisher_text
@@ -134,7 +136,9 @@ def fisher_utt_id(side: str, start_cs: int, end_cs: int) -> str:
     return f"{side}-{start_cs:06d}-{end_cs:06d}"
 
 
-def _add_utterances(d: DataDir, lines: list[FisherLine], dropped: Counter) -> None:
+def _side_utterances(side: str, lines: Iterable[FisherLine], dropped: Counter) -> list[Utterance]:
+    """The utterances of one side's lines with text left after normalisation, sorted by id."""
+    utterances: dict[str, Utterance] = {}
     for line in lines:
         text = normalize_fisher_text(line.words)
         if not text:
@@ -144,45 +148,75 @@ def _add_utterances(d: DataDir, lines: list[FisherLine], dropped: Counter) -> No
             dropped["end not after start"] += 1
             continue
         utt = fisher_utt_id(line.side, line.start_cs, line.end_cs)
-        if utt in d.text:
+        if utt in utterances:
             dropped["duplicate utterance id (first kept)"] += 1
             continue
-        d.text[utt], d.utt2spk[utt] = text, line.side
-        d.segments[utt] = Segment(line.side, line.start_cs / 100, line.end_cs / 100)
+        utterances[utt] = Utterance(utt, side, Segment(side, line.start_cs / 100, line.end_cs / 100), text)
+    return [utterances[utt] for utt in sorted(utterances, key=c_sort_key)]
 
 
-def prepare_fisher(
+def _transcribed_sides(transcripts: dict[str, Path]) -> set[str]:
+    """The sides with transcript lines; every transcript is read through, so a malformed one
+    stops the stage before anything is written."""
+    skipped, sides = Counter(), set()
+    for call in sorted(transcripts):
+        sides.update(line.side for line in read_fisher_transcript(transcripts[call], skipped))
+    for reason, count in sorted(skipped.items()):
+        log.info("fisher: ignored %d transcript lines %s", count, reason)
+    return sides
+
+
+def _recordings(sides: Iterable[str], audio: dict[str, Path]) -> DataDir:
+    d = DataDir()
+    for side in sides:
+        call, channel = side.rsplit("-", 1)
+        d.wav_scp[side] = sph2pipe_command(audio[call], 1 if channel == "A" else 2)
+        d.reco2file_and_channel[side] = (call, channel)
+    return d
+
+
+def fisher_corpus(
     fisher_dirs: list[str], expected_files: int = RELEASE_FILES, missing_transcript: str = "skip",
     max_unreadable: float = 1.0,
-) -> DataDir:
-    """The Fisher training data dir (both parts, whatever of them is found)."""
+) -> StreamedDataDir:
+    """The Fisher training data dir (both parts, whatever of them is found); what is left out
+    is logged once the utterances have been read through."""
     missing = missing_fisher_inputs(fisher_dirs)
     if missing:
         raise InputError("Fisher corpus incomplete:\n  " + "\n  ".join(missing) + "\n" + LAYOUT)
     folders = find_fisher_folders(fisher_dirs)
     transcripts, audio = find_fisher_transcripts(folders), find_fisher_audio(folders)
     _warn_incomplete(folders, len(transcripts), len(audio), expected_files)
-    skipped, dropped = Counter(), Counter()
-    by_side: dict[str, list[FisherLine]] = {}
-    for call in sorted(transcripts):
-        for line in read_fisher_transcript(transcripts[call], skipped):
-            by_side.setdefault(line.side, []).append(line)
-    for reason, count in sorted(skipped.items()):
-        log.info("fisher: ignored %d transcript lines %s", count, reason)
     expected = lambda side: f"a line '<start> <end> {side[-1]}: <words>' in {transcripts.get(side[:-2], side[:-2] + '.txt')}"
-    paired = pair_sides(by_side, audio, missing_transcript, expected, "fisher")
-    d = DataDir()
-    for side in sorted(paired):
-        _add_utterances(d, by_side[side], dropped)
+    paired = sorted(pair_sides(_transcribed_sides(transcripts), audio, missing_transcript, expected, "fisher"))
+    recordings = _recordings(paired, audio)
+    return StreamedDataDir(recordings, lambda: _utterances(transcripts, paired, recordings, max_unreadable))
+
+
+def _utterances(transcripts: dict[str, Path], sides: list[str], recordings: DataDir,
+                max_unreadable: float) -> Iterator[Utterance]:
+    dropped, silent, kept = Counter(), [], Counter()
+    fit = AudioFit(recordings.wav_scp, max_unreadable=max_unreadable)
+    for call, call_sides in groupby(sides, key=lambda side: side.rsplit("-", 1)[0]):
+        lines = read_fisher_transcript(transcripts[call], Counter())
+        for side in call_sides:
+            utterances = _side_utterances(side, (line for line in lines if line.side == side), dropped)
+            if not utterances:
+                silent.append(side)
+            for u in fit.fitted(utterances):
+                kept[side] += 1
+                yield u
     for reason, count in sorted(dropped.items()):
         log.info("fisher: dropped %d transcript lines: %s", count, reason)
-    for side in sorted(set(d.utt2spk.values())):
-        call, channel = side.rsplit("-", 1)
-        d.wav_scp[side] = sph2pipe_command(audio[call], 1 if channel == "A" else 2)
-        d.reco2file_and_channel[side] = (call, channel)
-    silent = paired - set(d.utt2spk.values())
     if silent:
         log.warning("fisher: skipped %d sides with nothing left after normalisation: %s", len(silent), names(silent))
-    d, _, _ = fit_segments_to_audio(d, max_unreadable=max_unreadable)
-    log.info("fisher: %d utterances from %d conversation sides", len(d.utt2spk), len(d.wav_scp))
-    return d
+    fit.finish()
+    log.info("fisher: %d utterances from %d conversation sides", sum(kept.values()), len(kept))
+
+
+def prepare_fisher(
+    fisher_dirs: list[str], expected_files: int = RELEASE_FILES, missing_transcript: str = "skip",
+    max_unreadable: float = 1.0,
+) -> DataDir:
+    """`fisher_corpus` in memory."""
+    return fisher_corpus(fisher_dirs, expected_files, missing_transcript, max_unreadable).collect()

@@ -24,11 +24,12 @@ import re
 import shutil
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from asr.data.audio import SEGMENT_END_TOLERANCE_S
-from asr.data.datadir import TABLE_FILES, VERBATIM_FILES, DataDir, Segment, c_sort_key, write_data_dir
+from asr.data.datadir import TABLE_FILES, VERBATIM_FILES, DataDir, Segment, Utterance, c_sort_key, write_data_dir
 from asr.data.validate import (
     DURATION_MISMATCH_S,
     Problem,
@@ -90,6 +91,63 @@ def _fit_segment(segment: Segment, duration: float, max_overshoot: float) -> Seg
     return Segment(segment.recording, segment.start, end) if end > segment.start else None
 
 
+class AudioFit:
+    """Segments fitted to their audio one utterance at a time, for a corpus too large to hold.
+
+    `fit` says what becomes of an utterance's segment; `finish`, once all are seen, names the
+    unreadable recordings, stops when more than `max_unreadable` (a share) of them are, and logs
+    what was dropped and clipped. Recordings are probed as their first utterance comes, unless
+    `probes` are given.
+    """
+
+    def __init__(self, wav_scp: dict[str, str], probes: dict[str, RecordingProbe] | None = None,
+                 max_overshoot: float = MAX_OVERSHOOT_S, max_unreadable: float = 1.0):
+        self.wav_scp, self.probes = wav_scp, probes if probes is not None else {}
+        self.max_overshoot, self.max_unreadable = max_overshoot, max_unreadable
+        self.dropped: Counter = Counter()
+        self.clipped = 0
+
+    def _probe(self, recording: str) -> RecordingProbe | None:
+        if recording not in self.probes and recording in self.wav_scp:
+            self.probes[recording] = probe_recording(self.wav_scp[recording])
+        return self.probes.get(recording)
+
+    def fit(self, recording: str, segment: Segment | None) -> tuple[bool, Segment | None]:
+        """(whether the utterance stays, its segment fitted to the audio: None without segments)."""
+        probe = self._probe(recording)
+        if probe is not None and probe.not_run:
+            return True, segment
+        if probe is None or probe.problem or probe.duration is None:
+            self.dropped["recording missing or unreadable"] += 1
+            return False, None
+        if segment is None:
+            return True, None
+        fitted = _fit_segment(segment, probe.duration, self.max_overshoot)
+        if fitted is None:
+            self.dropped["segment past the end of the audio"] += 1
+            return False, None
+        self.clipped += fitted != segment
+        return True, fitted
+
+    def fitted(self, utterances: Iterable[Utterance]) -> Iterator[Utterance]:
+        """The utterances that stay, with their segments fitted."""
+        for u in utterances:
+            kept, segment = self.fit(u.segment.recording, u.segment)
+            if kept:
+                yield u if segment == u.segment else replace(u, segment=segment)
+
+    def finish(self) -> None:
+        unreadable = sorted((r for r, p in self.probes.items() if p.problem), key=c_sort_key)
+        for reco in unreadable:
+            log.warning("recording %s is unreadable, its utterances are dropped: %s", reco, self.probes[reco].problem)
+        _check_unreadable_share(unreadable, self.probes, self.max_unreadable)
+        for reason, count in sorted(self.dropped.items()):
+            log.info("dropped %d utterances: %s", count, reason)
+        if self.clipped:
+            log.info("clipped the end of %d segments to their audio (by at most %.1fs)",
+                     self.clipped, self.max_overshoot)
+
+
 def fit_segments_to_audio(
     d: DataDir, probes: dict[str, RecordingProbe] | None = None, max_overshoot: float = MAX_OVERSHOOT_S,
     max_unreadable: float = 1.0,
@@ -104,37 +162,20 @@ def fit_segments_to_audio(
     """
     if probes is None:
         probes = {reco: probe_recording(value) for reco, value in d.wav_scp.items()}
-    unreadable = sorted((r for r, p in probes.items() if p.problem), key=c_sort_key)
-    for reco in unreadable:
-        log.warning("recording %s is unreadable, its utterances are dropped: %s", reco, probes[reco].problem)
-    _check_unreadable_share(unreadable, probes, max_unreadable)
-    dropped, clipped, keep = Counter(), [], []
-    segments = dict(d.segments)
+    fit = AudioFit(d.wav_scp, probes, max_overshoot, max_unreadable)
+    keep, segments, clipped = [], dict(d.segments), []
     for utt in d.utts:
-        reco = d.recording_of(utt)
-        probe = probes.get(reco)
-        if probe is not None and probe.not_run:
-            keep.append(utt)
+        kept, segment = fit.fit(d.recording_of(utt), d.segments.get(utt))
+        if not kept:
             continue
-        if probe is None or probe.problem or probe.duration is None:
-            dropped["recording missing or unreadable"] += 1
-            continue
-        if d.segments and utt in d.segments:
-            fitted = _fit_segment(d.segments[utt], probe.duration, max_overshoot)
-            if fitted is None:
-                dropped["segment past the end of the audio"] += 1
-                continue
-            if fitted != d.segments[utt]:
-                clipped.append(utt)
-                segments[utt] = fitted
         keep.append(utt)
-    for reason, count in sorted(dropped.items()):
-        log.info("dropped %d utterances: %s", count, reason)
+        if segment is not None and segment != d.segments[utt]:
+            clipped.append(utt)
+            segments[utt] = segment
+    fit.finish()
     fitted_dir = d.subset(keep)
     fitted_dir.segments = {u: segments[u] for u in fitted_dir.segments}
-    if clipped:
-        log.info("clipped the end of %d segments to their audio (by at most %.1fs)", len(clipped), max_overshoot)
-    return fitted_dir, dropped, clipped
+    return fitted_dir, fit.dropped, clipped
 
 
 def _check_unreadable_share(unreadable: list[str], probes: dict[str, RecordingProbe], max_share: float) -> None:

@@ -4,7 +4,9 @@ egs/swbd/s5c/local/swbd1_data_prep.sh makes it.
 One recording per conversation side (`sw02001-A` is channel 1 of sw02001.sph, `-B` channel
 2), one speaker per side, one utterance per transcript line with text left after
 normalisation: `sw02001-A_000098-001156` covers 0.98 s to 11.56 s (times rounded to
-centiseconds, half up, as Kaldi does). `prepare_swbd` is a pure function of the corpus.
+centiseconds, half up, as Kaldi does). `prepare_swbd` is a pure function of the corpus;
+`swbd_corpus` gives the same utterances one conversation side at a time (in sorted order),
+holding no more than one side's transcript in memory.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import shlex
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable, Iterator
 
-from asr.data.datadir import DataDir, Segment, swbd_utt_id
-from asr.data.fix import fit_segments_to_audio
+from asr.data.datadir import DataDir, Segment, StreamedDataDir, Utterance, c_sort_key, swbd_utt_id
+from asr.data.fix import AudioFit
 from asr.data.pairing import names, pair_sides
 from asr.data.text_norm import normalize_ms98_text
 from asr.utils.errors import InputError
@@ -104,13 +107,8 @@ def ms98_side(label: str, where: str) -> str:
     return f"sw0{match.group(1)}-{match.group(2).upper()}"
 
 
-def read_ms98_transcript(path: Path) -> list[TranscriptLine]:
-    """Lines `sw2001A-ms98-a-0002 0.977625 11.561375 hi um yeah ...` of one -trans.text file.
-
-    Kaldi checks that the lines come in order (`sort -c`) and stops if not; the order does not
-    matter to us (utterances are keyed by id), so an unsorted file is only reported.
-    """
-    lines = []
+def iter_ms98_transcript(path: Path) -> Iterator[TranscriptLine]:
+    """Lines `sw2001A-ms98-a-0002 0.977625 11.561375 hi um yeah ...` of one -trans.text file."""
     for lineno, line in iter_lines(path):
         fields = line.split(maxsplit=3)
         if not fields:
@@ -121,7 +119,16 @@ def read_ms98_transcript(path: Path) -> list[TranscriptLine]:
         except (IndexError, ValueError):
             raise InputError(f"{where}: expected '<label> <start> <end> <words>', got {line.strip()!r}") from None
         words = fields[3] if len(fields) > 3 else ""
-        lines.append(TranscriptLine(ms98_side(fields[0], where), start, end, words, where))
+        yield TranscriptLine(ms98_side(fields[0], where), start, end, words, where)
+
+
+def read_ms98_transcript(path: Path) -> list[TranscriptLine]:
+    """The lines of one -trans.text file.
+
+    Kaldi checks that the lines come in order (`sort -c`) and stops if not; the order does not
+    matter to us (utterances are keyed by id), so an unsorted file is only reported.
+    """
+    lines = list(iter_ms98_transcript(path))
     _report_disorder(path, lines)
     return lines
 
@@ -141,8 +148,9 @@ def _warn_missing_sph(found: int, expected: int) -> None:
         log.info("found %d SPHERE files (more than the %d expected)", found, expected)
 
 
-def _add_utterances(d: DataDir, lines: list[TranscriptLine], dropped: Counter) -> None:
-    """Normalise the text of each line and add the non-empty ones as utterances."""
+def _side_utterances(side: str, lines: Iterable[TranscriptLine], dropped: Counter) -> list[Utterance]:
+    """The utterances of one side's lines with text left after normalisation, sorted by id."""
+    utterances: dict[str, Utterance] = {}
     for line in lines:
         text = normalize_ms98_text(line.words)
         if not text:
@@ -153,28 +161,30 @@ def _add_utterances(d: DataDir, lines: list[TranscriptLine], dropped: Counter) -
         if end_cs <= start_cs:
             dropped["shorter than a centisecond"] += 1
             continue
-        if utt in d.text:
+        if utt in utterances:
             log.warning("%s: utterance id %s repeats an earlier line; keeping the first", line.where, utt)
             dropped["duplicate utterance id"] += 1
             continue
-        d.text[utt] = text
-        d.utt2spk[utt] = line.side
-        d.segments[utt] = Segment(line.side, start_cs / 100, end_cs / 100)
+        utterances[utt] = Utterance(utt, side, Segment(side, start_cs / 100, end_cs / 100), text)
+    return [utterances[utt] for utt in sorted(utterances, key=c_sort_key)]
 
 
-def _add_recordings(d: DataDir, sph: dict[str, Path]) -> None:
-    for side in sorted(set(d.utt2spk.values())):
+def _recordings(sides: Iterable[str], sph: dict[str, Path]) -> DataDir:
+    d = DataDir()
+    for side in sides:
         conv, channel_name = side.split("-")
         d.wav_scp[side] = sph2pipe_command(sph[conv], 1 if channel_name == "A" else 2)
         d.reco2file_and_channel[side] = (conv, channel_name)
+    return d
 
 
-def read_transcripts_by_side(ms98_dir: str | os.PathLike) -> dict[str, list[TranscriptLine]]:
-    """Every -trans.text line below `ms98_dir`, grouped by conversation side (sw02001-A)."""
-    by_side: dict[str, list[TranscriptLine]] = {}
+def transcript_files_by_side(ms98_dir: str | os.PathLike) -> dict[str, list[Path]]:
+    """The -trans.text files below `ms98_dir` holding lines of each conversation side (sw02001-A);
+    every file is read through, so a malformed line stops the stage before any is written."""
+    by_side: dict[str, list[Path]] = {}
     for path in find_ms98_transcripts(ms98_dir):
-        for line in read_ms98_transcript(path):
-            by_side.setdefault(line.side, []).append(line)
+        for side in dict.fromkeys(line.side for line in read_ms98_transcript(path)):
+            by_side.setdefault(side, []).append(path)
     return by_side
 
 
@@ -185,6 +195,52 @@ def expected_ms98_file(ms98_dir: str | os.PathLike, side: str) -> str:
     return str(root / number[:2] / number / f"sw{number}{channel}-ms98-a-trans.text")
 
 
+def swbd_corpus(
+    swbd_dir: str | os.PathLike,
+    ms98_dir: str | os.PathLike,
+    expected_sph_files: int = RELEASE_SPH_FILES,
+    missing_transcript: str = "skip",
+    max_unreadable: float = 1.0,
+) -> StreamedDataDir:
+    """The Switchboard-1 training data dir (all conversations; the dev split is the caller's).
+
+    What is left out (unpaired sides, [silence]-only lines, segments past the audio) is
+    counted and logged with names, once the utterances have been read through; a missing
+    corpus is an InputError showing the layout. A side with audio but no transcript is
+    skipped, or refused when `missing_transcript` is "error".
+    """
+    missing = missing_swbd_inputs(swbd_dir, ms98_dir)
+    if missing:
+        raise InputError("Switchboard-1 corpus incomplete:\n  " + "\n  ".join(missing) + "\n" + LAYOUT)
+    sph = find_sph_files(swbd_dir)
+    _warn_missing_sph(len(sph), expected_sph_files)
+    files = transcript_files_by_side(ms98_dir)
+    expected = lambda side: expected_ms98_file(ms98_dir, side)
+    paired = sorted(pair_sides(files, sph, missing_transcript, expected, "swbd"))
+    recordings = _recordings(paired, sph)
+    return StreamedDataDir(recordings, lambda: _utterances(files, paired, recordings, max_unreadable))
+
+
+def _utterances(files: dict[str, list[Path]], sides: list[str], recordings: DataDir,
+                max_unreadable: float) -> Iterator[Utterance]:
+    dropped, silent, kept = Counter(), [], Counter()
+    fit = AudioFit(recordings.wav_scp, max_unreadable=max_unreadable)
+    for side in sides:
+        lines = (line for path in files[side] for line in iter_ms98_transcript(path) if line.side == side)
+        utterances = _side_utterances(side, lines, dropped)
+        if not utterances:
+            silent.append(side)
+        for u in fit.fitted(utterances):
+            kept[side] += 1
+            yield u
+    for reason, count in sorted(dropped.items()):
+        log.info("dropped %d transcript lines: %s", count, reason)
+    if silent:
+        log.warning("skipped %d sides with no speech left after normalisation: %s", len(silent), names(silent))
+    fit.finish()
+    log.info("swbd: %d utterances from %d conversation sides", sum(kept.values()), len(kept))
+
+
 def prepare_swbd(
     swbd_dir: str | os.PathLike,
     ms98_dir: str | os.PathLike,
@@ -192,29 +248,5 @@ def prepare_swbd(
     missing_transcript: str = "skip",
     max_unreadable: float = 1.0,
 ) -> DataDir:
-    """The Switchboard-1 training data dir (all conversations; the dev split is the caller's).
-
-    What is left out (unpaired sides, [silence]-only lines, segments past the audio) is
-    counted and logged with names; a missing corpus is an InputError showing the layout.
-    A side with audio but no transcript is skipped, or refused when `missing_transcript` is
-    "error".
-    """
-    missing = missing_swbd_inputs(swbd_dir, ms98_dir)
-    if missing:
-        raise InputError("Switchboard-1 corpus incomplete:\n  " + "\n  ".join(missing) + "\n" + LAYOUT)
-    sph = find_sph_files(swbd_dir)
-    _warn_missing_sph(len(sph), expected_sph_files)
-    by_side = read_transcripts_by_side(ms98_dir)
-    paired = pair_sides(by_side, sph, missing_transcript, lambda side: expected_ms98_file(ms98_dir, side), "swbd")
-    d, dropped = DataDir(), Counter()
-    for side in sorted(paired):
-        _add_utterances(d, by_side[side], dropped)
-    for reason, count in sorted(dropped.items()):
-        log.info("dropped %d transcript lines: %s", count, reason)
-    silent = paired - set(d.utt2spk.values())
-    if silent:
-        log.warning("skipped %d sides with no speech left after normalisation: %s", len(silent), names(silent))
-    _add_recordings(d, sph)
-    d, _, _ = fit_segments_to_audio(d, max_unreadable=max_unreadable)
-    log.info("swbd: %d utterances from %d conversation sides", len(d.utt2spk), len(d.wav_scp))
-    return d
+    """`swbd_corpus` in memory."""
+    return swbd_corpus(swbd_dir, ms98_dir, expected_sph_files, missing_transcript, max_unreadable).collect()

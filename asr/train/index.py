@@ -35,13 +35,12 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import kaldiio
 import numpy as np
 
 from asr.data import commands
-from asr.data.datadir import iter_table
+from asr.data.datadir import Lookup, iter_table, sorted_table
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 
@@ -61,37 +60,6 @@ def fingerprint(paths: list[Path], tokenizer_model: Path) -> str:
         digest.update(f"{path.name}:{stat.st_size if stat else -1}:{stat.st_mtime_ns if stat else -1};".encode())
     digest.update(tokenizer_model.read_bytes())
     return digest.hexdigest()[:16]
-
-
-def sorted_table(path: Path) -> Iterator[tuple[int, str, str]]:
-    """iter_table, checking the C-locale order the streaming pass relies on."""
-    previous = b""
-    for lineno, key, value in iter_table(path):
-        encoded = key.encode()
-        if encoded <= previous:
-            raise InputError(f"{path}:{lineno}: key {key!r} out of order (or repeated); Kaldi tables are sorted by key "
-                             "in the C locale: run python -m asr.data.fix on the data dir, or re-run the features stage")
-        previous = encoded
-        yield lineno, key, value
-
-
-class Lookup:
-    """Values of a sorted table, looked up in increasing key order (a merge join)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.rows = sorted_table(path) if path.is_file() else iter(())
-        self.key, self.value = b"", ""
-
-    def get(self, key: str) -> str | None:
-        wanted = key.encode()
-        while self.key < wanted:
-            row = next(self.rows, None)
-            if row is None:
-                self.key = b"\xff" * 8
-                return None
-            self.key, self.value = row[1].encode(), row[2]
-        return self.value if self.key == wanted else None
 
 
 def ark_location(value: str) -> tuple[str, int] | None:

@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from asr.data.prepare import prepare_data, preflight
 from asr.data.swbd import prepare_swbd
 from asr.data.validate import validate_data_dir
 from asr.utils.errors import InputError
+from tests.data.conftest import LdcTree
 from tests.data.test_fisher import fisher_tree  # noqa: F401  (fixture)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -306,3 +308,49 @@ def test_preflight_names_missing_fisher(ldc_tree, tmp_path):
     assert f"{tmp_path / 'LDC2004T19'}: Fisher directory not found" in str(err.value)
     assert "fe_03_p{1,2}_tran/data/trans/NNN/fe_03_NNNNN.txt" in str(err.value)
     preflight(cfg, ["dev", "eval"])  # Fisher is only part of the training set
+
+
+# --- memory ---
+
+SENTENCES = [f"so {a} i think that {b} is right" for a in ("yeah", "well", "um", "uh-huh")
+             for b in ("it", "she", "he", "this", "that")]
+
+
+def switchboard_of_size(ldc_tree, root: Path, conversations: int, lines_per_side: int = 50) -> LdcTree:
+    """Switchboard with `conversations` conversations (hard links to one SPHERE file) of
+    `lines_per_side` utterances a side, and the tiny tree's Hub5-2000."""
+    tree = LdcTree(root, root / "LDC97S62", root / "ms98", ldc_tree.eval2000_dir, ldc_tree.eval2000_text_dir)
+    (tree.swbd_dir / "swb1_d1/data").mkdir(parents=True)
+    for number in range(2001, 2001 + conversations):
+        os.link(ldc_tree.swbd_dir / "swb1_d1/data/sw02001.sph", tree.swbd_dir / f"swb1_d1/data/sw0{number}.sph")
+        for side in "AB":
+            path = tree.ms98_dir / f"{number // 100}/{number}/sw{number}{side}-ms98-a-trans.text"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(f"sw{number}{side}-ms98-a-{i:04d} {0.3 * i:.6f} {0.3 * i + 0.25:.6f} "
+                                    f"{SENTENCES[(number + i) % len(SENTENCES)]}\n" for i in range(lines_per_side)))
+    return tree
+
+
+def traced_peak(tree, out: Path, conversations: int) -> int:
+    cfg = data_config(tree, out, prepare_sets=["train", "dev"], dev_utts=100, expected_sph_files=conversations,
+                      max_duplicates=300, lm_text=str(out / "lm/text"))
+    tracemalloc.start()
+    try:
+        prepare_data(cfg)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_prepare_memory_does_not_grow_with_the_utterances(ldc_tree, tmp_path, monkeypatch):
+    # SWB-2000 has 2.2 million utterances: the stage holds what is per recording, speaker or
+    # distinct transcript, never what is per utterance (the original held ~1.6 KB each). The
+    # validator's own memory is measured apart.
+    monkeypatch.setattr("asr.data.prepare.validate_data_dir", lambda path: [])
+    prepare_data(data_config(ldc_tree, tmp_path / "warm-up"))  # imports and caches
+    small, large = 10, 60
+    trees = {n: switchboard_of_size(ldc_tree, tmp_path / f"ldc{n}", n) for n in (small, large)}
+    peaks = [traced_peak(trees[n], tmp_path / f"data{n}", n) for n in (small, large)]
+    assert len((tmp_path / f"data{large}/lm/text").read_text().splitlines()) == large * 100 - 100
+    per_utterance = (peaks[1] - peaks[0]) / ((large - small) * 100)
+    assert per_utterance < 300, f"peak grew {per_utterance:.0f} B per utterance ({peaks[0]} -> {peaks[1]} B)"

@@ -15,23 +15,32 @@ Each data dir gets utt2dur (segment lengths) and is validated, audio included, b
 renamed into place. Unreadable recordings are dropped with their utterances and named; more
 than `data.max_unreadable` of a corpus' recordings unreadable stops the stage. With `data.lm_text` set, the training transcripts before the duplicate
 cap (Switchboard train_nodev and Fisher, as fisher_swbd's LM text) are written there too.
+
+Memory does not grow with the corpus: Switchboard and Fisher are read one conversation side at
+a time into a temporary file (asr.data.prepare.spool), which each data dir is then written
+from line by line; only what is per recording or speaker (and a count per distinct transcript,
+for the duplicate cap) is held. Hub5-2000, a fixed 4,466 utterances, is prepared in memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
+from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-from asr.data.datadir import DataDir, combine_data_dirs, write_data_dir
+from asr.data.datadir import (DataDir, StreamedDataDir, Tally, Utterance, combine_streamed, streamed, tally,
+                              write_streamed)
 from asr.data.fisher import LAYOUT as FISHER_LAYOUT
-from asr.data.fisher import missing_fisher_inputs, prepare_fisher
+from asr.data.fisher import fisher_corpus, missing_fisher_inputs
 from asr.data.hub5 import LAYOUT as EVAL2000_LAYOUT
 from asr.data.hub5 import missing_eval2000_inputs, prepare_eval2000
+from asr.data.prepare.spool import Spool
 from asr.data.swbd import LAYOUT as SWBD_LAYOUT
-from asr.data.subsets import remove_duplicates, split_first
-from asr.data.swbd import missing_swbd_inputs, prepare_swbd
+from asr.data.subsets import check_first, remove_duplicates
+from asr.data.swbd import missing_swbd_inputs, swbd_corpus
 from asr.data.validate import validate_data_dir
 from asr.utils.atomic import atomic_dir, atomic_open
 from asr.utils.errors import InputError
@@ -84,55 +93,54 @@ def preflight(cfg: DictConfig, sets: list[str]) -> None:
 
 def with_utt2dur(d: DataDir) -> DataDir:
     """Durations from the segment times (Kaldi's get_utt2dur.sh does the same with segments)."""
-    d.utt2dur = {utt: round(seg.end - seg.start, 3) for utt, seg in d.segments.items()}
+    d.utt2dur = {utt: seg.duration for utt, seg in d.segments.items()}
     return d
 
 
-def split_dev(d: DataDir, dev_utts: int) -> tuple[DataDir, DataDir]:
-    """(train, dev): dev is the first `dev_utts` utterances in sorted order, train the rest."""
-    return split_first(d, dev_utts, "data.dev_utts", "Switchboard")
+def write_training_set(cfg: DictConfig, swbd_nodev: StreamedDataDir, path: Path) -> None:
+    """Switchboard train_nodev, plus Fisher for SWB-2000, with repeated transcripts capped; and
+    the transcripts before the cap for the LM."""
+    with contextlib.ExitStack() as stack:
+        full = swbd_nodev
+        if cfg.fisher_dirs:
+            fisher = stack.enter_context(Spool(fisher_corpus(list(cfg.fisher_dirs), cfg.expected_fisher_files,
+                                                             cfg.missing_transcript, cfg.max_unreadable))).part()
+            full = combine_streamed(fisher, swbd_nodev)
+            log.info("train: Fisher (%s) + Switchboard (%s)", tally(fisher), tally(swbd_nodev))
+        train = remove_duplicates(full, cfg.max_duplicates) if cfg.max_duplicates else full
+        written = write_validated(train, path)
+        if cfg.max_duplicates:
+            log.info("train: kept %d of %d utterances with repeated transcripts capped at %d (Kaldi's train_nodup)",
+                     written.utterances, sum(1 for _ in full), cfg.max_duplicates)
+        log.info("%s: %s", path, written)
+        if cfg.lm_text:
+            write_lm_text(full, Path(cfg.lm_text))
 
 
-def training_set(cfg: DictConfig, swbd_nodev: DataDir) -> tuple[DataDir, DataDir]:
-    """(train, the transcripts for the LM): Switchboard train_nodev, plus Fisher for SWB-2000,
-    then with repeated transcripts capped."""
-    train = swbd_nodev
-    if cfg.fisher_dirs:
-        fisher = with_utt2dur(prepare_fisher(list(cfg.fisher_dirs), cfg.expected_fisher_files, cfg.missing_transcript,
-                                                 cfg.max_unreadable))
-        train = combine_data_dirs(fisher, swbd_nodev)
-        log.info("train: Fisher (%s) + Switchboard (%s)", describe(fisher), describe(swbd_nodev))
-    full = train
-    if cfg.max_duplicates:
-        train = remove_duplicates(train, cfg.max_duplicates)
-        log.info("train: kept %d of %d utterances with repeated transcripts capped at %d (Kaldi's train_nodup)",
-                 len(train.utt2spk), len(full.utt2spk), cfg.max_duplicates)
-    return train, full
-
-
-def write_lm_text(d: DataDir, path: Path) -> None:
+def write_lm_text(utterances: Iterable[Utterance], path: Path) -> None:
     """One transcript a line, in utterance-id order, without ids."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
     with atomic_open(path, encoding="utf-8") as f:
-        for utt in d.utts:
-            f.write(d.text[utt] + "\n")
-    log.info("%s: %d sentences for the language model", path, len(d.utts))
+        for u in utterances:
+            f.write(u.text + "\n")
+            count += 1
+    log.info("%s: %d sentences for the language model", path, count)
 
 
-def describe(d: DataDir) -> str:
-    hours = sum(d.utt2dur.values()) / 3600
-    return f"{len(d.utt2spk)} utterances, {len(d.spk2utt)} speakers, {hours:.3f} hours"
-
-
-def write_validated(d: DataDir, path: Path) -> None:
-    """Write, validate the written files, and only then rename them to `path`."""
+def write_validated(d: StreamedDataDir, path: Path) -> Tally:
+    """Write, validate the written files, and only then rename them to `path`; returns what it holds."""
     with atomic_dir(path) as tmp:
-        write_data_dir(d, tmp)
+        written = write_streamed(d, tmp)
         problems = validate_data_dir(tmp)
         if problems:
             shown = "\n  ".join(str(p).replace(str(tmp), str(path)) for p in problems[:MAX_PROBLEMS_SHOWN])
             raise InputError(f"{path}: the prepared data dir has {len(problems)} problems, not written:\n  {shown}")
-    log.info("%s: %s", path, describe(d))
+    return written
+
+
+def write_set(d: StreamedDataDir, path: Path) -> None:
+    log.info("%s: %s", path, write_validated(d, path))
 
 
 def prepare_data(cfg: DictConfig) -> dict[str, Path]:
@@ -142,20 +150,17 @@ def prepare_data(cfg: DictConfig) -> dict[str, Path]:
     data_dir = Path(cfg.data_dir)
     written = {}
     if {"train", "dev"} & set(sets):
-        swbd = with_utt2dur(prepare_swbd(cfg.swbd_dir, cfg.ms98_dir, cfg.expected_sph_files, cfg.missing_transcript,
-                                              cfg.max_unreadable))
-        nodev, dev = split_dev(swbd, cfg.dev_utts)
-        if "dev" in sets:
-            write_validated(dev, data_dir / cfg.dev_set)
-            written["dev"] = data_dir / cfg.dev_set
-        if "train" in sets:
-            train, lm_source = training_set(cfg, nodev)
-            write_validated(train, data_dir / cfg.train_set)
-            written["train"] = data_dir / cfg.train_set
-            if cfg.lm_text:
-                write_lm_text(lm_source, Path(cfg.lm_text))
+        with Spool(swbd_corpus(cfg.swbd_dir, cfg.ms98_dir, cfg.expected_sph_files, cfg.missing_transcript,
+                               cfg.max_unreadable)) as swbd:
+            check_first(cfg.dev_utts, len(swbd), "data.dev_utts", "Switchboard")
+            if "dev" in sets:
+                write_set(swbd.part(0, cfg.dev_utts), data_dir / cfg.dev_set)
+                written["dev"] = data_dir / cfg.dev_set
+            if "train" in sets:
+                write_training_set(cfg, swbd.part(cfg.dev_utts), data_dir / cfg.train_set)
+                written["train"] = data_dir / cfg.train_set
     if "eval" in sets:
-        evaluation = with_utt2dur(prepare_eval2000(cfg.eval2000_dir, cfg.eval2000_text_dir, cfg.max_unreadable))
-        write_validated(evaluation, data_dir / cfg.eval_set)
+        evaluation = prepare_eval2000(cfg.eval2000_dir, cfg.eval2000_text_dir, cfg.max_unreadable)
+        write_set(streamed(evaluation), data_dir / cfg.eval_set)
         written["eval"] = data_dir / cfg.eval_set
     return written
