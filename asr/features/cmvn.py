@@ -90,10 +90,11 @@ class Cmvn:
             raise ValueError(f"unknown CMVN unit {unit!r}; choose one of {UNITS}")
         self.unit, self.stats, self.utt2spk, self.norm_vars = unit, stats, utt2spk, norm_vars
 
-    def __call__(self, utt: str, feats: np.ndarray) -> np.ndarray:
+    def __call__(self, utt: str, feats: np.ndarray, speaker: str | None = None) -> np.ndarray:
+        """`speaker` names the utterance's speaker where utt2spk was not given (a streaming reader)."""
         if self.unit == "none":
             return np.array(feats, dtype=np.float32)  # a copy: kaldiio may hand out read-only memory
-        key = cmvn_key(self.unit, utt, self.utt2spk)
+        key = cmvn_key(self.unit, utt, self.utt2spk if speaker is None else {utt: speaker})
         if key not in self.stats:
             raise InputError(f"no CMVN statistics for {key!r} ({self.unit}); re-run the features stage")
         return apply(feats, self.stats[key], self.norm_vars)

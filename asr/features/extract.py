@@ -55,6 +55,7 @@ from asr.features import cmvn
 from asr.features.deltas import delta_opts
 from asr.features.fbank import FbankOptions, fbank_batch
 from asr.features.featureset import DELTA_COLUMNS, FeatureLayout, FeatureWriter, LoadDeltas
+from asr.features.parts import join_parts
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 
@@ -546,31 +547,6 @@ def _length_batches(order: list[int], waves: list[np.ndarray], max_batch_samples
 
 
 # ----------------------------------------------------------------------- joining
-
-
-def join_parts(tmp: Path, out_dir: Path, num_parts: int, name: str = "feats") -> None:
-    """Concatenate <name>.<i>.ark into <name>.ark and write one sorted <name>.scp pointing at it.
-
-    An ark is a sequence of self-delimiting records, so concatenation is a valid ark; each
-    part's offsets move by the bytes before it. The scp names the final (renamed) directory.
-    """
-    final_ark = str(out_dir.absolute() / f"{name}.ark")
-    entries: dict[str, str] = {}
-    with open(tmp / f"{name}.ark", "wb") as joined:
-        for i in range(num_parts):
-            shift = joined.tell()
-            part_ark, part_scp = tmp / f"{name}.{i}.ark", tmp / f"{name}.{i}.scp"
-            with open(part_ark, "rb") as part:
-                shutil.copyfileobj(part, joined, 16 << 20)
-            for line in part_scp.read_text().splitlines():
-                utt, location = line.split(maxsplit=1)
-                offset = int(location.rsplit(":", 1)[1])
-                entries[utt] = f"{final_ark}:{offset + shift}"
-            part_ark.unlink()
-            part_scp.unlink()
-        joined.flush()
-        os.fsync(joined.fileno())
-    write_table(tmp / f"{name}.scp", entries)
 
 
 def repoint_scp(scp: Path, ark: Path) -> None:

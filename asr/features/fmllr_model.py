@@ -103,6 +103,14 @@ def single_thread():
 # ------------------------------------------------------------------------- data
 
 
+def speaker_cmvn(base_dir: Path, utt2spk: dict[str, str], norm_vars: bool) -> CmvnApplier:
+    """The per-speaker CMVN of a log-mel set (what the fMLLR recipe normalises with)."""
+    applier = CmvnApplier(base_dir, utt2spk, norm_vars)
+    if applier.unit not in ("speaker", "none"):
+        raise InputError(f"{base_dir}/cmvn_type: {applier.unit}; the fMLLR recipe needs per-speaker statistics")
+    return applier
+
+
 class SpeakerFrames:
     """Per-speaker CMVN'd log-mel frames of one feature set directory, read on demand."""
 
@@ -110,9 +118,7 @@ class SpeakerFrames:
         self.base_dir = Path(base_dir)
         self.feats = commands.load_scp(self.base_dir / "feats.scp")
         self.utt2spk = utt2spk
-        self.cmvn = CmvnApplier(self.base_dir, utt2spk, norm_vars)
-        if self.cmvn.unit not in ("speaker", "none"):
-            raise InputError(f"{self.base_dir}/cmvn_type: {self.cmvn.unit}; the fMLLR recipe needs per-speaker statistics")
+        self.cmvn = speaker_cmvn(self.base_dir, utt2spk, norm_vars)
 
     def raw(self, utt: str) -> np.ndarray:
         try:

@@ -31,28 +31,31 @@ the parts whose inputs and options did not change. The speakers of a set are spl
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+import kaldiio
 import numpy as np
 import torch
 
-from asr.data.datadir import read_data_dir, read_table, spk2utt, write_table
+from asr.data import commands
+from asr.data.datadir import Lookup, c_sort_key, read_data_dir, read_table, sorted_table
 from asr.features import cmvn
-from asr.features.extract import (SetSummary, _add_stats, _log_summary, join_parts, merge_stats, non_finite_problem,
-                                  repoint_scp, run_parts)
+from asr.features.extract import SetSummary, _add_stats, _log_summary, merge_stats, non_finite_problem, repoint_scp, run_parts
 from asr.features.fbank import FbankOptions
 from asr.features.featureset import FeatureLayout, FeatureWriter, LoadDeltas
-from asr.features.fmllr import transform_frames
-from asr.features.fmllr_model import FmllrModel, FmllrOptions, SpeakerFrames, single_thread, train_fmllr_model, write_report
+from asr.features.fmllr import FmllrResult, transform_frames
+from asr.features.fmllr_model import (FmllrModel, FmllrOptions, SpeakerFrames, single_thread, speaker_cmvn, train_fmllr_model,
+                                      write_report)
 from asr.features.ivector_recipe import IvectorReader, ivector_sets, make_base_sets
-from asr.features.kaldi_io import write_transforms
+from asr.features.parts import in_key_order, join_parts, merge_part_tables
 from asr.features.provenance import CHECKSUM_FILE, checksum, complete, plain, source_checksum
-from asr.features.subset import split_speakers
+from asr.features.subset import balance_speakers, speaker_frames
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 
@@ -63,6 +66,7 @@ WITH_LOGMEL = ("fmllr_fbank", "fmllr_ivector_fbank")
 SET_OUTPUTS = ("feats.ark", "feats.scp", "utt2num_frames", "feat_dim", "cmvn_type", "trans.scp", CHECKSUM_FILE)
 STORED_LAYOUT = "deltas appended on reading"  # sets that stored their deltas are made again
 MODEL_OUTPUTS = ("final.dubm", "splice_opts", "cmvn_opts", "report.json", CHECKSUM_FILE)
+PART_TABLES = ("utt2num_frames", "fmllr_speakers", "skipped")  # written by each part, merged in key order
 
 
 def fmllr_dim(feats_cfg: Any) -> int:
@@ -153,28 +157,30 @@ class AdaptOptions:
 @dataclass
 class AdaptTask:
     index: int
-    speakers: dict[str, list[str]]  # speaker -> its utterances
+    speakers: list[str]  # this part's speakers
     model_dir: str
-    base_dir: str
-    out_dir: str  # the set's temporary directory; the part writes feats.<index>.{ark,scp} there
-    utt2spk: dict[str, str]
+    base_dir: str  # the set's log-mel features
+    utt2spk: str  # the set's data dir utt2spk
+    out_dir: str  # the set's temporary directory; the part writes its <file>.<index> there
     options: AdaptOptions
 
 
 @dataclass
 class AdaptResult:
-    num_frames: dict[str, int] = field(default_factory=dict)
-    stats: dict[str, np.ndarray] = field(default_factory=dict)  # CMVN statistics of the output
-    transforms: dict[str, np.ndarray] = field(default_factory=dict)
-    speaker_lines: dict[str, str] = field(default_factory=dict)  # fmllr_speakers
-    skipped: dict[str, str] = field(default_factory=dict)  # utt -> why its features were not written
+    """What a part sends back: counts, and the CMVN statistics of its output per speaker (or
+    global; per-utterance statistics go to its cmvn.<index>.ark)."""
+
+    utterances: int = 0
+    frames: int = 0
+    adapted_speakers: int = 0
+    stats: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def adapt_set(model_dir: Path, model_checksum: str, base_dir: Path, data_dir: Path, out_dir: Path, fcfg: Any,
               ivector_dir: Path | None = None) -> SetSummary:
     """Per-speaker fMLLR of one set and the recipe's per-frame composition (with the i-vectors
     in `ivector_dir` for fmllr_ivector_fbank), the speakers split over `features.jobs` worker
-    processes."""
+    processes. Every process reads the set's tables in step, so none holds a line per utterance."""
     if fcfg.kind == "fmllr_ivector_fbank" and ivector_dir is None:
         raise ValueError("fmllr_ivector_fbank needs the set's i-vector directory")
     ivectors = (ivector_dir / CHECKSUM_FILE).read_text() if ivector_dir is not None else ""
@@ -184,20 +190,19 @@ def adapt_set(model_dir: Path, model_checksum: str, base_dir: Path, data_dir: Pa
         log.info("%s: complete already (%s), skipping; features.force=true recomputes it", out_dir.name, out_dir)
         return SetSummary(out_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
     started = time.perf_counter()
-    utt2spk = read_data_dir(data_dir, tables=()).utt2spk
-    num_frames = {u: int(n) for u, n in read_table(base_dir / "utt2num_frames").items()}
-    speakers = spk2utt({u: s for u, s in utt2spk.items() if u in num_frames})
-    if not speakers:
+    if not (data_dir / "utt2spk").is_file():
+        raise InputError(f"{data_dir / 'utt2spk'}: missing; run the prepare stage (python -m asr.data.prepare)")
+    frames = speaker_frames(data_dir / "utt2spk", base_dir / "utt2num_frames")
+    if not frames:
         raise InputError(f"{base_dir}: no features to adapt; check the filterbank stage's log")
-    parts = split_speakers(speakers, num_frames, fcfg.jobs)
-    log.info("%s: fMLLR for %d speakers in %d part(s) into %s", out_dir.name, len(speakers), len(parts), out_dir)
+    parts = balance_speakers(frames, fcfg.jobs)
+    log.info("%s: fMLLR for %d speakers in %d part(s) into %s", out_dir.name, len(frames), len(parts), out_dir)
     options = AdaptOptions.from_config(fcfg, ivector_dir)
     with atomic_dir(out_dir) as tmp:
-        tasks = [AdaptTask(i, part, str(model_dir), str(base_dir), str(tmp), {u: s for s, us in part.items() for u in us}, options)
-                 for i, part in enumerate(parts)]
-        results = run_parts(tasks, desc=out_dir.name, total=len(speakers), work=adapt_part, unit="spk")
-        join_parts(tmp, out_dir, len(parts))
-        summary = _finish_set(results, tmp, out_dir, base_dir, fcfg, options, expected)
+        tasks = [AdaptTask(i, sorted(part, key=c_sort_key), str(model_dir), str(base_dir), str(data_dir / "utt2spk"),
+                           str(tmp), options) for i, part in enumerate(parts)]
+        results = run_parts(tasks, desc=out_dir.name, total=len(frames), work=adapt_part, unit="spk")
+        summary = _finish_set(results, tmp, out_dir, base_dir, fcfg, options, expected, len(frames))
     summary.wall_seconds = time.perf_counter() - started
     summary.seconds = summary.frames * fcfg.frame_shift_ms / 1000.0  # one frame per shift
     _log_summary(summary)
@@ -205,7 +210,7 @@ def adapt_set(model_dir: Path, model_checksum: str, base_dir: Path, data_dir: Pa
 
 
 def adapt_part(task: AdaptTask, on_speaker_done) -> AdaptResult:
-    """One part's speakers: transforms and composed features into feats.<index>.{ark,scp}."""
+    """One part's speakers: transforms and composed features into its part files."""
     with single_thread():
         return _adapt_part(task, on_speaker_done)
 
@@ -213,36 +218,60 @@ def adapt_part(task: AdaptTask, on_speaker_done) -> AdaptResult:
 def _adapt_part(task: AdaptTask, on_speaker_done) -> AdaptResult:
     opts = task.options
     model = FmllrModel.load(task.model_dir, opts.device)
-    frames = SpeakerFrames(task.base_dir, task.utt2spk, model.norm_vars)
+    base = Path(task.base_dir)
+    commands.check_table(base / "feats.scp", commands.scp_command)
+    normalise = speaker_cmvn(base, {}, model.norm_vars)
     ivectors = IvectorReader(opts.ivector_dir) if opts.ivector_dir else None
-    result = AdaptResult()
-    out = Path(task.out_dir)
-    with FeatureWriter(out / f"feats.{task.index}.ark", out / f"feats.{task.index}.scp", opts.compress) as writer:
-        for speaker, utts in task.speakers.items():
-            for utt, feats in adapt_speaker(model, frames, speaker, utts, opts, result, ivectors):
-                problem = non_finite_problem(feats)
-                if problem:
-                    result.skipped[utt] = problem
-                    continue
-                stored = writer(utt, feats)
-                result.num_frames[utt] = feats.shape[0]
-                if opts.cmvn != "none":  # statistics of what the reader normalises: deltas included
-                    _add_stats(result.stats, cmvn.compute_stats(opts.cmvn, {utt: opts.layout.expand(stored)}, task.utt2spk))
+    with PartOutputs(Path(task.out_dir), task.index, opts) as out:
+        for speaker, entries in part_utterances(task):
+            utts = [utt for utt, _ in entries]
+            raw = [read_logmel(base, utt, entry) for utt, entry in entries]
+            normalised = [normalise(utt, r, speaker) for utt, r in zip(utts, raw)]
+            fmllr, adapted = adapt_speaker(model, utts, raw, normalised, opts, ivectors)
+            out.speaker(speaker, fmllr)
+            for utt, feats in adapted:
+                out.utterance(utt, speaker, feats)
             on_speaker_done()
-    return result
+    return out.result
 
 
-def adapt_speaker(model: FmllrModel, frames: SpeakerFrames, speaker: str, utts: list[str], opts: AdaptOptions,
-                  result: AdaptResult, ivectors: IvectorReader | None = None) -> list[tuple[str, np.ndarray]]:
-    """(utt, stored features) for one speaker; its transform and diagnostics go to `result`."""
-    raw = [frames.raw(u) for u in utts]
-    projected = [model.project(frames.cmvn(u, r)) for u, r in zip(utts, raw)]
+def part_utterances(task: AdaptTask) -> Iterator[tuple[str, list[tuple[str, str]]]]:
+    """(speaker, [(utt, feats.scp entry)]) of the part's speakers, in key order: the set's
+    feats.scp and utt2spk read in step (a speaker's utterances are together in sorted order,
+    speaker ids being prefixes of utterance ids)."""
+    wanted, done = set(task.speakers), set()
+    speakers = Lookup(task.utt2spk)
+    current, entries = None, []
+    for _, utt, entry in sorted_table(Path(task.base_dir) / "feats.scp"):
+        speaker = speakers.get(utt)
+        if speaker not in wanted:
+            continue
+        if speaker != current:
+            if current is not None:
+                yield current, entries
+                done.add(current)
+            if speaker in done:
+                raise InputError(f"{task.utt2spk}: the utterances of speaker {speaker!r} are not together in sorted order; "
+                                 "speaker ids must be prefixes of utterance ids (python -m asr.data.validate)")
+            current, entries = speaker, []
+        entries.append((utt, entry))
+    if current is not None:
+        yield current, entries
+
+
+def read_logmel(base_dir: Path, utt: str, entry: str) -> np.ndarray:
+    try:
+        return np.asarray(kaldiio.load_mat(entry))
+    except Exception as err:
+        raise InputError(f"{base_dir / 'feats.scp'}: cannot read {utt!r} ({err}); re-run the features stage") from None
+
+
+def adapt_speaker(model: FmllrModel, utts: list[str], raw: list[np.ndarray], normalised: list[np.ndarray],
+                  opts: AdaptOptions, ivectors: IvectorReader | None = None) -> tuple[FmllrResult, list[tuple[str, np.ndarray]]]:
+    """One speaker's transform, and (utt, stored features) for its utterances."""
+    projected = [model.project(n) for n in normalised]
     device = model.gmm.means.device
     fmllr = opts.fmllr.estimate(model.gmm, torch.from_numpy(np.concatenate(projected)).to(device))
-    result.transforms[speaker] = fmllr.transform
-    result.speaker_lines[speaker] = (f"{fmllr.count:.0f} {'adapted' if fmllr.updated else 'identity'} "
-                                     f"{fmllr.loglike_before:.4f} {fmllr.loglike_after:.4f} "
-                                     f"{fmllr.objective[0]:.4f} {fmllr.objective[-1]:.4f}")
     out = []
     for utt, r, z in zip(utts, raw, projected):
         adapted = transform_frames(torch.from_numpy(z), fmllr.transform).numpy().astype(np.float32)
@@ -252,7 +281,58 @@ def adapt_speaker(model: FmllrModel, frames: SpeakerFrames, speaker: str, utts: 
         if opts.kind in WITH_LOGMEL:
             parts.append(r.astype(np.float32))
         out.append((utt, np.concatenate(parts, axis=1)))
-    return out
+    return fmllr, out
+
+
+class PartOutputs:
+    """One part's files in the set's temporary directory, written speaker by speaker (so in key
+    order, for a streaming merge): feats and trans .<index>.{ark,scp}; utt2num_frames,
+    fmllr_speakers and skipped .<index>; per-utterance CMVN statistics in cmvn.<index>.{ark,scp}."""
+
+    def __init__(self, out: Path, index: int, opts: AdaptOptions):
+        self.opts, self.result = opts, AdaptResult()
+        self.files = contextlib.ExitStack()
+        self.feats = self.files.enter_context(FeatureWriter(out / f"feats.{index}.ark", out / f"feats.{index}.scp", opts.compress))
+        self.transforms = self.files.enter_context(kaldiio.WriteHelper(f"ark,scp:{out / f'trans.{index}.ark'},{out / f'trans.{index}.scp'}"))
+        self.tables = {name: self.files.enter_context(open(out / f"{name}.{index}", "w", encoding="utf-8")) for name in PART_TABLES}
+        self.utterance_stats = None
+        if opts.cmvn == "utterance":
+            spec = f"ark,scp:{out / f'cmvn.{index}.ark'},{out / f'cmvn.{index}.scp'}"
+            self.utterance_stats = self.files.enter_context(kaldiio.WriteHelper(spec))
+
+    def speaker(self, speaker: str, fmllr: FmllrResult) -> None:
+        self.transforms(speaker, np.ascontiguousarray(fmllr.transform, dtype=np.float32))
+        # frames, adapted|identity, log-likelihood per frame before/after, and the same plus
+        # log|det A| (the objective fMLLR maximises) before/after
+        self.tables["fmllr_speakers"].write(f"{speaker} {fmllr.count:.0f} {'adapted' if fmllr.updated else 'identity'} "
+                                            f"{fmllr.loglike_before:.4f} {fmllr.loglike_after:.4f} "
+                                            f"{fmllr.objective[0]:.4f} {fmllr.objective[-1]:.4f}\n")
+        self.result.adapted_speakers += bool(fmllr.updated)
+
+    def utterance(self, utt: str, speaker: str, feats: np.ndarray) -> None:
+        problem = non_finite_problem(feats)
+        if problem:
+            self.tables["skipped"].write(f"{utt} {problem}\n")
+            return
+        stored = self.feats(utt, feats)
+        self.tables["utt2num_frames"].write(f"{utt} {feats.shape[0]}\n")
+        self.result.utterances += 1
+        self.result.frames += feats.shape[0]
+        if self.opts.cmvn == "none":
+            return
+        # statistics of what the reader normalises: deltas included
+        stats = with_identity_columns(cmvn.compute_stats(self.opts.cmvn, {utt: self.opts.layout.expand(stored)}, {utt: speaker}),
+                                      self.opts.ivector_columns)
+        if self.utterance_stats is not None:
+            self.utterance_stats(utt, stats[utt])
+        else:
+            _add_stats(self.result.stats, stats)
+
+    def __enter__(self) -> "PartOutputs":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.files.close()
 
 
 def with_identity_columns(stats: dict[str, np.ndarray], columns: tuple[int, int]) -> dict[str, np.ndarray]:
@@ -266,34 +346,32 @@ def with_identity_columns(stats: dict[str, np.ndarray], columns: tuple[int, int]
 
 
 def _finish_set(results: list[AdaptResult], tmp: Path, out_dir: Path, base_dir: Path, fcfg: Any, options: AdaptOptions,
-                expected: str) -> SetSummary:
-    """Everything beside the joined features: transforms, frame counts, dimension, CMVN."""
-    final = out_dir.absolute()
-    num_frames = {u: n for r in results for u, n in r.num_frames.items()}
-    transforms = {s: t for r in results for s, t in r.transforms.items()}
-    speaker_lines = {s: line for r in results for s, line in r.speaker_lines.items()}
-    write_transforms(tmp, transforms)
-    repoint_scp(tmp / "trans.scp", final / "trans.ark")
-    write_table(tmp / "utt2num_frames", {u: str(n) for u, n in num_frames.items()})
+                expected: str, speakers: int) -> SetSummary:
+    """The parts joined, and everything beside them: dimension, layout, CMVN, skipped utterances."""
+    parts = len(results)
+    join_parts(tmp, out_dir, parts)
+    join_parts(tmp, out_dir, parts, "trans")
+    merge_part_tables(tmp, "utt2num_frames", parts)
+    merge_part_tables(tmp, "fmllr_speakers", parts)
+    skipped_before = in_key_order(base_dir / "skipped") if (base_dir / "skipped").is_file() else iter(())
+    skipped = merge_part_tables(tmp, "skipped", parts, skipped_before)
+    if not skipped:
+        (tmp / "skipped").unlink()  # no file: nothing was skipped
     (tmp / "feat_dim").write_text(f"{options.layout.feat_dim}\n")
     if options.layout.deltas:
         options.layout.deltas.write(tmp)
     (tmp / "compress").write_text(f"{str(options.compress).lower()}\n")
-    stats = with_identity_columns(merge_stats(r.stats for r in results), options.ivector_columns)
-    cmvn.write_stats(stats, tmp, options.cmvn)
-    if stats:
-        repoint_scp(tmp / "cmvn.scp", final / "cmvn.ark")
-    # speaker, frames, adapted|identity, log-likelihood per frame before/after, and the same
-    # plus log|det A| (the objective fMLLR maximises) before/after
-    write_table(tmp / "fmllr_speakers", speaker_lines)
+    if options.cmvn == "utterance":
+        join_parts(tmp, out_dir, parts, "cmvn")
+        (tmp / "cmvn_type").write_text("utterance\n")
+    else:
+        stats = merge_stats(r.stats for r in results)
+        cmvn.write_stats(stats, tmp, options.cmvn)
+        if stats:
+            repoint_scp(tmp / "cmvn.scp", out_dir.absolute() / "cmvn.ark")
     if (base_dir / "fbank.conf").is_file():
         shutil.copyfile(base_dir / "fbank.conf", tmp / "fbank.conf")
-    skipped = {**(read_table(base_dir / "skipped") if (base_dir / "skipped").is_file() else {}),
-               **{u: reason for r in results for u, reason in r.skipped.items()}}
-    if skipped:
-        write_table(tmp / "skipped", skipped)
     (tmp / CHECKSUM_FILE).write_text(expected)
-    adapted = sum(1 for line in speaker_lines.values() if " adapted " in line)
     log.info("%s: %d of %d speakers adapted (the others had fewer than %g frames: identity)",
-             out_dir.name, adapted, len(speaker_lines), fcfg.fmllr.min_count)
-    return SetSummary(out_dir.name, len(num_frames), sum(num_frames.values()), 0.0, 0.0, len(skipped))
+             out_dir.name, sum(r.adapted_speakers for r in results), speakers, fcfg.fmllr.min_count)
+    return SetSummary(out_dir.name, sum(r.utterances for r in results), sum(r.frames for r in results), 0.0, 0.0, skipped)

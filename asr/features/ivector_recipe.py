@@ -44,11 +44,12 @@ import torch
 from asr.data.datadir import read_data_dir, read_table, write_table
 from asr.features import cmvn
 from asr.features import ivector as iv
-from asr.features.extract import SetSummary, _log_summary, extract_set, join_parts, repoint_scp, run_parts
+from asr.features.extract import SetSummary, _log_summary, extract_set, repoint_scp, run_parts
 from asr.features.fbank import FbankOptions
 from asr.features.featureset import FeatureWriter
 from asr.features.fmllr_model import single_thread
 from asr.features.ivector_model import CONF_FILE, IvectorModel, LogmelFrames, train_ivector_model, write_report
+from asr.features.parts import join_parts
 from asr.features.provenance import CHECKSUM_FILE, checksum, complete, plain, source_checksum
 from asr.features.subset import speaker_utterances, split_speakers
 from asr.utils.atomic import atomic_dir

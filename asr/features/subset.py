@@ -10,8 +10,9 @@ frames for a transform of its own, and speaker-adaptive training then adapts no 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
-from asr.data.datadir import c_sort_key
+from asr.data.datadir import Lookup, c_sort_key, sorted_table
 
 log = logging.getLogger("asr.features")
 
@@ -60,11 +61,30 @@ def speaker_utterances(num_frames: dict[str, int], utt2spk: dict[str, str]) -> d
 
 def split_speakers(speakers: dict[str, list[str]], num_frames: dict[str, int], jobs: int) -> list[dict[str, list[str]]]:
     """At most `jobs` parts of about equal frames: the largest speaker first to the lightest part."""
-    jobs = max(1, min(jobs, len(speakers)))
-    parts: list[dict[str, list[str]]] = [{} for _ in range(jobs)]
+    frames = {speaker: sum(num_frames[u] for u in utts) for speaker, utts in speakers.items()}
+    return [{speaker: speakers[speaker] for speaker in part} for part in balance_speakers(frames, jobs)]
+
+
+def balance_speakers(frames: dict[str, int], jobs: int) -> list[list[str]]:
+    """The speakers of `frames` (speaker -> its frames) in at most `jobs` parts of about equal
+    frames: the largest speaker first to the lightest part."""
+    jobs = max(1, min(jobs, len(frames)))
+    parts: list[list[str]] = [[] for _ in range(jobs)]
     loads = [0] * jobs
-    for speaker in sorted(speakers, key=lambda s: -sum(num_frames[u] for u in speakers[s])):
+    for speaker in sorted(frames, key=lambda s: -frames[s]):
         lightest = loads.index(min(loads))
-        parts[lightest][speaker] = speakers[speaker]
-        loads[lightest] += sum(num_frames[u] for u in speakers[speaker])
+        parts[lightest].append(speaker)
+        loads[lightest] += frames[speaker]
     return [p for p in parts if p]
+
+
+def speaker_frames(utt2spk: Path, utt2num_frames: Path) -> dict[str, int]:
+    """speaker -> frames of its utterances that have features (C-sorted speakers), from the two
+    sorted tables read in step, so nothing is held per utterance."""
+    speakers = Lookup(utt2spk)
+    frames: dict[str, int] = {}
+    for _, utt, count in sorted_table(utt2num_frames):
+        speaker = speakers.get(utt)
+        if speaker is not None:
+            frames[speaker] = frames.get(speaker, 0) + int(count)
+    return dict(sorted(frames.items(), key=lambda kv: c_sort_key(kv[0])))
