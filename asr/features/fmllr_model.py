@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import kaldiio
 import numpy as np
 import torch
 
 from asr.data import commands
-from asr.data.datadir import c_sort_key
+from asr.data.datadir import c_sort_key, iter_table
 from asr.features import gmm as gmm_lib
 from asr.features.cmvn import CmvnApplier
 from asr.features.extract import run_parts
@@ -41,7 +42,7 @@ from asr.features.gmm import DiagGmm
 from asr.features.kaldi_io import read_matrix, write_matrix
 from asr.features.lda_mllt import train_front_end
 from asr.features.splice import splice, splice_opts
-from asr.features.subset import speaker_subset, split_speakers
+from asr.features.subset import split_speakers
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
 
@@ -112,17 +113,20 @@ def speaker_cmvn(base_dir: Path, utt2spk: dict[str, str], norm_vars: bool) -> Cm
 
 
 class SpeakerFrames:
-    """Per-speaker CMVN'd log-mel frames of one feature set directory, read on demand."""
+    """Per-speaker CMVN'd log-mel frames of the utterances of `utt2spk` in one feature set
+    directory, read on demand (only their feats.scp entries are held)."""
 
     def __init__(self, base_dir: str | os.PathLike, utt2spk: dict[str, str], norm_vars: bool):
         self.base_dir = Path(base_dir)
-        self.feats = commands.load_scp(self.base_dir / "feats.scp")
+        scp = self.base_dir / "feats.scp"
+        commands.check_table(scp, commands.scp_command)
+        self.feats = {utt: entry for _, utt, entry in iter_table(scp) if utt in utt2spk}
         self.utt2spk = utt2spk
         self.cmvn = speaker_cmvn(self.base_dir, utt2spk, norm_vars)
 
     def raw(self, utt: str) -> np.ndarray:
         try:
-            return np.asarray(self.feats[utt])
+            return np.asarray(kaldiio.load_mat(self.feats[utt]))
         except Exception as err:
             raise InputError(f"{self.base_dir / 'feats.scp'}: cannot read {utt!r} ({err}); re-run the features stage") from None
 
@@ -141,11 +145,11 @@ class SpeakerFrames:
 # --------------------------------------------------------------------- training
 
 
-def train_fmllr_model(frames: SpeakerFrames, num_frames: dict[str, int], cfg: Any, device: str = "cpu",
+def train_fmllr_model(frames: SpeakerFrames, utts: list[str], cfg: Any, device: str = "cpu",
                       jobs: int = 1) -> tuple[FmllrModel, dict]:
-    """The model from a training set's log-mel frames; `cfg` is a features.fmllr config. The
-    SAT speakers' fMLLR estimates are split over `jobs` worker processes."""
-    utts = speaker_subset(num_frames, frames.utt2spk, cfg.max_train_frames, cfg.min_count)
+    """The model from the log-mel frames of `utts` (C-sorted: the training set's
+    `streamed_subset` for cfg.max_train_frames); `cfg` is a features.fmllr config. The SAT
+    speakers' fMLLR estimates are split over `jobs` worker processes."""
     by_speaker = frames.speakers(utts)
     normalised = {u: frames.normalised(u) for u in utts}
     base = torch.from_numpy(np.concatenate([normalised[u] for u in utts]))

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from asr.data import commands
-from asr.data.datadir import Lookup, c_sort_key, read_data_dir, read_table, sorted_table
+from asr.data.datadir import Lookup, c_sort_key, sorted_table
 from asr.features import cmvn
 from asr.features.extract import SetSummary, _add_stats, _log_summary, merge_stats, non_finite_problem, repoint_scp, run_parts
 from asr.features.fbank import FbankOptions
@@ -55,7 +55,7 @@ from asr.features.fmllr_model import (FmllrModel, FmllrOptions, SpeakerFrames, s
 from asr.features.ivector_recipe import IvectorReader, ivector_sets, make_base_sets
 from asr.features.parts import in_key_order, join_parts, merge_part_tables
 from asr.features.provenance import CHECKSUM_FILE, checksum, complete, plain, source_checksum
-from asr.features.subset import balance_speakers, speaker_frames
+from asr.features.subset import balance_speakers, speaker_frames, streamed_subset
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 
@@ -112,10 +112,9 @@ def ensure_model(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any) -> 
         return expected
     log.info("fMLLR model: training on %s into %s", base_dir, model_dir)
     started = time.perf_counter()
-    data = read_data_dir(data_dir, tables=())
-    frames = SpeakerFrames(base_dir, data.utt2spk, fcfg.fmllr.base_norm_vars)
-    num_frames = {u: int(n) for u, n in read_table(base_dir / "utt2num_frames").items()}
-    model, report = train_fmllr_model(frames, num_frames, fcfg.fmllr, fcfg.device, fcfg.jobs)
+    subset = streamed_subset(utt2spk_of(data_dir), base_dir / "utt2num_frames", fcfg.fmllr.max_train_frames, fcfg.fmllr.min_count)
+    frames = SpeakerFrames(base_dir, subset, fcfg.fmllr.base_norm_vars)
+    model, report = train_fmllr_model(frames, list(subset), fcfg.fmllr, fcfg.device, fcfg.jobs)
     report["seconds"] = round(time.perf_counter() - started, 1)
     with atomic_dir(model_dir) as tmp:
         model.save(tmp)
@@ -123,6 +122,12 @@ def ensure_model(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any) -> 
         (tmp / CHECKSUM_FILE).write_text(expected)
     log.info("fMLLR model: %d Gaussians of dim %d trained in %.1f s", model.gmm.num_components, model.dim, report["seconds"])
     return expected
+
+
+def utt2spk_of(data_dir: Path) -> Path:
+    if not (data_dir / "utt2spk").is_file():
+        raise InputError(f"{data_dir / 'utt2spk'}: missing; run the prepare stage (python -m asr.data.prepare)")
+    return data_dir / "utt2spk"
 
 
 # -------------------------------------------------------------------------- sets
@@ -190,9 +195,7 @@ def adapt_set(model_dir: Path, model_checksum: str, base_dir: Path, data_dir: Pa
         log.info("%s: complete already (%s), skipping; features.force=true recomputes it", out_dir.name, out_dir)
         return SetSummary(out_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
     started = time.perf_counter()
-    if not (data_dir / "utt2spk").is_file():
-        raise InputError(f"{data_dir / 'utt2spk'}: missing; run the prepare stage (python -m asr.data.prepare)")
-    frames = speaker_frames(data_dir / "utt2spk", base_dir / "utt2num_frames")
+    frames = speaker_frames(utt2spk_of(data_dir), base_dir / "utt2num_frames")
     if not frames:
         raise InputError(f"{base_dir}: no features to adapt; check the filterbank stage's log")
     parts = balance_speakers(frames, fcfg.jobs)

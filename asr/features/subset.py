@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from asr.data.datadir import Lookup, c_sort_key, sorted_table
 
@@ -27,27 +28,43 @@ def speaker_subset(num_frames: dict[str, int], utt2spk: dict[str, str], max_fram
     fall as the corpus grows: more speakers than the budget holds means fewer chosen, not
     thinner ones."""
     by_speaker = speaker_utterances(num_frames, utt2spk)
-    totals = {s: sum(num_frames[u] for u in utts) for s, utts in by_speaker.items()}
-    qualifying = [s for s in by_speaker if totals[s] >= min_frames]
+    quotas = speaker_quotas({s: sum(num_frames[u] for u in utts) for s, utts in by_speaker.items()}, max_frames, min_frames)
+    rows = ((u, utt2spk[u], num_frames[u]) for u in sorted(num_frames, key=c_sort_key) if u in utt2spk)
+    return list(take_utterances(rows, quotas))
+
+
+def streamed_subset(utt2spk: Path, utt2num_frames: Path, max_frames: int, min_frames: float = 0.0) -> dict[str, str]:
+    """`speaker_subset` (utterance -> speaker) of a set read from its sorted tables, twice in
+    step, instead of held: the memory is the subset's and a few numbers per speaker."""
+    quotas = speaker_quotas(speaker_frames(utt2spk, utt2num_frames), max_frames, min_frames)
+    return take_utterances(_frame_rows(utt2spk, utt2num_frames), quotas)
+
+
+def speaker_quotas(frames: dict[str, int], max_frames: int, min_frames: float) -> dict[str, float]:
+    """The chosen speakers of `frames` (speaker -> its frames, C-sorted) and the frames each gives."""
+    qualifying = [s for s in frames if frames[s] >= min_frames]
     if not qualifying:
-        log.warning("no speaker has %g frames; training on all %d speakers' frames", min_frames, len(by_speaker))
-        qualifying = list(by_speaker)
+        log.warning("no speaker has %g frames; training on all %d speakers' frames", min_frames, len(frames))
+        qualifying = list(frames)
     if not qualifying:
-        return []
+        return {}
     if min_frames * len(qualifying) <= max_frames:
         count, quota = len(qualifying), max(max_frames / len(qualifying), 1.0)
     else:
         count, quota = max(1, int(max_frames // min_frames)), min_frames
-    chosen = [qualifying[i * len(qualifying) // count] for i in range(count)]
-    utts: list[str] = []
-    for speaker in chosen:
-        taken = 0
-        for utt in by_speaker[speaker]:
-            if taken >= quota:
-                break
-            utts.append(utt)
-            taken += num_frames[utt]
-    return sorted(utts, key=c_sort_key)
+    return {qualifying[i * len(qualifying) // count]: quota for i in range(count)}
+
+
+def take_utterances(rows: Iterable[tuple[str, str, int]], quotas: dict[str, float]) -> dict[str, str]:
+    """utterance -> speaker of the (utt, speaker, frames) `rows` that the chosen speakers give,
+    each its utterances in order until its quota is reached."""
+    taken = dict.fromkeys(quotas, 0)
+    chosen: dict[str, str] = {}
+    for utt, speaker, frames in rows:
+        if speaker in quotas and taken[speaker] < quotas[speaker]:
+            chosen[utt] = speaker
+            taken[speaker] += frames
+    return chosen
 
 
 def speaker_utterances(num_frames: dict[str, int], utt2spk: dict[str, str]) -> dict[str, list[str]]:
@@ -81,10 +98,16 @@ def balance_speakers(frames: dict[str, int], jobs: int) -> list[list[str]]:
 def speaker_frames(utt2spk: Path, utt2num_frames: Path) -> dict[str, int]:
     """speaker -> frames of its utterances that have features (C-sorted speakers), from the two
     sorted tables read in step, so nothing is held per utterance."""
-    speakers = Lookup(utt2spk)
     frames: dict[str, int] = {}
+    for _, speaker, count in _frame_rows(utt2spk, utt2num_frames):
+        frames[speaker] = frames.get(speaker, 0) + count
+    return dict(sorted(frames.items(), key=lambda kv: c_sort_key(kv[0])))
+
+
+def _frame_rows(utt2spk: Path, utt2num_frames: Path) -> Iterator[tuple[str, str, int]]:
+    """(utt, speaker, frames) of the utterances with features, in key order."""
+    speakers = Lookup(utt2spk)
     for _, utt, count in sorted_table(utt2num_frames):
         speaker = speakers.get(utt)
         if speaker is not None:
-            frames[speaker] = frames.get(speaker, 0) + int(count)
-    return dict(sorted(frames.items(), key=lambda kv: c_sort_key(kv[0])))
+            yield utt, speaker, int(count)

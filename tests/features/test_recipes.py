@@ -15,11 +15,12 @@ from asr.features.extract import extract_set
 from asr.features.fbank import FbankOptions
 from asr.features.featureset import FeatureReader
 from asr.features.fmllr import transform_frames
-from asr.data.datadir import read_data_dir, read_table
+from asr.data.datadir import read_data_dir
 from asr.features.fmllr_model import FmllrModel, SpeakerFrames, train_fmllr_model
 from asr.features.fmllr_recipe import adapt_set
 from asr.features.kaldi_io import read_transforms
 from asr.features.recipes import feature_dim, make_features
+from asr.features.subset import streamed_subset
 from tests.features.test_features_extract import make_data_dir
 
 SETS = ("train", "dev", "eval")
@@ -222,9 +223,8 @@ def test_sat_split_over_two_jobs_trains_the_same_model(fmllr_run, tmp_path):
     """The SAT speakers' fMLLR estimates in two worker processes: the same GMM as in one."""
     root, cfg, _ = fmllr_run
     base = root / "feats" / "fmllr40_logmel40_deltas" / "fbank" / "train"
-    utt2spk = read_data_dir(root / "data" / "train").utt2spk
-    num_frames = {u: int(n) for u, n in read_table(base / "utt2num_frames").items()}
-    models = [train_fmllr_model(SpeakerFrames(base, utt2spk, False), num_frames, cfg.features.fmllr, jobs=jobs)[0]
-              for jobs in (1, 2)]
+    fmllr = cfg.features.fmllr
+    subset = streamed_subset(root / "data" / "train" / "utt2spk", base / "utt2num_frames", fmllr.max_train_frames, fmllr.min_count)
+    models = [train_fmllr_model(SpeakerFrames(base, subset, False), list(subset), fmllr, jobs=jobs)[0] for jobs in (1, 2)]
     for name in ("weights", "means", "variances"):
         np.testing.assert_allclose(getattr(models[1].gmm, name).numpy(), getattr(models[0].gmm, name).numpy(), rtol=1e-9, atol=1e-9)
