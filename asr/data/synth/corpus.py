@@ -15,6 +15,7 @@ import multiprocessing as mp
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
@@ -22,7 +23,7 @@ from tqdm import tqdm
 
 from asr.data.synth import grammar as gr
 from asr.data.synth import layouts
-from asr.data.synth.quirks import QUIRKS, apply_quirks
+from asr.data.synth.quirks import QUIRK_CONVERSATIONS, QUIRKS, apply_quirks
 from asr.data.synth.channel import RATE
 from asr.data.synth.conversation import Conversation, ConversationSpec, render_conversation
 from asr.data.synth.speakers import Speaker, SpeakerSets, make_speakers
@@ -166,52 +167,55 @@ def _render_job(job: tuple[ConversationSpec, str]) -> Conversation:
     return conversation
 
 
-def render_all(jobs: list[tuple[ConversationSpec, str]], processes: int) -> list[Conversation]:
+def render_all(jobs: list[tuple[ConversationSpec, str]], processes: int) -> Iterator[Conversation]:
+    """The conversations as their workers finish them (in no fixed order)."""
     context = mp.get_context("forkserver")
     context.set_forkserver_preload([__name__])
-    results: dict[str, Conversation] = {}
     with context.Pool(processes=processes, maxtasksperchild=1) as pool:
-        progress = tqdm(pool.imap_unordered(_render_job, jobs), total=len(jobs), desc="synth", unit="conv")
-        for conversation in progress:
-            results[conversation.spec.name] = conversation
-    return [results[spec.name] for spec, _ in jobs]
+        yield from tqdm(pool.imap_unordered(_render_job, jobs), total=len(jobs), desc="synth", unit="conv")
 
 
 # ---- summary ------------------------------------------------------------------------
 
-def subset_summary(conversations: list[Conversation]) -> dict:
-    words: list[str] = []
-    speech_samples, utterances, audio_samples = 0, 0, 0
-    for conversation in conversations:
-        audio_samples += 2 * conversation.num_samples
+@dataclass
+class SubsetTally:
+    """What a subset holds, counted one conversation at a time."""
+
+    conversations: int = 0
+    speakers: set[str] = field(default_factory=set)
+    audio_samples: int = 0
+    speech_samples: int = 0
+    utterances: int = 0
+    words: int = 0
+    vocabulary: set[str] = field(default_factory=set)
+
+    def add(self, conversation: Conversation) -> None:
+        self.conversations += 1
+        self.speakers.update(s.id for s in conversation.spec.speakers)
+        self.audio_samples += 2 * conversation.num_samples
         for segments in conversation.segments.values():
             for segment in segments:
                 lexical = [t.token.word for t in segment.tokens if t.token.is_lexical]
                 if lexical:
-                    utterances += 1
-                    speech_samples += segment.end - segment.start
-                    words += lexical
-    return {
-        "conversations": len(conversations),
-        "speakers": len({s.id for c in conversations for s in c.spec.speakers}),
-        "audio_hours": round(audio_samples / RATE / 3600, 4),
-        "speech_hours": round(speech_samples / RATE / 3600, 4),
-        "utterances": utterances,
-        "words": len(words),
-        "vocabulary": len(set(words)),
-        "_words": set(words),
-    }
+                    self.utterances += 1
+                    self.speech_samples += segment.end - segment.start
+                    self.words += len(lexical)
+                    self.vocabulary.update(lexical)
+
+    def summary(self) -> dict:
+        return {"conversations": self.conversations, "speakers": len(self.speakers),
+                "audio_hours": round(self.audio_samples / RATE / 3600, 4),
+                "speech_hours": round(self.speech_samples / RATE / 3600, 4),
+                "utterances": self.utterances, "words": self.words, "vocabulary": len(self.vocabulary)}
 
 
-def subsets_of(conversations: list[Conversation]) -> tuple[str, ...]:
-    return SUBSETS + ((FISHER,) if any(c.spec.subset == FISHER for c in conversations) else ())
+def subsets_of(specs: list[ConversationSpec]) -> tuple[str, ...]:
+    return SUBSETS + ((FISHER,) if any(spec.subset == FISHER for spec in specs) else ())
 
 
-def corpus_summary(conversations: list[Conversation]) -> dict:
-    summary = {subset: subset_summary([c for c in conversations if c.spec.subset == subset])
-               for subset in subsets_of(conversations)}
-    vocabulary = set().union(*(s.pop("_words") for s in summary.values()))
-    summary["total_vocabulary"] = len(vocabulary)
+def corpus_summary(tallies: dict[str, SubsetTally]) -> dict:
+    summary = {subset: tally.summary() for subset, tally in tallies.items()}
+    summary["total_vocabulary"] = len(set().union(*(tally.vocabulary for tally in tallies.values())))
     return summary
 
 
@@ -240,14 +244,16 @@ def _speaker_rows(plan: CorpusPlan) -> str:
     return "\n".join(rows) + "\n"
 
 
-def write_corpus(root: Path, plan: CorpusPlan, conversations: list[Conversation], summary: dict) -> None:
-    """Transcripts, references and the generator's own records (audio is written by workers)."""
-    for conversation in conversations:
-        if conversation.spec.subset == "train":
-            layouts.write_ms98(root, plan.train_numbers[conversation.spec.name][0], conversation)
-        elif conversation.spec.subset == FISHER:
-            layouts.write_fisher_transcript(root, plan.fisher_numbers[conversation.spec.name][0], conversation)
-    evaluation = [c for c in conversations if c.spec.subset.startswith("eval")]
+def write_transcript(root: Path, plan: CorpusPlan, conversation: Conversation) -> None:
+    """A training or Fisher conversation's transcript files (evaluation ones are written together)."""
+    if conversation.spec.subset == "train":
+        layouts.write_ms98(root, plan.train_numbers[conversation.spec.name][0], conversation)
+    elif conversation.spec.subset == FISHER:
+        layouts.write_fisher_transcript(root, plan.fisher_numbers[conversation.spec.name][0], conversation)
+
+
+def write_records(root: Path, plan: CorpusPlan, evaluation: list[Conversation], summary: dict) -> None:
+    """The evaluation references and the generator's own records (audio is written by workers)."""
     if evaluation:
         layouts.write_hub5_text(root, evaluation)
     (root / SPEAKERS_FILE).write_text(_speaker_rows(plan), encoding="ascii")
@@ -271,6 +277,25 @@ def is_synthesized(cfg: DictConfig) -> bool:
     return record.is_file() and record.read_text(encoding="ascii") == config_record(cfg)
 
 
+def render_and_write(root: Path, plan: CorpusPlan, jobs: list[tuple[ConversationSpec, str]], processes: int,
+                     keep_train: int) -> tuple[list[Conversation], dict]:
+    """Render every conversation, writing each one's transcript as it comes, so that only the
+    evaluation conversations (a fixed few) and the first `keep_train` training ones by name (for
+    the quirks) stay in memory; returns those and the corpus summary."""
+    tallies = {subset: SubsetTally() for subset in subsets_of(plan.conversations)}
+    first_train = set(sorted(spec.name for spec in plan.conversations if spec.subset == "train")[:keep_train])
+    kept: dict[str, Conversation] = {}
+    for conversation in render_all(jobs, processes):
+        tallies[conversation.spec.subset].add(conversation)
+        write_transcript(root, plan, conversation)
+        if conversation.spec.subset.startswith("eval") or conversation.spec.name in first_train:
+            kept[conversation.spec.name] = conversation
+    in_plan_order = [kept[spec.name] for spec in plan.conversations if spec.name in kept]
+    summary = corpus_summary(tallies)
+    write_records(root, plan, [c for c in in_plan_order if c.spec.subset.startswith("eval")], summary)
+    return in_plan_order, summary
+
+
 def synthesize_corpus(cfg: DictConfig) -> dict:
     """Build the corpus under a temporary name and move it to cfg.out_dir when complete."""
     plan = plan_corpus(cfg)
@@ -280,15 +305,13 @@ def synthesize_corpus(cfg: DictConfig) -> dict:
     with atomic_dir(out_dir) as tmp:
         tmp.chmod(0o755)  # mkdtemp makes it private; a corpus is for every user to read
         jobs = [(spec, str(_audio_path(tmp, plan, spec))) for spec in plan.conversations]
-        conversations = render_all(jobs, int(cfg.jobs))
-        summary = corpus_summary(conversations)
-        write_corpus(tmp, plan, conversations, summary)
+        kept, summary = render_and_write(tmp, plan, jobs, int(cfg.jobs), QUIRK_CONVERSATIONS if cfg.quirks else 0)
         if cfg.quirks:
-            summary["quirks"] = apply_quirks(tmp, list(cfg.quirks), conversations, plan.train_numbers)
+            summary["quirks"] = apply_quirks(tmp, list(cfg.quirks), kept, plan.train_numbers)
             (tmp / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="ascii")
         (tmp / CONFIG_RECORD).write_text(config_record(cfg), encoding="ascii")
     elapsed = time.perf_counter() - started
-    audio_hours = sum(summary[s]["audio_hours"] for s in subsets_of(conversations))
+    audio_hours = sum(summary[s]["audio_hours"] for s in subsets_of(plan.conversations))
     log.info("corpus summary:\n%s", format_summary(summary))
     log.info("synthesised %.3f h of audio (2 channels) in %.1f s: %.1f s per hour of audio with %d processes",
              audio_hours, elapsed, elapsed / max(audio_hours, 1e-9), cfg.jobs)

@@ -107,17 +107,21 @@ def stm_typos(root: Path) -> dict:
     return {"file": _rel(root, path), "lines": changed}
 
 
+# The quirks that edit one training conversation's transcripts, and which (by sorted name, modulo
+# their number): the first QUIRK_CONVERSATIONS are all a quirk can touch.
+ON_CONVERSATION = {"missing_side": (missing_side, 0), "asides": (asides, 1), "unsorted": (unsorted, 2), "past_end": (past_end, 3)}
+QUIRK_CONVERSATIONS = len(ON_CONVERSATION)
+
+
 def apply_quirks(root: Path, quirks: list[str], conversations: list[Conversation],
                  train_numbers: dict[str, tuple[int, int]]) -> dict:
     """Apply the named quirks to the written tree; returns what each changed, by quirk."""
     train = sorted((c for c in conversations if c.spec.subset == "train"), key=lambda c: c.spec.name)
     evaluation = sorted(c.spec.name for c in conversations if c.spec.subset == "eval_swb")
-    on_conversation = {"missing_side": (missing_side, 0), "asides": (asides, 1), "unsorted": (unsorted, 2),
-                       "past_end": (past_end, 3)}
     done = {}
     for quirk in sorted(set(quirks)):
-        if quirk in on_conversation:
-            change, index = on_conversation[quirk]
+        if quirk in ON_CONVERSATION:
+            change, index = ON_CONVERSATION[quirk]
             if not train:
                 raise InputError(f"synth quirk {quirk} needs training conversations")
             conversation = train[index % len(train)]
