@@ -11,14 +11,19 @@ For each size (synthetic conversations) it runs, through the stages' own entry p
     seconds, seconds_per_hour      wall time, and per hour of training audio
     peak_rss_mb                    the largest total resident memory of the stage's whole
                                    process tree (sampled every 50 ms)
+    largest_process_mb             the largest resident memory of any one process of it (a
+                                   worker pool's churn, an exiting worker beside its successor,
+                                   adds to the tree's total but not to this)
     disk_mb, disk_mb_per_hour      what the stage wrote
 and for training the learner's start-up (process start to its first step) and its peak memory
 until then (what it holds for the corpus, before any batch's activations), per utterance.
 
 Fits, per stage over the sizes: the exponent k of seconds ~ hours^k (least squares on logs),
 the marginal exponent between the two largest sizes (at small sizes start-up dominates and
-flattens k), seconds = fixed + per_hour x hours (least squares), and the peak memory's growth in
-bytes per training utterance (least squares). Extrapolated to 300 h and 2,000 h with the linear
+flattens k), seconds = fixed + per_hour x hours (least squares), and the growth in bytes per
+training utterance of the tree's peak memory (least squares, and between the two largest sizes:
+a fixed budget such as the fMLLR model's training frames fills up at small sizes) and of the
+largest process's. Extrapolated to 300 h and 2,000 h with the linear
 model (a power law fitted where start-up dominates would predict far too little): fixed +
 per_hour x hours, the per-hour part divided by jobs_target / --jobs for the stages that split
 over jobs (synth, features), for a machine of --jobs-target cores. Writes scale.json and
@@ -55,8 +60,8 @@ PARALLEL_STAGES = ("synth", "features")  # split over jobs (synth.jobs, features
 TARGETS_HOURS = {"swb300": 300.0, "swb2000": 2000.0}
 
 
-def tree_rss_bytes(root: int) -> int:
-    """Resident memory of `root` and all its descendants (from /proc)."""
+def tree_rss_bytes(root: int) -> dict[int, int]:
+    """Resident memory of `root` and each of its descendants, by pid (from /proc)."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     page = os.sysconf("SC_PAGE_SIZE")
@@ -71,12 +76,12 @@ def tree_rss_bytes(root: int) -> int:
         pid, ppid = int(entry), int(fields[1])
         children.setdefault(ppid, []).append(pid)
         rss[pid] = int(fields[21]) * page
-    total, stack = 0, [root]
+    tree, stack = {}, [root]
     while stack:
         pid = stack.pop()
-        total += rss.get(pid, 0)
+        tree[pid] = rss.get(pid, 0)
         stack += children.get(pid, [])
-    return total
+    return tree
 
 
 def run_measured(cmd: list[str], cwd: Path, log_path: Path) -> dict:
@@ -84,12 +89,13 @@ def run_measured(cmd: list[str], cwd: Path, log_path: Path) -> dict:
     start = time.perf_counter()
     with open(log_path, "w") as out:
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    peak = [0]
+    peak, largest = [0], [0]
     done = threading.Event()
 
     def sample() -> None:
         while not done.is_set():
-            peak[0] = max(peak[0], tree_rss_bytes(proc.pid))
+            tree = tree_rss_bytes(proc.pid)
+            peak[0], largest[0] = max(peak[0], sum(tree.values())), max(largest[0], *tree.values())
             done.wait(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -99,7 +105,7 @@ def run_measured(cmd: list[str], cwd: Path, log_path: Path) -> dict:
     sampler.join()
     if status != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({status}); see {log_path}:\n{log_path.read_text()[-2000:]}")
-    return {"seconds": time.perf_counter() - start, "peak_rss_mb": peak[0] / 2**20}
+    return {"seconds": time.perf_counter() - start, "peak_rss_mb": peak[0] / 2**20, "largest_process_mb": largest[0] / 2**20}
 
 
 def disk_mb(*paths: Path) -> float:
@@ -178,11 +184,14 @@ def fit(sizes: list[dict]) -> dict:
     for stage in sizes[0]["stages"]:
         seconds = np.array([s["stages"][stage]["seconds"] for s in sizes])
         rss = np.array([s["stages"][stage]["peak_rss_mb"] for s in sizes]) * 2**20
+        largest = np.array([s["stages"][stage]["largest_process_mb"] for s in sizes]) * 2**20
         per_hour, fixed = np.polyfit(hours, seconds, 1)
         entry = {"exponent": float(np.polyfit(np.log(hours), np.log(seconds), 1)[0]),
                  "marginal_exponent": float(np.log(seconds[-1] / seconds[-2]) / np.log(hours[-1] / hours[-2])),
                  "fixed_seconds": float(fixed), "seconds_per_hour": float(max(per_hour, 0.0)),
-                 "memory_bytes_per_utterance": float(np.polyfit(utts, rss, 1)[0])}
+                 "memory_bytes_per_utterance": float(np.polyfit(utts, rss, 1)[0]),
+                 "marginal_memory_bytes_per_utterance": float((rss[-1] - rss[-2]) / (utts[-1] - utts[-2])),
+                 "largest_process_bytes_per_utterance": float(np.polyfit(utts, largest, 1)[0])}
         if stage == "train":
             startup = np.array([s["stages"][stage]["startup_seconds"] for s in sizes])
             entry["startup_microseconds_per_utterance"] = float(np.polyfit(utts, startup, 1)[0] * 1e6)
@@ -255,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     write_text(args.out / "scale.json", json.dumps(report, indent=1) + "\n")
     plot(report, args.out / "scale.png")
     for stage, entry in fits.items():
-        log.info("%-32s exponent %.2f, memory %+.0f B/utterance", stage, entry["exponent"], entry["memory_bytes_per_utterance"])
+        log.info("%-32s exponent %.2f, memory %+.0f B/utterance (largest process %+.0f)", stage, entry["exponent"],
+                 entry["memory_bytes_per_utterance"], entry["largest_process_bytes_per_utterance"])
     log.info("wrote %s and %s", args.out / "scale.json", args.out / "scale.png")
     return 0 if all(math.isfinite(e["exponent"]) for e in fits.values()) else 1

@@ -27,7 +27,7 @@ def test_scale_benchmark_measures_every_stage_and_fits_its_growth(tmp_path):
     assert list(small["stages"]) == stages
     for size in (small, large):
         for name, stage in size["stages"].items():
-            assert stage["seconds"] > 0 and stage["peak_rss_mb"] > 10  # a Python process at least
+            assert stage["seconds"] > 0 and stage["peak_rss_mb"] >= stage["largest_process_mb"] > 10  # a Python process at least
             assert stage["seconds_per_hour"] == pytest.approx(stage["seconds"] / size["hours"])
         assert size["stages"]["features:logmel40"]["disk_mb"] > 0 and size["stages"]["train"]["startup_seconds"] > 0
         assert size["stages"]["train"]["startup_peak_rss_mb"] > 10  # the learner's peak memory at its first batch
@@ -41,6 +41,9 @@ def test_scale_benchmark_measures_every_stage_and_fits_its_growth(tmp_path):
         assert fit["fixed_seconds"] == pytest.approx(s["seconds"] - per_hour * small["hours"], rel=1e-6, abs=1e-6)
         slope = (l["peak_rss_mb"] - s["peak_rss_mb"]) * 2**20 / (large["utterances"] - small["utterances"])
         assert fit["memory_bytes_per_utterance"] == pytest.approx(slope, rel=1e-6, abs=1e-6)
+        assert fit["marginal_memory_bytes_per_utterance"] == pytest.approx(slope, rel=1e-6, abs=1e-6)
+        slope = (l["largest_process_mb"] - s["largest_process_mb"]) * 2**20 / (large["utterances"] - small["utterances"])
+        assert fit["largest_process_bytes_per_utterance"] == pytest.approx(slope, rel=1e-6, abs=1e-6)
     train = [size["stages"]["train"] for size in (small, large)]
     slope = (train[1]["startup_peak_rss_mb"] - train[0]["startup_peak_rss_mb"]) * 2**20 / (large["utterances"] - small["utterances"])
     assert report["fits"]["train"]["startup_memory_bytes_per_utterance"] == pytest.approx(slope, rel=1e-6, abs=1e-6)
