@@ -11,6 +11,7 @@ holding no more than one side's transcript in memory.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -215,8 +216,7 @@ def swbd_corpus(
     sph = find_sph_files(swbd_dir)
     _warn_missing_sph(len(sph), expected_sph_files)
     files = transcript_files_by_side(ms98_dir)
-    expected = lambda side: expected_ms98_file(ms98_dir, side)
-    paired = sorted(pair_sides(files, sph, missing_transcript, expected, "swbd"))
+    paired = sorted(pair_sides(files, sph, missing_transcript, functools.partial(expected_ms98_file, ms98_dir), "swbd"))
     recordings = _recordings(paired, sph)
     return StreamedDataDir(recordings, lambda: _utterances(files, paired, recordings, max_unreadable))
 
