@@ -193,6 +193,7 @@ class Lookup:
         self.path = path = Path(path)
         self.rows = sorted_table(path) if path.is_file() else iter(())
         self.key, self.value = b"", ""
+        self.lineno = 0  # of the row last read, for errors naming it
 
     def get(self, key: str) -> str | None:
         wanted = key.encode()
@@ -201,7 +202,7 @@ class Lookup:
             if row is None:
                 self.key = b"\xff" * 8
                 return None
-            self.key, self.value = row[1].encode(), row[2]
+            self.lineno, self.key, self.value = row[0], row[1].encode(), row[2]
         return self.value if self.key == wanted else None
 
 

@@ -16,15 +16,21 @@ For each set, `<feats_dir>/<name>/<set>/` holds
                          NaN/inf values (never written: one would make every loss it enters NaN)
 
 Work is split by recording into `features.jobs` worker processes, each writing its own
-ark/scp part; the parts are then joined into one ark. The set directory is built under a
-temporary name and renamed when complete, so an existing set directory is complete; a re-run
-skips it unless the options or the data dir changed, or `features.force` is set.
+ark/scp part and utt2num_frames/skipped part tables; the parts are then joined into one ark and
+the tables merged in key order (asr.features.parts). No process holds a line per utterance: the
+main one holds the recordings (wav.scp, seconds of audio for balancing the jobs), and each
+worker reads utt2spk and segments in step, a recording's run of utterances at a time. The set
+directory is built under a temporary name and renamed when complete, so an existing set
+directory is complete; a re-run skips it unless the options or the data dir changed, or
+`features.force` is set.
 
 On a cluster (Kaldi's `nj` with `slurm.pl`), `features.split.count=N features.split.index=I`
 computes only share I of N (recordings balanced by duration, the same N shares on every
 machine) into `<set>.shares/I-of-N/`, each share complete or absent; a run with
 `features.split.count=N` and no index then merges the shares into the set, computing any share
-that is missing or was made from other inputs, and removes them.
+that is missing or was made from other inputs, and removes them. A share's directory holds
+feats.{ark,scp}, utt2num_frames, skipped (if any), cmvn.{ark,scp} and share.json (its inputs,
+counts, seconds, and the skipped recordings for the log).
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import kaldiio
 import numpy as np
@@ -49,13 +55,13 @@ import torch
 from tqdm import tqdm
 
 from asr.data import commands
-from asr.data.audio import RecordingCache, cut_segment, shell_command
-from asr.data.datadir import DataDir, read_data_dir, read_table, write_table
+from asr.data.audio import cut_segment, read_recording, shell_command
+from asr.data.datadir import Lookup, c_sort_key, read_table, sorted_table
 from asr.features import cmvn
 from asr.features.deltas import delta_opts
 from asr.features.fbank import FbankOptions, fbank_batch
 from asr.features.featureset import DELTA_COLUMNS, FeatureLayout, FeatureWriter, LoadDeltas
-from asr.features.parts import join_parts
+from asr.features.parts import COPY_CHUNK, join_parts, merge_part_tables
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 
@@ -69,24 +75,29 @@ SOURCE_FILES = ("wav.scp", "segments", "utt2spk")
 
 @dataclass
 class RecordingWork:
-    """One recording and the utterances cut from it: (utt, start, end); None times mean the
-    whole recording. `problem` says why the utterances cannot be extracted at all."""
+    """One recording to extract, without its utterances (the workers read those from the data
+    dir, so no process holds a line per utterance). `problem` says why its utterances cannot
+    be extracted at all; `recording` is the utterance itself for one with no line in segments."""
 
     recording: str
     wav: str | None
-    utts: list[tuple[str, float | None, float | None]]
     weight: float  # seconds of audio when known, for balancing the jobs
     problem: str | None = None
+
+    @property
+    def key(self) -> str:
+        """Row.work of its utterances: an utterance without a segment is a work of its own."""
+        return f"{self.recording} (no segment)" if self.problem == NO_SEGMENT else self.recording
 
 
 @dataclass
 class PartTask:
     index: int
     works: list[RecordingWork]
+    data_dir: str
     out_dir: str
     options: FbankOptions
     cmvn_unit: str
-    utt2spk: dict[str, str]
     device: str
     batch_seconds: float
     delta_order: int = 0
@@ -102,10 +113,30 @@ class PartTask:
 
 @dataclass
 class PartResult:
-    num_frames: dict[str, int] = field(default_factory=dict)
+    """What a part sends back: counts and sums. Its utterances' frame counts and skip reasons
+    are in its utt2num_frames.<i> and skipped.<i>, their features in feats.<i>.ark."""
+
+    utterances: int = 0
+    frames: int = 0
     stats: dict[str, np.ndarray] = field(default_factory=dict)
-    skipped: list[tuple[str, str, list[str]]] = field(default_factory=list)  # (recording, reason, utts)
+    # (recording, reason) -> [utterances skipped, the first SKIPPED_NAMED of them], for the log
+    skipped: dict[tuple[str, str], list] = field(default_factory=dict)
     seconds: float = 0.0
+
+    def skip(self, recording: str, reason: str, utts: list[str], count: int | None = None) -> None:
+        """`count` utterances (default: those of `utts`) of `recording` skipped for `reason`."""
+        note = self.skipped.setdefault((recording, reason), [0, []])
+        note[0] += len(utts) if count is None else count
+        note[1].extend(utts[:SKIPPED_NAMED - len(note[1])])
+
+    def add(self, other: "PartResult") -> None:
+        """Another part's counts and sums into these (statistics in part order, as merge_stats)."""
+        self.utterances += other.utterances
+        self.frames += other.frames
+        self.seconds += other.seconds
+        _add_stats(self.stats, other.stats)
+        for (recording, reason), (count, utts) in other.skipped.items():
+            self.skip(recording, reason, utts, count)
 
 
 @dataclass
@@ -172,7 +203,7 @@ def extract_set(
         raise InputError(f"features.cmvn={cmvn_unit!r}: choose one of {cmvn.UNITS}")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise InputError(f"features.device={device!r} but torch sees no GPU; use features.device=cpu")
-    data = read_data_dir(data_dir, tables=("wav.scp", "segments", "utt2dur"))
+    _check_data_dir(data_dir)
     if (data_dir / "wav.scp").is_file():
         commands.check_table(data_dir / "wav.scp", shell_command)  # refused here, or logged, before any work
     recorded = _provenance(data_dir, options, cmvn_unit, deltas, compress)
@@ -180,14 +211,14 @@ def extract_set(
     if reason is None:
         log.info("%s: complete already (%s), skipping; features.force=true recomputes it", data_dir.name, out_dir)
         return SetSummary(data_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
-    works = plan_recordings(data)
+    works = plan_recordings(data_dir)
     if not works:
         raise InputError(f"{data_dir / 'utt2spk'}: no utterances; re-run the prepare stage")
     index, count = split
     if not -1 <= index < max(count, 1) or count < 0:
         raise InputError(f"features.split.index={index}, features.split.count={count}: give 0 <= index < count "
                          "(one array job per share), or index=-1 to merge")
-    extractor = _PartExtractor(data, options, cmvn_unit, device, batch_seconds, deltas, compress, recorded, jobs)
+    extractor = _PartExtractor(data_dir, options, cmvn_unit, device, batch_seconds, deltas, compress, recorded, jobs)
     started = time.perf_counter()
     if index >= 0:
         shares = split_into_parts(works, count)
@@ -219,7 +250,7 @@ def shares_dir(out_dir: Path) -> Path:
 class _PartExtractor:
     """Computes a set's parts: all in local worker processes, or one cluster share alone."""
 
-    data: DataDir
+    data_dir: Path
     options: FbankOptions
     cmvn_unit: str
     device: str
@@ -230,67 +261,98 @@ class _PartExtractor:
     jobs: int
 
     def tasks(self, parts: list[list[RecordingWork]], into: Path) -> list[PartTask]:
-        return [PartTask(i, part, str(into), self.options, self.cmvn_unit, _utt2spk_of(part, self.data), self.device,
+        return [PartTask(i, part, str(self.data_dir), str(into), self.options, self.cmvn_unit, self.device,
                          self.batch_seconds, *self.deltas, self.compress) for i, part in enumerate(parts)]
 
     def share(self, works: list[RecordingWork], share_dir: Path, desc: str) -> PartResult:
         """One share over `jobs` local processes into `share_dir`: feats.{ark,scp}, utt2num_frames,
-        CMVN statistics and share.json (what it was made from, skipped utterances, seconds)."""
+        skipped (if any), CMVN statistics and share.json (what it was made from, counts, seconds)."""
         with atomic_dir(share_dir) as tmp:
             parts = split_into_parts(works, self.jobs)
             results = run_parts(self.tasks(parts, tmp), desc=desc, total=len(works))
+            result = _combined(results)
             join_parts(tmp, share_dir, len(parts))
-            result = PartResult({u: n for r in results for u, n in r.num_frames.items()}, merge_stats(r.stats for r in results),
-                                [s for r in results for s in r.skipped], sum(r.seconds for r in results))
-            write_table(tmp / "utt2num_frames", {u: str(n) for u, n in result.num_frames.items()})
+            merge_part_tables(tmp, "utt2num_frames", len(parts))
+            _merge_skipped(tmp, len(parts))
             write_cmvn_stats(tmp, share_dir, results, self.cmvn_unit)
-            (tmp / "share.json").write_text(json.dumps({"recorded": self.recorded, "skipped": result.skipped, "seconds": result.seconds}))
+            (tmp / "share.json").write_text(json.dumps({"format": SHARE_FORMAT, "recorded": self.recorded, **_as_json(result)}))
         return result
 
     def reuse_or_compute(self, works: list[RecordingWork], share_dir: Path, tmp: Path, index: int, name: str) -> PartResult:
         """Share `index` as part `index` of the set being built in `tmp`: read from `share_dir`
-        when it was made from the same inputs, else computed here first."""
+        when it was made from the same inputs (by this code's format), else computed here first."""
         record = share_dir / "share.json"
-        if not record.is_file() or json.loads(record.read_text())["recorded"] != self.recorded:
-            log.info("%s: share %s is %s; computing it here", name, share_dir.name, "from other inputs" if record.is_file() else "missing")
+        meta = json.loads(record.read_text()) if record.is_file() else {}
+        if meta.get("recorded") != self.recorded or meta.get("format") != SHARE_FORMAT:
+            log.info("%s: share %s is %s; computing it here", name, share_dir.name, "from other inputs" if meta else "missing")
             self.share(works, share_dir, f"{name} share {index}")
-        meta = json.loads(record.read_text())
-        shutil.copyfile(share_dir / "feats.ark", tmp / f"feats.{index}.ark")
-        shutil.copyfile(share_dir / "feats.scp", tmp / f"feats.{index}.scp")
-        stats = {}
-        if self.cmvn_unit == "utterance":  # joined with the other shares' like the features
-            shutil.copyfile(share_dir / "cmvn.ark", tmp / f"cmvn.{index}.ark")
-            shutil.copyfile(share_dir / "cmvn.scp", tmp / f"cmvn.{index}.scp")
-        elif self.cmvn_unit != "none":
-            stats = cmvn.read_stats(share_dir / "cmvn.scp")
-        num_frames = {u: int(n) for u, n in read_table(share_dir / "utt2num_frames").items()}
-        return PartResult(num_frames, stats, [tuple(s) for s in meta["skipped"]], meta["seconds"])
+            meta = json.loads(record.read_text())
+        for file_name in ("feats", "cmvn") if self.cmvn_unit == "utterance" else ("feats",):  # joined like the features
+            shutil.copyfile(share_dir / f"{file_name}.ark", tmp / f"{file_name}.{index}.ark")
+            shutil.copyfile(share_dir / f"{file_name}.scp", tmp / f"{file_name}.{index}.scp")
+        shutil.copyfile(share_dir / "utt2num_frames", tmp / f"utt2num_frames.{index}")
+        skipped = share_dir / "skipped"
+        if skipped.is_file():
+            shutil.copyfile(skipped, tmp / f"skipped.{index}")
+        else:
+            (tmp / f"skipped.{index}").touch()
+        result = _from_json(meta)
+        if self.cmvn_unit not in ("utterance", "none"):
+            result.stats = cmvn.read_stats(share_dir / "cmvn.scp")
+        return result
+
+
+# share.json's layout: 2 = counts, and skipped recordings as (recording, reason, count, first utterances)
+SHARE_FORMAT = 2
+
+
+def _as_json(result: PartResult) -> dict[str, Any]:
+    return {"utterances": result.utterances, "frames": result.frames, "seconds": result.seconds,
+            "skipped": [[recording, reason, count, utts] for (recording, reason), (count, utts) in result.skipped.items()]}
+
+
+def _from_json(meta: dict[str, Any]) -> PartResult:
+    skipped = {(recording, reason): [count, utts] for recording, reason, count, utts in meta["skipped"]}
+    return PartResult(meta["utterances"], meta["frames"], {}, skipped, meta["seconds"])
+
+
+def _combined(results: list[PartResult]) -> PartResult:
+    total = PartResult()
+    for result in results:
+        total.add(result)
+    return total
+
+
+def _merge_skipped(tmp: Path, num_parts: int) -> int:
+    """The parts' skipped.<i> into one sorted `skipped`, left out when empty; returns its lines."""
+    lines = merge_part_tables(tmp, "skipped", num_parts)
+    if not lines:
+        (tmp / "skipped").unlink()  # no file: nothing was skipped
+    return lines
 
 
 def _finish_set(data_dir: Path, results: list[PartResult], tmp: Path, out_dir: Path,
                 feat_dim: int, cmvn_unit: str, recorded: dict[str, str]) -> SetSummary:
     """Join the parts and write everything beside the features; raise if nothing worked."""
     name = data_dir.name
-    num_frames = {utt: n for r in results for utt, n in r.num_frames.items()}
-    skipped = [s for r in results for s in r.skipped]
-    for recording, reason, utts in skipped:
-        log.warning("%s: recording %s: %s; skipped %d utterance(s): %s", name, recording, reason, len(utts), " ".join(utts[:10]))
-    if not num_frames:
-        first = f" (first: {skipped[0][0]}: {skipped[0][1]})" if skipped else ""
-        raise InputError(f"{data_dir}: no utterance could be extracted{first}; check wav.scp and the audio files")
+    total = _combined(results)
+    for (recording, reason), (count, utts) in total.skipped.items():
+        log.warning("%s: recording %s: %s; skipped %d utterance(s): %s", name, recording, reason, count, " ".join(utts))
+    if not total.utterances:
+        first = next(iter(total.skipped), None)
+        raise InputError(f"{data_dir}: no utterance could be extracted"
+                         f"{f' (first: {first[0]}: {first[1]})' if first else ''}; check wav.scp and the audio files")
     join_parts(tmp, out_dir, len(results))
-    write_table(tmp / "utt2num_frames", {utt: str(n) for utt, n in num_frames.items()})
+    merge_part_tables(tmp, "utt2num_frames", len(results))
     (tmp / "feat_dim").write_text(f"{feat_dim}\n")
     write_cmvn_stats(tmp, out_dir, results, cmvn_unit)
+    skipped = _merge_skipped(tmp, len(results))
     if skipped:
-        write_table(tmp / "skipped", {utt: reason for _, reason, utts in skipped for utt in utts})
-        log.warning("%s: %d utterances skipped, each listed with its reason in %s", name,
-                    sum(len(utts) for _, _, utts in skipped), out_dir / "skipped")
+        log.warning("%s: %d utterances skipped, each listed with its reason in %s", name, skipped, out_dir / "skipped")
     for file_name, content in recorded.items():
         if content:  # an empty record means "must not exist" (see _provenance)
             (tmp / file_name).write_text(content)
-    skipped_utts = sum(len(utts) for _, _, utts in skipped)
-    return SetSummary(name, len(num_frames), sum(num_frames.values()), sum(r.seconds for r in results), 0.0, skipped_utts)
+    return SetSummary(name, total.utterances, total.frames, total.seconds, 0.0, skipped)
 
 
 def _log_summary(s: SetSummary) -> None:
@@ -309,7 +371,12 @@ def _provenance(data_dir: Path, options: FbankOptions, cmvn_unit: str, deltas: t
     digest = hashlib.sha1()
     for file_name in SOURCE_FILES:
         path = data_dir / file_name
-        digest.update(file_name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"") + b"\0")
+        digest.update(file_name.encode() + b"\0")
+        if path.is_file():
+            with open(path, "rb") as f:  # in chunks: the tables have a line per utterance
+                for chunk in iter(lambda: f.read(COPY_CHUNK), b""):
+                    digest.update(chunk)
+        digest.update(b"\0")
     return {"fbank.conf": options.to_kaldi_conf(), "cmvn_type": cmvn_unit + "\n", "data_checksum": digest.hexdigest() + "\n",
             "delta_opts": delta_opts(*deltas) if deltas[0] > 0 else "",
             DELTA_COLUMNS: f"0 {options.dim}\n" if deltas[0] > 0 else "", "compress": f"{str(compress).lower()}\n"}
@@ -335,27 +402,91 @@ def _recorded_text(path: Path) -> str:
 # ---------------------------------------------------------------------- planning
 
 
-def plan_recordings(data: DataDir) -> list[RecordingWork]:
-    """The data dir's utterances grouped by recording, so each recording is read once."""
+NO_SEGMENT = "no line in segments"
+SKIPPED_NAMED = 10  # utterances the log names per skipped recording and reason
+
+
+def _check_data_dir(data_dir: Path) -> None:
+    if not data_dir.is_dir():
+        raise InputError(f"{data_dir}: data directory not found; run the prepare stage first")
+    if not (data_dir / "utt2spk").is_file():
+        raise InputError(f"{data_dir / 'utt2spk'}: missing; a Kaldi data dir needs utt2spk (and wav.scp or feats.scp)")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One utterance of utt2spk with where it lies: its segment, or the whole recording `utt`
+    (recording None: utt2spk names it but segments does not)."""
+
+    utt: str
+    speaker: str
+    recording: str | None
+    start: float | None = None
+    end: float | None = None
+
+    @property
+    def work(self) -> str:
+        """The key of its RecordingWork."""
+        return self.recording if self.recording is not None else f"{self.utt} (no segment)"
+
+
+def utterance_rows(data_dir: Path) -> Iterator[Row]:
+    """The utterances of utt2spk in key order, joined with segments read in step."""
+    path = data_dir / "segments"
+    # an empty segments file counts as none: whole recordings (as read_data_dir's empty table)
+    segments = Lookup(path) if path.is_file() and path.stat().st_size else None
+    for lineno, utt, speaker in sorted_table(data_dir / "utt2spk"):
+        if not speaker:
+            raise InputError(f"{data_dir / 'utt2spk'}:{lineno}: key {utt!r} has no value")
+        if segments is None:
+            yield Row(utt, speaker, utt)
+            continue
+        segment = segments.get(utt)
+        yield Row(utt, speaker, None) if segment is None else Row(utt, speaker, *_parse_segment(segments, utt, segment))
+
+
+def _parse_segment(segments: Lookup, utt: str, value: str) -> tuple[str, float, float]:
+    fields = value.split()
+    try:
+        return fields[0], float(fields[1]), float(fields[2])
+    except (IndexError, ValueError):
+        raise InputError(f"{segments.path}:{segments.lineno}: expected '<utt> <recording> <start> <end>', "
+                         f"got {utt} {value!r}") from None
+
+
+def plan_recordings(data_dir: Path) -> list[RecordingWork]:
+    """The data dir's recordings with their seconds of audio, read a line at a time: only
+    what is per recording is held (wav.scp), never a line per utterance."""
+    wav_scp = read_table(data_dir / "wav.scp") if (data_dir / "wav.scp").is_file() else {}
+    durations = _durations(data_dir / "utt2dur")
     works: dict[str, RecordingWork] = {}
-    for utt in data.utts:
-        if data.segments and utt not in data.segments:
-            works[f"{utt} (no segment)"] = RecordingWork(utt, None, [(utt, None, None)], 0.0, "no line in segments")
-        elif data.segments:
-            seg = data.segments[utt]
-            work = works.setdefault(seg.recording, _new_work(seg.recording, data))
-            work.utts.append((utt, seg.start, seg.end))
-            work.weight += seg.end - seg.start
+    for row in utterance_rows(data_dir):
+        if row.recording is None:  # one work each: the log names them one by one
+            works[row.work] = RecordingWork(row.utt, None, 0.0, NO_SEGMENT)
+            continue
+        work = works.get(row.recording)
+        if work is None:
+            wav = wav_scp.get(row.recording)
+            work = works[row.recording] = RecordingWork(row.recording, wav, 0.0, None if wav is not None else "not in wav.scp")
+        if row.start is not None and row.end is not None:
+            work.weight += row.end - row.start
         else:
-            work = works[utt] = _new_work(utt, data)
-            work.utts.append((utt, None, None))
-            work.weight = data.utt2dur.get(utt, 1.0)
+            work.weight = durations(row.utt)
     return list(works.values())
 
 
-def _new_work(recording: str, data: DataDir) -> RecordingWork:
-    wav = data.wav_scp.get(recording)
-    return RecordingWork(recording, wav, [], 0.0, None if wav is not None else "not in wav.scp")
+def _durations(path: Path) -> Callable[[str], float]:
+    """Seconds of each utterance from utt2dur (1.0 when absent), asked in key order."""
+    durations = Lookup(path)
+    def seconds(utt: str) -> float:
+        value = durations.get(utt)
+        if value is None:
+            return 1.0
+        try:
+            return float(value)
+        except ValueError:
+            raise InputError(f"{path}: expected '<utt> <seconds>', got {utt} {value!r}") from None
+    return seconds
 
 
 def split_into_parts(works: list[RecordingWork], jobs: int) -> list[list[RecordingWork]]:
@@ -368,10 +499,6 @@ def split_into_parts(works: list[RecordingWork], jobs: int) -> list[list[Recordi
         parts[lightest].append(work)
         loads[lightest] += work.weight
     return [p for p in parts if p]
-
-
-def _utt2spk_of(part: list[RecordingWork], data: DataDir) -> dict[str, str]:
-    return {utt: data.utt2spk[utt] for work in part for utt, _, _ in work.utts}
 
 
 # ---------------------------------------------------------------------- workers
@@ -433,35 +560,87 @@ def run_parts(tasks: list, desc: str, total: int, work: Callable[[Any, Callable[
 
 
 def extract_part(task: PartTask, on_recording_done: Callable[[], None]) -> PartResult:
-    """Features of one part's recordings into feats.<index>.ark/scp in task.out_dir."""
-    result = PartResult()
+    """Features of one part's recordings into feats.<index>.ark/scp in task.out_dir, their frame
+    counts and skip reasons into utt2num_frames.<index> and skipped.<index> (in key order)."""
     out = Path(task.out_dir)
-    ark, scp = out / f"feats.{task.index}.ark", out / f"feats.{task.index}.scp"
-    audio = RecordingCache({w.recording: w.wav for w in task.works if w.wav is not None})
-    layout = task.layout
     # Per-utterance statistics go to the part's own cmvn.<index>.ark (joined like the features),
     # so no process holds one per utterance; per speaker or global they are summed in memory.
     per_utterance = f"ark,scp:{out / f'cmvn.{task.index}.ark'},{out / f'cmvn.{task.index}.scp'}"
-    with FeatureWriter(ark, scp, task.compress) as writer, \
+    with PartFiles(out, task.index, task.compress) as files, \
             (kaldiio.WriteHelper(per_utterance) if task.cmvn_unit == "utterance" else contextlib.nullcontext()) as stats_writer:
-        for work in task.works:
-            for utt, feats, seconds in _recording_features(work, audio, task, result):
-                problem = non_finite_problem(feats)
-                if problem:
-                    result.skipped.append((work.recording, problem, [utt]))
-                    continue
-                stored = writer(utt, feats)
-                result.num_frames[utt] = feats.shape[0]
-                result.seconds += seconds
-                if task.cmvn_unit == "none":
-                    continue
-                stats = cmvn.accumulate([layout.expand(stored)])  # of what the reader normalises: deltas included
-                if task.cmvn_unit == "utterance":
-                    stats_writer(utt, stats)
-                else:
-                    _add_stats(result.stats, {cmvn.cmvn_key(task.cmvn_unit, utt, task.utt2spk): stats})
+        writer = UtteranceWriter(task, files, stats_writer)
+        for work, rows in recording_runs(task):
+            for row, feats, seconds in _recording_features(work, rows, task, writer):
+                writer(work.recording, row, feats, seconds)
+            writer.flush_skipped()
             on_recording_done()
-    return result
+    return writer.result
+
+
+def recording_runs(task: PartTask) -> Iterator[tuple[RecordingWork, list[Row]]]:
+    """(recording, its rows) for each run of consecutive utterances of one of the part's
+    recordings in key order. A recording whose utterances are not together in sorted order (a
+    Hub5 recording holds two speakers' sides) comes in more than one run."""
+    mine = {work.key: work for work in task.works}
+    current, rows = None, []
+    for row in utterance_rows(Path(task.data_dir)):
+        work = mine.get(row.work)
+        if work is None:
+            continue
+        if work is not current and rows:
+            yield current, rows
+            rows = []
+        current = work
+        rows.append(row)
+    if rows:
+        yield current, rows
+
+
+class PartFiles(contextlib.ExitStack):
+    """A part's features (feats.<i>.{ark,scp}) and tables utt2num_frames.<i>, skipped.<i>."""
+
+    def __init__(self, out: Path, index: int, compress: bool):
+        super().__init__()
+        self.feats = self.enter_context(FeatureWriter(out / f"feats.{index}.ark", out / f"feats.{index}.scp", compress))
+        self.num_frames = self.enter_context(open(out / f"utt2num_frames.{index}", "w", encoding="utf-8"))
+        self.skipped = self.enter_context(open(out / f"skipped.{index}", "w", encoding="utf-8"))
+
+
+class UtteranceWriter:
+    """Writes a part's utterances and sums what the part sends back."""
+
+    def __init__(self, task: PartTask, files: PartFiles, stats_writer: Any):
+        self.task, self.files, self.stats_writer = task, files, stats_writer
+        self.layout, self.result = task.layout, PartResult()
+        self.run_skipped: list[tuple[str, str]] = []  # (utt, reason) of the current run, written sorted
+
+    def __call__(self, recording: str, row: Row, feats: np.ndarray, seconds: float) -> None:
+        problem = non_finite_problem(feats)
+        if problem:
+            self.skip(recording, problem, [row.utt])
+            return
+        stored = self.files.feats(row.utt, feats)
+        self.files.num_frames.write(f"{row.utt} {feats.shape[0]}\n")
+        self.result.utterances += 1
+        self.result.frames += feats.shape[0]
+        self.result.seconds += seconds
+        if self.task.cmvn_unit == "none":
+            return
+        stats = cmvn.accumulate([self.layout.expand(stored)])  # of what the reader normalises: deltas included
+        if self.task.cmvn_unit == "utterance":
+            self.stats_writer(row.utt, stats)
+        else:
+            _add_stats(self.result.stats, {cmvn.cmvn_key(self.task.cmvn_unit, row.utt, {row.utt: row.speaker}): stats})
+
+    def skip(self, recording: str, reason: str, utts: list[str]) -> None:
+        self.result.skip(recording, reason, utts)
+        self.run_skipped.extend((utt, reason) for utt in utts)
+
+    def flush_skipped(self) -> None:
+        """The run's skipped utterances in key order (a run's keys all precede the next run's)."""
+        for utt, reason in sorted(self.run_skipped, key=lambda row: c_sort_key(row[0])):
+            self.files.skipped.write(f"{utt} {reason}\n")
+        self.run_skipped = []
 
 
 def non_finite_problem(feats: np.ndarray) -> str | None:
@@ -473,46 +652,45 @@ def non_finite_problem(feats: np.ndarray) -> str | None:
     return f"features with non-finite values ({nan} NaN, {inf} inf of {feats.size}): NaN/inf audio samples or damaged audio"
 
 
-def _recording_features(work: RecordingWork, audio: RecordingCache, task: PartTask, result: PartResult):
-    """(utt, features, seconds) for the utterances of one recording; failures go to result.skipped."""
-    all_utts = [utt for utt, _, _ in work.utts]
+def _recording_features(work: RecordingWork, rows: list[Row], task: PartTask, writer: UtteranceWriter):
+    """(row, features, seconds) for a run of one recording's utterances; failures go to writer.skip."""
     if work.problem is not None or work.wav is None:
-        result.skipped.append((work.recording, work.problem or "not in wav.scp", all_utts))
+        writer.skip(work.recording, work.problem or "not in wav.scp", [row.utt for row in rows])
         return []
     try:
-        samples, rate = audio.get(work.recording)
+        samples, rate = read_recording(work.wav)
     except (InputError, OSError, ValueError, RuntimeError) as err:
-        result.skipped.append((work.recording, str(err), all_utts))  # the error names the file
+        writer.skip(work.recording, str(err), [row.utt for row in rows])  # the error names the file
         return []
     if rate != task.options.sample_frequency:
         reason = f"sampled at {rate} Hz but features.sample_frequency={task.options.sample_frequency:g}"
-        result.skipped.append((work.recording, reason, all_utts))
+        writer.skip(work.recording, reason, [row.utt for row in rows])
         return []
-    utts, waves = _cut_utterances(work, samples, rate, result)
+    cut, waves = _cut_utterances(work, rows, samples, rate, writer)
     feats = compute_features(waves, task.options, task.device, int(task.batch_seconds * rate))
     out = []
-    for utt, wave, mat in zip(utts, waves, feats):
+    for row, wave, mat in zip(cut, waves, feats):
         if mat.shape[0] == 0:
-            result.skipped.append((work.recording, f"{len(wave)} samples is shorter than one frame", [utt]))
+            writer.skip(work.recording, f"{len(wave)} samples is shorter than one frame", [row.utt])
         else:
-            out.append((utt, mat, len(wave) / rate))
+            out.append((row, mat, len(wave) / rate))
     return out
 
 
-def _cut_utterances(work: RecordingWork, samples: np.ndarray, rate: int,
-                    result: PartResult) -> tuple[list[str], list[np.ndarray]]:
-    utts, waves = [], []
-    for utt, start, end in work.utts:
-        if start is None or end is None:
-            utts.append(utt)
+def _cut_utterances(work: RecordingWork, rows: list[Row], samples: np.ndarray, rate: int,
+                    writer: UtteranceWriter) -> tuple[list[Row], list[np.ndarray]]:
+    cut, waves = [], []
+    for row in rows:
+        if row.start is None or row.end is None:
+            cut.append(row)
             waves.append(samples)
             continue
         try:
-            waves.append(cut_segment(samples, rate, start, end, utt))
-            utts.append(utt)
+            waves.append(cut_segment(samples, rate, row.start, row.end, row.utt))
+            cut.append(row)
         except InputError as err:
-            result.skipped.append((work.recording, str(err), [utt]))
-    return utts, waves
+            writer.skip(work.recording, str(err), [row.utt])
+    return cut, waves
 
 
 def compute_features(waves: list[np.ndarray], options: FbankOptions, device: str = "cpu",

@@ -3,9 +3,9 @@ tables merged in key order, streaming, so the process that joins them holds no l
 utterance.
 
 A part writes `<name>.<i>.ark` + `<name>.<i>.scp` (matrices) and `<table>.<i>` (`key value`
-lines). Parts that go speaker by speaker write their lines in key order already and are merged
-as they stream; a part written in another order (the log-mel parts go recording by recording,
-and an eval2000 recording holds the utterances of two speakers) is sorted in memory first.
+lines). The parts write their lines in key order (the fMLLR parts speaker by speaker, the log-mel
+parts in runs of a recording's consecutive utterances) and are merged as they stream; a part
+written in another order is sorted in memory first.
 """
 
 from __future__ import annotations
