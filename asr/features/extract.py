@@ -61,7 +61,7 @@ from asr.features import cmvn
 from asr.features.deltas import delta_opts
 from asr.features.fbank import FbankOptions, fbank_batch
 from asr.features.featureset import DELTA_COLUMNS, FeatureLayout, FeatureWriter, LoadDeltas
-from asr.features.parts import COPY_CHUNK, join_parts, merge_part_tables
+from asr.features.parts import COPY_CHUNK, join_parts, merge_part_tables, merge_skipped
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 
@@ -273,7 +273,7 @@ class _PartExtractor:
             result = _combined(results)
             join_parts(tmp, share_dir, len(parts))
             merge_part_tables(tmp, "utt2num_frames", len(parts))
-            _merge_skipped(tmp, len(parts))
+            merge_skipped(tmp, len(parts))
             write_cmvn_stats(tmp, share_dir, results, self.cmvn_unit)
             (tmp / "share.json").write_text(json.dumps({"format": SHARE_FORMAT, "recorded": self.recorded, **_as_json(result)}))
         return result
@@ -323,14 +323,6 @@ def _combined(results: list[PartResult]) -> PartResult:
     return total
 
 
-def _merge_skipped(tmp: Path, num_parts: int) -> int:
-    """The parts' skipped.<i> into one sorted `skipped`, left out when empty; returns its lines."""
-    lines = merge_part_tables(tmp, "skipped", num_parts)
-    if not lines:
-        (tmp / "skipped").unlink()  # no file: nothing was skipped
-    return lines
-
-
 def _finish_set(data_dir: Path, results: list[PartResult], tmp: Path, out_dir: Path,
                 feat_dim: int, cmvn_unit: str, recorded: dict[str, str]) -> SetSummary:
     """Join the parts and write everything beside the features; raise if nothing worked."""
@@ -346,7 +338,7 @@ def _finish_set(data_dir: Path, results: list[PartResult], tmp: Path, out_dir: P
     merge_part_tables(tmp, "utt2num_frames", len(results))
     (tmp / "feat_dim").write_text(f"{feat_dim}\n")
     write_cmvn_stats(tmp, out_dir, results, cmvn_unit)
-    skipped = _merge_skipped(tmp, len(results))
+    skipped = merge_skipped(tmp, len(results))
     if skipped:
         log.warning("%s: %d utterances skipped, each listed with its reason in %s", name, skipped, out_dir / "skipped")
     for file_name, content in recorded.items():

@@ -112,6 +112,14 @@ def speaker_cmvn(base_dir: Path, utt2spk: dict[str, str], norm_vars: bool) -> Cm
     return applier
 
 
+def read_logmel(base_dir: Path, utt: str, entry: str) -> np.ndarray:
+    """The log-mel matrix of `utt` at its feats.scp `entry` in the set `base_dir`."""
+    try:
+        return np.asarray(kaldiio.load_mat(entry))
+    except Exception as err:
+        raise InputError(f"{base_dir / 'feats.scp'}: cannot read {utt!r} ({err}); re-run the features stage") from None
+
+
 class SpeakerFrames:
     """Per-speaker CMVN'd log-mel frames of the utterances of `utt2spk` in one feature set
     directory, read on demand (only their feats.scp entries are held)."""
@@ -125,10 +133,7 @@ class SpeakerFrames:
         self.cmvn = speaker_cmvn(self.base_dir, utt2spk, norm_vars)
 
     def raw(self, utt: str) -> np.ndarray:
-        try:
-            return np.asarray(kaldiio.load_mat(self.feats[utt]))
-        except Exception as err:
-            raise InputError(f"{self.base_dir / 'feats.scp'}: cannot read {utt!r} ({err}); re-run the features stage") from None
+        return read_logmel(self.base_dir, utt, self.feats[utt])
 
     def normalised(self, utt: str) -> np.ndarray:
         return self.cmvn(utt, self.raw(utt))

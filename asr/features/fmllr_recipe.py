@@ -50,10 +50,10 @@ from asr.features.extract import SetSummary, _add_stats, _log_summary, merge_sta
 from asr.features.fbank import FbankOptions
 from asr.features.featureset import FeatureLayout, FeatureWriter, LoadDeltas
 from asr.features.fmllr import FmllrResult, transform_frames
-from asr.features.fmllr_model import (FmllrModel, FmllrOptions, SpeakerFrames, single_thread, speaker_cmvn, train_fmllr_model,
-                                      write_report)
+from asr.features.fmllr_model import (FmllrModel, FmllrOptions, SpeakerFrames, read_logmel, single_thread, speaker_cmvn,
+                                      train_fmllr_model, write_report)
 from asr.features.ivector_recipe import IvectorReader, ivector_sets, make_base_sets
-from asr.features.parts import in_key_order, join_parts, merge_part_tables
+from asr.features.parts import in_key_order, join_parts, merge_part_tables, merge_skipped
 from asr.features.provenance import CHECKSUM_FILE, checksum, complete, plain, source_checksum
 from asr.features.subset import balance_speakers, speaker_frames, streamed_subset
 from asr.utils.atomic import atomic_dir
@@ -262,13 +262,6 @@ def part_utterances(task: AdaptTask) -> Iterator[tuple[str, list[tuple[str, str]
         yield current, entries
 
 
-def read_logmel(base_dir: Path, utt: str, entry: str) -> np.ndarray:
-    try:
-        return np.asarray(kaldiio.load_mat(entry))
-    except Exception as err:
-        raise InputError(f"{base_dir / 'feats.scp'}: cannot read {utt!r} ({err}); re-run the features stage") from None
-
-
 def adapt_speaker(model: FmllrModel, utts: list[str], raw: list[np.ndarray], normalised: list[np.ndarray],
                   opts: AdaptOptions, ivectors: IvectorReader | None = None) -> tuple[FmllrResult, list[tuple[str, np.ndarray]]]:
     """One speaker's transform, and (utt, stored features) for its utterances."""
@@ -357,9 +350,7 @@ def _finish_set(results: list[AdaptResult], tmp: Path, out_dir: Path, base_dir: 
     merge_part_tables(tmp, "utt2num_frames", parts)
     merge_part_tables(tmp, "fmllr_speakers", parts)
     skipped_before = in_key_order(base_dir / "skipped") if (base_dir / "skipped").is_file() else iter(())
-    skipped = merge_part_tables(tmp, "skipped", parts, skipped_before)
-    if not skipped:
-        (tmp / "skipped").unlink()  # no file: nothing was skipped
+    skipped = merge_skipped(tmp, parts, skipped_before)
     (tmp / "feat_dim").write_text(f"{options.layout.feat_dim}\n")
     if options.layout.deltas:
         options.layout.deltas.write(tmp)

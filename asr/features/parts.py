@@ -54,6 +54,15 @@ def merge_part_tables(tmp: Path, name: str, num_parts: int, also: Iterable[tuple
     return lines
 
 
+def merge_skipped(tmp: Path, num_parts: int, also: Iterable[tuple[str, str]] = ()) -> int:
+    """The parts' `skipped.<i>` (and `also`) merged into `skipped`, which is left out when no
+    utterance was skipped (its absence says so); returns its lines."""
+    lines = merge_part_tables(tmp, "skipped", num_parts, also)
+    if not lines:
+        (tmp / "skipped").unlink()
+    return lines
+
+
 def in_key_order(path: Path) -> Iterator[tuple[str, str]]:
     """(key, value) rows of a part's table in C-locale key order."""
     if _is_sorted(path):
