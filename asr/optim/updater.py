@@ -52,6 +52,31 @@ def optimizer_moments(optimizer: torch.optim.Optimizer) -> list[Tensor]:
     return tensors
 
 
+def create_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
+    """Give every parameter its optimizer state now, as its first update would create it (zero
+    moments, step 0), rather than at that update. Learners average their moments (ADPSGD's
+    epoch end, node checkpoints), and a slow learner may not have updated yet: it can claim no
+    batch of a short epoch. Done by one update with zero gradients, zero lr and no weight decay,
+    which leaves the weights as they are; its step counters are then reset."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    grads = [p.grad for p in params]
+    settings = [(group["lr"], group["weight_decay"]) for group in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        group["lr"], group["weight_decay"] = 0.0, 0.0
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    for group, (lr, weight_decay) in zip(optimizer.param_groups, settings):
+        group["lr"], group["weight_decay"] = lr, weight_decay
+    for p, grad in zip(params, grads):
+        p.grad = grad
+        step = optimizer.state[p].get("step")
+        if torch.is_tensor(step):
+            step.zero_()
+        elif step is not None:
+            optimizer.state[p]["step"] = 0
+
+
 class Updater:
     decentralized = False  # learners keep their own weights (ADPSGD, H-ADPSGD)
 
@@ -176,6 +201,7 @@ def build_updater(
     learners' global batch (train.final_lr: annealed over `total_steps` updates); `cls` (a
     distributed updater) gets `extra` arguments."""
     optimizer = build_optimizer(model.parameters(), train_cfg)
+    create_optimizer_state(optimizer)
     schedule = LrSchedule(
         optimizer, scaled_lr(train_cfg, learners), train_cfg.warmup_steps, train_cfg.lr_decay,
         final_ratio=final_lr_ratio(train_cfg), total_steps=total_steps,

@@ -3,7 +3,8 @@
     python learner_jobs.py '[JSON_SPEC, ...]'
 
 A spec says how many learners, which algorithm, how many steps, and optionally which
-learner freezes (SIGSTOP, a process that stops answering) at which step. The driver imports
+learner freezes (SIGSTOP, a process that stops answering) at which step, or takes no step
+at all (as one that claims no batch of the epoch). The driver imports
 torch once and forks one child per learner (no threads exist before the fork), so a job
 costs a fraction of a second and can be repeated; each child joins a gloo process group,
 trains a small regression model with the real Updater, then closes and exits through the
@@ -46,7 +47,7 @@ def free_port() -> int:
 
 def config(spec: dict) -> SimpleNamespace:
     train = SimpleNamespace(
-        optimizer="sgd", lr=0.05, momentum=0.9, weight_decay=0.0, warmup_steps=0, lr_decay=1.0, grad_clip=0.0,
+        optimizer=spec.get("optimizer", "sgd"), lr=0.05, momentum=0.9, weight_decay=0.0, warmup_steps=0, lr_decay=1.0, grad_clip=0.0,
         max_frames=1, lr_scaling="none", lr_reference_frames=0,
     )
     distributed = SimpleNamespace(
@@ -73,7 +74,7 @@ def learner(spec: dict, rank: int, out: Path) -> None:
     t0 = time.monotonic()
     report = {"rank": rank, "init_s": report_init, "build_s": time.monotonic() - t}
     try:
-        for step in range(spec["steps"]):
+        for step in range(0 if rank == spec.get("idle_rank", -1) else spec["steps"]):
             if rank == spec.get("freeze_rank", -1) and step == spec.get("freeze_step", -1):
                 os.kill(os.getpid(), signal.SIGSTOP)
             updater.begin_step()
@@ -92,6 +93,7 @@ def learner(spec: dict, rank: int, out: Path) -> None:
             report["own"] = own_weights(updater, model)
         average = updater.average_for_epoch_end() if updater.decentralized else None
         report["spread"] = average.spread if average else 0.0
+        report["moments"] = None if average is None or average.moments is None else [float(v) for v in average.moments]
         report["weights"] = [float(v) for v in average.weights] if average else flat(model)
         updater.close()
         report["exchanges"] = getattr(updater, "exchanges", 0)

@@ -33,6 +33,7 @@ JOB_SPECS = [
     {"name": "frozen-active", "learners": 2, "algorithm": "adpsgd", "steps": 20, "freeze_rank": 0, "freeze_step": 5, "timeout_s": 3},
     {"name": "frozen-ssgd", "learners": 2, "algorithm": "ssgd", "steps": 20, "freeze_rank": 1, "freeze_step": 5, "timeout_s": 3},
     {"name": "one-exchange", "learners": 2, "algorithm": "adpsgd", "steps": 1, "own_start": True, "mix_only": True},
+    {"name": "idle-learner", "learners": 4, "algorithm": "adpsgd", "optimizer": "adam", "steps": 3, "idle_rank": 0},
     {"name": "mixing", "learners": 4, "algorithm": "adpsgd", "steps": 6, "own_start": True, "mix_only": True},
 ]
 
@@ -99,6 +100,19 @@ def test_a_learner_that_stops_answering_is_a_clear_error_not_a_hang(jobs, job, f
     assert other["seconds"] < 30  # the 3 s timeout, plus start-up; never a hang
     assert re.search(message, other["error"]), other["error"]
     assert re.search(message, other["stderr"])  # and in its log
+
+
+def test_a_learner_that_took_no_step_still_averages_its_optimizer_moments(jobs):
+    """A slow learner can claim no batch of a short epoch (asr.distributed.claims): it has
+    updated nothing, yet the epoch end averages every learner's weights and Adam moments.
+    Its moments are zeros, as the other learners' were before their first update."""
+    [learners] = jobs["idle-learner"]
+    assert_clean(learners)
+    assert learners[0]["exchanges"] == 0 and learners[2]["exchanges"] == 3
+    moments = torch.tensor(learners[0]["moments"])
+    assert moments.numel() == 2 * (8 * 4 + 4)  # exp_avg and exp_avg_sq of the weight and the bias
+    assert moments.abs().sum() > 0
+    assert all(l["moments"] == learners[0]["moments"] for l in learners)
 
 
 U = 2.0**-24  # float32's unit round-off

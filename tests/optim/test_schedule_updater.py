@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from asr.optim.schedule import LrSchedule, build_optimizer, final_lr_ratio
-from asr.optim.updater import Updater
+from asr.optim.updater import Updater, create_optimizer_state, optimizer_moments
 
 torch.set_num_threads(1)
 
@@ -66,6 +66,39 @@ def test_optimizers():
     assert isinstance(sgd, torch.optim.SGD) and sgd.param_groups[0]["momentum"] == 0.8
     with pytest.raises(ValueError, match="unknown train.optimizer"):
         build_optimizer(p, train_cfg(optimizer="lamb"))
+
+
+@pytest.mark.parametrize("cfg", [
+    train_cfg(weight_decay=0.01),
+    train_cfg(optimizer="sgd", weight_decay=0.01),
+    train_cfg(optimizer="sgd", nesterov=True),
+    train_cfg(optimizer="sgd", momentum=0.0),
+])
+def test_state_created_up_front_changes_no_update(cfg):
+    """Against torch's own lazily created state: the same weights and state, bit for bit,
+    after each of five updates; before any update the moments exist, all zero, and the
+    weights are untouched."""
+    models = [torch.nn.Linear(3, 2) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    lazy, eager = (build_optimizer(m.parameters(), cfg) for m in models)
+    create_optimizer_state(eager)
+    assert all(torch.equal(a, b) for a, b in zip(models[0].parameters(), models[1].parameters()))
+    moments = optimizer_moments(eager)
+    assert len(moments) == {"adam": 4, "sgd": 2 if cfg.momentum else 0}[cfg.optimizer]
+    assert all(not m.any() for m in moments)
+    assert all(p.grad is None for p in models[1].parameters())
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        x = torch.randn(4, 3, generator=gen)
+        for model, optimizer in zip(models, (lazy, eager)):
+            optimizer.zero_grad()
+            model(x).pow(2).sum().backward()
+            optimizer.step()
+        assert all(torch.equal(a, b) for a, b in zip(models[0].parameters(), models[1].parameters()))
+        assert all(torch.equal(a, b) for a, b in zip(optimizer_moments(lazy), optimizer_moments(eager)))
+    lazy_state, eager_state = (o.state_dict() for o in (lazy, eager))
+    assert str(lazy_state["param_groups"]) == str(eager_state["param_groups"])
+    assert str({k: v for k, v in lazy_state["state"].items() if v}) == str({k: v for k, v in eager_state["state"].items() if v})
 
 
 def make_updater(grad_clip=0.0):
