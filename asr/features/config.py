@@ -30,8 +30,9 @@ class FmllrConfig:
     mllt_iters: int = 3  # MLLT estimations, each after two EM iterations on the GMM
     em_iters: int = 4  # EM iterations of the final GMM (and after each SAT round)
     sat_iters: int = 1  # speaker-adaptive training rounds: fMLLR on train speakers, then EM
-    # Frames the model trains on: whole speakers with at least min_count frames each, spread over
-    # the set, an equal share each (Kaldi's subset_data_dir.sh --speakers), so SAT adapts them all.
+    # Frames the model trains on: speakers with at least min_count frames, spread over the set,
+    # each its first frames up to an equal share (Kaldi's subset_data_dir.sh --speakers), so SAT
+    # adapts them all.
     max_train_frames: int = 100000
     fmllr_iters: int = 5  # most EM iterations of each fMLLR estimate (posteriors recomputed)
     fmllr_passes: int = 40  # most row-by-row sweeps per EM iteration (Kaldi's --fmllr-num-iters)

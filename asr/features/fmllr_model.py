@@ -38,11 +38,11 @@ from asr.features import gmm as gmm_lib
 from asr.features.cmvn import CmvnApplier
 from asr.features.extract import run_parts
 from asr.features.fmllr import FmllrResult, estimate_fmllr, transform_frames
-from asr.features.gmm import DiagGmm
+from asr.features.gmm import CHUNK_FRAMES, DiagGmm
 from asr.features.kaldi_io import read_matrix, write_matrix
 from asr.features.lda_mllt import train_front_end
-from asr.features.splice import splice, splice_opts
-from asr.features.subset import split_speakers
+from asr.features.splice import SplicedBlocks, splice, splice_opts
+from asr.features.subset import FrameSubset, split_speakers
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
 
@@ -150,24 +150,25 @@ class SpeakerFrames:
 # --------------------------------------------------------------------- training
 
 
-def train_fmllr_model(frames: SpeakerFrames, utts: list[str], cfg: Any, device: str = "cpu",
+def train_fmllr_model(frames: SpeakerFrames, subset: FrameSubset, cfg: Any, device: str = "cpu",
                       jobs: int = 1) -> tuple[FmllrModel, dict]:
-    """The model from the log-mel frames of `utts` (C-sorted: the training set's
-    `streamed_subset` for cfg.max_train_frames); `cfg` is a features.fmllr config. The SAT
-    speakers' fMLLR estimates are split over `jobs` worker processes."""
+    """The model from the log-mel frames of `subset` (the training set's `streamed_subset` for
+    cfg.max_train_frames); `cfg` is a features.fmllr config. The SAT speakers' fMLLR estimates
+    are split over `jobs` worker processes."""
+    utts = subset.utts
     by_speaker = frames.speakers(utts)
-    normalised = {u: frames.normalised(u) for u in utts}
+    normalised = {u: frames.normalised(u)[: subset.frames_of[u]] for u in utts}
     base = torch.from_numpy(np.concatenate([normalised[u] for u in utts]))
     needed = 2 * cfg.num_components
     if base.shape[0] < needed:
         raise InputError(f"{frames.base_dir}: {base.shape[0]} training frames, fewer than the {needed} that "
                          f"{cfg.num_components} Gaussians need; lower features.fmllr.num_components")
     report: dict[str, Any] = {"train_utterances": len(utts), "train_frames": int(base.shape[0]), "speakers": len(by_speaker)}
-    log.info("fMLLR model: %d frames of %d speakers (whole speakers with at least %g frames each)",
+    log.info("fMLLR model: %d frames, an equal share of each of %d speakers (min_count %g)",
              base.shape[0], len(by_speaker), cfg.min_count)
     if cfg.lda:
-        spliced = torch.from_numpy(np.concatenate([splice(normalised[u], cfg.splice_left, cfg.splice_right) for u in utts]))
-        front = train_front_end(base.to(device), spliced.to(device), cfg.dim, cfg.num_components, cfg.mllt_iters,
+        spliced = SplicedBlocks([normalised[u] for u in utts], cfg.splice_left, cfg.splice_right, CHUNK_FRAMES)
+        front = train_front_end(base.to(device), spliced, cfg.dim, cfg.num_components, cfg.mllt_iters,
                                 final_iters=cfg.em_iters, var_floor_ratio=cfg.var_floor_ratio)
         model = FmllrModel(cfg.splice_left, cfg.splice_right, front.matrix, front.gmm, cfg.base_norm_vars)
         report["lda_eigenvalues"] = [round(float(v), 4) for v in front.lda_eigenvalues[: cfg.dim + 1]]

@@ -113,8 +113,8 @@ def ensure_model(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any) -> 
     log.info("fMLLR model: training on %s into %s", base_dir, model_dir)
     started = time.perf_counter()
     subset = streamed_subset(utt2spk_of(data_dir), base_dir / "utt2num_frames", fcfg.fmllr.max_train_frames, fcfg.fmllr.min_count)
-    frames = SpeakerFrames(base_dir, subset, fcfg.fmllr.base_norm_vars)
-    model, report = train_fmllr_model(frames, list(subset), fcfg.fmllr, fcfg.device, fcfg.jobs)
+    frames = SpeakerFrames(base_dir, subset.speaker_of, fcfg.fmllr.base_norm_vars)
+    model, report = train_fmllr_model(frames, subset, fcfg.fmllr, fcfg.device, fcfg.jobs)
     report["seconds"] = round(time.perf_counter() - started, 1)
     with atomic_dir(model_dir) as tmp:
         model.save(tmp)

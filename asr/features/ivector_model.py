@@ -11,7 +11,7 @@ training set's log-mel frames, the way Kaldi's online/hybrid recipes and `sid/` 
               2nd frame, as Kaldi's --subsample 2), with posteriors from the full UBM (gselect
               20, pruned below 0.025, scaled by 0.1) (asr.features.ivector)
 
-The UBMs train on about `ubm_frames` frames, an equal share of every speaker's; the
+The UBMs train on `ubm_frames` frames, an equal share of every speaker's; the
 extractor's statistics come from all training frames, the speakers split over
 `features.jobs` worker processes (one torch thread each, on `features.device`).
 
@@ -131,8 +131,9 @@ def train_ivector_model(base_dir: Path, utt2spk: dict[str, str], num_frames: dic
     report: dict[str, Any] = {}
     started = time.perf_counter()
     logmel = LogmelFrames(base_dir)
-    utts = speaker_subset(num_frames, utt2spk, cfg.ubm_frames)
-    spliced = np.concatenate([splice(logmel(u).astype(np.float64), cfg.splice_left, cfg.splice_right) for u in utts])
+    subset = speaker_subset(num_frames, utt2spk, cfg.ubm_frames)
+    spliced = np.concatenate([splice(logmel(u)[: subset.frames_of[u]].astype(np.float64), cfg.splice_left, cfg.splice_right)
+                              for u in subset.utts])
     if spliced.shape[0] < 2 * cfg.num_components:
         raise InputError(f"{base_dir}: {spliced.shape[0]} training frames, fewer than the {2 * cfg.num_components} that "
                          f"{cfg.num_components} Gaussians need; lower features.ivector.num_components")
@@ -147,7 +148,7 @@ def train_ivector_model(base_dir: Path, utt2spk: dict[str, str], num_frames: dic
     ubm = iv.Ubm(diag, full, cfg.num_gselect, cfg.min_post, cfg.posterior_scale)
     model = IvectorModel(cfg.splice_left, cfg.splice_right, pca, ubm)
     model.save(out_dir)  # the workers read the front end and the UBMs from here
-    report["ubm"] = {"utterances": len(utts), "frames": int(sum(num_frames[u] for u in utts)),
+    report["ubm"] = {"utterances": len(subset.utts), "frames": subset.total_frames,
                      "pca_eigenvalues": [round(float(v), 4) for v in eigenvalues[: cfg.pca_dim + 1]],
                      "diag_loglike_per_frame": diag_report.loglike_per_frame[-cfg.diag_iters:],
                      "full_loglike_per_frame": full_report.loglike_per_frame,

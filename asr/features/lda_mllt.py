@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Iterable
 
 import numpy as np
 import scipy.linalg
@@ -152,23 +153,25 @@ class FrontEnd:
     loglike_per_frame: list[float] = field(default_factory=list)  # of the GMM, per EM iteration
 
 
-def train_front_end(base: Tensor, spliced: Tensor, dim: int, num_components: int, mllt_iters: int = 4,
+def train_front_end(base: Tensor, spliced: Iterable[Tensor | np.ndarray], dim: int, num_components: int, mllt_iters: int = 4,
                     em_iters: int = 2, final_iters: int = 4, var_floor_ratio: float = 0.01) -> FrontEnd:
     """LDA (classes: a UBM's components on `base`), then MLLT alternated with EM.
 
-    base: (T, D) frames the class UBM is trained on; spliced: (T, K) the same frames spliced.
+    base: (T, D) frames the class UBM is trained on; spliced: the same frames spliced, (T, K)
+    in blocks of CHUNK_FRAMES rows (asr.features.splice.SplicedBlocks, or a tensor's split),
+    iterated twice, so that they need not be held whole.
     """
     class_ubm, _ = gmm_lib.train_gmm(base, num_components, var_floor_ratio=var_floor_ratio)
     lda_stats = None
-    for frames, context in zip(base.split(CHUNK_FRAMES), spliced.split(CHUNK_FRAMES)):
+    for frames, context in zip(base.split(CHUNK_FRAMES), spliced, strict=True):
         posteriors, _ = class_ubm.posteriors(frames.to(class_ubm.means))
-        lda_stats = accumulate_lda(posteriors, context, lda_stats)
+        lda_stats = accumulate_lda(posteriors, torch.as_tensor(context), lda_stats)
     assert lda_stats is not None
     lda, eigenvalues = estimate_lda(lda_stats, dim)
     log.info("LDA %d -> %d: eigenvalues %.2f .. %.2f (kept), %.3f (first dropped)",
-             spliced.shape[1], dim, eigenvalues[0], eigenvalues[dim - 1], eigenvalues[dim] if len(eigenvalues) > dim else float("nan"))
+             lda.shape[1], dim, eigenvalues[0], eigenvalues[dim - 1], eigenvalues[dim] if len(eigenvalues) > dim else float("nan"))
     matrix = torch.as_tensor(lda, dtype=class_ubm.means.dtype, device=class_ubm.means.device)
-    z = torch.cat([c.to(matrix) @ matrix.T for c in spliced.split(CHUNK_FRAMES)])
+    z = torch.cat([torch.as_tensor(c).to(matrix) @ matrix.T for c in spliced])
     floor = gmm_lib.variance_floor(z, var_floor_ratio)
     gmm = _gmm_from_class_posteriors(class_ubm, base, z, floor)
     report = gmm_lib.EmReport()

@@ -4,6 +4,8 @@ edges, so the number of frames is unchanged."""
 
 from __future__ import annotations
 
+from typing import Iterator, Sequence
+
 import numpy as np
 
 from asr.utils.errors import InputError
@@ -21,6 +23,28 @@ def splice(feats: np.ndarray, left: int, right: int) -> np.ndarray:
         return np.zeros((0, feats.shape[1] * (left + 1 + right)), dtype=feats.dtype)
     index = np.clip(np.arange(frames)[:, None] + np.arange(-left, right + 1)[None, :], 0, frames - 1)
     return feats[index].reshape(frames, -1)
+
+
+class SplicedBlocks:
+    """Utterances spliced one by one and laid end to end, made in blocks of `block` frames (the
+    last one shorter) each time it is iterated, instead of held: (left + 1 + right) times the
+    frames' memory is then only ever a block's."""
+
+    def __init__(self, utterances: Sequence[np.ndarray], left: int, right: int, block: int):
+        self.utterances, self.left, self.right, self.block = utterances, left, right, block
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        pending: list[np.ndarray] = []
+        size = 0
+        for feats in self.utterances:
+            pending.append(splice(feats, self.left, self.right))
+            size += pending[-1].shape[0]
+            while size >= self.block:
+                joined = np.concatenate(pending)
+                yield joined[: self.block]
+                pending, size = [joined[self.block :]], size - self.block
+        if size:
+            yield np.concatenate(pending)
 
 
 def splice_opts(left: int, right: int) -> str:

@@ -2,14 +2,17 @@
 over worker processes.
 
 Models trained on a frame budget (the fMLLR recipe's GMM, LDA+MLLT and SAT; the i-vector
-recipe's UBMs) take whole speakers, as Kaldi's `utils/subset_data_dir.sh --speakers` does, not
-every k-th utterance of the set: spread thinly, a large corpus gives each speaker too few
-frames for a transform of its own, and speaker-adaptive training then adapts no one.
+recipe's UBMs) take speakers, as Kaldi's `utils/subset_data_dir.sh --speakers` does, each
+giving its first frames up to an equal share, not every k-th utterance of the set: spread
+thinly, a large corpus gives each speaker too few frames for a transform of its own, and
+speaker-adaptive training then adapts no one.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -18,29 +21,47 @@ from asr.data.datadir import Lookup, c_sort_key, sorted_table
 log = logging.getLogger("asr.features")
 
 
+@dataclass
+class FrameSubset:
+    """The utterances a model trains on and the frames each gives: its first ones, all of them
+    but for a speaker's last utterance, which is cut where the speaker's share ends, so the
+    subset holds its frame budget and a model's memory is the same at every corpus size."""
+
+    speaker_of: dict[str, str]  # utterance -> speaker, C-sorted utterances
+    frames_of: dict[str, int]  # utterance -> the frames it gives
+
+    @property
+    def utts(self) -> list[str]:
+        return list(self.speaker_of)
+
+    @property
+    def total_frames(self) -> int:
+        return sum(self.frames_of.values())
+
+
 def speaker_subset(num_frames: dict[str, int], utt2spk: dict[str, str], max_frames: int,
-                   min_frames: float = 0.0) -> list[str]:
-    """Utterances (C-sorted) of speakers spread over the set, about `max_frames` in all.
+                   min_frames: float = 0.0) -> FrameSubset:
+    """The first frames of speakers spread over the set, at most `max_frames` in all.
 
     Speakers with at least `min_frames` frames qualify (all of them if none does). Each chosen
-    speaker gives its utterances in order up to an equal share, max(min_frames, max_frames /
-    qualifying speakers), so the share of speakers with enough frames for a transform does not
-    fall as the corpus grows: more speakers than the budget holds means fewer chosen, not
-    thinner ones."""
+    speaker gives its utterances' frames in order up to an equal share, max(min_frames,
+    max_frames / qualifying speakers), so the share of speakers with enough frames for a
+    transform does not fall as the corpus grows: more speakers than the budget holds means
+    fewer chosen, not thinner ones."""
     by_speaker = speaker_utterances(num_frames, utt2spk)
     quotas = speaker_quotas({s: sum(num_frames[u] for u in utts) for s, utts in by_speaker.items()}, max_frames, min_frames)
     rows = ((u, utt2spk[u], num_frames[u]) for u in sorted(num_frames, key=c_sort_key) if u in utt2spk)
-    return list(take_utterances(rows, quotas))
+    return take_frames(rows, quotas)
 
 
-def streamed_subset(utt2spk: Path, utt2num_frames: Path, max_frames: int, min_frames: float = 0.0) -> dict[str, str]:
-    """`speaker_subset` (utterance -> speaker) of a set read from its sorted tables, twice in
-    step, instead of held: the memory is the subset's and a few numbers per speaker."""
+def streamed_subset(utt2spk: Path, utt2num_frames: Path, max_frames: int, min_frames: float = 0.0) -> FrameSubset:
+    """`speaker_subset` of a set read from its sorted tables, twice in step, instead of held:
+    the memory is the subset's and a few numbers per speaker."""
     quotas = speaker_quotas(speaker_frames(utt2spk, utt2num_frames), max_frames, min_frames)
-    return take_utterances(_frame_rows(utt2spk, utt2num_frames), quotas)
+    return take_frames(_frame_rows(utt2spk, utt2num_frames), quotas)
 
 
-def speaker_quotas(frames: dict[str, int], max_frames: int, min_frames: float) -> dict[str, float]:
+def speaker_quotas(frames: dict[str, int], max_frames: int, min_frames: float) -> dict[str, int]:
     """The chosen speakers of `frames` (speaker -> its frames, C-sorted) and the frames each gives."""
     qualifying = [s for s in frames if frames[s] >= min_frames]
     if not qualifying:
@@ -49,22 +70,23 @@ def speaker_quotas(frames: dict[str, int], max_frames: int, min_frames: float) -
     if not qualifying:
         return {}
     if min_frames * len(qualifying) <= max_frames:
-        count, quota = len(qualifying), max(max_frames / len(qualifying), 1.0)
+        count, quota = len(qualifying), max(max_frames // len(qualifying), 1)
     else:
-        count, quota = max(1, int(max_frames // min_frames)), min_frames
+        count, quota = max(1, int(max_frames // min_frames)), math.ceil(min_frames)
     return {qualifying[i * len(qualifying) // count]: quota for i in range(count)}
 
 
-def take_utterances(rows: Iterable[tuple[str, str, int]], quotas: dict[str, float]) -> dict[str, str]:
-    """utterance -> speaker of the (utt, speaker, frames) `rows` that the chosen speakers give,
-    each its utterances in order until its quota is reached."""
-    taken = dict.fromkeys(quotas, 0)
-    chosen: dict[str, str] = {}
+def take_frames(rows: Iterable[tuple[str, str, int]], quotas: dict[str, int]) -> FrameSubset:
+    """The subset the chosen speakers give of the (utt, speaker, frames) `rows`: each its
+    utterances' frames in order until its quota is reached."""
+    room = dict(quotas)
+    subset = FrameSubset({}, {})
     for utt, speaker, frames in rows:
-        if speaker in quotas and taken[speaker] < quotas[speaker]:
-            chosen[utt] = speaker
-            taken[speaker] += frames
-    return chosen
+        if room.get(speaker, 0) > 0:
+            subset.speaker_of[utt] = speaker
+            subset.frames_of[utt] = min(frames, room[speaker])
+            room[speaker] -= subset.frames_of[utt]
+    return subset
 
 
 def speaker_utterances(num_frames: dict[str, int], utt2spk: dict[str, str]) -> dict[str, list[str]]:

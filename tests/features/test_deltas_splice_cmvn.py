@@ -6,7 +6,7 @@ import pytest
 
 from asr.features import cmvn
 from asr.features.deltas import add_deltas, delta_scales
-from asr.features.splice import splice
+from asr.features.splice import SplicedBlocks, splice
 
 
 def test_delta_filters_are_kaldis():
@@ -42,6 +42,20 @@ def test_deltas_of_empty_and_order_zero():
     x = np.ones((4, 3), np.float32)
     np.testing.assert_array_equal(add_deltas(x, 0), x)
     np.testing.assert_allclose(add_deltas(x, 2)[:, 3:], 0.0, atol=1e-7)  # constant input: zero deltas
+
+
+@pytest.mark.parametrize("block", [1, 7, 40, 41, 1000])
+def test_spliced_blocks_are_the_spliced_utterances_cut_in_blocks(block):
+    """Against splicing each utterance and concatenating them all: the same rows, in blocks of
+    `block` (the last one shorter), the same again on a second pass."""
+    rng = np.random.default_rng(3)
+    utterances = [rng.normal(size=(n, 4)).astype(np.float32) for n in (5, 1, 17, 0, 9, 3)]
+    whole = np.concatenate([splice(u, 2, 1) for u in utterances])
+    blocks = SplicedBlocks(utterances, 2, 1, block)
+    for _ in range(2):
+        pieces = list(blocks)
+        assert all(len(b) == block for b in pieces[:-1]) and 0 < len(pieces[-1]) <= block
+        np.testing.assert_array_equal(np.concatenate(pieces), whole)
 
 
 def test_splice_repeats_edge_frames():

@@ -7,7 +7,7 @@ import scipy.stats
 import torch
 
 from asr.features.fmllr import accumulate, aux_function, estimate_fmllr, identity_transform, transform_frames, update_transform
-from asr.features.gmm import DiagGmm, accumulate as gmm_accumulate, train_gmm
+from asr.features.gmm import CHUNK_FRAMES, DiagGmm, accumulate as gmm_accumulate, train_gmm
 from asr.features.lda_mllt import accumulate_lda, accumulate_mllt, estimate_lda, mllt_aux, train_front_end, update_mllt
 
 
@@ -227,7 +227,7 @@ def test_front_end_projects_to_the_requested_dimension():
     mixture = Mixture(dim=6, components=8, seed=7)
     base = mixture.sample(3000, seed=9)
     spliced = np.hstack([np.roll(base, shift, axis=0) for shift in (1, 0, -1)])
-    front = train_front_end(torch.from_numpy(base), torch.from_numpy(spliced), dim=5, num_components=8,
+    front = train_front_end(torch.from_numpy(base), torch.from_numpy(spliced).split(CHUNK_FRAMES), dim=5, num_components=8,
                             mllt_iters=2, em_iters=2, final_iters=2)
     assert front.matrix.shape == (5, 18) and front.gmm.dim == 5 and front.gmm.num_components == 8
     assert front.loglike_per_frame[-1] > front.loglike_per_frame[0]
