@@ -17,7 +17,7 @@ from typing import Callable, Collection, Iterable, Iterator
 
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
-from asr.utils.textfile import iter_lines, read_text
+from asr.utils.textfile import decode_line, read_text
 
 # Files holding one "key value" line per key, in the order they are written.
 TABLE_FILES = ("wav.scp", "segments", "text", "utt2spk", "reco2file_and_channel", "utt2dur", "feats.scp", "cmvn.scp")
@@ -167,22 +167,27 @@ def iter_table(path: str | os.PathLike) -> Iterator[tuple[int, str, str]]:
     Blank lines and bytes that are not UTF-8 raise InputError naming file and line.
     """
     path = Path(path)
-    for lineno, line in iter_lines(path):
-        parts = line.split(maxsplit=1)
-        if not parts:
-            raise InputError(f"{path}:{lineno}: empty line; Kaldi tables have one 'key value' per line")
-        yield lineno, parts[0], parts[1].strip() if len(parts) > 1 else ""
+    with open(path, "rb") as f:
+        for lineno, data in enumerate(f, 1):
+            try:
+                parts = data.decode("utf-8").split(maxsplit=1)
+            except UnicodeDecodeError:
+                decode_line(data.rstrip(b"\n").rstrip(b"\r"), path, lineno)  # raises, naming the line and column
+                raise
+            if not parts:
+                raise InputError(f"{path}:{lineno}: empty line; Kaldi tables have one 'key value' per line")
+            yield lineno, parts[0], parts[1].strip() if len(parts) > 1 else ""
 
 
 def sorted_table(path: str | os.PathLike) -> Iterator[tuple[int, str, str]]:
-    """iter_table, checking the C-locale order the streaming pass relies on."""
-    previous = b""
+    """iter_table, checking the C-locale order the streaming pass relies on (UTF-8's byte
+    order, which is the order of code points, so str comparison is that order)."""
+    previous = ""
     for lineno, key, value in iter_table(path):
-        encoded = key.encode()
-        if encoded <= previous:
+        if key <= previous:
             raise InputError(f"{path}:{lineno}: key {key!r} out of order (or repeated); Kaldi tables are sorted by key "
                              "in the C locale: run python -m asr.data.fix on the data dir, or re-run the features stage")
-        previous = encoded
+        previous = key
         yield lineno, key, value
 
 
@@ -192,18 +197,17 @@ class Lookup:
     def __init__(self, path: str | os.PathLike):
         self.path = path = Path(path)
         self.rows = sorted_table(path) if path.is_file() else iter(())
-        self.key, self.value = b"", ""
+        self.key, self.value = "", ""
         self.lineno = 0  # of the row last read, for errors naming it
 
     def get(self, key: str) -> str | None:
-        wanted = key.encode()
-        while self.key < wanted:
+        while self.key < key:
             row = next(self.rows, None)
             if row is None:
-                self.key = b"\xff" * 8
+                self.key = "\U0010ffff" * 8  # after every key
                 return None
-            self.lineno, self.key, self.value = row[0], row[1].encode(), row[2]
-        return self.value if self.key == wanted else None
+            self.lineno, self.key, self.value = row
+        return self.value if self.key == key else None
 
 
 def read_table(path: str | os.PathLike, allow_empty_value: bool = False) -> dict[str, str]:

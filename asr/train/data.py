@@ -43,12 +43,6 @@ class EpochAugment:
         return self.augment(feats, generator=generator)
 
 
-def ctc_min_frames(tokens: Sequence[int]) -> int:
-    """Output frames CTC needs for a target: one per token plus a blank between repeats."""
-    repeats = sum(1 for a, b in zip(tokens, tokens[1:]) if a == b)
-    return len(tokens) + repeats
-
-
 class CtcDataset(Dataset):
     """(utt, features (T, D), token ids) for the utterances with features and a transcript,
     read through the set's training index (asr/train/index.py): a few bytes per utterance.

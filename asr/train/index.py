@@ -70,6 +70,19 @@ def ark_location(value: str) -> tuple[str, int] | None:
     return (path, int(offset)) if sep and offset.isdigit() else None
 
 
+def ctc_min_frames(tokens: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Output frames CTC needs for each target (tokens[offsets[i]:offsets[i + 1]]): one per
+    token plus a blank between repeats."""
+    offsets = np.asarray(offsets, np.int64)
+    repeat = np.zeros(len(tokens) + 1, np.int64)  # repeat[k]: tokens k - 1 and k equal
+    repeat[1:-1] = tokens[1:] == tokens[:-1]
+    repeat[offsets[:-1]] = 0  # a target's first token repeats nothing
+    before = np.cumsum(repeat)  # repeats up to each token
+    starts, ends = offsets[:-1], offsets[1:]
+    repeats = np.where(ends > starts, before[np.maximum(ends - 1, starts)] - before[starts], 0)
+    return (ends - starts + repeats).astype(np.int32)
+
+
 @dataclass
 class IndexSources:
     text: Path
@@ -96,7 +109,7 @@ class IndexBuilder:
         self.sources, self.tokenizer = sources, tokenizer
         self.utt_bytes, self.utt_offsets = bytearray(), array.array("q", [0])
         self.frames, self.feat_file, self.feat_offset = array.array("i"), array.array("i"), array.array("q")
-        self.tokens, self.token_offsets, self.min_frames = array.array("i"), array.array("q", [0]), array.array("i")
+        self.tokens, self.token_offsets = array.array("i"), array.array("q", [0])
         self.cmvn_of = array.array("i")
         self.files: dict[str, int] = {}
         self.raw_feats: dict[int, str] = {}
@@ -146,7 +159,6 @@ class IndexBuilder:
         self.frames.append(frames)
         self.tokens.extend(ids)
         self.token_offsets.append(len(self.tokens))
-        self.min_frames.append(len(ids) + sum(1 for a, b in zip(ids, ids[1:]) if a == b))
         location = ark_location(entry)
         if location is None:
             self.raw_feats[n] = entry
@@ -164,10 +176,11 @@ class IndexBuilder:
 
     def arrays(self) -> dict[str, np.ndarray]:
         cmvn_file, cmvn_offset = self.cmvn.locations()
+        tokens, token_offsets = np.asarray(self.tokens, np.int32), np.asarray(self.token_offsets, np.int64)
         return {
             "utt_bytes": np.frombuffer(bytes(self.utt_bytes), dtype=np.uint8), "utt_offsets": np.asarray(self.utt_offsets, np.int64),
-            "frames": np.asarray(self.frames, np.int32), "tokens": np.asarray(self.tokens, np.int32),
-            "token_offsets": np.asarray(self.token_offsets, np.int64), "min_frames": np.asarray(self.min_frames, np.int32),
+            "frames": np.asarray(self.frames, np.int32), "tokens": tokens,
+            "token_offsets": token_offsets, "min_frames": ctc_min_frames(tokens, token_offsets),
             "feat_file": np.asarray(self.feat_file, np.int32), "feat_offset": np.asarray(self.feat_offset, np.int64),
             "cmvn_of": np.asarray(self.cmvn_of, np.int32), "cmvn_file": cmvn_file, "cmvn_offset": cmvn_offset,
         }

@@ -9,7 +9,8 @@ from tests.fixtures.toy_corpus import FEAT_DIM, make_toy_experiment
 
 from asr.features.featureset import feature_set_dir, read_feat_dim
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path
-from asr.train.data import CtcDataset, collate, ctc_min_frames
+from asr.train.data import CtcDataset, collate
+from asr.train.index import ctc_min_frames
 from asr.utils.errors import InputError
 
 torch.set_num_threads(1)
@@ -40,7 +41,7 @@ def test_short_utterances_and_missing_transcripts_are_dropped(toy, tmp_path):
     root, cfg, tok = toy
     text = (root / "data" / "train" / "text").read_text().splitlines()
     ds = CtcDataset(feature_set_dir(cfg, "train"), root / "data" / "train", tok, subsample=40)
-    needed = {line.split()[0]: ctc_min_frames(tok.encode(line.split(maxsplit=1)[1])) for line in text}
+    needed = {line.split()[0]: min_frames(tok.encode(line.split(maxsplit=1)[1])) for line in text}
     assert 0 < len(ds) < 12
     assert all(-(-ds.num_frames[i] // 40) >= needed[u] for i, u in enumerate(ds.utts))
     # Transcripts for only two utterances: the rest are skipped; none at all is an error.
@@ -53,9 +54,18 @@ def test_short_utterances_and_missing_transcripts_are_dropped(toy, tmp_path):
         CtcDataset(feature_set_dir(cfg, "train"), data, tok, subsample=1)
 
 
-def test_ctc_min_frames_counts_repeats():
-    assert ctc_min_frames([5, 5, 6, 6, 6]) == 8
-    assert ctc_min_frames([]) == 0
+def min_frames(tokens: list[int]) -> int:
+    """CTC's output frames for a target, one at a time: a token each, a blank between repeats."""
+    return len(tokens) + sum(1 for a, b in zip(tokens, tokens[1:]) if a == b)
+
+
+def test_ctc_min_frames_counts_repeats_within_each_target():
+    assert min_frames([5, 5, 6, 6, 6]) == 8 and min_frames([]) == 0
+    rng = np.random.default_rng(0)
+    targets = [list(rng.integers(1, 4, size=n)) for n in rng.integers(0, 9, size=300)]  # empty ones too
+    tokens = np.array([t for target in targets for t in target], np.int32)
+    offsets = np.cumsum([0] + [len(t) for t in targets])
+    assert ctc_min_frames(tokens, offsets).tolist() == [min_frames(t) for t in targets]
 
 
 def test_collate_pads_and_concatenates():
