@@ -83,7 +83,8 @@ def run_command(command: str, where: str) -> bytes:
 def commands_in(path: str | os.PathLike, command_of: Callable[[str], str | None]) -> list[tuple[int, str, str]]:
     """(line, key, command) for each entry of the table `path` that `command_of` says runs one.
     Every command is a pipe (`cmd |`, `| cmd`), so a table without a '|' byte has none, and is
-    not parsed line by line (a learner checks its feats.scp and cmvn.scp at start-up)."""
+    not parsed line by line (a learner checks its feats.scp and cmvn.scp at start-up): it is read
+    in blocks of 64 KB."""
     from asr.data.datadir import iter_table  # imported here: datadir's writers import nothing of this
 
     if not _has_byte(path, b"|"):
@@ -91,7 +92,7 @@ def commands_in(path: str | os.PathLike, command_of: Callable[[str], str | None]
     return [(lineno, key, command) for lineno, key, value in iter_table(path) if (command := command_of(value))]
 
 
-def _has_byte(path: str | os.PathLike, byte: bytes, block: int = 1 << 20) -> bool:
+def _has_byte(path: str | os.PathLike, byte: bytes, block: int = 1 << 16) -> bool:
     with open(path, "rb") as f:
         while data := f.read(block):
             if byte in data:

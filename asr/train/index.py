@@ -47,9 +47,11 @@ from asr.utils.errors import InputError
 log = logging.getLogger(__name__)
 
 INDEX_VERSION = 1
-ARRAYS = ("utt_bytes", "utt_offsets", "frames", "tokens", "token_offsets", "min_frames", "feat_file", "feat_offset",
-          "cmvn_of", "cmvn_file", "cmvn_offset")
-ENCODE_CHUNK = 20_000  # transcripts tokenized per call (sentencepiece encodes a list in C++)
+COLUMN_TYPES = {"utt_bytes": np.uint8, "utt_offsets": np.int64, "frames": np.int32, "tokens": np.int32, "token_offsets": np.int64,
+                "min_frames": np.int32, "feat_file": np.int32, "feat_offset": np.int64, "cmvn_of": np.int32,
+                "cmvn_file": np.int32, "cmvn_offset": np.int64}
+ARRAYS = tuple(COLUMN_TYPES)
+ENCODE_CHUNK = 4096  # utterances per chunk: transcripts tokenized per call (sentencepiece encodes a list in C++), arrays written
 
 
 def fingerprint(paths: list[Path], tokenizer_model: Path) -> str:
@@ -102,24 +104,66 @@ class IndexSources:
         return [self.text, self.utt2spk, self.feats_scp, self.utt2num_frames, self.cmvn_scp, self.cmvn_type]
 
 
-class IndexBuilder:
-    """One streaming pass over the sorted inputs into the index's arrays."""
+class NpyColumns:
+    """Arrays written to `<directory>/<name>.npy` a chunk at a time. Each file's header is written
+    first for a length of 0 and again on close for the length written: numpy pads a header to 64
+    bytes, so both take the same room."""
 
-    def __init__(self, sources: IndexSources, tokenizer):
+    def __init__(self, directory: Path, dtypes: dict[str, type]):
+        self.dtypes = {name: np.dtype(dtype) for name, dtype in dtypes.items()}
+        self.files = {name: open(directory / f"{name}.npy", "wb") for name in dtypes}
+        self.counts = dict.fromkeys(dtypes, 0)
+        self.header_bytes = {name: self._write_header(name) for name in dtypes}
+
+    def append(self, name: str, values) -> None:
+        values = np.asarray(values, dtype=self.dtypes[name])
+        values.tofile(self.files[name])
+        self.counts[name] += len(values)
+
+    def close(self) -> None:
+        for name, f in self.files.items():
+            if self._write_header(name) != self.header_bytes[name]:
+                raise RuntimeError(f"{f.name}: the .npy header changed size")  # only past 10**40 values
+            f.close()
+
+    def _write_header(self, name: str) -> int:
+        f = self.files[name]
+        f.seek(0)
+        header = {"descr": np.lib.format.dtype_to_descr(self.dtypes[name]), "fortran_order": False, "shape": (self.counts[name],)}
+        np.lib.format.write_array_header_1_0(f, header)
+        size = f.tell()
+        f.seek(0, os.SEEK_END)
+        return size
+
+
+class IndexBuilder:
+    """One streaming pass over the sorted inputs into the index's arrays in `out`, written every
+    ENCODE_CHUNK utterances, so what it holds does not grow with the set."""
+
+    def __init__(self, sources: IndexSources, tokenizer, out: Path):
         self.sources, self.tokenizer = sources, tokenizer
-        self.utt_bytes, self.utt_offsets = bytearray(), array.array("q", [0])
-        self.frames, self.feat_file, self.feat_offset = array.array("i"), array.array("i"), array.array("q")
-        self.tokens, self.token_offsets = array.array("i"), array.array("q", [0])
-        self.cmvn_of = array.array("i")
+        self.columns = NpyColumns(out, COLUMN_TYPES)
+        self.columns.append("utt_offsets", [0])
+        self.columns.append("token_offsets", [0])
+        self.utt_end, self.token_end = 0, 0  # the offsets written last
+        self.count = 0
         self.files: dict[str, int] = {}
         self.raw_feats: dict[int, str] = {}
-        self.empty: list[str] = []
+        self.empty, self.empty_examples = 0, []
         self.without_text = 0
         self.pending: list[tuple[str, int, str, str]] = []  # (utt, frames, feats entry, speaker) awaiting tokens
         self.pending_texts: list[str] = []
         self.cmvn = CmvnKeys(sources)
+        self._new_chunk()
+
+    def _new_chunk(self) -> None:
+        self.utt_bytes, self.utt_lengths = bytearray(), array.array("q")
+        self.frames, self.feat_file, self.feat_offset = array.array("i"), array.array("i"), array.array("q")
+        self.tokens, self.token_lengths = array.array("i"), array.array("q")
+        self.cmvn_of = array.array("i")
 
     def build(self) -> dict:
+        """The pass, the arrays closed; returns meta.json's contents."""
         s = self.sources
         if not s.feats_scp.is_file():
             raise InputError(f"{s.feats_scp}: missing; run the features stage for this set")
@@ -140,50 +184,59 @@ class IndexBuilder:
             if len(self.pending) >= ENCODE_CHUNK:
                 self._flush()
         self._flush()
+        self.columns.close()
         return self._meta()
 
     def _flush(self) -> None:
-        if not self.pending:
-            return
         for (utt, frames, entry, speaker), ids in zip(self.pending, self.tokenizer.sp.encode(self.pending_texts)):
             if not ids:
-                self.empty.append(utt)
+                self.empty += 1
+                if len(self.empty_examples) < 10:
+                    self.empty_examples.append(utt)
                 continue
             self._add(utt, frames, entry, speaker, ids)
         self.pending, self.pending_texts = [], []
+        self._write_chunk()
 
     def _add(self, utt: str, frames: int, entry: str, speaker: str, ids: list[int]) -> None:
-        n = len(self.frames)
-        self.utt_bytes += utt.encode()
-        self.utt_offsets.append(len(self.utt_bytes))
+        encoded = utt.encode()
+        self.utt_bytes += encoded
+        self.utt_lengths.append(len(encoded))
         self.frames.append(frames)
         self.tokens.extend(ids)
-        self.token_offsets.append(len(self.tokens))
+        self.token_lengths.append(len(ids))
         location = ark_location(entry)
         if location is None:
-            self.raw_feats[n] = entry
+            self.raw_feats[self.count] = entry
             self.feat_file.append(-1)
             self.feat_offset.append(-1)
         else:
             self.feat_file.append(self.files.setdefault(location[0], len(self.files)))
             self.feat_offset.append(location[1])
         self.cmvn_of.append(self.cmvn.entry_of(utt, speaker))
+        self.count += 1
+
+    def _write_chunk(self) -> None:
+        out = self.columns
+        tokens = np.asarray(self.tokens, np.int32)
+        token_offsets = np.concatenate([[0], np.cumsum(self.token_lengths, dtype=np.int64)])
+        utt_ends = self.utt_end + np.cumsum(self.utt_lengths, dtype=np.int64)
+        for name, values in (("utt_bytes", np.frombuffer(bytes(self.utt_bytes), np.uint8)), ("utt_offsets", utt_ends),
+                             ("frames", self.frames), ("tokens", tokens), ("token_offsets", self.token_end + token_offsets[1:]),
+                             ("min_frames", ctc_min_frames(tokens, token_offsets)), ("feat_file", self.feat_file),
+                             ("feat_offset", self.feat_offset), ("cmvn_of", self.cmvn_of)):
+            out.append(name, values)
+        file_of, offset_of = self.cmvn.take_locations()
+        out.append("cmvn_file", file_of)
+        out.append("cmvn_offset", offset_of)
+        self.utt_end += len(self.utt_bytes)
+        self.token_end += len(tokens)
+        self._new_chunk()
 
     def _meta(self) -> dict:
         return {"version": INDEX_VERSION, "feat_files": list(self.files), "raw_feats": {str(k): v for k, v in self.raw_feats.items()},
-                "without_text": self.without_text, "empty_transcripts": len(self.empty), "empty_examples": self.empty[:10],
+                "without_text": self.without_text, "empty_transcripts": self.empty, "empty_examples": self.empty_examples,
                 "cmvn_unit": self.cmvn.unit, "cmvn_files": list(self.cmvn.files), "raw_cmvn": self.cmvn.raw}
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        cmvn_file, cmvn_offset = self.cmvn.locations()
-        tokens, token_offsets = np.asarray(self.tokens, np.int32), np.asarray(self.token_offsets, np.int64)
-        return {
-            "utt_bytes": np.frombuffer(bytes(self.utt_bytes), dtype=np.uint8), "utt_offsets": np.asarray(self.utt_offsets, np.int64),
-            "frames": np.asarray(self.frames, np.int32), "tokens": tokens,
-            "token_offsets": token_offsets, "min_frames": ctc_min_frames(tokens, token_offsets),
-            "feat_file": np.asarray(self.feat_file, np.int32), "feat_offset": np.asarray(self.feat_offset, np.int64),
-            "cmvn_of": np.asarray(self.cmvn_of, np.int32), "cmvn_file": cmvn_file, "cmvn_offset": cmvn_offset,
-        }
 
 
 class CmvnKeys:
@@ -197,7 +250,8 @@ class CmvnKeys:
         self.entries: dict[str, int] = {}
         self.files: dict[str, int] = {}
         self.raw: dict[str, str] = {}
-        self.file_of, self.offset_of = array.array("i"), array.array("q")
+        self.count = 0
+        self.file_of, self.offset_of = array.array("i"), array.array("q")  # of the entries since take_locations
         self.table = self._load_small_table() if self.unit in ("speaker", "global") else None
         self.sequential = Lookup(self.path) if self.unit == "utterance" else None
         if self.unit != "none":
@@ -217,7 +271,8 @@ class CmvnKeys:
         value = self.sequential.get(key) if self.sequential is not None else self.table.get(key)
         if value is None:
             raise InputError(f"{self.path}: no CMVN statistics for {key!r} ({self.unit}); re-run the features stage")
-        n = self.entries[key] = len(self.file_of)
+        n = self.count
+        self.count += 1
         location = ark_location(value)
         if location is None:
             self.raw[str(n)] = value
@@ -226,12 +281,15 @@ class CmvnKeys:
         else:
             self.file_of.append(self.files.setdefault(location[0], len(self.files)))
             self.offset_of.append(location[1])
-        if self.unit == "utterance":
-            del self.entries[key]  # never looked up again: keep the dict small
+        if self.unit != "utterance":
+            self.entries[key] = n  # per-utterance keys are never looked up again: not kept
         return n
 
-    def locations(self) -> tuple[np.ndarray, np.ndarray]:
-        return np.asarray(self.file_of, np.int32), np.asarray(self.offset_of, np.int64)
+    def take_locations(self) -> tuple[array.array, array.array]:
+        """(file, offset) of the entries met since the last call."""
+        out = self.file_of, self.offset_of
+        self.file_of, self.offset_of = array.array("i"), array.array("q")
+        return out
 
 
 class TrainingIndex:
@@ -295,17 +353,15 @@ def load_index(sources: IndexSources, tokenizer, root: Path, build: bool) -> Tra
         return TrainingIndex(directory)
     if not build:
         return None
-    builder = IndexBuilder(sources, tokenizer)
-    meta = builder.build()
     with atomic_dir(directory) as tmp:
-        for name, values in builder.arrays().items():
-            np.save(tmp / f"{name}.npy", values)
+        builder = IndexBuilder(sources, tokenizer, tmp)
+        meta = builder.build()
         (tmp / "meta.json").write_text(json.dumps(meta) + "\n")
     for stale in root.glob("index.*"):
         if stale != directory and stale.is_dir() and not stale.name.startswith("."):
             _remove(stale)
     log.info("%s: index of %d utterances (%d without a transcript, %d with an empty one)", directory,
-             len(builder.frames), meta["without_text"], meta["empty_transcripts"])
+             builder.count, meta["without_text"], meta["empty_transcripts"])
     return TrainingIndex(directory)
 
 

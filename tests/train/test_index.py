@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import time
+import tracemalloc
 from pathlib import Path
 
 import kaldiio
@@ -16,7 +17,8 @@ from asr.data.datadir import read_table
 from asr.features.cmvn import apply, read_stats
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path
 from asr.train.data import Prefetcher
-from asr.train.index import IndexSources, load_index
+from asr.train import index as index_module
+from asr.train.index import IndexBuilder, IndexSources, TrainingIndex, load_index
 from asr.utils.errors import InputError
 from tests.fixtures.toy_corpus import toy_config
 
@@ -32,9 +34,13 @@ def sources(root: Path, tokenizer: Tokenizer) -> IndexSources:
     return IndexSources.of(root / "data" / "train", root / "feats" / "toy" / "train", tokenizer.path)
 
 
-def test_the_index_holds_what_the_files_say(toy):
+@pytest.mark.parametrize("chunk", [3, index_module.ENCODE_CHUNK])
+def test_the_index_holds_what_the_files_say(toy, tmp_path, monkeypatch, chunk):
+    """Written in chunks of 3 utterances too (the toy set is smaller than a real chunk)."""
     root, tokenizer = toy
-    index = load_index(sources(root, tokenizer), tokenizer, root / "feats" / "toy" / "train", build=True)
+    monkeypatch.setattr(index_module, "ENCODE_CHUNK", chunk)
+    shutil.copytree(root / "feats" / "toy" / "train", tmp_path / "train")  # an index of its own
+    index = load_index(sources(root, tokenizer), tokenizer, tmp_path / "train", build=True)
     text = read_table(root / "data" / "train" / "text")
     frames = read_table(root / "feats" / "toy" / "train" / "utt2num_frames")
     feats = kaldiio.load_scp(str(root / "feats" / "toy" / "train" / "feats.scp"))
@@ -77,6 +83,51 @@ def test_a_few_bytes_per_utterance(toy):
     # The layout: the id's bytes, 4 per token, 8 + 4 + 4 + 8 + 4 + 4 + 8 for the per-utterance numbers.
     id_bytes, tokens = index.utt_offsets[-1] / n, index.token_offsets[-1] / n
     assert stored / n <= id_bytes + 4 * tokens + 40 + 16 / n
+
+
+def fake_set(directory: Path, utterances: int) -> IndexSources:
+    """A data dir and feature set of `utterances` (tables only: the index never reads a matrix)."""
+    directory.mkdir()
+    words = ["yeah", "i", "think", "so", "uh-huh", "right", "we", "were", "talking", "about"]
+    tables = {name: [] for name in ("text", "utt2spk", "feats.scp", "utt2num_frames", "cmvn.scp")}
+    for i in range(utterances):
+        utt = f"sw{i // 100:05d}-A_{i % 100:06d}"
+        tables["text"].append(f"{utt} {' '.join(words[(i + k) % len(words)] for k in range(12))}")
+        tables["utt2spk"].append(f"{utt} sw{i // 100:05d}-A")
+        tables["feats.scp"].append(f"{utt} {directory}/feats.ark:{1000 * i + 17}")
+        tables["utt2num_frames"].append(f"{utt} {300 + i % 50}")
+        tables["cmvn.scp"].append(f"{utt} {directory}/cmvn.ark:{100 * i + 9}")
+    for name, lines in tables.items():
+        (directory / name).write_text("\n".join(lines) + "\n")
+    (directory / "cmvn_type").write_text("utterance\n")
+    return IndexSources(*(directory / name for name in ("text", "utt2spk", "feats.scp", "utt2num_frames", "cmvn.scp", "cmvn_type")),
+                        Path())
+
+
+def test_building_holds_a_chunk_not_the_set(toy, tmp_path, monkeypatch):
+    """SWB-2000's first learner builds an index of 2.2 million utterances: the arrays go to their
+    files a chunk at a time (all of them held until the end took 0.8 KB per utterance). Chunks
+    of 500 here, so that both sizes fill several."""
+    _, tokenizer = toy
+    monkeypatch.setattr(index_module, "ENCODE_CHUNK", 500)
+    peaks = {}
+    for n in (2_000, 20_000):
+        source = fake_set(tmp_path / f"set{n}", n)
+        tracemalloc.start()
+        try:
+            built = IndexBuilder(source, tokenizer, tmp_path / f"set{n}")
+            built.build()
+            peaks[n] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert built.count == n
+    index = TrainingIndex.__new__(TrainingIndex)  # the arrays as a learner maps them
+    for name in ("frames", "feat_offset", "cmvn_offset", "token_offsets"):
+        setattr(index, name, np.load(tmp_path / "set20000" / f"{name}.npy", mmap_mode="r"))
+    assert index.frames[19_999] == 300 + 19_999 % 50 and index.feat_offset[19_999] == 1000 * 19_999 + 17
+    assert index.cmvn_offset[12_345] == 100 * 12_345 + 9 and len(index.token_offsets) == 20_001
+    per_utterance = (peaks[20_000] - peaks[2_000]) / 18_000
+    assert per_utterance < 60, f"{per_utterance:.0f} B per utterance ({peaks})"
 
 
 def test_unsorted_input_is_an_error_naming_the_line(toy, tmp_path):
