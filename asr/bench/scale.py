@@ -2,7 +2,7 @@
 exponent, and what that predicts for Switchboard-300 and Switchboard-2000.
 
     python -m asr.bench scale [--sizes 40 120 360] [--recipes logmel40 fmllr40 ...] [--steps 20] [--frames 6000]
-                              [--jobs 2] [--out exp/bench] [overrides...]
+                              [--jobs 2] [--startups 3] [--out exp/bench] [overrides...]
 
 For each size (synthetic conversations) it runs, through the stages' own entry points
 (`python -m asr.<stage>`), as the mini recipe does: synth, prepare, validate, features (each of
@@ -15,8 +15,9 @@ For each size (synthetic conversations) it runs, through the stages' own entry p
                                    worker pool's churn, an exiting worker beside its successor,
                                    adds to the tree's total but not to this)
     disk_mb, disk_mb_per_hour      what the stage wrote
-and for training the learner's start-up (process start to its first step) and its peak memory
-until then (what it holds for the corpus, before any batch's activations), per utterance.
+and for training the learner's start-up (process start to its first step, building the training
+index) and its peak memory until then (what it holds for the corpus, before any batch's
+activations): the fastest and the largest of --startups start-ups.
 
 Fits, per stage over the sizes: the exponent k of seconds ~ hours^k (least squares on logs),
 the marginal exponent between the two largest sizes (at small sizes start-up dominates and
@@ -137,15 +138,37 @@ class SizeRun:
         self.conversations = conversations
         self.common = [f"synth.train_conversations={conversations}", f"synth.out_dir={self.dir / 'corpus'}",
                        f"synth.jobs={args.jobs}", f"data.data_dir={self.dir / 'data'}", f"features.feats_dir={self.dir / 'feats'}",
-                       f"features.jobs={args.jobs}", f"tokenizer.lang_dir={self.dir / 'lang'}", f"exp_dir={self.dir / 'exp'}",
-                       *args.overrides]
+                       f"features.jobs={args.jobs}", f"tokenizer.lang_dir={self.dir / 'lang'}", *args.overrides]
 
     def stage(self, name: str, module: str, *extra: str, outputs: tuple[Path, ...] = ()) -> dict:
-        cmd = [sys.executable, "-m", module, *self.common, *extra]
+        cmd = [sys.executable, "-m", module, *self.common, f"exp_dir={self.dir / 'exp'}", *extra]
         result = run_measured(cmd, self.dir, self.dir / f"{name}.log")
         result["disk_mb"] = disk_mb(*outputs)
         log.info("%d conversations, %s: %.1f s, peak %.0f MB", self.conversations, name, result["seconds"], result["peak_rss_mb"])
         return result
+
+    def training(self, recipe: str, steps: int) -> list[str]:
+        # Batches of a fixed number of padded frames: the steps' activations then take the same
+        # memory at every size, and the growth left is the learner's bookkeeping.
+        return [f"features={recipe}", f"train.max_steps={steps}", "train.max_utts=1000", f"train.max_frames={self.args.frames}",
+                "train.threads=1", "train.checkpoint_every_steps=100000", "train.tensorboard=false"]
+
+    def startups(self, recipe: str) -> dict:
+        """The learner's start-up, --startups times, each building the training index afresh:
+        the 20-step run's, then one-step runs in exp dirs of their own. A start-up takes about a
+        second and varies by a tenth from run to run on a shared machine, as much as 14,000
+        utterances at 7 microseconds each: the fastest and the largest peak are reported."""
+        samples = [json.loads((self.dir / "exp" / "timing" / "learner-0.json").read_text())]
+        for repeat in range(1, self.args.startups):
+            for index in (self.dir / "feats" / recipe).glob("*/index.*"):
+                shutil.rmtree(index)
+            exp = self.dir / f"exp_startup{repeat}"
+            run_measured([sys.executable, "-m", "asr.train", *self.common, f"exp_dir={exp}", *self.training(recipe, 1)],
+                         self.dir, self.dir / f"startup{repeat}.log")
+            samples.append(json.loads((exp / "timing" / "learner-0.json").read_text()))
+        seconds, peaks = [t["startup_seconds"] for t in samples], [t["startup_peak_rss_mb"] for t in samples]
+        return {"startup_seconds": min(seconds), "startup_peak_rss_mb": max(peaks),
+                "startup_seconds_runs": seconds, "startup_peak_rss_mb_runs": peaks}
 
     def run(self) -> dict:
         out: dict = {"conversations": self.conversations, "stages": {}}
@@ -162,14 +185,8 @@ class SizeRun:
         first = self.args.recipes[0]
         stages["tokenizer"] = self.stage("tokenizer", "asr.text", f"features={first}", outputs=(self.dir / "lang",))
         stages["lm"] = self.stage("lm", "asr.lm", f"features={first}")
-        # Batches of a fixed number of padded frames: the steps' activations then take the same
-        # memory at every size, and the growth left is the learner's bookkeeping.
-        stages["train"] = self.stage("train", "asr.train", f"features={first}", f"train.max_steps={self.args.steps}",
-                                     "train.max_utts=1000", f"train.max_frames={self.args.frames}", "train.threads=1",
-                                     "train.checkpoint_every_steps=100000", "train.tensorboard=false")
-        timing = json.loads((self.dir / "exp" / "timing" / "learner-0.json").read_text())
-        stages["train"]["startup_seconds"] = timing["startup_seconds"]
-        stages["train"]["startup_peak_rss_mb"] = timing["startup_peak_rss_mb"]
+        stages["train"] = self.stage("train", "asr.train", *self.training(first, self.args.steps))
+        stages["train"] |= self.startups(first)
         for entry in stages.values():
             entry["seconds_per_hour"] = entry["seconds"] / hours
             entry["disk_mb_per_hour"] = entry["disk_mb"] / hours
@@ -240,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="training steps per size")
     parser.add_argument("--frames", type=int, default=6000, help="padded frames per training step (default %(default)s)")
     parser.add_argument("--jobs", type=int, default=2, help="processes for the stages that split (synth, features)")
+    parser.add_argument("--startups", type=int, default=3, help="learner start-ups per size, each building the index (default %(default)s)")
     parser.add_argument("--jobs-target", type=int, default=16, help="cores of the machine the extrapolation is for")
     parser.add_argument("--keep", action="store_true", help="keep the corpora and outputs")
     parser.add_argument("--out", type=Path, default=Path("exp/bench"))

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 def test_scale_benchmark_measures_every_stage_and_fits_its_growth(tmp_path):
     out = tmp_path / "bench"
-    status = main(["--sizes", "2", "4", "--recipes", "logmel40", "--steps", "2", "--frames", "1200", "--jobs", "1", "--out", str(out),
+    status = main(["--sizes", "2", "4", "--recipes", "logmel40", "--steps", "2", "--frames", "1200", "--jobs", "1", "--startups", "2", "--out", str(out),
                    "synth=tiny", "data.dev_utts=8", "model.num_layers=1", "model.hidden_size=16"])
     assert status == 0
     report = json.loads((out / "scale.json").read_text())
@@ -30,7 +30,10 @@ def test_scale_benchmark_measures_every_stage_and_fits_its_growth(tmp_path):
             assert stage["seconds"] > 0 and stage["peak_rss_mb"] >= stage["largest_process_mb"] > 10  # a Python process at least
             assert stage["seconds_per_hour"] == pytest.approx(stage["seconds"] / size["hours"])
         assert size["stages"]["features:logmel40"]["disk_mb"] > 0 and size["stages"]["train"]["startup_seconds"] > 0
-        assert size["stages"]["train"]["startup_peak_rss_mb"] > 10  # the learner's peak memory at its first batch
+        train = size["stages"]["train"]
+        assert train["startup_peak_rss_mb"] > 10  # the learner's peak memory at its first batch
+        assert len(train["startup_seconds_runs"]) == 2 and train["startup_seconds"] == min(train["startup_seconds_runs"])
+        assert train["startup_peak_rss_mb"] == max(train["startup_peak_rss_mb_runs"])
     for name in stages:
         fit = report["fits"][name]
         s, l = small["stages"][name], large["stages"][name]
