@@ -17,7 +17,8 @@ For each size (synthetic conversations) it runs, through the stages' own entry p
     disk_mb, disk_mb_per_hour      what the stage wrote
 and for training the learner's start-up (process start to its first step, building the training
 index) and its peak memory until then (what it holds for the corpus, before any batch's
-activations): the fastest and the largest of --startups start-ups.
+activations): the fastest and the largest of --startups start-ups; and the fastest of the
+start-up's part spent on the data sets (the index built, the sets filtered).
 
 Fits, per stage over the sizes: the exponent k of seconds ~ hours^k (least squares on logs),
 the marginal exponent between the two largest sizes (at small sizes start-up dominates and
@@ -157,7 +158,9 @@ class SizeRun:
         """The learner's start-up, --startups times, each building the training index afresh:
         the 20-step run's, then one-step runs in exp dirs of their own. A start-up takes about a
         second and varies by a tenth from run to run on a shared machine, as much as 14,000
-        utterances at 7 microseconds each: the fastest and the largest peak are reported."""
+        utterances at 7 microseconds each: the fastest and the largest peak are reported, and
+        the fastest of the part that handles the utterances (the training and dev sets' index
+        built, the sets filtered), which does not vary so."""
         samples = [json.loads((self.dir / "exp" / "timing" / "learner-0.json").read_text())]
         for repeat in range(1, self.args.startups):
             for index in (self.dir / "feats" / recipe).glob("*/index.*"):
@@ -167,8 +170,9 @@ class SizeRun:
                          self.dir, self.dir / f"startup{repeat}.log")
             samples.append(json.loads((exp / "timing" / "learner-0.json").read_text()))
         seconds, peaks = [t["startup_seconds"] for t in samples], [t["startup_peak_rss_mb"] for t in samples]
-        return {"startup_seconds": min(seconds), "startup_peak_rss_mb": max(peaks),
-                "startup_seconds_runs": seconds, "startup_peak_rss_mb_runs": peaks}
+        datasets = [t["startup_datasets_seconds"] for t in samples]
+        return {"startup_seconds": min(seconds), "startup_peak_rss_mb": max(peaks), "startup_datasets_seconds": min(datasets),
+                "startup_seconds_runs": seconds, "startup_peak_rss_mb_runs": peaks, "startup_datasets_seconds_runs": datasets}
 
     def run(self) -> dict:
         out: dict = {"conversations": self.conversations, "stages": {}}
@@ -212,6 +216,8 @@ def fit(sizes: list[dict]) -> dict:
         if stage == "train":
             startup = np.array([s["stages"][stage]["startup_seconds"] for s in sizes])
             entry["startup_microseconds_per_utterance"] = float(np.polyfit(utts, startup, 1)[0] * 1e6)
+            datasets = np.array([s["stages"][stage]["startup_datasets_seconds"] for s in sizes])
+            entry["startup_datasets_microseconds_per_utterance"] = float(np.polyfit(utts, datasets, 1)[0] * 1e6)
             startup_rss = np.array([s["stages"][stage]["startup_peak_rss_mb"] for s in sizes]) * 2**20
             entry["startup_memory_bytes_per_utterance"] = float(np.polyfit(utts, startup_rss, 1)[0])
         fits[stage] = entry

@@ -156,7 +156,9 @@ class Trainer:
         self.device = self.dist.device
         self.precision = training_precision(self.tcfg.precision, self.device)
         self.objective = build_objective(cfg)
+        started = time.perf_counter()
         self.train_set, self.dev_set = self.datasets()
+        self.datasets_seconds = time.perf_counter() - started  # of the start-up: the sets' index built or mapped, then filtered
         augment = SpecAugment.from_config(cfg.features.specaugment)  # None: off
         self.train_set.reader.augment = EpochAugment(augment, cfg.seed) if augment is not None else None
         if self.dev_set.feat_dim != self.train_set.feat_dim:
@@ -548,6 +550,7 @@ class Trainer:
         summary = self.times.summary() | {"rank": self.dist.rank, "algorithm": self.dist.algorithm, "world_size": self.dist.world_size}
         summary["exchanges"] = getattr(self.updater, "exchanges", 0)
         summary["communication_wait_seconds"] = round(self.updater.comm_wait_s, 3)
+        summary["startup_datasets_seconds"] = round(self.datasets_seconds, 4)
         path = self.exp_dir / "timing" / f"learner-{self.dist.rank}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(summary, indent=1) + "\n")

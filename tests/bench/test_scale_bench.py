@@ -34,6 +34,7 @@ def test_scale_benchmark_measures_every_stage_and_fits_its_growth(tmp_path):
         assert train["startup_peak_rss_mb"] > 10  # the learner's peak memory at its first batch
         assert len(train["startup_seconds_runs"]) == 2 and train["startup_seconds"] == min(train["startup_seconds_runs"])
         assert train["startup_peak_rss_mb"] == max(train["startup_peak_rss_mb_runs"])
+        assert 0 < train["startup_datasets_seconds"] == min(train["startup_datasets_seconds_runs"]) < train["startup_seconds"]
     for name in stages:
         fit = report["fits"][name]
         s, l = small["stages"][name], large["stages"][name]
