@@ -171,20 +171,22 @@ class IndexBuilder:
         texts, speakers, lengths = Lookup(s.text), Lookup(s.utt2spk), Lookup(s.utt2num_frames)
         if not s.utt2num_frames.is_file():
             raise InputError(f"{s.utt2num_frames}: missing; re-run the features stage (it writes each utterance's frame count)")
-        for lineno, utt, entry in sorted_table(s.feats_scp):
-            text = texts.get(utt)
-            if text is None:
-                self.without_text += 1
-                continue
-            frames = lengths.get(utt)
-            if frames is None:
-                raise InputError(f"{s.utt2num_frames}: no frame count for {utt!r} (feats.scp line {lineno}); re-run the features stage")
-            self.pending.append((utt, int(frames), entry, speakers.get(utt) or utt))
-            self.pending_texts.append(text)
-            if len(self.pending) >= ENCODE_CHUNK:
-                self._flush()
-        self._flush()
-        self.columns.close()
+        try:
+            for lineno, utt, entry in sorted_table(s.feats_scp):
+                text = texts.get(utt)
+                if text is None:
+                    self.without_text += 1
+                    continue
+                frames = lengths.get(utt)
+                if frames is None:
+                    raise InputError(f"{s.utt2num_frames}: no frame count for {utt!r} (feats.scp line {lineno}); re-run the features stage")
+                self.pending.append((utt, int(frames), entry, speakers.get(utt) or utt))
+                self.pending_texts.append(text)
+                if len(self.pending) >= ENCODE_CHUNK:
+                    self._flush()
+            self._flush()
+        finally:
+            self.columns.close()  # on an error too: the caller's temporary directory is removed
         return self._meta()
 
     def _flush(self) -> None:
