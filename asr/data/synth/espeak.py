@@ -100,9 +100,12 @@ class Espeak:
         self._events: list[WordEvent] = []
         self._callback = _CALLBACK(self._collect)  # kept alive: the library holds the pointer
         self._lib.espeak_SetSynthCallback(self._callback)
-        # Some voices' noise sources use libc rand(): reseed it per utterance from the caller's
-        # generator so that it never depends on anything outside the conversation.
+        # Voices' noise sources draw from libc rand() and from eSpeak NG's own generator, which
+        # left to itself differs from one process to the next: both are reseeded per utterance
+        # from the caller's generator, so the audio never depends on anything outside the
+        # conversation.
         self._libc = ctypes.CDLL(None)
+        self._lib.espeak_ng_SetRandSeed.argtypes = [ctypes.c_long]
 
     @classmethod
     def instance(cls) -> "Espeak":
@@ -133,6 +136,7 @@ class Espeak:
                                  (_PARAM_VOLUME, 100), (_PARAM_WORDGAP, 0)):
             self._lib.espeak_SetParameter(parameter, int(value), 0)
         self._libc.srand(ctypes.c_uint(seed & 0xFFFFFFFF))
+        self._lib.espeak_ng_SetRandSeed(seed & 0xFFFFFFFF)
         self._chunks, self._events = [], []
         data = text.encode("utf-8") + b"\0"
         status = self._lib.espeak_Synth(data, len(data), 0, _POS_CHARACTER, 0, _CHARS_UTF8, None, None)
