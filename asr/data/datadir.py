@@ -228,28 +228,35 @@ def write_table(path: str | os.PathLike, table: dict[str, str]) -> None:
             f.write(f"{key} {value}\n" if value != "" else f"{key}\n")
 
 
+def parse_segment(path: Path, lineno: int, utt: str, value: str) -> Segment:
+    """A segments line's value (`<recording> <start> <end>`); InputError naming the line if not."""
+    fields = value.split()
+    try:
+        return Segment(fields[0], float(fields[1]), float(fields[2]))
+    except (IndexError, ValueError):
+        raise InputError(f"{path}:{lineno}: expected '<utt> <recording> <start> <end>', got {utt} {value!r}") from None
+
+
+def parse_duration(path: Path, lineno: int, utt: str, value: str) -> float:
+    """An utt2dur line's value; InputError naming the line if it is not a number."""
+    try:
+        return float(value)
+    except ValueError:
+        raise InputError(f"{path}:{lineno}: expected '<utt> <seconds>', got {utt} {value!r}") from None
+
+
 def _parse_segments(path: Path) -> dict[str, Segment]:
     segments = {}
     for lineno, key, rest in iter_table(path):
-        fields = rest.split()
-        try:
-            reco, start, end = fields[0], float(fields[1]), float(fields[2])
-        except (IndexError, ValueError):
-            raise InputError(f"{path}:{lineno}: expected '<utt> <recording> <start> <end>', got {key} {rest!r}") from None
+        segment = parse_segment(path, lineno, key, rest)
         if key in segments:
             raise InputError(f"{path}:{lineno}: duplicate utterance {key!r}")
-        segments[key] = Segment(reco, start, end)
+        segments[key] = segment
     return segments
 
 
 def _read_durations(path: Path) -> dict[str, float]:
-    durations = {}
-    for lineno, key, value in iter_table(path):
-        try:
-            durations[key] = float(value)
-        except ValueError:
-            raise InputError(f"{path}:{lineno}: expected '<utt> <seconds>', got {key} {value!r}") from None
-    return durations
+    return {key: parse_duration(path, lineno, key, value) for lineno, key, value in iter_table(path)}
 
 
 def read_data_dir(path: str | os.PathLike, tables: Collection[str] | None = None) -> DataDir:

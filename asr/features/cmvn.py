@@ -50,11 +50,14 @@ def apply(feats: np.ndarray, stats: np.ndarray, norm_vars: bool = True) -> np.nd
     return out.astype(np.float32)
 
 
-def cmvn_key(unit: str, utt: str, utt2spk: dict[str, str]) -> str:
+def cmvn_key(unit: str, utt: str, speaker: str | None) -> str:
+    """The statistics' key of `utt` (of `speaker`) under `unit`."""
     if unit == "utterance":
         return utt
     if unit == "speaker":
-        return utt2spk[utt]
+        if speaker is None:
+            raise KeyError(utt)  # no speaker in utt2spk
+        return speaker
     return "global"
 
 
@@ -67,7 +70,7 @@ def compute_stats(
     items = feats.items() if isinstance(feats, dict) else feats()
     grouped: dict[str, np.ndarray] = {}
     for utt, mat in items:
-        key = cmvn_key(unit, utt, utt2spk)
+        key = cmvn_key(unit, utt, utt2spk.get(utt))
         s = accumulate([mat])
         grouped[key] = grouped[key] + s if key in grouped else s
     return grouped
@@ -94,7 +97,7 @@ class Cmvn:
         """`speaker` names the utterance's speaker where utt2spk was not given (a streaming reader)."""
         if self.unit == "none":
             return np.array(feats, dtype=np.float32)  # a copy: kaldiio may hand out read-only memory
-        key = cmvn_key(self.unit, utt, self.utt2spk if speaker is None else {utt: speaker})
+        key = cmvn_key(self.unit, utt, self.utt2spk.get(utt) if speaker is None else speaker)
         if key not in self.stats:
             raise InputError(f"no CMVN statistics for {key!r} ({self.unit}); re-run the features stage")
         return apply(feats, self.stats[key], self.norm_vars)

@@ -56,7 +56,7 @@ from tqdm import tqdm
 
 from asr.data import commands
 from asr.data.audio import cut_segment, read_recording, shell_command
-from asr.data.datadir import Lookup, c_sort_key, read_table, sorted_table
+from asr.data.datadir import Lookup, c_sort_key, parse_duration, parse_segment, read_table, sorted_table
 from asr.features import cmvn
 from asr.features.deltas import delta_opts
 from asr.features.fbank import FbankOptions, fbank_batch
@@ -433,17 +433,12 @@ def utterance_rows(data_dir: Path) -> Iterator[Row]:
         if segments is None:
             yield Row(utt, speaker, utt)
             continue
-        segment = segments.get(utt)
-        yield Row(utt, speaker, None) if segment is None else Row(utt, speaker, *_parse_segment(segments, utt, segment))
-
-
-def _parse_segment(segments: Lookup, utt: str, value: str) -> tuple[str, float, float]:
-    fields = value.split()
-    try:
-        return fields[0], float(fields[1]), float(fields[2])
-    except (IndexError, ValueError):
-        raise InputError(f"{segments.path}:{segments.lineno}: expected '<utt> <recording> <start> <end>', "
-                         f"got {utt} {value!r}") from None
+        value = segments.get(utt)
+        if value is None:
+            yield Row(utt, speaker, None)
+            continue
+        segment = parse_segment(segments.path, segments.lineno, utt, value)
+        yield Row(utt, speaker, segment.recording, segment.start, segment.end)
 
 
 def plan_recordings(data_dir: Path) -> list[RecordingWork]:
@@ -472,12 +467,7 @@ def _durations(path: Path) -> Callable[[str], float]:
     durations = Lookup(path)
     def seconds(utt: str) -> float:
         value = durations.get(utt)
-        if value is None:
-            return 1.0
-        try:
-            return float(value)
-        except ValueError:
-            raise InputError(f"{path}: expected '<utt> <seconds>', got {utt} {value!r}") from None
+        return 1.0 if value is None else parse_duration(path, durations.lineno, utt, value)
     return seconds
 
 
@@ -622,7 +612,7 @@ class UtteranceWriter:
         if self.task.cmvn_unit == "utterance":
             self.stats_writer(row.utt, stats)
         else:
-            _add_stats(self.result.stats, {cmvn.cmvn_key(self.task.cmvn_unit, row.utt, {row.utt: row.speaker}): stats})
+            _add_stats(self.result.stats, {cmvn.cmvn_key(self.task.cmvn_unit, row.utt, row.speaker): stats})
 
     def skip(self, recording: str, reason: str, utts: list[str]) -> None:
         self.result.skip(recording, reason, utts)
