@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 
 from asr.data.datadir import DataDir, Segment, read_data_dir, swbd_utt_id, write_data_dir
-from asr.features.extract import extract_set, plan_recordings, split_into_parts
+from asr.features.extract import compute_features, extract_set, plan_recordings, split_into_parts
 from asr.features.fbank import FbankOptions, fbank
 from asr.utils.errors import InputError
 
@@ -172,6 +172,16 @@ def test_parallel_jobs_give_the_same_features(tmp_path):
     assert list(c) == list(d) == list(a) and all(np.array_equal(c[u], d[u]) for u in c)  # per utterance, sorted
     assert sorted(p.name for p in (tmp_path / "two").iterdir() if p.name.startswith(("feats", "cmvn"))) == [
         "cmvn.ark", "cmvn.scp", "cmvn_type", "feats.ark", "feats.scp"]
+
+
+def test_features_do_not_depend_on_how_utterances_are_batched():
+    rng = np.random.default_rng(0)
+    waves = [rng.normal(0, 0.1, n).astype(np.float32) for n in (12_345, 800, 40_000, 7_999, 40_000, 201)]
+    alone = [fbank(w, OPTIONS).numpy() for w in waves]
+    for limit in (1, 41_000, 80_000, 10**7):  # one per batch, pairs, the default, all in one
+        batched = compute_features(waves, OPTIONS, max_batch_samples=limit)
+        assert [f.shape for f in batched] == [a.shape for a in alone]
+        assert max(np.abs(f - a).max() for f, a in zip(batched, alone)) < 1e-5
 
 
 @pytest.mark.slow
