@@ -10,10 +10,14 @@ For each size (synthetic conversations) it runs, through the stages' own entry p
 
     seconds, seconds_per_hour      wall time, and per hour of training audio
     peak_rss_mb                    the largest total resident memory of the stage's whole
-                                   process tree (sampled every 50 ms)
-    largest_process_mb             the largest resident memory of any one process of it (a
-                                   worker pool's churn, an exiting worker beside its successor,
-                                   adds to the tree's total but not to this)
+                                   process tree (sampled every 50 ms; at least largest_process_mb)
+    largest_process_mb             the largest resident memory of any one process of it: the
+                                   kernel's high-water mark (wait4), exact, where sampling can
+                                   miss a transient (a worker pool's churn, an exiting worker
+                                   beside its successor, adds to the tree's total but not to this)
+    *_runs                         each of --repeats runs (the stage's outputs removed between
+                                   them); the figures above are the fastest and the smallest
+                                   peaks: what a run needs, without the allocator's noise
     disk_mb, disk_mb_per_hour      what the stage wrote
 and for training the learner's start-up (process start to its first step, building the training
 index) and its peak memory until then (what it holds for the corpus, before any batch's
@@ -87,7 +91,8 @@ def tree_rss_bytes(root: int) -> dict[int, int]:
 
 
 def run_measured(cmd: list[str], cwd: Path, log_path: Path) -> dict:
-    """Run `cmd`; wall seconds and the peak RSS of its process tree."""
+    """Run `cmd`; wall seconds, the peak RSS of its process tree (sampled; at least its largest
+    process's) and of its largest process (exact)."""
     start = time.perf_counter()
     with open(log_path, "w") as out:
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
@@ -102,12 +107,16 @@ def run_measured(cmd: list[str], cwd: Path, log_path: Path) -> dict:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    status = proc.wait()
+    # wait4's ru_maxrss is the kernel's high-water mark of the child and of every descendant it
+    # waited for: exact, where sampling misses a peak shorter than its period.
+    _, wait_status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = status = os.waitstatus_to_exitcode(wait_status)
     done.set()
     sampler.join()
     if status != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({status}); see {log_path}:\n{log_path.read_text()[-2000:]}")
-    return {"seconds": time.perf_counter() - start, "peak_rss_mb": peak[0] / 2**20, "largest_process_mb": largest[0] / 2**20}
+    largest_mb = max(usage.ru_maxrss * 1024, largest[0]) / 2**20  # ru_maxrss is in KiB
+    return {"seconds": time.perf_counter() - start, "peak_rss_mb": max(peak[0] / 2**20, largest_mb), "largest_process_mb": largest_mb}
 
 
 def disk_mb(*paths: Path) -> float:
@@ -141,18 +150,38 @@ class SizeRun:
                        f"synth.jobs={args.jobs}", f"data.data_dir={self.dir / 'data'}", f"features.feats_dir={self.dir / 'feats'}",
                        f"features.jobs={args.jobs}", f"tokenizer.lang_dir={self.dir / 'lang'}", *args.overrides]
 
-    def stage(self, name: str, module: str, *extra: str, outputs: tuple[Path, ...] = ()) -> dict:
-        cmd = [sys.executable, "-m", module, *self.common, f"exp_dir={self.dir / 'exp'}", *extra]
-        result = run_measured(cmd, self.dir, self.dir / f"{name}.log")
-        result["disk_mb"] = disk_mb(*outputs)
-        log.info("%d conversations, %s: %.1f s, peak %.0f MB", self.conversations, name, result["seconds"], result["peak_rss_mb"])
+    def stage(self, name: str, module: str, *extra: str, outputs: tuple[str, ...] = (), fresh: tuple[str, ...] = (),
+              cmd: list[str] | None = None) -> dict:
+        """The stage --repeats times, its `outputs` and `fresh` (glob patterns in the size's
+        directory) removed before each repeat, which would otherwise find its work done."""
+        cmd = cmd or [sys.executable, "-m", module, *self.common, f"exp_dir={self.dir / 'exp'}", *extra]
+        runs = []
+        for repeat in range(self.args.repeats):
+            if repeat:
+                self.remove(*outputs, *fresh)
+            runs.append(run_measured(cmd, self.dir, self.dir / f"{name}.log"))
+        result = {key: min(run[key] for run in runs) for key in runs[0]}
+        result |= {f"{key}_runs": [run[key] for run in runs] for key in runs[0]}
+        result["disk_mb"] = disk_mb(*(path for pattern in outputs for path in self.dir.glob(pattern)))
+        log.info("%d conversations, %s: %.1f s, peak %.0f MB (largest process %.0f MB)", self.conversations, name,
+                 result["seconds"], result["peak_rss_mb"], result["largest_process_mb"])
         return result
+
+    def remove(self, *patterns: str) -> None:
+        for pattern in patterns:
+            for path in self.dir.glob(pattern):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
 
     def training(self, recipe: str, steps: int) -> list[str]:
         # Batches of a fixed number of padded frames: the steps' activations then take the same
         # memory at every size, and the growth left is the learner's bookkeeping.
         return [f"features={recipe}", f"train.max_steps={steps}", "train.max_utts=1000", f"train.max_frames={self.args.frames}",
                 "train.threads=1", "train.checkpoint_every_steps=100000", "train.tensorboard=false"]
+
+    @staticmethod
+    def index(recipe: str) -> str:
+        """The training index a learner builds at its first start (asr.train.index)."""
+        return f"feats/{recipe}/*/index.*"
 
     def startups(self, recipe: str) -> dict:
         """The learner's start-up, --startups times, each building the training index afresh:
@@ -163,8 +192,7 @@ class SizeRun:
         built, the sets filtered), which does not vary so."""
         samples = [json.loads((self.dir / "exp" / "timing" / "learner-0.json").read_text())]
         for repeat in range(1, self.args.startups):
-            for index in (self.dir / "feats" / recipe).glob("*/index.*"):
-                shutil.rmtree(index)
+            self.remove(self.index(recipe))
             exp = self.dir / f"exp_startup{repeat}"
             run_measured([sys.executable, "-m", "asr.train", *self.common, f"exp_dir={exp}", *self.training(recipe, 1)],
                          self.dir, self.dir / f"startup{repeat}.log")
@@ -177,19 +205,19 @@ class SizeRun:
     def run(self) -> dict:
         out: dict = {"conversations": self.conversations, "stages": {}}
         stages = out["stages"]
-        stages["synth"] = self.stage("synth", "asr.data.synth", outputs=(self.dir / "corpus",))
-        stages["prepare"] = self.stage("prepare", "asr.data.prepare", outputs=(self.dir / "data",))
+        stages["synth"] = self.stage("synth", "asr.data.synth", outputs=("corpus",))
+        stages["prepare"] = self.stage("prepare", "asr.data.prepare", outputs=("data",))
         hours, utts = training_hours(self.dir / "data" / "train")
         out["hours"], out["utterances"] = hours, utts
-        stages["validate"] = run_measured([sys.executable, "-m", "asr.data.validate", str(self.dir / "data" / "train")],
-                                          self.dir, self.dir / "validate.log") | {"disk_mb": 0.0}
+        stages["validate"] = self.stage("validate", "asr.data.validate",
+                                        cmd=[sys.executable, "-m", "asr.data.validate", str(self.dir / "data" / "train")])
         for recipe in self.args.recipes:
             stages[f"features:{recipe}"] = self.stage(f"features_{recipe}", "asr.features", f"features={recipe}",
-                                                      outputs=(self.dir / "feats" / recipe,))
+                                                      outputs=(f"feats/{recipe}",))
         first = self.args.recipes[0]
-        stages["tokenizer"] = self.stage("tokenizer", "asr.text", f"features={first}", outputs=(self.dir / "lang",))
-        stages["lm"] = self.stage("lm", "asr.lm", f"features={first}")
-        stages["train"] = self.stage("train", "asr.train", *self.training(first, self.args.steps))
+        stages["tokenizer"] = self.stage("tokenizer", "asr.text", f"features={first}", outputs=("lang",))
+        stages["lm"] = self.stage("lm", "asr.lm", f"features={first}", fresh=("lang/lm",))
+        stages["train"] = self.stage("train", "asr.train", *self.training(first, self.args.steps), fresh=("exp", self.index(first)))
         stages["train"] |= self.startups(first)
         for entry in stages.values():
             entry["seconds_per_hour"] = entry["seconds"] / hours
@@ -263,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="training steps per size")
     parser.add_argument("--frames", type=int, default=6000, help="padded frames per training step (default %(default)s)")
     parser.add_argument("--jobs", type=int, default=2, help="processes for the stages that split (synth, features)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each stage per size (default %(default)s)")
     parser.add_argument("--startups", type=int, default=3, help="learner start-ups per size, each building the index (default %(default)s)")
     parser.add_argument("--jobs-target", type=int, default=16, help="cores of the machine the extrapolation is for")
     parser.add_argument("--keep", action="store_true", help="keep the corpora and outputs")
@@ -272,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
     if len(args.sizes) < 2 or args.sizes != sorted(args.sizes):
         log.error("--sizes: give at least two sizes, smallest first (got %s)", args.sizes)
+        return 2
+    if min(args.repeats, args.startups) < 1:
+        log.error("--repeats %d, --startups %d: give at least 1 run of each", args.repeats, args.startups)
         return 2
     work = Path(tempfile.mkdtemp(prefix="bench-scale."))
     start = time.time()

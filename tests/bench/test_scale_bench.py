@@ -5,18 +5,36 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
 
-from asr.bench.scale import main
-
-pytestmark = pytest.mark.slow
+from asr.bench.scale import main, run_measured
 
 
+def test_the_largest_process_peak_is_the_kernels_high_water_mark_even_in_a_grandchild(tmp_path):
+    # The grandchild touches 300 MB and frees it at once, then reports its high-water mark: a
+    # sample of its resident memory falls below that mark unless taken in the microseconds
+    # between the last page touched and the free.
+    spike = ("import numpy; a = numpy.ones(300 * 2**20, numpy.uint8); del a; "
+             "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])")
+    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {spike!r}], check=True)"
+    result = run_measured([sys.executable, "-c", child], tmp_path, tmp_path / "log")
+    high_water_kib = int((tmp_path / "log").read_text().split()[-1])
+    assert result["largest_process_mb"] * 1024 >= high_water_kib > 300 * 1024
+    assert result["peak_rss_mb"] >= result["largest_process_mb"]
+
+
+def test_a_failing_command_names_its_log(tmp_path):
+    with pytest.raises(RuntimeError, match="failed \\(3\\).*log"):
+        run_measured([sys.executable, "-c", "raise SystemExit(3)"], tmp_path, tmp_path / "log")
+
+
+@pytest.mark.slow
 def test_scale_benchmark_measures_every_stage_and_fits_its_growth(tmp_path):
     out = tmp_path / "bench"
-    status = main(["--sizes", "2", "4", "--recipes", "logmel40", "--steps", "2", "--frames", "1200", "--jobs", "1", "--startups", "2", "--out", str(out),
+    status = main(["--sizes", "2", "4", "--recipes", "logmel40", "--steps", "2", "--frames", "1200", "--jobs", "1", "--repeats", "2", "--startups", "2", "--out", str(out),
                    "synth=tiny", "data.dev_utts=8", "model.num_layers=1", "model.hidden_size=16"])
     assert status == 0
     report = json.loads((out / "scale.json").read_text())
@@ -29,6 +47,8 @@ def test_scale_benchmark_measures_every_stage_and_fits_its_growth(tmp_path):
         for name, stage in size["stages"].items():
             assert stage["seconds"] > 0 and stage["peak_rss_mb"] >= stage["largest_process_mb"] > 10  # a Python process at least
             assert stage["seconds_per_hour"] == pytest.approx(stage["seconds"] / size["hours"])
+            for key in ("seconds", "peak_rss_mb", "largest_process_mb"):  # each stage run twice, its outputs removed between
+                assert len(stage[f"{key}_runs"]) == 2 and stage[key] == min(stage[f"{key}_runs"])
         assert size["stages"]["features:logmel40"]["disk_mb"] > 0 and size["stages"]["train"]["startup_seconds"] > 0
         train = size["stages"]["train"]
         assert train["startup_peak_rss_mb"] > 10  # the learner's peak memory at its first batch
