@@ -2,7 +2,7 @@
 exponent, and what that predicts for Switchboard-300 and Switchboard-2000.
 
     python -m asr.bench scale [--sizes 40 120 360] [--recipes logmel40 fmllr40 ...] [--steps 20] [--frames 6000]
-                              [--jobs 2] [--startups 3] [--out exp/bench] [overrides...]
+                              [--jobs 2] [--repeats 2] [--startups 3] [--out exp/bench] [overrides...]
 
 For each size (synthetic conversations) it runs, through the stages' own entry points
 (`python -m asr.<stage>`), as the mini recipe does: synth, prepare, validate, features (each of
