@@ -17,7 +17,7 @@ For each size (synthetic conversations) it runs, through the stages' own entry p
                                    beside its successor, adds to the tree's total but not to this)
     *_runs                         each of --repeats runs (the stage's outputs removed between
                                    them); the figures above are the fastest and the smallest
-                                   peaks: what a run needs, without the allocator's noise
+                                   peaks (a heap's layout, so its peak, varies between runs)
     disk_mb, disk_mb_per_hour      what the stage wrote
 and for training the learner's start-up (process start to its first step, building the training
 index) and its peak memory until then (what it holds for the corpus, before any batch's
