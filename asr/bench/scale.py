@@ -150,11 +150,13 @@ class SizeRun:
                        f"synth.jobs={args.jobs}", f"data.data_dir={self.dir / 'data'}", f"features.feats_dir={self.dir / 'feats'}",
                        f"features.jobs={args.jobs}", f"tokenizer.lang_dir={self.dir / 'lang'}", *args.overrides]
 
-    def stage(self, name: str, module: str, *extra: str, outputs: tuple[str, ...] = (), fresh: tuple[str, ...] = (),
-              cmd: list[str] | None = None) -> dict:
-        """The stage --repeats times, its `outputs` and `fresh` (glob patterns in the size's
+    def command(self, module: str, *extra: str) -> list[str]:
+        """A stage's entry point with the size's directories, as the mini recipe runs it."""
+        return [sys.executable, "-m", module, *self.common, f"exp_dir={self.dir / 'exp'}", *extra]
+
+    def stage(self, name: str, cmd: list[str], outputs: tuple[str, ...] = (), fresh: tuple[str, ...] = ()) -> dict:
+        """`cmd` --repeats times, its `outputs` and `fresh` (glob patterns in the size's
         directory) removed before each repeat, which would otherwise find its work done."""
-        cmd = cmd or [sys.executable, "-m", module, *self.common, f"exp_dir={self.dir / 'exp'}", *extra]
         runs = []
         for repeat in range(self.args.repeats):
             if repeat:
@@ -170,7 +172,10 @@ class SizeRun:
     def remove(self, *patterns: str) -> None:
         for pattern in patterns:
             for path in self.dir.glob(pattern):
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
 
     def training(self, recipe: str, steps: int) -> list[str]:
         # Batches of a fixed number of padded frames: the steps' activations then take the same
@@ -205,19 +210,19 @@ class SizeRun:
     def run(self) -> dict:
         out: dict = {"conversations": self.conversations, "stages": {}}
         stages = out["stages"]
-        stages["synth"] = self.stage("synth", "asr.data.synth", outputs=("corpus",))
-        stages["prepare"] = self.stage("prepare", "asr.data.prepare", outputs=("data",))
+        stages["synth"] = self.stage("synth", self.command("asr.data.synth"), outputs=("corpus",))
+        stages["prepare"] = self.stage("prepare", self.command("asr.data.prepare"), outputs=("data",))
         hours, utts = training_hours(self.dir / "data" / "train")
         out["hours"], out["utterances"] = hours, utts
-        stages["validate"] = self.stage("validate", "asr.data.validate",
-                                        cmd=[sys.executable, "-m", "asr.data.validate", str(self.dir / "data" / "train")])
+        stages["validate"] = self.stage("validate", [sys.executable, "-m", "asr.data.validate", str(self.dir / "data" / "train")])
         for recipe in self.args.recipes:
-            stages[f"features:{recipe}"] = self.stage(f"features_{recipe}", "asr.features", f"features={recipe}",
+            stages[f"features:{recipe}"] = self.stage(f"features_{recipe}", self.command("asr.features", f"features={recipe}"),
                                                       outputs=(f"feats/{recipe}",))
         first = self.args.recipes[0]
-        stages["tokenizer"] = self.stage("tokenizer", "asr.text", f"features={first}", outputs=("lang",))
-        stages["lm"] = self.stage("lm", "asr.lm", f"features={first}", fresh=("lang/lm",))
-        stages["train"] = self.stage("train", "asr.train", *self.training(first, self.args.steps), fresh=("exp", self.index(first)))
+        stages["tokenizer"] = self.stage("tokenizer", self.command("asr.text", f"features={first}"), outputs=("lang",))
+        stages["lm"] = self.stage("lm", self.command("asr.lm", f"features={first}"), fresh=("lang/lm",))
+        stages["train"] = self.stage("train", self.command("asr.train", *self.training(first, self.args.steps)),
+                                     fresh=("exp", self.index(first)))
         stages["train"] |= self.startups(first)
         for entry in stages.values():
             entry["seconds_per_hour"] = entry["seconds"] / hours

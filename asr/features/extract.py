@@ -58,6 +58,7 @@ from asr.data import commands
 from asr.data.audio import cut_segment, read_recording, shell_command
 from asr.data.datadir import Lookup, c_sort_key, parse_duration, parse_segment, read_table, sorted_table
 from asr.features import cmvn
+from asr.features.config import FeaturesConfig
 from asr.features.deltas import delta_opts
 from asr.features.fbank import FbankOptions, fbank_batch
 from asr.features.featureset import DELTA_COLUMNS, FeatureLayout, FeatureWriter, LoadDeltas
@@ -186,7 +187,7 @@ def extract_set(
     cmvn_unit: str = "utterance",
     jobs: int = 1,
     device: str = "cpu",
-    batch_seconds: float = 10.0,
+    batch_seconds: float = FeaturesConfig.batch_seconds,
     force: bool = False,
     deltas: tuple[int, int] = (0, 2),
     compress: bool = False,

@@ -28,8 +28,7 @@ log = logging.getLogger("asr.features")
 
 CHUNK_FRAMES = 32768  # frames per likelihood matrix product (bounds memory to chunk x components)
 # Frames per chunk of per-frame outer products (fMLLR, MLLT: chunk x (d+1)^2 floats) and of
-# float64 LDA statistics: 1,024 keeps a chunk's 7 MB in cache; 4,096 took 20% more CPU and
-# 85 MB a chunk, which varied a speaker's fMLLR worker's peak by 100 MB from run to run.
+# float64 LDA statistics: 1,024 keeps a chunk's 7 MB in cache (4,096: 85 MB, 20% more CPU).
 OUTER_PRODUCT_CHUNK = 1024
 MIN_LOG_POSTERIOR = -70.0  # relative to the best component of the frame
 SPLIT_PERTURBATION = 0.2  # new means at mean +- this many standard deviations (Kaldi's DiagGmm::Split)
