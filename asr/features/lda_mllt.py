@@ -30,6 +30,7 @@ from torch import Tensor
 
 from asr.features import gmm as gmm_lib
 from asr.features.gmm import CHUNK_FRAMES, OUTER_PRODUCT_CHUNK, DiagGmm, GmmStats
+from asr.utils.memory import release_freed_memory
 
 log = logging.getLogger("asr.features")
 
@@ -173,22 +174,40 @@ def train_front_end(base: Tensor, spliced: Iterable[Tensor | np.ndarray], dim: i
     lda, eigenvalues = estimate_lda(lda_stats, dim)
     log.info("LDA %d -> %d: eigenvalues %.2f .. %.2f (kept), %.3f (first dropped)",
              lda.shape[1], dim, eigenvalues[0], eigenvalues[dim - 1], eigenvalues[dim] if len(eigenvalues) > dim else float("nan"))
+    release_freed_memory()
     matrix = torch.as_tensor(lda, dtype=class_ubm.means.dtype, device=class_ubm.means.device)
-    z = torch.cat([part.to(matrix) @ matrix.T for c in spliced for part in torch.as_tensor(c).split(OUTER_PRODUCT_CHUNK)])
+    z = project(spliced, matrix, base.shape[0])
     floor = gmm_lib.variance_floor(z, var_floor_ratio)
     gmm = _gmm_from_class_posteriors(class_ubm, base, z, floor)
     report = gmm_lib.EmReport()
     for _ in range(mllt_iters):
         gmm = gmm_lib.em(gmm, z, em_iters, floor, report)
         stats, _ = accumulate_mllt(gmm, z)
+        release_freed_memory()
         mllt = torch.as_tensor(update_mllt(stats), dtype=z.dtype, device=z.device)
-        z, matrix = z @ mllt.T, mllt @ matrix
+        for part in z.split(OUTER_PRODUCT_CHUNK):  # in place: z @ mllt.T would hold z twice
+            part.copy_(part @ mllt.T)
+        matrix = mllt @ matrix
         gmm = DiagGmm(gmm.weights, gmm.means @ mllt.T, gmm.variances, gmm.precision)  # variances: re-estimated by EM next
         floor = gmm_lib.variance_floor(z, var_floor_ratio)
     gmm = gmm_lib.em(gmm, z, final_iters, floor, report)
     log.info("LDA+MLLT GMM: log-likelihood per frame %.3f -> %.3f over %d EM iterations",
              report.loglike_per_frame[0], report.loglike_per_frame[-1], len(report.loglike_per_frame))
     return FrontEnd(matrix.cpu().numpy(), gmm, eigenvalues, report.loglike_per_frame)
+
+
+def project(spliced: Iterable[Tensor | np.ndarray], matrix: Tensor, frames: int) -> Tensor:
+    """The spliced frames' projections (frames, d), written in place: a list of parts joined by
+    torch.cat would hold them twice."""
+    z = matrix.new_empty(frames, matrix.shape[0])
+    start = 0
+    for block in spliced:
+        for part in torch.as_tensor(block).split(OUTER_PRODUCT_CHUNK):
+            torch.matmul(part.to(matrix), matrix.T, out=z[start: start + part.shape[0]])
+            start += part.shape[0]
+    if start != frames:
+        raise ValueError(f"{start} spliced frames for {frames} frames")
+    return z
 
 
 def _gmm_from_class_posteriors(class_ubm: DiagGmm, base: Tensor, z: Tensor, floor: Tensor) -> DiagGmm:

@@ -28,23 +28,28 @@ def splice(feats: np.ndarray, left: int, right: int) -> np.ndarray:
 class SplicedBlocks:
     """Utterances spliced one by one and laid end to end, made in blocks of `block` frames (the
     last one shorter) each time it is iterated, instead of held: (left + 1 + right) times the
-    frames' memory is then only ever a block's."""
+    frames' memory is then only ever a block's and an utterance's."""
 
     def __init__(self, utterances: Sequence[np.ndarray], left: int, right: int, block: int):
         self.utterances, self.left, self.right, self.block = utterances, left, right, block
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        pending: list[np.ndarray] = []
-        size = 0
+        out: np.ndarray | None = None
+        filled = 0
         for feats in self.utterances:
-            pending.append(splice(feats, self.left, self.right))
-            size += pending[-1].shape[0]
-            while size >= self.block:
-                joined = np.concatenate(pending)
-                yield joined[: self.block]
-                pending, size = [joined[self.block :]], size - self.block
-        if size:
-            yield np.concatenate(pending)
+            spliced = splice(feats, self.left, self.right)
+            start = 0
+            while start < spliced.shape[0]:
+                if out is None:
+                    out, filled = np.empty((self.block, spliced.shape[1]), spliced.dtype), 0
+                take = min(self.block - filled, spliced.shape[0] - start)
+                out[filled: filled + take] = spliced[start: start + take]
+                filled, start = filled + take, start + take
+                if filled == self.block:
+                    yield out
+                    out = None
+        if out is not None:
+            yield out[:filled]
 
 
 def splice_opts(left: int, right: int) -> str:

@@ -8,7 +8,7 @@ import torch
 
 from asr.features.fmllr import accumulate, aux_function, estimate_fmllr, identity_transform, transform_frames, update_transform
 from asr.features.gmm import CHUNK_FRAMES, DiagGmm, accumulate as gmm_accumulate, train_gmm
-from asr.features.lda_mllt import accumulate_lda, accumulate_mllt, estimate_lda, mllt_aux, train_front_end, update_mllt
+from asr.features.lda_mllt import accumulate_lda, accumulate_mllt, estimate_lda, mllt_aux, project, train_front_end, update_mllt
 
 
 class Mixture:
@@ -234,3 +234,14 @@ def test_front_end_projects_to_the_requested_dimension():
     projected = torch.from_numpy(spliced @ front.matrix.T)
     stats = gmm_accumulate(front.gmm, projected)
     assert stats.loglike / stats.frames == pytest.approx(front.loglike_per_frame[-1], abs=0.05)
+
+
+@pytest.mark.parametrize("block", [1, 700, 1024, 2500])
+def test_projection_in_place_is_the_whole_product(block):
+    rng = np.random.default_rng(4)
+    spliced = rng.normal(size=(2500, 12)).astype(np.float32)
+    matrix = torch.from_numpy(rng.normal(size=(5, 12)))
+    z = project(np.array_split(spliced, range(block, 2500, block)), matrix, 2500)
+    np.testing.assert_allclose(z.numpy(), spliced.astype(np.float64) @ matrix.numpy().T, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="2500 spliced frames for 2600"):
+        project([spliced], matrix, 2600)
