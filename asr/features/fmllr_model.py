@@ -24,6 +24,7 @@ import contextlib
 import json
 import logging
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -187,31 +188,34 @@ def speaker_adaptive_training(model: FmllrModel, by_speaker: dict[str, list[str]
                               cfg: Any, jobs: int = 1) -> list[dict]:
     """`cfg.sat_iters` rounds of: fMLLR per training speaker (split over `jobs` processes),
     then EM on the adapted frames."""
-    projected = {spk: np.concatenate([model.project(normalised[u]) for u in spk_utts]) for spk, spk_utts in by_speaker.items()}
-    sizes = {spk: z.shape[0] for spk, z in projected.items()}
-    parts = split_speakers({spk: [spk] for spk in projected}, sizes, jobs)
-    rounds = []
-    for _ in range(cfg.sat_iters):
-        gmm = SatGmm.of(model.gmm)
-        tasks = [SatTask(gmm, {spk: projected[spk] for spk in part}, FmllrOptions.from_config(cfg)) for part in parts]
-        results = {spk: r for part in run_parts(tasks, desc="SAT speakers", total=len(projected), work=estimate_part, unit="spk")
-                   for spk, r in part.items()}
-        adapted = [transform_frames(torch.from_numpy(projected[spk]).to(model.gmm.means), results[spk].transform)
-                   for spk in projected]
-        frames = torch.cat(adapted)
-        em_report = gmm_lib.EmReport()
-        floor = gmm_lib.variance_floor(frames, cfg.var_floor_ratio)
-        model.gmm = gmm_lib.em(model.gmm, frames, cfg.em_iters, floor, em_report)
-        updated = sum(r.updated for r in results.values())
-        gains = [r.objective[-1] - r.objective[0] for r in results.values()]
-        rounds.append({"speakers_adapted": updated, "speakers": len(projected),
-                       "mean_objective_gain_per_frame": float(np.mean(gains)) if gains else 0.0,
-                       "mean_em_iterations": float(np.mean([len(r.objective) - 1 for r in results.values() if r.updated] or [0])),
-                       "gmm_loglike_per_frame": em_report.loglike_per_frame})
-        log.info("SAT round %d: %d of %d speakers adapted, objective +%.3f per frame; GMM log-likelihood %.3f -> %.3f",
-                 len(rounds), updated, len(projected), rounds[-1]["mean_objective_gain_per_frame"],
-                 em_report.loglike_per_frame[0], em_report.loglike_per_frame[-1])
-    return rounds
+    with tempfile.TemporaryDirectory(prefix="sat.") as tmp:
+        projected = SatFrames.write(Path(tmp) / "projected.npy", model, by_speaker, normalised)
+        parts = split_speakers({spk: [spk] for spk in projected.rows}, projected.sizes(), jobs)
+        return [sat_round(model, projected, parts, cfg, number) for number in range(1, cfg.sat_iters + 1)]
+
+
+def sat_round(model: FmllrModel, projected: "SatFrames", parts: list[list[str]], cfg: Any, number: int) -> dict:
+    """fMLLR for every speaker, then EM on the adapted frames (round `number`); its report."""
+    gmm = SatGmm.of(model.gmm)
+    tasks = [SatTask(gmm, projected.subset(part), FmllrOptions.from_config(cfg)) for part in parts]
+    results = {spk: r for part in run_parts(tasks, desc="SAT speakers", total=len(projected.rows), work=estimate_part, unit="spk")
+               for spk, r in part.items()}
+    frames = model.gmm.means.new_empty(projected.total, model.dim)  # adapted in place, speaker by speaker
+    for spk, (start, end) in projected.rows.items():
+        frames[start:end] = transform_frames(torch.from_numpy(projected.of(spk)).to(frames), results[spk].transform)
+    em_report = gmm_lib.EmReport()
+    floor = gmm_lib.variance_floor(frames, cfg.var_floor_ratio)
+    model.gmm = gmm_lib.em(model.gmm, frames, cfg.em_iters, floor, em_report)
+    updated = sum(r.updated for r in results.values())
+    gains = [r.objective[-1] - r.objective[0] for r in results.values()]
+    report = {"speakers_adapted": updated, "speakers": len(results),
+              "mean_objective_gain_per_frame": float(np.mean(gains)) if gains else 0.0,
+              "mean_em_iterations": float(np.mean([len(r.objective) - 1 for r in results.values() if r.updated] or [0])),
+              "gmm_loglike_per_frame": em_report.loglike_per_frame}
+    log.info("SAT round %d: %d of %d speakers adapted, objective +%.3f per frame; GMM log-likelihood %.3f -> %.3f",
+             number, updated, len(results), report["mean_objective_gain_per_frame"],
+             em_report.loglike_per_frame[0], em_report.loglike_per_frame[-1])
+    return report
 
 
 # ------------------------------------------------------------- SAT worker parts
@@ -252,9 +256,50 @@ class SatGmm:
 
 
 @dataclass
+class SatFrames:
+    """The SAT speakers' frames in the GMM's space, end to end in one float64 .npy file, which
+    worker processes map instead of being sent pickled copies (a transient of twice the frames
+    in the main process) and the main process reads speaker by speaker."""
+
+    path: str
+    rows: dict[str, tuple[int, int]]  # speaker -> its rows [start, end)
+
+    @classmethod
+    def write(cls, path: Path, model: FmllrModel, by_speaker: dict[str, list[str]],
+              normalised: dict[str, np.ndarray]) -> "SatFrames":
+        rows, total = {}, 0
+        for spk, utts in by_speaker.items():
+            rows[spk] = (total, total + sum(normalised[u].shape[0] for u in utts))
+            total = rows[spk][1]
+        out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64, shape=(total, model.dim))
+        for spk, utts in by_speaker.items():
+            start = rows[spk][0]
+            for utt in utts:
+                out[start: start + normalised[utt].shape[0]] = model.project(normalised[utt])
+                start += normalised[utt].shape[0]
+        out.flush()
+        del out
+        return cls(str(path), rows)
+
+    @property
+    def total(self) -> int:
+        return max((end for _, end in self.rows.values()), default=0)
+
+    def sizes(self) -> dict[str, int]:
+        return {spk: end - start for spk, (start, end) in self.rows.items()}
+
+    def subset(self, speakers: list[str]) -> "SatFrames":
+        return SatFrames(self.path, {spk: self.rows[spk] for spk in speakers})
+
+    def of(self, speaker: str) -> np.ndarray:
+        start, end = self.rows[speaker]
+        return np.array(np.load(self.path, mmap_mode="r")[start:end])
+
+
+@dataclass
 class SatTask:
     gmm: SatGmm
-    frames: dict[str, np.ndarray]  # speaker -> frames in the GMM's space
+    frames: SatFrames  # of the part's speakers
     options: FmllrOptions
 
 
@@ -263,8 +308,8 @@ def estimate_part(task: SatTask, on_speaker_done: Callable[[], None]) -> dict[st
     gmm = task.gmm.gmm()
     results = {}
     with single_thread():
-        for speaker, z in task.frames.items():
-            results[speaker] = task.options.estimate(gmm, z)
+        for speaker in task.frames.rows:
+            results[speaker] = task.options.estimate(gmm, task.frames.of(speaker))
             on_speaker_done()
     return results
 

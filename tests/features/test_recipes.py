@@ -15,8 +15,9 @@ from asr.features.extract import extract_set
 from asr.features.fbank import FbankOptions
 from asr.features.featureset import FeatureReader
 from asr.features.fmllr import transform_frames
+from asr.features.gmm import DiagGmm
 from asr.data.datadir import read_data_dir
-from asr.features.fmllr_model import FmllrModel, SpeakerFrames, train_fmllr_model
+from asr.features.fmllr_model import FmllrModel, SatFrames, SpeakerFrames, train_fmllr_model
 from asr.features.fmllr_recipe import adapt_set
 from asr.features.kaldi_io import read_transforms
 from asr.features.recipes import feature_dim, make_features
@@ -228,3 +229,19 @@ def test_sat_split_over_two_jobs_trains_the_same_model(fmllr_run, tmp_path):
     models = [train_fmllr_model(SpeakerFrames(base, subset.speaker_of, False), subset, fmllr, jobs=jobs)[0] for jobs in (1, 2)]
     for name in ("weights", "means", "variances"):
         np.testing.assert_allclose(getattr(models[1].gmm, name).numpy(), getattr(models[0].gmm, name).numpy(), rtol=1e-9, atol=1e-9)
+
+
+def test_sat_frames_are_each_speakers_projected_frames_end_to_end(tmp_path):
+    """What SAT's workers map: each speaker's utterances projected, in order, at its rows."""
+    rng = np.random.default_rng(5)
+    gmm = DiagGmm(torch.ones(2) / 2, torch.zeros(2, 3, dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64))
+    model = FmllrModel(1, 1, rng.normal(size=(3, 12)), gmm)
+    normalised = {utt: rng.normal(size=(n, 4)).astype(np.float32) for utt, n in (("a1", 5), ("a2", 0), ("a3", 7), ("b1", 4))}
+    by_speaker = {"a": ["a1", "a2", "a3"], "b": ["b1"]}
+    frames = SatFrames.write(tmp_path / "projected.npy", model, by_speaker, normalised)
+    assert frames.rows == {"a": (0, 12), "b": (12, 16)} and frames.total == 16 and frames.sizes() == {"a": 12, "b": 4}
+    for spk, utts in by_speaker.items():
+        np.testing.assert_array_equal(frames.of(spk), np.concatenate([model.project(normalised[u]) for u in utts]))
+    only_b = frames.subset(["b"])
+    assert only_b.rows == {"b": (12, 16)}
+    np.testing.assert_array_equal(only_b.of("b"), frames.of("b"))
