@@ -158,7 +158,8 @@ def train_fmllr_model(frames: SpeakerFrames, subset: FrameSubset, cfg: Any, devi
     are split over `jobs` worker processes."""
     utts = subset.utts
     by_speaker = frames.speakers(utts)
-    normalised = {u: frames.normalised(u)[: subset.frames_of[u]] for u in utts}
+    # copies: a view of a speaker's cut last utterance would keep the whole utterance alive
+    normalised = {u: frames.normalised(u)[: subset.frames_of[u]].copy() for u in utts}
     base = torch.from_numpy(np.concatenate([normalised[u] for u in utts]))
     needed = 2 * cfg.num_components
     if base.shape[0] < needed:
