@@ -11,7 +11,6 @@ phases of a long computation, the peak is what the phase holds, not what earlier
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 from typing import Callable
 
@@ -19,12 +18,9 @@ from typing import Callable
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's malloc_trim, or None where the C library has none (musl, macOS, Windows)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
     try:
-        return ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):
+        return ctypes.CDLL(None).malloc_trim  # the process's own symbols: libc is loaded already
+    except (OSError, AttributeError, TypeError):
         return None
 
 
