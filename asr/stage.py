@@ -18,12 +18,14 @@ from asr.data import commands as command_policy
 from asr.utils.atomic import NO_SPACE, disk_full_message
 from asr.utils.errors import InputError
 from asr.utils.log import setup_logging
+from asr.utils.memory import limit_kernel_cache
 
 
 def stage_main(stage: str) -> Callable[[Callable[[DictConfig], Any]], Callable[[], None]]:
     """Decorator for a stage entry point: Hydra config, logging, clean errors.
 
-    The composed config is checked against the schema first (check_config). `InputError` (bad
+    The composed config is checked against the schema first (check_config), and oneDNN's
+    kernel cache is bounded before any model runs (asr.utils.memory). `InputError` (bad
     input the user can fix), a full disk and overrides Hydra cannot compose become a clear
     message and exit status 2.
     """
@@ -37,6 +39,7 @@ def stage_main(stage: str) -> Callable[[Callable[[DictConfig], Any]], Callable[[
             started = True
             log = setup_logging(stage, Path(cfg.exp_dir) / "log")
             log.info("stage %s: %s", stage, " ".join(sys.argv[1:]) or "(no overrides)")
+            limit_kernel_cache()
             try:
                 config.check_config(cfg)
                 command_policy.configure(cfg.data.run_commands)

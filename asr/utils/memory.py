@@ -1,4 +1,4 @@
-"""Handing freed heap memory back to the operating system.
+"""Memory a process keeps without using it: freed heap pages, and cached CPU kernels.
 
 glibc's malloc keeps memory freed in the middle of its heaps (and raises its mmap threshold
 after each large free, so arrays of a few MB land on the heap). A loop that allocates and frees
@@ -6,13 +6,24 @@ arrays of varying sizes then leaves holes the process keeps resident, and how mu
 the heap's layout: the same run's peak varied by 50-90 MB between identical runs (with address
 randomisation). `malloc_trim(0)` returns every free page of every arena; called between the
 phases of a long computation, the peak is what the phase holds, not what earlier phases left.
+
+PyTorch's CPU LSTM and matmul build a oneDNN primitive (a JIT kernel and its buffers) per input
+shape, and oneDNN keeps the last 1,024 in a cache. Training batches have a new shape almost
+every step, so the cache grew by about 4 MB a step for hundreds of steps, none of it used again;
+`limit_kernel_cache` bounds it to what one step reuses across its layers.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import os
 from typing import Callable
+
+KERNEL_CACHE_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+# Enough for one step's primitives (per distinct layer shape, forward and backward, and the
+# weights' reorders); fewer would rebuild some within a step, more only hold memory.
+KERNEL_CACHE_CAPACITY = 16
 
 
 @functools.cache
@@ -32,3 +43,9 @@ def release_freed_memory() -> bool:
         return False
     trim(0)
     return True
+
+
+def limit_kernel_cache(capacity: int = KERNEL_CACHE_CAPACITY) -> None:
+    """Bound oneDNN's primitive cache to `capacity` kernels, unless the environment sets it.
+    oneDNN reads the variable when it builds its first primitive: call this at start-up."""
+    os.environ.setdefault(KERNEL_CACHE_VARIABLE, str(capacity))

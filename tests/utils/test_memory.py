@@ -1,10 +1,13 @@
 import os
 import platform
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+import torch
 
-from asr.utils.memory import release_freed_memory
+from asr.utils.memory import KERNEL_CACHE_VARIABLE, limit_kernel_cache, release_freed_memory
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
@@ -33,3 +36,35 @@ def test_without_glibc_it_says_so(monkeypatch):
 
     monkeypatch.setattr(memory, "_malloc_trim", lambda: None)
     assert memory.release_freed_memory() is False
+
+
+def test_a_users_kernel_cache_setting_is_kept(monkeypatch):
+    monkeypatch.setenv(KERNEL_CACHE_VARIABLE, "100")
+    limit_kernel_cache()
+    assert os.environ[KERNEL_CACHE_VARIABLE] == "100"
+
+
+KERNEL_REUSE = """
+import sys, torch
+from asr.utils.memory import limit_kernel_cache
+if sys.argv[1] == "limit":
+    limit_kernel_cache(4)
+lstm = torch.nn.LSTM(8, 16, 2, bidirectional=True)
+for frames in [5, *range(6, 26), 5]:  # the first shape again after 20 others
+    lstm(torch.randn(frames, 2, 8))[0].sum().backward()
+"""
+
+
+def rnn_kernels_reused(mode: str) -> int:
+    env = {key: value for key, value in os.environ.items() if key != KERNEL_CACHE_VARIABLE}
+    out = subprocess.run([sys.executable, "-c", KERNEL_REUSE, mode], env=env | {"ONEDNN_VERBOSE": "profile_create"},
+                         capture_output=True, text=True, check=True).stdout
+    return sum(1 for line in out.splitlines() if ",create:cache_hit," in line and ",rnn," in line)
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+def test_the_kernel_cache_keeps_only_the_last_shapes_kernels():
+    # oneDNN keeps the first shape's LSTM kernels through 20 other shapes by default (the cache
+    # that grew by MBs a step in training); limited, they are rebuilt.
+    assert rnn_kernels_reused("default") > 0
+    assert rnn_kernels_reused("limit") == 0
