@@ -9,8 +9,8 @@ phases of a long computation, the peak is what the phase holds, not what earlier
 
 PyTorch's CPU LSTM and matmul build a oneDNN primitive (a JIT kernel and its buffers) per input
 shape, and oneDNN keeps the last 1,024 in a cache. Training batches have a new shape almost
-every step, so the cache grew by about 4 MB a step for hundreds of steps, none of it used again;
-`limit_kernel_cache` bounds it to what one step reuses across its layers.
+every step, so the cache grew by about 4 MB a step for hundreds of steps, little of it used
+again; `limit_kernel_cache` bounds it to what one step reuses across its layers.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from typing import Callable
 
 KERNEL_CACHE_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 # Enough for one step's primitives (per distinct layer shape, forward and backward, and the
-# weights' reorders); fewer would rebuild some within a step, more only hold memory.
+# weights' reorders). A larger cache reuses a kernel when a batch shape recurs, a few percent
+# of a CPU step, for megabytes per kernel: set the variable to trade memory for that.
 KERNEL_CACHE_CAPACITY = 16
 
 
