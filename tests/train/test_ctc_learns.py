@@ -13,6 +13,7 @@ from asr.optim.updater import Updater
 from asr.train.data import collate
 from asr.train.loop import ctc_loss_sum
 from asr.train.precision import autocast
+from tests.fixtures.cpu import needs_cpu_bf16_lstm
 
 torch.set_num_threads(1)
 
@@ -43,7 +44,7 @@ def per_token_loss(model, batch) -> float:
     return loss
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=needs_cpu_bf16_lstm())])
 def test_ctc_loss_falls_hundredfold_in_60_updates(precision):
     torch.manual_seed(0)
     cfg = ModelConfig(num_layers=1, hidden_size=32, bidirectional=True, stack_frames=2, subsample=2, dropout=0.0)

@@ -4,6 +4,7 @@ import shutil
 
 import pytest
 import torch
+from tests.fixtures.cpu import needs_cpu_bf16_lstm
 from tests.fixtures.toy_corpus import make_toy_experiment, toy_config
 
 from asr.models.checkpoint import CheckpointDir, load_checkpoint
@@ -198,7 +199,7 @@ def test_training_precision_choice(monkeypatch):
     from asr.train.precision import autocast, grad_scaler, training_precision
     from asr.utils.device import native_bf16
     cpu = torch.device("cpu")
-    assert training_precision("fp32", cpu) == "fp32" and training_precision("bf16", cpu) == "bf16"
+    assert training_precision("fp32", cpu) == "fp32"
     with pytest.raises(InputError, match="train.precision=fp16 needs a CUDA device"):
         training_precision("fp16", cpu)  # oneDNN has no float16 LSTM on most CPUs
     assert training_precision("auto", cpu) == ("bf16" if native_bf16(cpu) else "fp32")
@@ -208,8 +209,6 @@ def test_training_precision_choice(monkeypatch):
     for native, expected in ((False, "fp16"), (True, "bf16")):
         monkeypatch.setattr(devices, "native_bf16", lambda device, native=native: native)
         assert training_precision("auto", torch.device("cuda")) == expected
-    monkeypatch.setattr(devices, "native_bf16", lambda device: False)
-    assert training_precision("auto", cpu) == "fp32"
     assert grad_scaler("fp16", cpu) is not None and grad_scaler("bf16", cpu) is None and grad_scaler("fp32", cpu) is None
     a = torch.randn(4, 4)
     with autocast(cpu, "bf16"):
@@ -220,6 +219,36 @@ def test_training_precision_choice(monkeypatch):
         assert (a @ a).dtype == torch.float32
 
 
+@pytest.mark.parametrize("has_bf16_lstm", [True, False])
+def test_cpu_precision_follows_the_bf16_probe(monkeypatch, has_bf16_lstm):
+    """The probe's answer, faked both ways, decides `auto` and whether `bf16` is refused."""
+    from asr.train.precision import training_precision
+    from asr.utils import device as devices
+    monkeypatch.setattr(devices, "cpu_bf16_lstm", lambda: has_bf16_lstm)
+    monkeypatch.setattr(devices.torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    cpu = torch.device("cpu")
+    assert training_precision("auto", cpu) == ("bf16" if has_bf16_lstm else "fp32")
+    if has_bf16_lstm:
+        assert training_precision("bf16", cpu) == "bf16"
+    else:
+        with pytest.raises(InputError, match=r"train.precision=bf16: this CPU .* no bf16 LSTM kernel.*train.precision=auto"):
+            training_precision("bf16", cpu)
+
+
+def test_bf16_probe_agrees_with_a_real_bf16_lstm():
+    """The probe says yes exactly when a model-sized BLSTM runs under bf16 autocast here."""
+    from asr.utils.device import cpu_bf16_lstm
+    lstm = torch.nn.LSTM(40, 32, num_layers=2, bidirectional=True, batch_first=True)
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lstm(torch.randn(3, 17, 40))[0].float().sum().backward()
+        runs = True
+    except RuntimeError:
+        runs = False
+    assert cpu_bf16_lstm() == runs
+
+
+@needs_cpu_bf16_lstm()
 def test_bf16_training_learns_as_fp32_does(corpus, tmp_path, caplog):
     caplog.set_level("INFO")
     dev = {}
