@@ -1,13 +1,18 @@
 # make install   set up everything (system packages where possible, a venv with the toolkit)
 # make demo      run the mini recipe end to end on the synthetic corpus (prints a WER table)
 # make test      run the test suite (CPU only)
+# make test-avx2 the same suite as an AVX2-only CPU runs it (no AVX-512, no bf16 kernels)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 
-.PHONY: install demo test clean-demo
+.PHONY: install demo test test-avx2 clean-demo
+
+# oneDNN, ATen and MKL each pick kernels by instruction set; capping all three reproduces an
+# AVX2-only CPU (no bf16 LSTM, AVX2 round-off) on an AVX-512 or AMX machine.
+AVX2_ONLY := ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2
 
 install: $(STAMP)
 
@@ -26,6 +31,9 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q tests
+
+test-avx2: install
+	$(AVX2_ONLY) $(PY) -m pytest -q tests
 
 clean-demo:
 	rm -rf recipes/mini/corpus recipes/mini/data recipes/mini/feats recipes/mini/lang recipes/mini/exp
