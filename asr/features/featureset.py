@@ -28,6 +28,7 @@ from typing import Callable
 import kaldiio
 import numpy as np
 import torch
+from kaldiio.compression_header import GlobalHeader, PerColHeader
 from torch import Tensor
 
 from asr.data import commands
@@ -189,6 +190,77 @@ class FeatureReader:
         """`index`: the utterance's place in its dataset, which seeds its augmentation."""
         feats = checked_features(self.set_dir, utt, self.layout, lambda: self.feats[utt], lambda mat: self.cmvn(utt, mat))
         return self.augment(feats, index) if self.augment is not None else feats
+
+    def rows(self, utt: str, start: int, stop: int) -> Tensor:
+        """Rows [start, stop) of what `self(utt)` returns (no augmentation), decoding only those
+        rows and the deltas' reach around them: a training sample of 21 frames then costs a
+        small part of its utterance's decoding (asr/train/chunks.py). Deltas clamp at the
+        utterance's ends only, so the rows equal the whole matrix's exactly."""
+        reach = self.layout.deltas.order * self.layout.deltas.window if self.layout.deltas else 0
+        first, last = max(0, start - reach), min(self.num_frames[utt], stop + reach)
+        keep = slice(start - first, stop - first)
+        read = lambda: self._rows_reader.read(self.feats, utt, first, last)  # noqa: E731
+        return checked_features(self.set_dir, utt, self.layout, read, lambda mat: self.cmvn(utt, mat[keep]))
+
+    @property
+    def _rows_reader(self) -> "ArkRows":
+        if not hasattr(self, "_ark_rows"):
+            self._ark_rows = ArkRows()
+        return self._ark_rows
+
+
+class ArkRows:
+    """Rows of Kaldi matrices in ark files, read through a memory map of each ark: compressed
+    matrices (CM: one byte per value, column-major under per-column headers; CM2/CM3: row-major)
+    and float matrices are decoded for the rows asked for only. Other scp entries (commands,
+    ranges) are read whole and sliced."""
+
+    HEADER = 2 + 4 + 16  # "\0B", "CM " (a token and its space), GlobalHeader: min, range, rows, cols
+
+    def __init__(self):
+        self.maps: dict[str, np.memmap] = {}
+
+    def read(self, scp, utt: str, first: int, last: int) -> np.ndarray:
+        location = scp._dict[utt] if hasattr(scp, "_dict") else None
+        path, sep, offset = location.rpartition(":") if isinstance(location, str) else ("", "", "")
+        if sep and offset.isdigit() and not commands.is_pipe(location):
+            rows = self._rows(path, int(offset), first, last)
+            if rows is not None:
+                return rows
+        return np.asarray(scp[utt])[first:last]
+
+    def _map(self, path: str) -> np.memmap:
+        if path not in self.maps:
+            self.maps[path] = np.memmap(path, dtype=np.uint8, mode="r")
+        return self.maps[path]
+
+    def _rows(self, path: str, offset: int, first: int, last: int) -> np.ndarray | None:
+        data = self._map(path)
+        if bytes(data[offset:offset + 2]) != b"\0B":
+            return None  # a text matrix: read whole
+        token = bytes(data[offset + 2:offset + 6])
+        if token[:3] in (b"CM ", b"FM ", b"DM "):
+            kind, body = token[:2].decode(), offset + 5
+        elif token in (b"CM2 ", b"CM3 "):
+            kind, body = token[:3].decode(), offset + 6
+        else:
+            return None
+        if kind in ("FM", "DM"):  # then \4 rows \4 cols (int32 each), then the rows
+            rows, cols = int(np.frombuffer(bytes(data[body + 1:body + 5]), "<i4")[0]), int(np.frombuffer(bytes(data[body + 6:body + 10]), "<i4")[0])
+            size = 4 if kind == "FM" else 8
+            values = bytes(data[body + 10 + first * cols * size:body + 10 + last * cols * size])
+            return np.frombuffer(values, "<f4" if kind == "FM" else "<f8").reshape(-1, cols)
+        header = GlobalHeader.read(io.BytesIO(bytes(data[body:body + 16])), kind, "<")
+        body += 16
+        rows, cols = header.rows, header.cols
+        if kind == "CM":
+            columns = PerColHeader.read(io.BytesIO(bytes(data[body:body + 8 * cols])), header)
+            body += 8 * cols
+            values = np.asarray(data[body:body + rows * cols]).reshape(cols, rows)[:, first:last]
+            return columns.char_to_float(np.ascontiguousarray(values)).T
+        width = 2 if kind == "CM2" else 1
+        values = np.asarray(data[body:body + width * rows * cols]).view("<u2" if width == 2 else "u1").reshape(rows, cols)[first:last]
+        return header.uint_to_float(np.array(values, dtype=np.float32))
 
 
 def checked_features(set_dir: Path, utt: str, layout: FeatureLayout, read: Callable[[], np.ndarray],

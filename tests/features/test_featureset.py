@@ -6,6 +6,7 @@ import io
 import kaldiio
 import numpy as np
 import pytest
+import torch
 
 from asr.features.deltas import add_deltas
 from asr.features.featureset import FeatureLayout, FeatureReader, FeatureWriter, LoadDeltas
@@ -84,3 +85,21 @@ def test_reader_refuses_a_stored_width_that_does_not_fit(tmp_path):
     (tmp_path / "delta_opts").write_text("--delta-order=two\n")
     with pytest.raises(InputError, match="delta_columns: expected 'first last'"):
         FeatureLayout.read(tmp_path)
+
+
+@pytest.mark.parametrize("compression", [None, 1, 2, 3, 4, 5, 6, 7, "text"])
+def test_rows_read_alone_equal_the_whole_matrix_rows_deltas_included(tmp_path, compression):
+    """Rows read alone (a training sample of asr/train/chunks.py), from every Kaldi matrix kind, with the
+    deltas' reach around them, equal the whole matrix's rows bit for bit."""
+    rng = np.random.default_rng(0)
+    mats = {f"u{i}": rng.normal(size=(int(rng.integers(20, 60)), 6)).astype(np.float32) for i in range(3)}
+    kind = {"text": True} if compression == "text" else {"compression_method": compression}  # text: read whole, then cut
+    kaldiio.save_ark(str(tmp_path / "feats.ark"), mats, scp=str(tmp_path / "feats.scp"), **kind)
+    (tmp_path / "utt2num_frames").write_text("".join(f"{u} {len(m)}\n" for u, m in mats.items()))
+    LoadDeltas(order=2, window=2, first=2, last=6).write(tmp_path)
+    (tmp_path / "feat_dim").write_text("14\n")
+    reader = FeatureReader(tmp_path, {u: u for u in mats})
+    for utt, mat in mats.items():
+        whole = reader(utt)
+        for start in (0, 1, 3, len(mat) // 2, len(mat) - 8):
+            assert torch.equal(reader.rows(utt, start, start + 8), whole[start : start + 8]), (utt, start)
