@@ -10,7 +10,8 @@ double deltas appended by the reader (260 per frame), per-speaker CMVN; utteranc
 between 1 and 15 s. Measured on one thread (the trainer reads on one prefetch thread):
 
   loader           samples/s through FrameChunks and collate as the trainer reads them
-                   (each sample decodes only its rows and the deltas' reach)
+                   (a batch's samples decoded together, only their rows and the deltas' reach)
+  rows_alone       the same samples, each decoded on its own (FeatureReader.rows)
   whole_utterance  the same samples, each cut from its whole decoded utterance (what reading
                    would cost without FeatureReader.rows)
   step             the paper's model (6 x 512 BLSTM, 256 bottleneck, --pdfs outputs) on one
@@ -80,6 +81,16 @@ def write_feature_set(directory: Path, utts: int, seed: int = 0) -> SimpleNamesp
                            feat_dim=reader.feat_dim, pdf_counts=None, max_pdf=None)
 
 
+class RowsAlone(FrameChunks):
+    """The same samples, each decoded on its own (FeatureReader.rows)."""
+
+    def __getitems__(self, indices):
+        utts, starts = self.locate(indices)
+        return [(f"{self.utterances.utts[u]}@{start}", self.reader.rows(self.utterances.utts[u], start, start + self.chunk_frames),
+                 torch.from_numpy(self.utterances.targets[u][start : start + self.chunk_frames].astype(np.int64)))
+                for u, start in zip(utts.tolist(), starts.tolist())]
+
+
 class WholeUtterances(FrameChunks):
     """The same samples, each cut from its whole decoded utterance."""
 
@@ -143,9 +154,10 @@ def run(args) -> dict:
         report = {"set": {"utterances": args.utts, "frames": frames, "samples": len(chunks), "feat_dim": utterances.feat_dim,
                           "stored_dim": STORED, "compressed": True, "cmvn": "speaker"}}
         report["loader"] = time_loader(chunks, args.batch_samples, args.seconds)
+        report["rows_alone"] = time_loader(RowsAlone(utterances, args.chunk_frames, 1, seed=0), args.batch_samples, args.seconds)
         report["whole_utterance"] = time_loader(whole, args.batch_samples, args.seconds)
-        log.info("loader %.0f samples/s, whole utterances %.0f samples/s", report["loader"]["samples_per_second"],
-                 report["whole_utterance"]["samples_per_second"])
+        log.info("loader %.0f samples/s, each sample decoded alone %.0f, cut from whole utterances %.0f",
+                 *(report[k]["samples_per_second"] for k in ("loader", "rows_alone", "whole_utterance")))
     report["step"] = time_step(utterances.feat_dim, args.pdfs, args.batch_samples, args.chunk_frames, args.steps, select_device(args.device))
     report["loader_over_step"] = round(report["loader"]["samples_per_second"] / report["step"]["samples_per_second"], 2)
     log.info("step %.3f s on %s: %.0f samples/s consumed; the loader reads %.2fx that", report["step"]["step_seconds_median"],
@@ -156,10 +168,10 @@ def run(args) -> dict:
 def plot(report: dict, path: Path) -> None:
     fig = Figure(figsize=(6, 4), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
-    names = ["loader", "whole_utterance", "step"]
-    labels = ["loader\n(rows only)", "loader\n(whole utterance)", f"training step\n({report['step']['device']})"]
+    names = ["loader", "rows_alone", "whole_utterance", "step"]
+    labels = ["loader\n(batch decoded)", "sample by\nsample", "whole\nutterances", f"training step\n({report['step']['device']})"]
     values = [report[n]["samples_per_second"] for n in names]
-    ax.bar(labels, values, color=["tab:blue", "tab:gray", "tab:orange"])
+    ax.bar(labels, values, color=["tab:blue", "tab:cyan", "tab:gray", "tab:orange"])
     ax.set_yscale("log")
     ax.set_ylabel("samples / s (one thread for the loader)")
     s = report["settings"]

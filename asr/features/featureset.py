@@ -23,7 +23,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import kaldiio
 import numpy as np
@@ -34,7 +34,7 @@ from torch import Tensor
 from asr.data import commands
 from asr.data.datadir import c_sort_key, read_table
 from asr.features.cmvn import CmvnApplier
-from asr.features.deltas import add_deltas, delta_opts
+from asr.features.deltas import add_deltas, delta_opts, delta_scales
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -202,6 +202,51 @@ class FeatureReader:
         read = lambda: self._rows_reader.read(self.feats, utt, first, last)  # noqa: E731
         return checked_features(self.set_dir, utt, self.layout, read, lambda mat: self.cmvn(utt, mat[keep]))
 
+    def samples(self, utts: Sequence[str], starts: Sequence[int], length: int) -> Tensor:
+        """(B, length, D): rows [start, start + length) of each utterance, equal to `rows`'s, for
+        a batch of training samples. Compressed (CM) matrices, Kaldi's default, are decoded
+        together: each sample's bytes gathered with its deltas' reach (indices clamped at the
+        utterance's ends, as the deltas' edge padding does) and the batch decoded, its deltas
+        taken, in a few numpy operations instead of a dozen per sample. Others go through `rows`."""
+        reach = self.layout.deltas.order * self.layout.deltas.window if self.layout.deltas else 0
+        out = np.empty((len(utts), length, self.feat_dim), dtype=np.float32)
+        fast, gathered, headers = [], [], []
+        for i, (utt, start) in enumerate(zip(utts, starts)):
+            found = self._rows_reader.columns(self.feats, utt)
+            if found is None or found[0].shape != (self.layout.stored_dim, self.num_frames[utt]):
+                out[i] = self.rows(utt, start, start + length).numpy()
+                continue
+            values, percentiles = found
+            rows = np.clip(np.arange(start - reach, start + length + reach), 0, values.shape[1] - 1)
+            fast.append(i)
+            gathered.append(values[:, rows])
+            headers.append(percentiles)
+        if fast:
+            stored = decode_columns(np.stack(gathered), np.stack(headers)).transpose(0, 2, 1)  # (n, length + 2 reach, stored)
+            for i, mat in zip(fast, self._expanded(stored, reach, length)):
+                out[i] = self.cmvn(utts[i], mat)
+                if not np.isfinite(out[i]).all():
+                    self.rows(utts[i], starts[i], starts[i] + length)  # raises, naming the utterance and the cause
+        return torch.from_numpy(out)
+
+    def _expanded(self, stored: np.ndarray, reach: int, length: int) -> np.ndarray:
+        """The samples' rows (reach trimmed) with their deltas appended, computed as add_deltas
+        does (float64, the same taps in the same order), so the values are bit for bit its."""
+        middle = stored[:, reach : reach + length]
+        if not self.layout.deltas:
+            return middle
+        d = self.layout.deltas
+        x = stored[:, :, d.first : d.last].astype(np.float64)
+        blocks = [middle]
+        for taps in delta_scales(d.order, d.window)[1:]:
+            half = len(taps) // 2
+            acc = np.zeros((len(x), length, d.last - d.first), dtype=np.float64)
+            for offset, weight in zip(range(-half, half + 1), taps):
+                if weight != 0.0:
+                    acc += weight * x[:, reach + offset : reach + offset + length]
+            blocks.append(acc.astype(np.float32))
+        return np.concatenate(blocks, axis=2)
+
     @property
     def _rows_reader(self) -> "ArkRows":
         if not hasattr(self, "_ark_rows"):
@@ -218,7 +263,7 @@ class ArkRows:
     HEADER = 2 + 4 + 16  # "\0B", "CM " (a token and its space), GlobalHeader: min, range, rows, cols
 
     def __init__(self):
-        self.maps: dict[str, np.memmap] = {}
+        self.maps: dict[str, np.ndarray] = {}
 
     def read(self, scp, utt: str, first: int, last: int) -> np.ndarray:
         location = scp._dict[utt] if hasattr(scp, "_dict") else None
@@ -229,9 +274,26 @@ class ArkRows:
                 return rows
         return np.asarray(scp[utt])[first:last]
 
-    def _map(self, path: str) -> np.memmap:
+    def columns(self, scp, utt: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """A CM (one byte per value) matrix's bytes as (cols, rows) and its per-column
+        percentiles (cols, 4) as floats; None for every other kind of entry or matrix."""
+        location = scp._dict[utt] if hasattr(scp, "_dict") else None
+        path, sep, offset = location.rpartition(":") if isinstance(location, str) else ("", "", "")
+        if not (sep and offset.isdigit()) or commands.is_pipe(location):
+            return None
+        data, offset = self._map(path), int(offset)
+        if bytes(data[offset:offset + 5]) != b"\0BCM ":
+            return None
+        low, span = (float(v) for v in data[offset + 5:offset + 13].view("<f4"))
+        rows, cols = (int(v) for v in data[offset + 13:offset + 21].view("<i4"))
+        header = GlobalHeader("CM", low, span, rows, cols, "<")
+        body = offset + 21
+        percentiles = header.uint_to_float(np.frombuffer(bytes(data[body:body + 8 * cols]), dtype="<u2")).reshape(cols, 4)
+        return data[body + 8 * cols:body + 8 * cols + rows * cols].reshape(cols, rows), percentiles
+
+    def _map(self, path: str) -> np.ndarray:
         if path not in self.maps:
-            self.maps[path] = np.memmap(path, dtype=np.uint8, mode="r")
+            self.maps[path] = np.asarray(np.memmap(path, dtype=np.uint8, mode="r"))  # a plain view: slicing a memmap costs more
         return self.maps[path]
 
     def _rows(self, path: str, offset: int, first: int, last: int) -> np.ndarray | None:
@@ -261,6 +323,16 @@ class ArkRows:
         width = 2 if kind == "CM2" else 1
         values = np.asarray(data[body:body + width * rows * cols]).view("<u2" if width == 2 else "u1").reshape(rows, cols)[first:last]
         return header.uint_to_float(np.array(values, dtype=np.float32))
+
+
+def decode_columns(values: np.ndarray, percentiles: np.ndarray) -> np.ndarray:
+    """Kaldi's CM decoding (kaldiio's PerColHeader.char_to_float, the same float32 operations)
+    of bytes (..., cols, rows) under percentiles (..., cols, 4): piecewise linear between each
+    column's 0th, 25th, 75th and 100th percentiles."""
+    v = values.astype(np.float32)
+    p0, p25, p75, p100 = (percentiles[..., k : k + 1] for k in range(4))
+    return np.where(v <= 64, p0 + (p25 - p0) * v * (1 / 64.0),
+                    np.where(v <= 192, p25 + (p75 - p25) * (v - 64.0) * (1 / 128.0), p75 + (p100 - p75) * (v - 192.0) * (1 / 63.0)))
 
 
 def checked_features(set_dir: Path, utt: str, layout: FeatureLayout, read: Callable[[], np.ndarray],

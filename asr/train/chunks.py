@@ -15,7 +15,8 @@ plan, the claims (ADPSGD, H-ADPSGD) and the resume masks count samples, not utte
 - Context: none beyond the sample. The BLSTM sees its chunk_frames frames only, from a zero
   state in both directions, and every one of them has its target. Features whose deltas the
   reader appends get them from the whole utterance (asr.features.featureset.FeatureReader.rows),
-  so a sample's input is exactly those rows of its utterance's input.
+  so a sample's input is exactly those rows of its utterance's input. A batch's samples are
+  decoded together, only their rows (FeatureReader.samples): see `python -m asr.bench chunks`.
 - State: not carried from sample to sample. Consecutive samples of a batch come from unrelated
   utterances, so there is no previous state to carry.
 - Batches: `batch_samples` samples per learner (a group of N learners stepping together cuts
@@ -117,16 +118,16 @@ class FrameChunks(Dataset):
         return self.__getitems__([index])[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list[tuple[str, Tensor, Tensor]]:
+        """A batch's samples, their features decoded together (FeatureReader.samples)."""
         utts, starts = self.locate(indices)
-        items = []
-        for index, u, start in zip(indices, utts.tolist(), starts.tolist()):
-            utt, stop = self.utterances.utts[u], start + self.chunk_frames
-            feats = self.reader.rows(utt, start, stop)
+        names = [self.utterances.utts[u] for u in utts.tolist()]
+        feats = self.reader.samples(names, starts.tolist(), self.chunk_frames)
+        items, s = [], self.subsample
+        for index, u, utt, start, sample in zip(indices, utts.tolist(), names, starts.tolist(), feats):
             if self.reader.augment is not None:
-                feats = self.reader.augment(feats, int(index))
-            s = self.subsample
-            targets = torch.from_numpy(self.utterances.targets[u][start // s : stop // s].astype(np.int64))
-            items.append((f"{utt}@{start}", feats, targets))
+                sample = self.reader.augment(sample, int(index))
+            targets = torch.from_numpy(self.utterances.targets[u][start // s : (start + self.chunk_frames) // s].astype(np.int64))
+            items.append((f"{utt}@{start}", sample, targets))
         return items
 
 

@@ -103,3 +103,23 @@ def test_rows_read_alone_equal_the_whole_matrix_rows_deltas_included(tmp_path, c
         whole = reader(utt)
         for start in (0, 1, 3, len(mat) // 2, len(mat) - 8):
             assert torch.equal(reader.rows(utt, start, start + 8), whole[start : start + 8]), (utt, start)
+
+
+def test_a_batch_of_samples_equals_their_rows_read_alone(tmp_path):
+    """FeatureReader.samples decodes compressed matrices together, others one by one: either
+    way each sample is its utterance's rows, at the ends too (the deltas' edge padding)."""
+    rng = np.random.default_rng(1)
+    mats = {f"u{i}": speech_like(rng, int(rng.integers(20, 60)), 6) for i in range(4)}
+    compressed = {u: m for u, m in mats.items() if u != "u2"}
+    kaldiio.save_ark(str(tmp_path / "a.ark"), compressed, scp=str(tmp_path / "a.scp"), compression_method=1)
+    kaldiio.save_ark(str(tmp_path / "b.ark"), {"u2": mats["u2"]}, scp=str(tmp_path / "b.scp"))  # float: read alone
+    (tmp_path / "feats.scp").write_text("".join(sorted((tmp_path / "a.scp").read_text().splitlines(True) + (tmp_path / "b.scp").read_text().splitlines(True))))
+    (tmp_path / "utt2num_frames").write_text("".join(f"{u} {len(m)}\n" for u, m in mats.items()))
+    LoadDeltas(order=2, window=2, first=2, last=6).write(tmp_path)
+    (tmp_path / "feat_dim").write_text("14\n")
+    reader = FeatureReader(tmp_path, {u: "spk" for u in mats})
+    picks = [(u, start) for u, m in mats.items() for start in (0, 2, len(m) // 2, len(m) - 8)]
+    batch = reader.samples([u for u, _ in picks], [s for _, s in picks], 8)
+    assert batch.shape == (len(picks), 8, 14)
+    for (utt, start), sample in zip(picks, batch):
+        assert torch.equal(sample, reader(utt)[start : start + 8]), (utt, start)
