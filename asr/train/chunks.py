@@ -152,6 +152,7 @@ class SampleBatchSampler(Sampler[np.ndarray]):
         self.num_samples, self.batch_samples, self.seed = num_samples, batch_samples, seed
         self.num_replicas, self.rank = num_replicas, rank
         self.window_starts = window_starts
+        self.index_type = np.int32 if num_samples < 2**31 else np.int64  # half the plan's memory
         self.epoch, self.start = 0, 0
         self.done: np.ndarray | None = None
         self._plan: tuple[tuple, list[np.ndarray]] | None = None
@@ -168,10 +169,10 @@ class SampleBatchSampler(Sampler[np.ndarray]):
 
     def _order(self, rng: np.random.Generator) -> np.ndarray:
         if self.window_starts is None:
-            return rng.permutation(self.num_samples)
+            return rng.permutation(self.num_samples).astype(self.index_type)
         bounds = np.append(self.window_starts, self.num_samples)
         parts = [bounds[w] + rng.permutation(bounds[w + 1] - bounds[w]) for w in rng.permutation(len(bounds) - 1)]
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        return np.concatenate(parts).astype(self.index_type) if parts else np.zeros(0, self.index_type)
 
     def _cut(self, order: np.ndarray) -> list[np.ndarray]:
         n = self.num_replicas
