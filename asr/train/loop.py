@@ -248,7 +248,7 @@ class Trainer:
             self._continue_in_new_plan(start)
         if self.dist.is_writer:
             self.trainlog.truncate_after(self.progress.step)
-        where = f"batch {self.progress.batches_done}" if start.kind == "exact" else f"{int(start.done.sum())} of its utterances trained"
+        where = f"batch {self.progress.batches_done}" if start.kind == "exact" else f"{int(start.done.sum())} of its {'samples' if self.chunked else 'utterances'} trained"
         log.info("resumed from step %d (epoch %d, %s; %s start from %s)", self.progress.step, self.progress.epoch + 1, where, start.kind, start.source)
         return True
 

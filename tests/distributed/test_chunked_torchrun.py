@@ -78,3 +78,16 @@ def test_decentralized_nodes_claim_every_sample_batch_once_an_epoch(corpus, runs
     assert all(torch.isfinite(t).all() for t in state["model"].values())
     print(name, "dev frame accuracy by epoch", frame_accuracies(runs[name]))
     assert frame_accuracies(runs[name])[-1] > 0.9
+
+
+def test_a_stopped_adpsgd_run_goes_on_from_the_samples_its_nodes_trained(corpus):
+    """train.max_steps stops the run after 10 node batches (80 samples) claimed over both nodes;
+    the same command goes on from each node's own checkpoint, whose trained mask counts samples."""
+    args = ["asr.train", *overrides(corpus, "adpsgd_stopped", "distributed=adpsgd", "train.batch_samples=8")]
+    first = run_torchrun(2, [*args, "train.max_steps=10"])
+    assert first.returncode == 0, first.stderr[-4000:]
+    assert not (corpus / "adpsgd_stopped" / "checkpoints" / "last.pt").exists()
+    second = run_torchrun(2, args)
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert re.search(r"resumed from step \d+ \(epoch 1, 80 of its samples trained; own start", second.stderr + second.stdout)
+    assert last(corpus / "adpsgd_stopped")["epoch"] == 2
