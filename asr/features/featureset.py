@@ -265,6 +265,9 @@ class ArkRows:
     def __init__(self):
         self.maps: dict[str, np.ndarray] = {}
 
+    def __getstate__(self) -> dict:
+        return {"maps": {}}  # a process maps the arks anew (pickled, a map would copy the ark's bytes)
+
     def read(self, scp, utt: str, first: int, last: int) -> np.ndarray:
         location = scp._dict[utt] if hasattr(scp, "_dict") else None
         path, sep, offset = location.rpartition(":") if isinstance(location, str) else ("", "", "")

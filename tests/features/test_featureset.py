@@ -123,3 +123,19 @@ def test_a_batch_of_samples_equals_their_rows_read_alone(tmp_path):
     assert batch.shape == (len(picks), 8, 14)
     for (utt, start), sample in zip(picks, batch):
         assert torch.equal(sample, reader(utt)[start : start + 8]), (utt, start)
+
+
+def test_a_pickled_reader_maps_its_arks_anew(tmp_path):
+    """DataLoader workers started by pickling get the reader without the parent's ark maps
+    (pickled, a map would copy the whole ark), and read the same rows."""
+    import pickle
+
+    mats = {"u0": speech_like(np.random.default_rng(2), 40, 6)}
+    kaldiio.save_ark(str(tmp_path / "feats.ark"), mats, scp=str(tmp_path / "feats.scp"), compression_method=1)
+    (tmp_path / "utt2num_frames").write_text("u0 40\n")
+    (tmp_path / "feat_dim").write_text("6\n")
+    reader = FeatureReader(tmp_path, {"u0": "u0"})
+    rows = reader.samples(["u0"], [5], 8)
+    copy = pickle.loads(pickle.dumps(reader))
+    assert reader._rows_reader.maps and copy._rows_reader.maps == {}
+    assert torch.equal(copy.samples(["u0"], [5], 8), rows)
