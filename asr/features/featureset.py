@@ -212,7 +212,10 @@ class FeatureReader:
         out = np.empty((len(utts), length, self.feat_dim), dtype=np.float32)
         fast, gathered, headers = [], [], []
         for i, (utt, start) in enumerate(zip(utts, starts)):
-            found = self._rows_reader.columns(self.feats, utt)
+            try:
+                found = self._rows_reader.columns(self.feats, utt)
+            except (OSError, ValueError):  # a missing or truncated ark: `rows` says so, naming the utterance
+                found = None
             if found is None or found[0].shape != (self.layout.stored_dim, self.num_frames[utt]):
                 out[i] = self.rows(utt, start, start + length).numpy()
                 continue
@@ -226,7 +229,7 @@ class FeatureReader:
             for i, mat in zip(fast, self._expanded(stored, reach, length)):
                 out[i] = self.cmvn(utts[i], mat)
                 if not np.isfinite(out[i]).all():
-                    self.rows(utts[i], starts[i], starts[i] + length)  # raises, naming the utterance and the cause
+                    out[i] = self.rows(utts[i], starts[i], starts[i] + length).numpy()  # raises, naming the utterance and the cause
         return torch.from_numpy(out)
 
     def _expanded(self, stored: np.ndarray, reach: int, length: int) -> np.ndarray:
@@ -259,8 +262,6 @@ class ArkRows:
     matrices (CM: one byte per value, column-major under per-column headers; CM2/CM3: row-major)
     and float matrices are decoded for the rows asked for only. Other scp entries (commands,
     ranges) are read whole and sliced."""
-
-    HEADER = 2 + 4 + 16  # "\0B", "CM " (a token and its space), GlobalHeader: min, range, rows, cols
 
     def __init__(self):
         self.maps: dict[str, np.ndarray] = {}
@@ -311,7 +312,7 @@ class ArkRows:
         else:
             return None
         if kind in ("FM", "DM"):  # then \4 rows \4 cols (int32 each), then the rows
-            rows, cols = int(np.frombuffer(bytes(data[body + 1:body + 5]), "<i4")[0]), int(np.frombuffer(bytes(data[body + 6:body + 10]), "<i4")[0])
+            cols = int(np.frombuffer(bytes(data[body + 6:body + 10]), "<i4")[0])
             size = 4 if kind == "FM" else 8
             values = bytes(data[body + 10 + first * cols * size:body + 10 + last * cols * size])
             return np.frombuffer(values, "<f4" if kind == "FM" else "<f8").reshape(-1, cols)

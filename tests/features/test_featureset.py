@@ -139,3 +139,14 @@ def test_a_pickled_reader_maps_its_arks_anew(tmp_path):
     copy = pickle.loads(pickle.dumps(reader))
     assert reader._rows_reader.maps and copy._rows_reader.maps == {}
     assert torch.equal(copy.samples(["u0"], [5], 8), rows)
+
+
+def test_samples_of_a_missing_ark_name_the_utterance(tmp_path):
+    mats = {"u0": speech_like(np.random.default_rng(3), 30, 6)}
+    kaldiio.save_ark(str(tmp_path / "feats.ark"), mats, scp=str(tmp_path / "feats.scp"), compression_method=1)
+    (tmp_path / "utt2num_frames").write_text("u0 30\n")
+    (tmp_path / "feat_dim").write_text("6\n")
+    reader = FeatureReader(tmp_path, {"u0": "u0"})
+    (tmp_path / "feats.ark").unlink()
+    with pytest.raises(InputError, match="cannot read features of 'u0'"):
+        reader.samples(["u0"], [3], 8)
