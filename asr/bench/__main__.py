@@ -9,6 +9,7 @@ BENCHMARKS = {
     "decode": "asr.bench.decode",
     "cluster": "asr.bench.cluster",
     "scale": "asr.bench.scale",
+    "chunks": "asr.bench.chunks",
 }
 
 

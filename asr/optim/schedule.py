@@ -9,7 +9,7 @@ to final_lr at the last update, (final_lr / lr) ** (step / total_steps). The sch
 pure function of those counters, so resuming only needs them.
 
 The peak is train.lr scaled with the global batch (`scaled_lr`): with N learners of
-train.max_frames each, the global batch is N x max_frames frames, and train.lr_scaling=linear
+train.max_frames each (or batch_samples x chunk_frames), the global batch is N x that, and train.lr_scaling=linear
 multiplies train.lr by global / train.lr_reference_frames (Goyal et al. 2017; sqrt: by its
 square root), reached through the warm-up as large-batch recipes do. lr_scaling=none (the
 default) keeps train.lr as given, e.g. when a preset already states the scaled value.
@@ -36,13 +36,21 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], train_cfg) -> torch.op
     raise ValueError(f"unknown train.optimizer {train_cfg.optimizer!r}; choose adam or sgd")
 
 
+def batch_frames(train_cfg) -> int:
+    """One learner's batch in input frames: train.max_frames, or with fixed-length samples
+    (train.chunk_frames > 0) batch_samples x chunk_frames."""
+    chunk = int(getattr(train_cfg, "chunk_frames", 0) or 0)
+    return int(train_cfg.batch_samples) * chunk if chunk else int(train_cfg.max_frames)
+
+
 def scaled_lr(train_cfg, learners: int = 1) -> float:
-    """train.lr for a global batch of `learners` x train.max_frames frames."""
+    """train.lr for a global batch of `learners` x one learner's batch (`batch_frames`)."""
     mode = getattr(train_cfg, "lr_scaling", "none")
     if mode == "none":
         return float(train_cfg.lr)
-    reference = getattr(train_cfg, "lr_reference_frames", 0) or train_cfg.max_frames
-    ratio = learners * train_cfg.max_frames / reference
+    frames = batch_frames(train_cfg)
+    reference = getattr(train_cfg, "lr_reference_frames", 0) or frames
+    ratio = learners * frames / reference
     if mode == "linear":
         return float(train_cfg.lr) * ratio
     if mode == "sqrt":

@@ -54,6 +54,10 @@ class TrainConfig:
     dev_alignments: str = ""  # frame_ce: of the dev set; empty = train.alignments
     transition_model: str = "auto"  # transition id -> pdf id: auto | none | final.mdl (binary/text) | `tid pdf` table
     ali_length_tolerance: int = 2  # alignment and features may differ by this many frames
+    # frame_ce: > 0 cuts every training utterance into samples of this many frames, shuffled
+    # over the set, as the paper trains (21; asr/train/chunks.py); 0 = whole utterances
+    chunk_frames: int = 0
+    batch_samples: int = 128  # chunk_frames > 0: samples per learner and batch (not max_frames/max_utts)
 
     CHECKS: ClassVar[dict[str, Check]] = {
         "epochs": AT_LEAST_ONE, "max_frames": AT_LEAST_ONE, "max_utts": AT_LEAST_ONE,
@@ -64,4 +68,5 @@ class TrainConfig:
         "num_workers": NON_NEGATIVE, "prefetch_batches": AT_LEAST_ONE, "shuffle_window_utts": NON_NEGATIVE, "threads": AT_LEAST_ONE, "precision": one_of("fp32", "bf16", "fp16", "auto"),
         "max_steps": NON_NEGATIVE, "max_train_utts": NON_NEGATIVE,
         "objective": one_of("ctc", "frame_ce"), "ali_length_tolerance": NON_NEGATIVE,
+        "chunk_frames": NON_NEGATIVE, "batch_samples": AT_LEAST_ONE,
     }

@@ -47,6 +47,7 @@ from asr.features.specaugment import SpecAugment
 from asr.models.blstm import build_model
 from asr.models.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, restore_rng_state, rng_state
 from asr.optim.updater import optimizer_moments
+from asr.train.chunks import FrameChunks, SampleBatchSampler, check_chunking, window_starts
 from asr.train.data import Batch, BucketBatchSampler, ClaimedBatchSampler, EpochAugment, Prefetcher, collate, pack_mask, unpack_mask
 from asr.train.experiment import check_config, restart_experiment, save_config
 from asr.train.objectives import build_objective, ctc_loss_sum  # noqa: F401  (ctc_loss_sum: re-exported)
@@ -155,9 +156,13 @@ class Trainer:
         self.dist = dist or DistributedContext(device=select_device(cfg.device))
         self.device = self.dist.device
         self.precision = training_precision(self.tcfg.precision, self.device)
+        check_chunking(cfg)
         self.objective = build_objective(cfg)
+        self.chunked = bool(self.tcfg.chunk_frames)  # fixed-length samples instead of utterances (asr/train/chunks.py)
         started = time.perf_counter()
         self.train_set, self.dev_set = self.datasets()
+        if self.chunked:
+            self.train_set = FrameChunks(self.train_set, self.tcfg.chunk_frames, cfg.model.subsample, cfg.seed, self.tcfg.max_train_utts)
         self.datasets_seconds = time.perf_counter() - started  # of the start-up: the sets' index built or mapped, then filtered
         augment = SpecAugment.from_config(cfg.features.specaugment)  # None: off
         self.train_set.reader.augment = EpochAugment(augment, cfg.seed) if augment is not None else None
@@ -171,10 +176,8 @@ class Trainer:
         self.model = build_model(cfg.model, self.train_set.feat_dim, num_outputs).to(self.device)
         self.group = step_group(self.dist, cfg)
         self.layout = RunLayout(self.group.layout is not None, self.dist.world_size, self.group.size)
-        lengths = list(self.train_set.num_frames)[: self.tcfg.max_train_utts or None]
-        self.num_train_utts = len(lengths)
-        self.sampler = BucketBatchSampler(lengths, self.tcfg.max_frames, self.tcfg.max_utts, seed=cfg.seed,
-                                          num_replicas=self.group.size, rank=self.group.rank, window=self.tcfg.shuffle_window_utts)
+        self.sampler = self.train_sampler()
+        self.num_train_utts = self.sampler.num_samples if self.chunked else len(self.sampler.lengths)  # items: samples when chunked
         self.total_steps = math.ceil(self.sampler.num_batches() / self.group.count) * self.tcfg.epochs
         self.updater = build_training_updater(self.model, cfg, self.dist, self.total_steps, grad_scaler(self.precision, self.device))
         self.train_model = self.updater.wrap(self.model)
@@ -201,6 +204,16 @@ class Trainer:
         sets = [self.objective.dataset(name) for name in names] if self.dist.is_writer else None
         self.dist.broadcast_object(None)
         return sets or [self.objective.dataset(name, build=False) for name in names]
+
+    def train_sampler(self):
+        """The training plan's sampler: length-bucketed utterances, or fixed-length samples."""
+        t, group = self.tcfg, self.group
+        if self.chunked:
+            return SampleBatchSampler(len(self.train_set), t.batch_samples, seed=self.cfg.seed, num_replicas=group.size, rank=group.rank,
+                                      window_starts=window_starts(self.train_set, t.shuffle_window_utts))
+        lengths = list(self.train_set.num_frames)[: t.max_train_utts or None]
+        return BucketBatchSampler(lengths, t.max_frames, t.max_utts, seed=self.cfg.seed, num_replicas=group.size, rank=group.rank,
+                                  window=t.shuffle_window_utts)
 
     def _claims(self) -> BatchClaims:
         layout = self.group.layout
@@ -235,7 +248,7 @@ class Trainer:
             self._continue_in_new_plan(start)
         if self.dist.is_writer:
             self.trainlog.truncate_after(self.progress.step)
-        where = f"batch {self.progress.batches_done}" if start.kind == "exact" else f"{int(start.done.sum())} of its utterances trained"
+        where = f"batch {self.progress.batches_done}" if start.kind == "exact" else f"{int(start.done.sum())} of its {'samples' if self.chunked else 'utterances'} trained"
         log.info("resumed from step %d (epoch %d, %s; %s start from %s)", self.progress.step, self.progress.epoch + 1, where, start.kind, start.source)
         return True
 
@@ -363,6 +376,8 @@ class Trainer:
         )
         if self.train_set.reader.augment is not None:
             self.train_set.reader.augment.epoch = p.epoch
+        if self.chunked:
+            self.train_set.set_epoch(p.epoch)
         self.model.train()
         self.times.restart()
         prefetched = Prefetcher(self.loader(self.train_set, batches), self.tcfg.prefetch_batches)

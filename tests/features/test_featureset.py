@@ -6,6 +6,7 @@ import io
 import kaldiio
 import numpy as np
 import pytest
+import torch
 
 from asr.features.deltas import add_deltas
 from asr.features.featureset import FeatureLayout, FeatureReader, FeatureWriter, LoadDeltas
@@ -84,3 +85,68 @@ def test_reader_refuses_a_stored_width_that_does_not_fit(tmp_path):
     (tmp_path / "delta_opts").write_text("--delta-order=two\n")
     with pytest.raises(InputError, match="delta_columns: expected 'first last'"):
         FeatureLayout.read(tmp_path)
+
+
+@pytest.mark.parametrize("compression", [None, 1, 2, 3, 4, 5, 6, 7, "text"])
+def test_rows_read_alone_equal_the_whole_matrix_rows_deltas_included(tmp_path, compression):
+    """Rows read alone (a training sample of asr/train/chunks.py), from every Kaldi matrix kind, with the
+    deltas' reach around them, equal the whole matrix's rows bit for bit."""
+    rng = np.random.default_rng(0)
+    mats = {f"u{i}": rng.normal(size=(int(rng.integers(20, 60)), 6)).astype(np.float32) for i in range(3)}
+    kind = {"text": True} if compression == "text" else {"compression_method": compression}  # text: read whole, then cut
+    kaldiio.save_ark(str(tmp_path / "feats.ark"), mats, scp=str(tmp_path / "feats.scp"), **kind)
+    (tmp_path / "utt2num_frames").write_text("".join(f"{u} {len(m)}\n" for u, m in mats.items()))
+    LoadDeltas(order=2, window=2, first=2, last=6).write(tmp_path)
+    (tmp_path / "feat_dim").write_text("14\n")
+    reader = FeatureReader(tmp_path, {u: u for u in mats})
+    for utt, mat in mats.items():
+        whole = reader(utt)
+        for start in (0, 1, 3, len(mat) // 2, len(mat) - 8):
+            assert torch.equal(reader.rows(utt, start, start + 8), whole[start : start + 8]), (utt, start)
+
+
+def test_a_batch_of_samples_equals_their_rows_read_alone(tmp_path):
+    """FeatureReader.samples decodes compressed matrices together, others one by one: either
+    way each sample is its utterance's rows, at the ends too (the deltas' edge padding)."""
+    rng = np.random.default_rng(1)
+    mats = {f"u{i}": speech_like(rng, int(rng.integers(20, 60)), 6) for i in range(4)}
+    compressed = {u: m for u, m in mats.items() if u != "u2"}
+    kaldiio.save_ark(str(tmp_path / "a.ark"), compressed, scp=str(tmp_path / "a.scp"), compression_method=1)
+    kaldiio.save_ark(str(tmp_path / "b.ark"), {"u2": mats["u2"]}, scp=str(tmp_path / "b.scp"))  # float: read alone
+    (tmp_path / "feats.scp").write_text("".join(sorted((tmp_path / "a.scp").read_text().splitlines(True) + (tmp_path / "b.scp").read_text().splitlines(True))))
+    (tmp_path / "utt2num_frames").write_text("".join(f"{u} {len(m)}\n" for u, m in mats.items()))
+    LoadDeltas(order=2, window=2, first=2, last=6).write(tmp_path)
+    (tmp_path / "feat_dim").write_text("14\n")
+    reader = FeatureReader(tmp_path, {u: "spk" for u in mats})
+    picks = [(u, start) for u, m in mats.items() for start in (0, 2, len(m) // 2, len(m) - 8)]
+    batch = reader.samples([u for u, _ in picks], [s for _, s in picks], 8)
+    assert batch.shape == (len(picks), 8, 14)
+    for (utt, start), sample in zip(picks, batch):
+        assert torch.equal(sample, reader(utt)[start : start + 8]), (utt, start)
+
+
+def test_a_pickled_reader_maps_its_arks_anew(tmp_path):
+    """DataLoader workers started by pickling get the reader without the parent's ark maps
+    (pickled, a map would copy the whole ark), and read the same rows."""
+    import pickle
+
+    mats = {"u0": speech_like(np.random.default_rng(2), 40, 6)}
+    kaldiio.save_ark(str(tmp_path / "feats.ark"), mats, scp=str(tmp_path / "feats.scp"), compression_method=1)
+    (tmp_path / "utt2num_frames").write_text("u0 40\n")
+    (tmp_path / "feat_dim").write_text("6\n")
+    reader = FeatureReader(tmp_path, {"u0": "u0"})
+    rows = reader.samples(["u0"], [5], 8)
+    copy = pickle.loads(pickle.dumps(reader))
+    assert reader._rows_reader.maps and copy._rows_reader.maps == {}
+    assert torch.equal(copy.samples(["u0"], [5], 8), rows)
+
+
+def test_samples_of_a_missing_ark_name_the_utterance(tmp_path):
+    mats = {"u0": speech_like(np.random.default_rng(3), 30, 6)}
+    kaldiio.save_ark(str(tmp_path / "feats.ark"), mats, scp=str(tmp_path / "feats.scp"), compression_method=1)
+    (tmp_path / "utt2num_frames").write_text("u0 30\n")
+    (tmp_path / "feat_dim").write_text("6\n")
+    reader = FeatureReader(tmp_path, {"u0": "u0"})
+    (tmp_path / "feats.ark").unlink()
+    with pytest.raises(InputError, match="cannot read features of 'u0'"):
+        reader.samples(["u0"], [3], 8)

@@ -39,3 +39,25 @@ def test_data_groups_require_the_corpus_paths(data):
     cfg = load_config([f"data={data}"])
     assert cfg.data.train_set == "train_nodup" and cfg.data.dev_utts == 4000 and cfg.data.max_duplicates == 300
     assert "???" in str(cfg.data._get_node("swbd_dir")._value())
+
+
+HYBRID = {f"{data}_hybrid_{algorithm}": (data, algorithm, batch)
+          for data, algorithm, batch in PRESETS.values()}
+
+
+@pytest.mark.parametrize("preset", sorted(HYBRID))
+def test_hybrid_presets_train_the_papers_21_frame_samples(preset):
+    """The hybrid variants: frame CE on alignments over 21-frame samples, global batches of the
+    paper's samples (4,096 SSGD / 8,192 H-ADPSGD / 12,288 ADPSGD) on its 64 learners, and
+    otherwise their CTC preset's model, features, algorithm and schedule."""
+    data, algorithm, global_batch = HYBRID[preset]
+    cfg = load_config([f"data={data}", f"experiment={preset}"])
+    base = load_config([f"data={data}", f"experiment={data}_{algorithm}"])
+    assert (cfg.train.objective, cfg.model.head, cfg.decode.kind) == ("frame_ce", "frame_ce", "loglikes")
+    assert (cfg.model.subsample, cfg.model.stack_frames) == (1, 1)  # 10 ms frames, as the HMM graphs expect
+    assert cfg.train.chunk_frames == 21 and cfg.train.batch_samples * 64 == global_batch
+    assert cfg.distributed.algorithm == algorithm and cfg.features.name == base.features.name
+    for key in ("epochs", "lr", "optimizer", "momentum", "warmup_steps", "lr_decay"):
+        assert cfg.train[key] == base.train[key], key
+    for key in ("num_layers", "hidden_size", "bottleneck", "bidirectional", "dropout"):
+        assert cfg.model[key] == base.model[key], key

@@ -1,0 +1,93 @@
+"""Frame-level training on fixed-length samples (train.chunk_frames) under torchrun on gloo: SSGD
+(2 learners) equals one learner with the union batch; ADPSGD (2 learners) and H-ADPSGD (2 nodes
+x 2) claim the plan's sample batches so that each is trained once an epoch."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from tests.fixtures.hybrid_corpus import hmm_system, hybrid_overrides, text_transition_model, write_ali_gz, write_hybrid_set
+
+from asr.config import load_config
+from asr.train import loop
+
+from .conftest import run_torchrun
+
+pytestmark = pytest.mark.slow
+
+SAMPLES = ["train.chunk_frames=8", "train.epochs=2", "train.precision=fp32", "distributed.timeout_s=60"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("hybrid_dist")
+    train_tids, _ = write_hybrid_set(root, "train", 48, seed=1)
+    dev_tids, _ = write_hybrid_set(root, "dev", 12, seed=2)
+    write_hybrid_set(root, "eval", 6, seed=3)
+    write_ali_gz(root / "ali" / "ali.1.gz", {**train_tids, **dev_tids})
+    (root / "ali" / "final.mdl").write_text(text_transition_model(*hmm_system()))
+    return root
+
+
+def overrides(root: Path, name: str, *extra: str) -> list[str]:
+    return [*hybrid_overrides(root, [*SAMPLES, *extra]), f"exp_dir={root / name}"]
+
+
+@pytest.fixture(scope="module")
+def runs(corpus) -> dict[str, str]:
+    out = {}
+    for name, nproc, extra in (("ssgd", 2, ["distributed=ssgd", "train.batch_samples=8"]),
+                               ("adpsgd", 2, ["distributed=adpsgd", "train.batch_samples=8"]),
+                               ("hadpsgd", 4, ["distributed=hadpsgd", "distributed.learners_per_node=2", "train.batch_samples=4"])):
+        proc = run_torchrun(nproc, ["asr.train", *overrides(corpus, name, *extra)])
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        out[name] = proc.stderr + proc.stdout
+    return out
+
+
+def last(exp: Path) -> dict:
+    return torch.load(exp / "checkpoints" / "last.pt", weights_only=True)
+
+
+def frame_accuracies(text: str) -> list[float]:
+    return [float(v) for v in re.findall(r"dev frame accuracy ([0-9.]+)", text)]
+
+
+def test_ssgd_with_samples_equals_one_learner_with_the_union_batch(corpus, runs):
+    loop.train(load_config(overrides(corpus, "single", "train.batch_samples=16")))
+    expected, got = last(corpus / "single"), last(corpus / "ssgd")
+    assert got["step"] == expected["step"] == 2 * 14  # ceil(220 samples / 16) a epoch
+    for key, tensor in expected["model"].items():
+        torch.testing.assert_close(got["model"][key], tensor, rtol=1e-4, atol=1e-5)
+    assert got["progress"]["dev_loss"] == pytest.approx(expected["progress"]["dev_loss"], rel=1e-4)
+    print("ssgd dev frame accuracy by epoch", frame_accuracies(runs["ssgd"]))
+    assert frame_accuracies(runs["ssgd"])[-1] > 0.9
+    assert "220 samples of 8 frames from 48 utterances" in runs["ssgd"]
+
+
+@pytest.mark.parametrize("name,leaders", [("adpsgd", (0, 1)), ("hadpsgd", (0, 2))])
+def test_decentralized_nodes_claim_every_sample_batch_once_an_epoch(corpus, runs, name, leaders):
+    state = last(corpus / name)
+    assert state["epoch"] == 2 and state["distributed"]["algorithm"] == name
+    steps = [json.loads((corpus / name / "timing" / f"learner-{r}.json").read_text())["steps"] for r in leaders]
+    assert sum(steps) == 2 * 28 and min(steps) > 0  # ceil(220 / 8) node batches a epoch, claimed between the nodes
+    assert all(torch.isfinite(t).all() for t in state["model"].values())
+    print(name, "dev frame accuracy by epoch", frame_accuracies(runs[name]))
+    assert frame_accuracies(runs[name])[-1] > 0.9
+
+
+def test_a_stopped_adpsgd_run_goes_on_from_the_samples_its_nodes_trained(corpus):
+    """train.max_steps stops the run after 10 node batches (80 samples) claimed over both nodes;
+    the same command goes on from each node's own checkpoint, whose trained mask counts samples."""
+    args = ["asr.train", *overrides(corpus, "adpsgd_stopped", "distributed=adpsgd", "train.batch_samples=8")]
+    first = run_torchrun(2, [*args, "train.max_steps=10"])
+    assert first.returncode == 0, first.stderr[-4000:]
+    assert not (corpus / "adpsgd_stopped" / "checkpoints" / "last.pt").exists()
+    second = run_torchrun(2, args)
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert re.search(r"resumed from step \d+ \(epoch 1, 80 of its samples trained; own start", second.stderr + second.stdout)
+    assert last(corpus / "adpsgd_stopped")["epoch"] == 2
