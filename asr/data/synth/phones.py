@@ -54,13 +54,14 @@ def with_prepauses(samples: np.ndarray, starts: list[int], names: list[str]) -> 
     its run of zero samples right before the event is given back to it; not when the phone
     before is a pause, which is silence either way.
     """
+    sounding = np.flatnonzero(samples)
     moved = list(starts)
     for i in range(1, len(starts)):
         if phone_name(names[i - 1]) is None:
             continue
-        at = starts[i]
-        while at > starts[i - 1] + 1 and samples[at - 1] == 0:
-            at -= 1
+        # just after the last non-zero sample before the event, but after the previous phone's start
+        k = int(np.searchsorted(sounding, starts[i])) - 1
+        at = max(int(sounding[k]) + 1 if k >= 0 else 0, starts[i - 1] + 1)
         moved[i] = at if at < starts[i] - 1 else starts[i]  # a lone zero is a zero crossing
     return moved
 

@@ -139,12 +139,16 @@ class _PlacedPhones:
 
     def __init__(self, spans: list[PhoneSpan]):
         self.spans = spans  # in the 8 kHz speech as eSpeak spoke it
+        self._ends = [span.end for span in spans]  # in time order, for finding a piece's first phone
         self.placed: list[PhoneSpan] = []
         self._last_source = -1  # which speech phone placed[-1] comes from, if any
 
     def speech(self, lo: int, hi: int, at: int) -> None:
         """Speech samples [lo, hi) were placed at `at`: their phones (or parts) go with them."""
-        for i, span in enumerate(self.spans):
+        for i in range(bisect.bisect_right(self._ends, lo), len(self.spans)):
+            span = self.spans[i]
+            if span.start >= hi:
+                break
             start, end = max(span.start, lo), min(span.end, hi)
             if end <= start:
                 continue
