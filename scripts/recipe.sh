@@ -164,6 +164,7 @@ override_value() {
 config_groups=" data synth features tokenizer lm model train distributed decode score sweep "
 declare -A stage_groups=(
   [synth]="synth" [prepare]="data" [validate]="data" [perturb]="data" [features]="data features"
+  [phone_ali]="data synth features"
   [tokenizer]="data tokenizer" [lm]="data tokenizer lm"
   [train]="data features tokenizer model train distributed"
   [tune]="data features tokenizer lm model train distributed decode"

@@ -44,6 +44,7 @@ from typing import BinaryIO, Container, Iterator
 import numpy as np
 
 from asr.data import commands
+from asr.utils.atomic import atomic_path
 from asr.utils.errors import InputError
 from asr.utils.kaldi_binary import KaldiBinaryReader
 
@@ -147,6 +148,21 @@ def decode_text_int_vector(line: bytes, where: str) -> np.ndarray:
         return np.array([int(v) for v in line.split()], dtype=np.int32)
     except ValueError:
         raise InputError(f"{where}: expected integers (a text alignment `utt id id ...`), got {line[:40]!r}") from None
+
+
+def write_int_vector_archive(path: Path, items: Iterator[tuple[str, np.ndarray]]) -> int:
+    """Write (key, int vector) pairs as a gzipped binary Kaldi archive, the form of Kaldi's
+    `ali.N.gz` / `pdf.N.gz` that `parse_int_vector_archive` reads back; returns the entries."""
+    count = 0
+    with atomic_path(path) as tmp, gzip.open(tmp, "wb", compresslevel=6) as f:
+        for key, vector in items:
+            if not key or any(c.isspace() for c in key):
+                raise ValueError(f"archive key {key!r} must be one word")
+            records = np.empty(len(vector), dtype=[("size", "u1"), ("value", "<i4")])
+            records["size"], records["value"] = 4, vector
+            f.write(key.encode("utf-8") + b" " + BINARY_HEADER + b"\x04" + struct.pack("<i", len(vector)) + records.tobytes())
+            count += 1
+    return count
 
 
 def read_scp_vectors(path: Path, keep: Container[str] | None = None) -> Iterator[tuple[str, np.ndarray]]:

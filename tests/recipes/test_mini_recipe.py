@@ -4,6 +4,7 @@ and kill-during-training then resume."""
 from __future__ import annotations
 
 import csv
+import re
 import json
 import os
 import signal
@@ -120,3 +121,17 @@ def test_missing_corpus_fails_naming_the_path(mini_recipe):
     assert "/nonexistent/LDC97S62" in proc.stderr
     assert "stage 1 (prepare) failed" in proc.stderr
     assert not (mini_recipe.dir / "exp/bad/.done/1.prepare").exists()
+
+
+def test_hybrid_ce_trains_on_the_synthesisers_phone_targets(mini_recipe):
+    r = mini_recipe
+    proc = r.run("--exp", "hybrid", "experiment=hybrid_ce", *TINY)
+    done = r.dir / "exp/hybrid/.done"
+    assert (done / "3.phone_ali").is_file() and (done / "6.train").is_file()
+    assert not (done / "7.tune").exists() and "the recipe ends here" in proc.stderr
+    phones = (r.dir / "exp/hybrid/phone_ali/phones.txt").read_text().splitlines()
+    train_log = (r.dir / "exp/hybrid/log/train.log").read_text()
+    # every utterance has its targets, and the model has one output per phone
+    assert re.search(r"data/train: kept (\d+) of \1 utterances", train_log), train_log[-2000:]
+    assert f"counts of {len(phones)} pdfs" in train_log
+    assert len(re.findall(r"dev frame accuracy 0\.\d+", train_log)) == 2  # one per epoch

@@ -26,6 +26,7 @@ import numpy as np
 from asr.data.synth import grammar as gr
 from asr.data.synth import tokens as tk
 from asr.data.synth.channel import RATE, telephone_line
+from asr.data.synth.phones import PhoneSpan
 from asr.data.synth.render import TimedToken, Utterance, UtteranceRenderer
 from asr.data.synth.speakers import Speaker
 
@@ -85,6 +86,7 @@ class Segment:
     start: int
     end: int
     tokens: tuple[TimedToken, ...]
+    phones: tuple[PhoneSpan, ...] = ()  # on the recording's timeline, as the tokens
 
 
 @dataclass
@@ -200,7 +202,8 @@ class _Dialogue:
         for (start, utterance), end, low, high in zip(placed, ends, lowest, highest):
             lead, tail = (int(rng.uniform(*SEGMENT_MARGIN_S) * RATE) for _ in range(2))
             segments.append(Segment(max(start - lead, low), min(end + tail, high),
-                                    tuple(t.shifted(start) for t in utterance.tokens)))
+                                    tuple(t.shifted(start) for t in utterance.tokens),
+                                    tuple(p.shifted(start) for p in utterance.phones)))
         return segments
 
     def channel(self, side: str, num_samples: int) -> np.ndarray:

@@ -2,7 +2,9 @@
 
 Only what the corpus generator needs: synthesise one utterance with a given voice, rate and
 pitch, and return its 16-bit samples together with the sample offset where each word starts
-(eSpeak's word events), so transcripts can be time-aligned to the audio exactly.
+(eSpeak's word events) and where each phoneme starts (its phoneme events, enabled by
+espeakINITIALIZE_PHONEME_EVENTS), so transcripts and phones can be time-aligned to the audio
+exactly.
 
 The library keeps global state, so there is one engine per process (`Espeak.instance()`);
 the generator's worker processes each initialise their own. That state also carries from one
@@ -27,6 +29,8 @@ _POS_CHARACTER = 1
 _CHARS_UTF8 = 1
 _EVENT_LIST_TERMINATED = 0
 _EVENT_WORD = 1
+_EVENT_PHONEME = 7
+_INITIALIZE_PHONEME_EVENTS = 0x0001
 _PARAM_RATE = 1
 _PARAM_VOLUME = 2
 _PARAM_PITCH = 3
@@ -45,7 +49,7 @@ class _Event(ctypes.Structure):
         ("text_position", ctypes.c_int),  # 1-based character offset of the word
         ("length", ctypes.c_int),
         ("audio_position", ctypes.c_int),  # milliseconds from the start of the text
-        ("sample", ctypes.c_int),
+        ("sample", ctypes.c_int),  # samples from the start of the text (exact; audio_position is rounded)
         ("user_data", ctypes.c_void_p),
         ("id", _EventId),
     ]
@@ -61,10 +65,17 @@ class WordEvent:
 
 
 @dataclass(frozen=True)
+class PhonemeEvent:
+    name: str  # eSpeak's mnemonic, stress marks included ("'aU"); pauses start with "_"
+    sample: int  # where the phoneme starts in the returned samples; it lasts until the next event
+
+
+@dataclass(frozen=True)
 class Synthesis:
     samples: np.ndarray  # int16, mono, at `rate`
     rate: int
     words: list[WordEvent]
+    phonemes: list[PhonemeEvent]
 
 
 def _load_library() -> tuple[ctypes.CDLL, str]:
@@ -93,11 +104,13 @@ class Espeak:
 
     def __init__(self) -> None:
         self._lib, data_parent = _load_library()
-        self.rate = self._lib.espeak_Initialize(_AUDIO_OUTPUT_SYNCHRONOUS, 0, data_parent.encode(), 0)
+        self.rate = self._lib.espeak_Initialize(_AUDIO_OUTPUT_SYNCHRONOUS, 0, data_parent.encode(),
+                                                _INITIALIZE_PHONEME_EVENTS)
         if self.rate <= 0:
             raise InputError(f"libespeak-ng failed to initialise with data under {data_parent}")
         self._chunks: list[np.ndarray] = []
         self._events: list[WordEvent] = []
+        self._phonemes: list[PhonemeEvent] = []
         self._callback = _CALLBACK(self._collect)  # kept alive: the library holds the pointer
         self._lib.espeak_SetSynthCallback(self._callback)
         # Voices' noise sources draw from libc rand() and from eSpeak NG's own generator, which
@@ -122,6 +135,10 @@ class Espeak:
             if event.type == _EVENT_WORD:
                 sample = event.audio_position * self.rate // 1000
                 self._events.append(WordEvent(char_offset=event.text_position - 1, sample=sample))
+            elif event.type == _EVENT_PHONEME:
+                # id.string: up to 8 bytes, NUL-terminated only when shorter
+                name = bytes(event.id.string).split(b"\0", 1)[0].decode("utf-8")
+                self._phonemes.append(PhonemeEvent(name=name, sample=event.sample))
             i += 1
         return 0
 
@@ -137,10 +154,11 @@ class Espeak:
             self._lib.espeak_SetParameter(parameter, int(value), 0)
         self._libc.srand(ctypes.c_uint(seed & 0xFFFFFFFF))
         self._lib.espeak_ng_SetRandSeed(seed & 0xFFFFFFFF)
-        self._chunks, self._events = [], []
+        self._chunks, self._events, self._phonemes = [], [], []
         data = text.encode("utf-8") + b"\0"
         status = self._lib.espeak_Synth(data, len(data), 0, _POS_CHARACTER, 0, _CHARS_UTF8, None, None)
         if status != 0:
             raise RuntimeError(f"espeak_Synth failed with status {status} for {text!r}")
         samples = np.concatenate(self._chunks) if self._chunks else np.zeros(0, np.int16)
-        return Synthesis(samples=samples.astype(np.int16, copy=False), rate=self.rate, words=list(self._events))
+        return Synthesis(samples=samples.astype(np.int16, copy=False), rate=self.rate, words=list(self._events),
+                         phonemes=list(self._phonemes))

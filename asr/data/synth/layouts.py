@@ -2,6 +2,7 @@
 
     LDC97S62/swb1_d{1..4}/data/sw0NNNN.sph                      Switchboard-1 audio
     swb_ms98_transcriptions/NN/NNNN/swNNNN{A,B}-ms98-a-{trans,word}.text
+                                 swNNNN{A,B}-ms98-a-phone.text   phone times (synthetic only)
     LDC2002S09/hub5e_00/english/{sw,en}_4NNN.sph, hub5e_00.pem   Hub5-2000 audio, segments
     LDC2002T43/reference/hub5e00.english.000405.stm, en20000405_hub5.glm
     LDC2004T19/fe_03_p1_tran/data/trans/000/fe_03_00001.txt        Fisher part 1 transcripts
@@ -24,6 +25,7 @@ import soundfile as sf
 from asr.data.synth import grammar as gr
 from asr.data.synth import tokens as tk
 from asr.data.synth.channel import RATE
+from asr.data.synth import phones as ph
 from asr.data.synth.conversation import Conversation, Segment
 from asr.data.synth.speakers import Speaker
 
@@ -52,7 +54,7 @@ def swb_audio_path(root: Path, number: int, disc: int) -> Path:
 
 
 def ms98_path(root: Path, number: int, side: str, kind: str) -> Path:
-    """kind is 'trans' or 'word'; the folders are the number's first two digits, then it."""
+    """kind is 'trans', 'word' or 'phone' (ours); the folders are the number's first two digits, then it."""
     return root / MS98_DIR / f"{number // 100:02d}" / f"{number}" / f"sw{number}{side}-ms98-a-{kind}.text"
 
 
@@ -118,9 +120,9 @@ def _timeline(segments: list[Segment], num_samples: int) -> list[tuple[int, int,
     return out
 
 
-def ms98_lines(number: int, side: str, segments: list[Segment], num_samples: int) -> tuple[list[str], list[str]]:
-    """Lines of swNNNN{side}-ms98-a-trans.text and -word.text."""
-    trans, words = [], []
+def ms98_lines(number: int, side: str, segments: list[Segment], num_samples: int) -> tuple[list[str], list[str], list[str]]:
+    """Lines of swNNNN{side}-ms98-a-trans.text, -word.text and -phone.text (asr.data.synth.phones)."""
+    trans, words, phones = [], [], []
     for i, (start, end, segment) in enumerate(_timeline(segments, num_samples), 1):
         prefix = f"sw{number}{side}-ms98-a-{i:04d} {_seconds6(start)} {_seconds6(end)}"
         if segment is None:
@@ -131,13 +133,14 @@ def ms98_lines(number: int, side: str, segments: list[Segment], num_samples: int
         trans.append(f"{prefix} " + " ".join(t.token.ms98 for t in timed))
         segment_id = prefix.split()[0]
         words += [f"{segment_id} {_seconds6(t.start)} {_seconds6(t.end)} {t.token.ms98}" for t in timed]
-    return trans, words
+        phones += [ph.phone_line(segment_id, p, RATE) for p in segment.phones]
+    return trans, words, phones
 
 
 def write_ms98(root: Path, number: int, conversation: Conversation) -> None:
     for side, segments in conversation.segments.items():
-        trans, words = ms98_lines(number, side, segments, conversation.num_samples)
-        for kind, lines in (("trans", trans), ("word", words)):
+        trans, words, phones = ms98_lines(number, side, segments, conversation.num_samples)
+        for kind, lines in (("trans", trans), ("word", words), ("phone", phones)):
             path = ms98_path(root, number, side, kind)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("\n".join(lines) + "\n", encoding="ascii")

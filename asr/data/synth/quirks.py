@@ -48,7 +48,7 @@ def _is_speech(line: str) -> bool:
 
 
 def missing_side(root: Path, number: int, conversation: Conversation) -> dict:
-    paths = [layouts.ms98_path(root, number, "B", kind) for kind in ("trans", "word")]
+    paths = [layouts.ms98_path(root, number, "B", kind) for kind in ("trans", "word", "phone")]
     for path in paths:
         path.unlink()
     return {"side": f"sw0{number}-B", "removed": [_rel(root, p) for p in paths]}

@@ -6,6 +6,11 @@ together with the edits spontaneous speech needs: a cut-off word keeps only its 
 a laughed word gets a tremolo, and noises or laughs are spliced in between words. Each token's
 time is where its sound actually is in the result (its active, non-silent span).
 
+Phones follow the same edits: eSpeak's phoneme events give each phone's span in its output,
+and the spans are cut and moved with the samples they cover (a cut-off word keeps the phones
+of its first part, spliced sounds get `[noise]` or `[laughter]`), so they stay exact to the
+sample at 8 kHz.
+
 eSpeak sometimes speaks two short words as one unit and reports only the first ("has been",
 "in the"). Such a group is split in proportion to the words' letters, at the quietest point
 near that proportion.
@@ -22,6 +27,7 @@ from asr.data.synth import sounds
 from asr.data.synth import tokens as tk
 from asr.data.synth.channel import RATE, db_to_amplitude, phone_position, to_phone_rate
 from asr.data.synth.espeak import Espeak, Synthesis
+from asr.data.synth.phones import LAUGHTER, NOISE, PhoneSpan, speech_phones, with_prepauses
 from asr.data.synth.speakers import Speaker
 
 SPEECH_DB = -20.0  # speech RMS in dBFS before the speaker's own gain
@@ -45,6 +51,7 @@ class TimedToken:
 class Utterance:
     audio: np.ndarray  # float32 at RATE
     tokens: tuple[TimedToken, ...]  # times relative to the start of `audio`
+    phones: tuple[PhoneSpan, ...] = ()  # likewise; silence is where no phone is
 
 
 def smoothed_power(x: np.ndarray, window: int = POWER_WINDOW) -> np.ndarray:
@@ -127,6 +134,38 @@ def _fade_out(x: np.ndarray) -> np.ndarray:
     return y
 
 
+class _PlacedPhones:
+    """The phones of an utterance as its pieces are put together."""
+
+    def __init__(self, spans: list[PhoneSpan]):
+        self.spans = spans  # in the 8 kHz speech as eSpeak spoke it
+        self._ends = [span.end for span in spans]  # in time order, for finding a piece's first phone
+        self.placed: list[PhoneSpan] = []
+        self._last_source = -1  # which speech phone placed[-1] comes from, if any
+
+    def speech(self, lo: int, hi: int, at: int) -> None:
+        """Speech samples [lo, hi) were placed at `at`: their phones (or parts) go with them."""
+        for i in range(bisect.bisect_right(self._ends, lo), len(self.spans)):
+            span = self.spans[i]
+            if span.start >= hi:
+                break
+            start, end = max(span.start, lo), min(span.end, hi)
+            if end <= start:
+                continue
+            start, end = start - lo + at, end - lo + at
+            last = self.placed[-1] if self.placed else None
+            if last is not None and i == self._last_source and last.end == start:
+                # one phone cut at a word boundary whose two pieces stayed together
+                self.placed[-1] = PhoneSpan(last.phone, last.start, end)
+            else:
+                self.placed.append(PhoneSpan(span.phone, start, end))
+            self._last_source = i
+
+    def sound(self, phone: str, at: int, length: int) -> None:
+        self.placed.append(PhoneSpan(phone, at, at + length))
+        self._last_source = -1
+
+
 class UtteranceRenderer:
     """Renders utterances for one speaker; all randomness comes from `rng`."""
 
@@ -138,7 +177,7 @@ class UtteranceRenderer:
         base_f0 = 115.0 if speaker.gender == "M" else 205.0
         self.laugh_f0 = base_f0 * (0.8 + 0.4 * speaker.pitch / 100.0)
 
-    def _speak(self, spoken: list[tk.Token], question: bool) -> tuple[np.ndarray, list[int], np.ndarray]:
+    def _speak(self, spoken: list[tk.Token], question: bool) -> tuple[np.ndarray, list[int], np.ndarray, list[PhoneSpan]]:
         engine = self.engine or Espeak.instance()
         text, offsets = _spoken_text(spoken, question)
         s = self.speaker
@@ -149,7 +188,10 @@ class UtteranceRenderer:
         rms = float(np.sqrt(np.mean(speech[active].astype(np.float64) ** 2))) if active.any() else 1.0
         speech = (speech * (self.level / rms)).astype(np.float32)
         bounds = word_bounds(synthesis, offsets, [len(t.spoken) for t in spoken], speech, power)
-        return speech, bounds, active
+        names = [p.name for p in synthesis.phonemes]
+        starts = with_prepauses(synthesis.samples, [p.sample for p in synthesis.phonemes], names)
+        phones = speech_phones([phone_position(start, synthesis.rate) for start in starts], names, len(speech))
+        return speech, bounds, active, phones
 
     def _event(self, token: tk.Token) -> np.ndarray:
         if token.ms98 == tk.LAUGHTER:
@@ -159,9 +201,10 @@ class UtteranceRenderer:
     def render(self, tokens: list[tk.Token], question: bool = False) -> Utterance:
         spoken = [t for t in tokens if t.spoken]
         if spoken:
-            speech, bounds, active = self._speak(spoken, question)
+            speech, bounds, active, speech_spans = self._speak(spoken, question)
         chunks: list[np.ndarray] = []
         timed: list[TimedToken] = []
+        phones = _PlacedPhones(speech_spans if spoken else [])
         pos = 0
         k = 0  # index of the next spoken word
         for i, token in enumerate(tokens):
@@ -173,6 +216,7 @@ class UtteranceRenderer:
                 sound = self._event(token)
                 tail = _silence(self.rng.uniform(0.08, 0.2))  # trimmed if nothing follows
                 timed.append(TimedToken(token, pos + len(lead), pos + len(lead) + len(sound)))
+                phones.sound(LAUGHTER if token.ms98 == tk.LAUGHTER else NOISE, pos + len(lead), len(sound))
                 chunks += [lead, sound, tail]
                 pos += len(lead) + len(sound) + len(tail)
                 continue
@@ -188,10 +232,12 @@ class UtteranceRenderer:
             if token.cut < 1.0:
                 keep = a + max(int(0.06 * RATE), int(token.cut * (e - a)))
                 piece = _fade_out(speech[piece_start:min(keep, hi)])
+                phones.speech(piece_start, min(keep, hi), pos)
                 word_end = pos + len(piece)
                 piece = np.concatenate([piece, _silence(self.rng.uniform(0.12, 0.3))])
             else:
                 piece = speech[piece_start:hi]
+                phones.speech(piece_start, hi, pos)
                 if token.kind == tk.LAUGHTER_WORD:
                     piece = sounds.laughing(self.rng, RATE, piece)
                 word_end = pos + e - piece_start
@@ -199,13 +245,14 @@ class UtteranceRenderer:
             chunks.append(piece)
             pos += len(piece)
             k += 1
-        return self._trimmed(chunks, timed)
+        return self._trimmed(chunks, timed, phones.placed)
 
     @staticmethod
-    def _trimmed(chunks: list[np.ndarray], timed: list[TimedToken]) -> Utterance:
+    def _trimmed(chunks: list[np.ndarray], timed: list[TimedToken], phones: list[PhoneSpan]) -> Utterance:
         """Cut after the last sound plus a margin (eSpeak's trailing pause, a cut word's gap)."""
         audio = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
         last = max((t.end for t in timed), default=0)
         end = min(len(audio), last + MARGIN)
         audio = np.concatenate([audio[:end], np.zeros(max(0, last + MARGIN - len(audio)), np.float32)])
-        return Utterance(audio=audio.astype(np.float32), tokens=tuple(timed))
+        kept = tuple(PhoneSpan(p.phone, p.start, min(p.end, end)) for p in phones if p.start < end)
+        return Utterance(audio=audio.astype(np.float32), tokens=tuple(timed), phones=kept)
