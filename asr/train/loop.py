@@ -51,6 +51,7 @@ from asr.train.data import Batch, BucketBatchSampler, ClaimedBatchSampler, Epoch
 from asr.train.experiment import check_config, restart_experiment, save_config
 from asr.train.objectives import build_objective, ctc_loss_sum  # noqa: F401  (ctc_loss_sum: re-exported)
 from asr.train.precision import autocast, grad_scaler, training_precision
+from asr.train.record import TrainedRecord
 from asr.train.resume import RunLayout, Start, find_start, node_dir
 from asr.train.telemetry import Telemetry
 from asr.train.trainlog import LogRow, TrainLog
@@ -193,7 +194,16 @@ class Trainer:
         self.stopped = False  # train.max_steps reached before the end of training
         self.times = StepTimes()
         self.telemetry = Telemetry(self.exp_dir, self.dist.rank, self.tcfg.tensorboard)
+        self.record: TrainedRecord | None = None  # opened once resume() has cut it to its checkpoint
         self.run_start = time.monotonic()
+
+    def open_record(self) -> None:
+        if self.tcfg.record_utterances:
+            self.record = TrainedRecord(self.exp_dir, self.dist.rank)
+
+    def close_record(self) -> None:
+        if self.record is not None:
+            self.record.close()
 
     def datasets(self):
         """The training and dev sets; learner 0 makes their training index first (if missing)."""
@@ -382,6 +392,8 @@ class Trainer:
             self.train_batch(batch)
             p.step += 1
             p.batches_done += 1
+            if self.record is not None:
+                self.record.step(p.epoch + 1, p.step, batch.utts)
             self.run_steps += 1
             self.times.step_done(len(batch.utts))
             self.telemetry.add_step(int(batch.feat_lens.sum()), self.times.data_wait[-1], self.updater.comm_wait_s - comm_before)
@@ -578,6 +590,7 @@ def train(cfg) -> Path | None:
         trainer = Trainer(cfg, dist)
         trainer.times.started = started
         trainer.resume()
+        trainer.open_record()
         if dist.is_writer:
             save_config(exp_dir, cfg)  # only now is it true that this config trains here
         if trainer.progress.epoch >= cfg.train.epochs and trainer.checkpoints.last.is_file():
@@ -587,6 +600,7 @@ def train(cfg) -> Path | None:
             last = trainer.run()
             trainer.write_timing()
         trainer.telemetry.close()
+        trainer.close_record()
         trainer.updater.close()
     except BaseException as err:
         if dist.distributed or isinstance(err, DistributedError):
