@@ -299,7 +299,8 @@ class ClaimedBatchSampler(Sampler[list[int]]):
 
     `claim()` returns the next unclaimed batch of the plan for this learner's group (a node),
     first come first served over all groups, or None when the plan is used up; a faster group
-    therefore trains more batches. `claimed` lists the plan indices this group took.
+    therefore trains more batches. `claimed` lists the plan indices this group took, in the
+    order it hands them out: those read ahead but not yet trained are claimed too.
     """
 
     def __init__(self, sampler: BucketBatchSampler, claim):

@@ -278,7 +278,10 @@ class Trainer:
     def sampler_state(self) -> dict:
         """The epoch's plan and how far this learner got in it."""
         p = self.progress
-        batches = self.claimed if self.updater.decentralized else range(p.batches_done)
+        # A batch is trained once its step is applied, not when it is claimed: the batches
+        # claimed ahead (being read) go back to the plan on resume. The loader and the
+        # prefetcher hand batches over in claim order, so these are the first batches_done.
+        batches = self.claimed[: p.batches_done] if self.updater.decentralized else range(p.batches_done)
         trained = self.sampler.trained(p.epoch, self.plan_done, list(batches))
         done = self.plan_done if self.plan_done is not None else np.zeros(self.num_train_utts, dtype=bool)
         return {"epoch": p.epoch, "batches_done": p.batches_done, "num_utts": self.num_train_utts,
