@@ -12,7 +12,8 @@ Under torchrun (distributed=ssgd|adpsgd|hadpsgd, asr/distributed/):
   the same number of learners reproduces the uninterrupted run exactly.
 - ADPSGD and H-ADPSGD: a node claims the plan's next batch when it is ready for one
   (asr/distributed/claims.py), so a fast node trains more of the epoch and nobody waits for a
-  slow one. Nodes never synchronise inside an epoch: each node's leader writes the node's own
+  slow one. A node claims one batch ahead (read while its step runs), and a batch counts as
+  trained, in its checkpoints, only once its step is applied. Nodes never synchronise inside an epoch: each node's leader writes the node's own
   checkpoint every train.checkpoint_every_steps of its steps. At an epoch end (the one
   collective of an epoch) the learners' weights are averaged, the average is evaluated and
   saved as the epoch's checkpoint (best.pt, last.pt: what decoding uses), and every learner
@@ -378,7 +379,7 @@ class Trainer:
             self.train_set.reader.augment.epoch = p.epoch
         self.model.train()
         self.times.restart()
-        prefetched = Prefetcher(self.loader(self.train_set, batches), self.tcfg.prefetch_batches)
+        prefetched = Prefetcher(self.loader(self.train_set, batches), self.read_ahead())
         try:
             self.train_batches(prefetched, bar, total)
         finally:
@@ -386,6 +387,12 @@ class Trainer:
         if self.claims is not None:
             self.stopped = self.claims.limit_reached
         bar.close()
+
+    def read_ahead(self) -> int:
+        """Batches read while a step runs. Under claims one: a batch read ahead is claimed, and
+        one a faster node could have taken (at an epoch end everybody waits for it); reading one
+        batch during a step already hides reading whenever it is faster than a step."""
+        return 1 if self.claims is not None else self.tcfg.prefetch_batches
 
     def train_batches(self, batches, bar, total: int) -> None:
         p = self.progress
