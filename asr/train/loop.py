@@ -13,8 +13,9 @@ Under torchrun (distributed=ssgd|adpsgd|hadpsgd, asr/distributed/):
 - ADPSGD and H-ADPSGD: a node claims the plan's next batch when it is ready for one
   (asr/distributed/claims.py), so a fast node trains more of the epoch and nobody waits for a
   slow one. A node claims one batch ahead (read while its step runs), and a batch counts as
-  trained, in its checkpoints, only once its step is applied. Nodes never synchronise inside an epoch: each node's leader writes the node's own
-  checkpoint every train.checkpoint_every_steps of its steps. At an epoch end (the one
+  trained, in its checkpoints, only once its step is applied. Nodes never synchronise inside
+  an epoch: each node's leader writes the node's own checkpoint every
+  train.checkpoint_every_steps of its steps. At an epoch end (the one
   collective of an epoch) the learners' weights are averaged, the average is evaluated and
   saved as the epoch's checkpoint (best.pt, last.pt: what decoding uses), and every learner
   goes on from its own weights.
