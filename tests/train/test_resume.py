@@ -128,6 +128,18 @@ def test_records_keep_the_steps_of_each_nodes_own_checkpoint(checkpoints):
     assert recorded(checkpoints) == {0: ["a", "b", "c"], 1: ["e", "f"]}
 
 
+def test_records_of_a_nodes_learners_keep_their_nodes_steps(checkpoints):
+    hadpsgd = RunLayout(True, 4, 2)  # 2 nodes x 2 learners, nodes at steps 10 and 11
+    save_nodes(checkpoints, hadpsgd, 1, [mask(0, 1), mask(5)], [1.0, 3.0])
+    lines = "2 10 a\n2 11 b\n2 12 c\n"
+    for rank in range(4):
+        record_path(checkpoints.dir.parent, rank).parent.mkdir(parents=True, exist_ok=True)
+        record_path(checkpoints.dir.parent, rank).write_text(lines)
+    assert find_start(checkpoints, DistributedContext(), hadpsgd, UTTS).kind == "own"
+    kept = [[u for _, _, utts in read_record(record_path(checkpoints.dir.parent, r)) for u in utts] for r in range(4)]
+    assert kept == [["a"], ["a"], ["a", "b"], ["a", "b"]]
+
+
 @pytest.mark.parametrize("saved,expected", [
     (state(10, 1, mask(0), SINGLE, 1.0), {0: ["a", "b", "c"], 1: ["e"]}),  # one model: its step
     (state(5, 1, mask(), ADPSGD2, 0.5), {0: ["a"], 1: ["e"]}),  # a decentralized epoch end: none of epoch 2
