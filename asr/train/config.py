@@ -34,8 +34,10 @@ class TrainConfig:
     keep_checkpoints: int = 3  # periodic checkpoints kept (best.pt and last.pt are extra)
     log_every_steps: int = 50  # a train_log.csv row (and TensorBoard scalars) every this many steps
     tensorboard: bool = True  # <exp_dir>/tensorboard/learner-<rank>/: loss, lr, frames/s, waiting for data and others
+    # <exp_dir>/trained/learner-<rank>.txt: the utterances of every step (asr/train/record.py)
+    record_utterances: bool = False
     num_workers: int = 0  # DataLoader worker processes
-    prefetch_batches: int = 2  # batches read ahead on a thread while a step runs
+    prefetch_batches: int = 2  # batches read ahead on a thread while a step runs (ADPSGD, H-ADPSGD: 1, each is claimed)
     # > 0: shuffle within windows of this many utterances (in archive order), windows in random
     # order: reads stay within one stretch of the archives when the features exceed memory
     shuffle_window_utts: int = 0

@@ -299,7 +299,9 @@ class ClaimedBatchSampler(Sampler[list[int]]):
 
     `claim()` returns the next unclaimed batch of the plan for this learner's group (a node),
     first come first served over all groups, or None when the plan is used up; a faster group
-    therefore trains more batches. `claimed` lists the plan indices this group took.
+    therefore trains more batches. `claimed` lists the plan indices this group took, in the
+    order it hands them out: those read ahead but not yet trained are claimed too. (The trainer
+    reads one batch ahead; DataLoader workers, train.num_workers > 0, fetch two each ahead.)
     """
 
     def __init__(self, sampler: BucketBatchSampler, claim):
@@ -327,34 +329,35 @@ def unpack_mask(packed: Tensor, size: int) -> np.ndarray:
 
 
 class Prefetcher:
-    """Iterates `batches` on a thread of its own, `depth` batches ahead, so that reading and
-    collating the next batches overlaps the current step (reading arks and numpy release the
-    GIL for most of the work). An exception on the thread is raised where the batch was due."""
+    """Iterates `batches` on a thread of its own, at most `depth` batches ahead of the consumer,
+    so that reading and collating the next batches overlaps the current step (reading arks and
+    numpy release the GIL for most of the work). The thread takes the next batch from `batches`
+    only once fewer than `depth` wait, so under claims (ClaimedBatchSampler) a batch is claimed
+    no earlier than that. An exception on the thread is raised where the batch was due."""
 
     _END = object()
 
     def __init__(self, batches, depth: int = 2):
-        self.queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self.queue: queue.Queue = queue.Queue()
+        self.slots = threading.Semaphore(max(1, depth))  # batches read ahead and not yet taken
         self.thread = threading.Thread(target=self._fill, args=(iter(batches),), name="asr-prefetch", daemon=True)
         self.stopped = threading.Event()
         self.thread.start()
 
     def _fill(self, batches) -> None:
         try:
-            for batch in batches:
-                if not self._put(batch):
+            while self._reserve():
+                batch = next(batches, self._END)
+                self.queue.put(batch)
+                if batch is self._END:
                     return
-            self._put(self._END)
         except BaseException as err:  # handed to the consumer
-            self._put(err)
+            self.queue.put(err)
 
-    def _put(self, item) -> bool:
+    def _reserve(self) -> bool:
         while not self.stopped.is_set():
-            try:
-                self.queue.put(item, timeout=0.1)
+            if self.slots.acquire(timeout=0.1):
                 return True
-            except queue.Full:
-                continue
         return False
 
     def __iter__(self) -> "Prefetcher":
@@ -362,6 +365,7 @@ class Prefetcher:
 
     def __next__(self):
         item = self.queue.get()
+        self.slots.release()
         if item is self._END:
             raise StopIteration
         if isinstance(item, BaseException):

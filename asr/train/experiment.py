@@ -22,6 +22,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from asr.train.record import RECORD_DIR
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
 
@@ -90,7 +91,7 @@ def save_config(exp_dir: str | Path, cfg) -> None:
     write_text(Path(exp_dir) / SNAPSHOT_NAME, OmegaConf.to_yaml(OmegaConf.create(guarded_config(cfg))))
 
 
-TRAINING_OUTPUTS = ("checkpoints", "train_log.csv", "loss.png", "timing", "bad_utterances.txt", SNAPSHOT_NAME)
+TRAINING_OUTPUTS = ("checkpoints", "train_log.csv", "loss.png", "timing", "bad_utterances.txt", RECORD_DIR, SNAPSHOT_NAME)
 
 
 def training_history(exp_dir: str | Path) -> list[str]:

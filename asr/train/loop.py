@@ -12,8 +12,10 @@ Under torchrun (distributed=ssgd|adpsgd|hadpsgd, asr/distributed/):
   the same number of learners reproduces the uninterrupted run exactly.
 - ADPSGD and H-ADPSGD: a node claims the plan's next batch when it is ready for one
   (asr/distributed/claims.py), so a fast node trains more of the epoch and nobody waits for a
-  slow one. Nodes never synchronise inside an epoch: each node's leader writes the node's own
-  checkpoint every train.checkpoint_every_steps of its steps. At an epoch end (the one
+  slow one. A node claims one batch ahead (read while its step runs), and a batch counts as
+  trained, in its checkpoints, only once its step is applied. Nodes never synchronise inside
+  an epoch: each node's leader writes the node's own checkpoint every
+  train.checkpoint_every_steps of its steps. At an epoch end (the one
   collective of an epoch) the learners' weights are averaged, the average is evaluated and
   saved as the epoch's checkpoint (best.pt, last.pt: what decoding uses), and every learner
   goes on from its own weights.
@@ -52,6 +54,7 @@ from asr.train.data import Batch, BucketBatchSampler, ClaimedBatchSampler, Epoch
 from asr.train.experiment import check_config, restart_experiment, save_config
 from asr.train.objectives import build_objective, ctc_loss_sum  # noqa: F401  (ctc_loss_sum: re-exported)
 from asr.train.precision import autocast, grad_scaler, training_precision
+from asr.train.record import TrainedRecord
 from asr.train.resume import RunLayout, Start, find_start, node_dir
 from asr.train.telemetry import Telemetry
 from asr.train.trainlog import LogRow, TrainLog
@@ -196,7 +199,16 @@ class Trainer:
         self.stopped = False  # train.max_steps reached before the end of training
         self.times = StepTimes()
         self.telemetry = Telemetry(self.exp_dir, self.dist.rank, self.tcfg.tensorboard)
+        self.record: TrainedRecord | None = None  # opened once resume() has cut it to its checkpoint
         self.run_start = time.monotonic()
+
+    def open_record(self) -> None:
+        if self.tcfg.record_utterances:
+            self.record = TrainedRecord(self.exp_dir, self.dist.rank)
+
+    def close_record(self) -> None:
+        if self.record is not None:
+            self.record.close()
 
     def datasets(self):
         """The training and dev sets; learner 0 makes their training index first (if missing)."""
@@ -281,7 +293,10 @@ class Trainer:
     def sampler_state(self) -> dict:
         """The epoch's plan and how far this learner got in it."""
         p = self.progress
-        batches = self.claimed if self.updater.decentralized else range(p.batches_done)
+        # A batch is trained once its step is applied, not when it is claimed: the batches
+        # claimed ahead (being read) go back to the plan on resume. The loader and the
+        # prefetcher hand batches over in claim order, so these are the first batches_done.
+        batches = self.claimed[: p.batches_done] if self.updater.decentralized else range(p.batches_done)
         trained = self.sampler.trained(p.epoch, self.plan_done, list(batches))
         done = self.plan_done if self.plan_done is not None else np.zeros(self.num_train_utts, dtype=bool)
         return {"epoch": p.epoch, "batches_done": p.batches_done, "num_utts": self.num_train_utts,
@@ -380,7 +395,7 @@ class Trainer:
             self.train_set.set_epoch(p.epoch)
         self.model.train()
         self.times.restart()
-        prefetched = Prefetcher(self.loader(self.train_set, batches), self.tcfg.prefetch_batches)
+        prefetched = Prefetcher(self.loader(self.train_set, batches), self.read_ahead())
         try:
             self.train_batches(prefetched, bar, total)
         finally:
@@ -388,6 +403,12 @@ class Trainer:
         if self.claims is not None:
             self.stopped = self.claims.limit_reached
         bar.close()
+
+    def read_ahead(self) -> int:
+        """Batches read while a step runs. Under claims one: a batch read ahead is claimed, and
+        one a faster node could have taken (at an epoch end everybody waits for it); reading one
+        batch during a step already hides reading whenever it is faster than a step."""
+        return 1 if self.claims is not None else self.tcfg.prefetch_batches
 
     def train_batches(self, batches, bar, total: int) -> None:
         p = self.progress
@@ -397,6 +418,8 @@ class Trainer:
             self.train_batch(batch)
             p.step += 1
             p.batches_done += 1
+            if self.record is not None:
+                self.record.step(p.epoch + 1, p.step, batch.utts)
             self.run_steps += 1
             self.times.step_done(len(batch.utts))
             self.telemetry.add_step(int(batch.feat_lens.sum()), self.times.data_wait[-1], self.updater.comm_wait_s - comm_before)
@@ -593,6 +616,7 @@ def train(cfg) -> Path | None:
         trainer = Trainer(cfg, dist)
         trainer.times.started = started
         trainer.resume()
+        trainer.open_record()
         if dist.is_writer:
             save_config(exp_dir, cfg)  # only now is it true that this config trains here
         if trainer.progress.epoch >= cfg.train.epochs and trainer.checkpoints.last.is_file():
@@ -602,6 +626,7 @@ def train(cfg) -> Path | None:
             last = trainer.run()
             trainer.write_timing()
         trainer.telemetry.close()
+        trainer.close_record()
         trainer.updater.close()
     except BaseException as err:
         if dist.distributed or isinstance(err, DistributedError):

@@ -24,7 +24,8 @@ Node checkpoints from another layout (an elastic restart: `torchrun --nnodes MIN
 preempted job resumed elsewhere) are first merged: learner 0 averages the nodes' weights and
 optimizer moments, unites what they trained, saves that as a step-*.pt and removes the node
 directories, and every learner then starts from it (replan). Learner 0 decides, every learner
-follows, so all start from the same point.
+follows, so all start from the same point. Learner 0 also cuts the learners' records of trained
+utterances (asr/train/record.py) to what the chosen checkpoints hold.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import torch
 from asr.distributed.context import DistributedContext
 from asr.models.checkpoint import CheckpointDir, load_checkpoint
 from asr.train.data import pack_mask, unpack_mask
+from asr.train.record import cut_records
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -138,6 +140,7 @@ def _decide(checkpoints: CheckpointDir, current: RunLayout, num_utts: int) -> tu
         behind = global_state is not None and progress_key(global_state, num_utts)
         if not behind or _node_progress(nodes, num_utts) >= behind:
             if current.decentralized and RunLayout.from_state(nodes[0]) == current:
+                _cut_records_to_nodes(checkpoints, nodes)
                 return "own", ""
             if not behind or _node_progress(nodes, num_utts) > behind:
                 global_state = merge_nodes(checkpoints, nodes, num_utts)
@@ -147,10 +150,35 @@ def _decide(checkpoints: CheckpointDir, current: RunLayout, num_utts: int) -> tu
     else:
         path = str(checkpoints.dir / f"step-{global_state['step']:09d}.pt")
     _remove_node_dirs(checkpoints, "superseded by " + (f"step {global_state['step']}" if global_state else "a fresh start"))
+    _cut_records_to_state(checkpoints, global_state)
     if global_state is None:
         return "fresh", ""
     same = RunLayout.from_state(global_state) == current and not current.decentralized
     return ("exact" if same else "replan"), path
+
+
+def _cut_records_to_nodes(checkpoints: CheckpointDir, nodes: list[dict]) -> None:
+    """Each node's learners' records (train.record_utterances) up to the node's own step."""
+    steps = [int(s["progress"]["step"]) for s in nodes]
+    cut_records(checkpoints.dir.parent, int(nodes[0]["progress"]["epoch"]), _by_learner(steps, RunLayout.from_state(nodes[0])))
+
+
+def _cut_records_to_state(checkpoints: CheckpointDir, state: dict | None) -> None:
+    """The records up to what one checkpoint holds: its step (one learner, SSGD), the steps of
+    the nodes it merged, or nothing of its epoch (a decentralized epoch end)."""
+    if state is None:
+        cut_records(checkpoints.dir.parent, 0, {})
+        return
+    layout, epoch = RunLayout.from_state(state), int(state["progress"]["epoch"])
+    if not layout.decentralized:
+        cut_records(checkpoints.dir.parent, epoch, {}, default=int(state["progress"]["step"]))
+        return
+    cut_records(checkpoints.dir.parent, epoch, _by_learner(state["distributed"].get("node_steps", []), layout))
+
+
+def _by_learner(node_steps: list[int], layout: RunLayout) -> dict[int, int]:
+    per = layout.learners_per_node
+    return {node * per + i: step for node, step in enumerate(node_steps) for i in range(per)}
 
 
 def _last_resort(checkpoints: CheckpointDir, unreadable: str) -> tuple[dict | None, str]:
@@ -220,7 +248,8 @@ def merge_nodes(checkpoints: CheckpointDir, nodes: list[dict], num_utts: int) ->
     merged["sampler"] = dict(nodes[0]["sampler"], trained=pack_mask(trained), done=pack_mask(trained), batches_done=0)
     merged["progress"] = dict(nodes[0]["progress"], batches_done=0, elapsed_s=max(n["progress"]["elapsed_s"] for n in nodes))
     merged["layout"] = {k: v for k, v in nodes[0]["layout"].items() if k != "node"}
-    merged["distributed"] = dict(nodes[0]["distributed"], merged_from_nodes=len(nodes))
+    merged["distributed"] = dict(nodes[0]["distributed"], merged_from_nodes=len(nodes),
+                                 node_steps=[int(n["progress"]["step"]) for n in nodes])
     path = checkpoints.save(merged)
     log.info("merged the %d nodes' checkpoints (epoch %d, %d of %d utterances of it trained) into %s",
              len(nodes), merged["progress"]["epoch"] + 1, int(trained.sum()), num_utts, path)

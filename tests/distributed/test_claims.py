@@ -10,7 +10,7 @@ import numpy as np
 import torch.distributed as dist
 
 from asr.distributed.claims import BatchClaims
-from asr.train.data import BucketBatchSampler, ClaimedBatchSampler
+from asr.train.data import BucketBatchSampler, ClaimedBatchSampler, Prefetcher
 
 
 def claimer(store, limit: int = 0) -> BatchClaims:
@@ -69,3 +69,20 @@ def test_a_node_of_several_learners_shares_one_claim():
     shards = list(ClaimedBatchSampler(sampler, claims))
     plan = sampler.global_batches(0)
     assert shards == [batch[1::2] for batch in plan]
+
+
+def test_a_node_claims_one_batch_ahead_of_its_step():
+    """What the trainer does under claims (Trainer.read_ahead): the batch being trained and the
+    one read meanwhile are claimed, no more; the rest stays for faster nodes."""
+    sampler = BucketBatchSampler(list(range(10, 74)), 100, 1, seed=1)
+    sampler.set_epoch(0)
+    claimed = ClaimedBatchSampler(sampler, claimer(dist.HashStore()))
+    batches = Prefetcher(claimed, depth=1)
+    for step in range(3):
+        next(batches)
+        deadline = time.monotonic() + 5
+        while len(claimed.claimed) < step + 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.05)  # room for the thread to claim too many
+        assert len(claimed.claimed) == step + 2
+    batches.close()

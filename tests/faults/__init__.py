@@ -15,4 +15,6 @@ Issue 17's list, and where each item is tested (besides the unit tests of each m
   1, 2 experiment state written once true, train.restart, best.pt fallback, the log never mixed
                                                                    tests/faults/test_training_state.py
     non-finite training losses: the utterance left out, named      tests/train/test_loop.py
+Issue 30, item 1: a killed decentralized learner's resume loses and repeats no batch
+                                                                   tests/faults/test_resume_claims.py
 """

@@ -155,3 +155,22 @@ def test_prefetching_keeps_order_and_hands_errors_over():
     assert next(endless) == 0
     endless.close()
     assert not endless.thread.is_alive()
+
+
+def test_prefetching_reads_at_most_depth_batches_ahead():
+    pulled = []
+
+    def batches():
+        for i in range(20):
+            pulled.append(i)
+            yield i
+
+    items = Prefetcher(batches(), depth=2)
+    for taken in range(5):
+        assert next(items) == taken
+        deadline = time.monotonic() + 5
+        while len(pulled) < taken + 3 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.05)  # room for a batch too many
+        assert len(pulled) == taken + 3  # the one taken and 2 ahead
+    items.close()

@@ -9,6 +9,7 @@ from tests.fixtures.toy_corpus import make_toy_experiment, toy_config
 
 from asr.models.checkpoint import CheckpointDir, load_checkpoint
 from asr.train import loop, objectives
+from asr.train.record import read_record, record_path
 from asr.train.trainlog import TrainLog
 from asr.utils.errors import InputError
 
@@ -97,6 +98,13 @@ def test_final_lr_is_reached_at_the_last_update(root):
     assert all(a.lr > b.lr for a, b in zip(rows, rows[1:]) if a.step < b.step)  # every update, across epochs
 
 
+RECORD = ["train.record_utterances=true"]
+
+
+def training_utts(root):
+    return [line.split()[0] for line in (root / "data" / "train" / "text").read_text().splitlines()]
+
+
 @pytest.mark.parametrize("corrupt_newest", [False, True])
 def test_resume_after_crash_equals_uninterrupted_run(trained, root, monkeypatch, caplog, corrupt_newest):
     expected = final_weights(trained / "exp")
@@ -107,14 +115,14 @@ def test_resume_after_crash_equals_uninterrupted_run(trained, root, monkeypatch,
     with monkeypatch.context() as m:
         crash_after(m, crash)
         with pytest.raises(Crash):
-            loop.train(toy_config(crashed))
+            loop.train(toy_config(crashed, RECORD))
     ckpts = CheckpointDir(crashed / "exp" / "checkpoints")
     assert [p.name for p in ckpts.periodic()] == [f"step-{s:09d}.pt" for s in saved]
     assert not ckpts.last.exists()
     if corrupt_newest:
         ckpts.periodic()[-1].write_bytes(b"truncated")
     with caplog.at_level("INFO"):
-        loop.train(toy_config(crashed))
+        loop.train(toy_config(crashed, RECORD))
     assert f"resumed from step {saved[-2] if corrupt_newest else saved[-1]}" in caplog.text
     assert ("falling back" in caplog.text) == corrupt_newest
     assert sum(m.startswith("epoch 2/2: train loss") for m in caplog.messages) == 1  # one line per epoch
@@ -124,6 +132,12 @@ def test_resume_after_crash_equals_uninterrupted_run(trained, root, monkeypatch,
         assert torch.equal(got[name], tensor), name
     # The log has no duplicate rows for the steps trained twice.
     assert log_columns(crashed / "exp") == log_columns(trained / "exp")
+    # The record holds the steps of the weights: every utterance once an epoch, steps 1, 2, ...
+    rows = read_record(record_path(crashed / "exp", 0))
+    assert [step for _, step, _ in rows] == list(range(1, 2 * per_epoch + 1))
+    utts = sorted(training_utts(crashed))
+    for epoch in (1, 2):
+        assert sorted(u for e, _, batch in rows if e == epoch for u in batch) == utts
 
 
 def log_columns(exp):

@@ -11,6 +11,7 @@ from asr.distributed.context import DistributedContext
 from asr.models.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, load_checkpoint, save_checkpoint
 from asr.train.data import pack_mask, unpack_mask
 from asr.train.loop import Progress
+from asr.train.record import read_record, record_path
 from asr.train.resume import RunLayout, find_start, node_dir
 from asr.utils.errors import InputError
 
@@ -101,6 +102,59 @@ def test_an_incomplete_node_set_falls_back_to_the_epoch_end(checkpoints, caplog)
     start = find_start(checkpoints, DistributedContext(), ADPSGD2, UTTS)
     assert start.kind == "replan" and start.state["step"] == 5
     assert "not one consistent set" in caplog.text
+
+
+# Learners' records (train.record_utterances): epoch 1 done; epoch 2 (0-based 1) in progress.
+RECORDS = {0: "1 3 a\n2 9 b\n2 10 c\n2 11 d\n", 1: "1 4 e\n2 11 f\n2 12 g\n2 13 h"}  # learner 1 killed mid-line
+
+
+def write_records(checkpoints: CheckpointDir) -> None:
+    for rank, text in RECORDS.items():
+        record_path(checkpoints.dir.parent, rank).parent.mkdir(parents=True, exist_ok=True)
+        record_path(checkpoints.dir.parent, rank).write_text(text)
+
+
+def recorded(checkpoints: CheckpointDir) -> dict[int, list[str]]:
+    return {rank: [u for _, _, utts in read_record(record_path(checkpoints.dir.parent, rank)) for u in utts] for rank in RECORDS}
+
+
+def test_records_keep_the_steps_of_each_nodes_own_checkpoint(checkpoints):
+    save_nodes(checkpoints, ADPSGD2, 1, [mask(0, 1), mask(5)], [1.0, 3.0])  # nodes at steps 10 and 11
+    write_records(checkpoints)
+    assert find_start(checkpoints, DistributedContext(), ADPSGD2, UTTS).kind == "own"
+    assert recorded(checkpoints) == {0: ["a", "b", "c"], 1: ["e", "f"]}
+    write_records(checkpoints)
+    assert find_start(checkpoints, DistributedContext(), ADPSGD3, UTTS).kind == "replan"  # merged: the nodes' steps
+    assert recorded(checkpoints) == {0: ["a", "b", "c"], 1: ["e", "f"]}
+
+
+def test_records_of_a_nodes_learners_keep_their_nodes_steps(checkpoints):
+    hadpsgd = RunLayout(True, 4, 2)  # 2 nodes x 2 learners, nodes at steps 10 and 11
+    save_nodes(checkpoints, hadpsgd, 1, [mask(0, 1), mask(5)], [1.0, 3.0])
+    lines = "2 10 a\n2 11 b\n2 12 c\n"
+    for rank in range(4):
+        record_path(checkpoints.dir.parent, rank).parent.mkdir(parents=True, exist_ok=True)
+        record_path(checkpoints.dir.parent, rank).write_text(lines)
+    assert find_start(checkpoints, DistributedContext(), hadpsgd, UTTS).kind == "own"
+    kept = [[u for _, _, utts in read_record(record_path(checkpoints.dir.parent, r)) for u in utts] for r in range(4)]
+    assert kept == [["a"], ["a"], ["a", "b"], ["a", "b"]]
+
+
+@pytest.mark.parametrize("saved,expected", [
+    (state(10, 1, mask(0), SINGLE, 1.0), {0: ["a", "b", "c"], 1: ["e"]}),  # one model: its step
+    (state(5, 1, mask(), ADPSGD2, 0.5), {0: ["a"], 1: ["e"]}),  # a decentralized epoch end: none of epoch 2
+])
+def test_records_keep_the_steps_of_one_checkpoint(checkpoints, saved, expected):
+    checkpoints.save(saved)
+    write_records(checkpoints)
+    find_start(checkpoints, DistributedContext(), SINGLE, UTTS)
+    assert recorded(checkpoints) == expected
+
+
+def test_a_fresh_start_empties_the_records(checkpoints):
+    write_records(checkpoints)
+    assert find_start(checkpoints, DistributedContext(), SINGLE, UTTS).kind == "fresh"
+    assert recorded(checkpoints) == {0: [], 1: []}
 
 
 def test_a_changed_training_set_is_refused(checkpoints):
