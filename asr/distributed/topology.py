@@ -37,7 +37,8 @@ holds the mean (each step averages out one bit of the index).
 
 `mixing_rate` is the per-step consensus rate of a schedule: the second-largest eigenvalue
 modulus of its expected mixing matrix E[W] (W_t: the step's pairwise averages, x <- W_t x),
-over one period of a fixed schedule or many rounds of a random one.
+over one period of a fixed schedule or the random ring's matchings. It describes the
+exchanges alone: delay-by-one and the learners' timing are not in it.
 """
 
 from __future__ import annotations
@@ -207,7 +208,7 @@ def mixing_matrix(graph: Topology, step: int) -> np.ndarray:
 
 
 def period(graph: Topology) -> int:
-    """Steps after which a fixed schedule repeats; RANDOM_ROUNDS for the random ring."""
+    """Steps after which a fixed schedule repeats; RANDOM_ROUNDS drawn rounds of an odd random ring."""
     if isinstance(graph, RandomRing):
         return RANDOM_ROUNDS
     if isinstance(graph, Exponential):
@@ -216,6 +217,10 @@ def period(graph: Topology) -> int:
 
 
 def expected_mixing_matrix(graph: Topology) -> np.ndarray:
+    if isinstance(graph, RandomRing) and graph.size % 2 == 0 and graph.size > 1:
+        # Exactly: an active meets each of the n/2 passives with probability 2/n, and averages.
+        roles = np.array([graph.is_active(m) for m in range(graph.size)])
+        return np.eye(graph.size) / 2 + (roles[:, None] != roles[None, :]) / graph.size
     steps = period(graph)
     return sum(mixing_matrix(graph, step) for step in range(steps)) / steps
 
