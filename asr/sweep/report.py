@@ -121,7 +121,9 @@ def point_losses(m: Measurement) -> list[float]:
 
 
 def plot_series(ax, row: DivergedRow, m: Measurement, tolerance: float) -> None:
-    for algorithm, series in m.points.items():
+    count = len(m.points)
+    for index, (algorithm, series) in enumerate(m.points.items()):
+        side = 1.04 ** (index - (count - 1) / 2)  # diverged marks of one x side by side, not on top of each other
         xs = [getattr(p, m.axis) for p in series]
         line = ax.plot([x for x, p in zip(xs, series) if p.mean is not None], [p.mean for p in series if p.mean is not None],
                        "-", label=algorithm, linewidth=1.2)[0]
@@ -130,7 +132,7 @@ def plot_series(ax, row: DivergedRow, m: Measurement, tolerance: float) -> None:
             seeds = [loss for loss in p.losses if loss is not None]
             ax.plot([x] * len(seeds), seeds, ".", color=color, alpha=0.5, markersize=4)
             if p.diverged:
-                ax.plot([x], [row.y], "x", color=color, markersize=8)
+                ax.plot([x * side], [row.y], "x", color=color, markersize=7)
             else:  # filled: converges
                 ax.plot([x], [p.mean], "o", color=color, markerfacecolor=color if converges(p, tolerance) else "white", markersize=5)
 
@@ -157,7 +159,8 @@ def plot(result: SweepResult, path: Path) -> None:
         epochs = [e["epoch"] for e in log if e["held_out_loss"] is not None]
         losses = [e["held_out_loss"] for e in log if e["held_out_loss"] is not None]
         if r["algorithm"] == BASELINE:
-            per_epoch.plot(epochs, losses, "k-", linewidth=2, label=f"baseline (1 learner, batch {base.best.global_batch})")
+            # wide and pale: SSGD at the baseline's batch trains the same and is drawn over it
+            per_epoch.plot(epochs, losses, "k-", linewidth=4, alpha=0.3, zorder=1, label=f"baseline (1 learner, batch {base.best.global_batch})")
             continue
         color = colors.setdefault(r["global_batch"], f"C{len(colors)}")
         style = "-" if r["algorithm"] == "ssgd" else "--"
