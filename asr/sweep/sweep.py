@@ -223,6 +223,9 @@ def run_sweep(cfg) -> SweepResult:
     log.info("baseline: lr %g of %s, held-out loss %.4f (seeds %s); its last epoch improved it by %s: %s", best_lr,
              list(scfg.baseline_lrs), baseline.best.mean, baseline.best.seeds, improvements(baseline),
              "settled" if baseline.settled else f"NOT settled (less than {100 * tolerance / 2:g}% wanted): raise sweep.epochs")
+    if len(scfg.baseline_lrs) > 1 and best_lr in (min(scfg.baseline_lrs), max(scfg.baseline_lrs)):
+        log.warning("baseline: the best lr %g is at the edge of sweep.baseline_lrs %s; a wider grid may find a better one",
+                    best_lr, list(scfg.baseline_lrs))
     critical_plan, batch_plan = plan(cfg, best_lr)
     runner.run([run_settings(cfg, a, b, lr, seed) for wanted in (critical_plan, batch_plan) for a, points in wanted.items()
                 for b, lr in points for seed in scfg.seeds], data)

@@ -27,6 +27,8 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from asr.utils.errors import InputError
+
 BASELINE = "baseline"  # one learner at sweep.base_batch
 REFERENCE = "ssgd"  # ratios are over its value
 
@@ -122,7 +124,7 @@ def calibrate(results: list[dict], tolerance: float) -> Baseline:
 
     best = min(grid, key=loss)
     if not math.isfinite(loss(best)):
-        raise ValueError("the single-learner baseline diverged at every lr of sweep.baseline_lrs: lower them")
+        raise InputError("sweep.baseline_lrs: the single-learner baseline diverged at every lr; lower them")
     improvements = [last_improvement(r) for r in sorted(runs, key=lambda r: r["seed"]) if r["lr"] == best.lr]
     return Baseline(grid, best, improvements, tolerance)
 

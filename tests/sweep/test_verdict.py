@@ -5,6 +5,7 @@ failure in between hides nothing above it), the ratios, divergence, the points c
 import pytest
 
 from asr.sweep.verdict import calibrate, close_points, converges, judge
+from asr.utils.errors import InputError
 
 
 def run(algorithm, batch, seed, loss, lr=0.1, curve=None):
@@ -89,5 +90,5 @@ def test_close_points_lie_within_the_margin_of_the_tolerance():
 
 
 def test_a_baseline_diverged_everywhere_is_named():
-    with pytest.raises(ValueError, match="diverged at every lr of sweep.baseline_lrs: lower them"):
+    with pytest.raises(InputError, match="sweep.baseline_lrs: the single-learner baseline diverged at every lr; lower them"):
         calibrate([run("baseline", 16, 1, None, lr=0.1), run("baseline", 16, 1, None, lr=0.2)], tolerance=0.05)
