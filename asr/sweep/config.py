@@ -75,14 +75,14 @@ class SweepConfig:
     # Every run trains `epochs` epochs, whatever its batch: the same data seen, so a larger batch
     # takes fewer updates (the large-batch question: reach the same loss on the same data with
     # fewer, larger steps; equal updates would give larger batches more data instead).
-    epochs: int = 4
+    epochs: int = 5
     # The baseline, calibrated first: one learner at base_batch, every lr of baseline_lrs with the
     # first seed, the best lr then with every seed; its held-out loss x (1 + tolerance) is the line.
     base_batch: int = 16
-    baseline_lrs: list = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.4])
+    baseline_lrs: list = field(default_factory=lambda: [0.1, 0.2, 0.4, 0.8])
     # critical_lr: every algorithm at critical_batch, every lr of critical_lrs (no scaling).
     critical_batch: int = 64
-    critical_lrs: list = field(default_factory=lambda: [0.1, 0.2, 0.4, 0.8, 1.6, 3.2])
+    critical_lrs: list = field(default_factory=lambda: [0.2, 0.4, 0.8, 1.6, 3.2, 6.4])
     # largest_converging_batch: every algorithm at every global batch (utterances per step, all
     # learners), lr = the baseline's best x (batch / base_batch) (linear; sqrt: its root).
     global_batches: list = field(default_factory=lambda: [16, 32, 64, 128, 256])
@@ -112,7 +112,7 @@ class SweepConfig:
     # A point converges when no seed diverged and its held-out loss is at most the baseline's
     # x (1 + tolerance), on average over its seeds (each against the baseline of its seed).
     tolerance: float = 0.05
-    max_train_utts: int = 4000  # train on the first N utterances only (0 = all): a quicker sweep
+    max_train_utts: int = 3000  # train on the first N utterances only (0 = all): a quicker sweep
     jobs: int = 2  # runs trained side by side, in processes of train.threads / jobs threads each
     out_dir: str = "${exp_dir}/sweep"
 
