@@ -112,7 +112,9 @@ class SweepConfig:
     # A point converges when no seed diverged and its held-out loss is at most the baseline's
     # x (1 + tolerance), on average over its seeds (each against the baseline of its seed).
     tolerance: float = 0.05
-    max_train_utts: int = 3000  # train on the first N utterances only (0 = all): a quicker sweep
+    # Train on the first N utterances only (0 = all): a quicker sweep; a multiple of every global
+    # batch, so that every run's epoch is cut into the same full batches.
+    max_train_utts: int = 3072
     jobs: int = 2  # runs trained side by side, in processes of train.threads / jobs threads each
     out_dir: str = "${exp_dir}/sweep"
 

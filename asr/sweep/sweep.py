@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import multiprocessing
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -76,6 +77,13 @@ def check(cfg) -> None:
         raise InputError("sweep.algorithms is empty: name at least one algorithm (ssgd, adpsgd, ...)")
     if not scfg.baseline_lrs or not scfg.critical_lrs or not scfg.global_batches:
         raise InputError("sweep.baseline_lrs, sweep.critical_lrs and sweep.global_batches each need at least one value")
+    ragged = [b for b in sorted({scfg.base_batch, scfg.critical_batch, *scfg.global_batches}) if scfg.max_train_utts % b]
+    if scfg.max_train_utts and ragged:
+        # A partial last batch is kept by one learner and merged by many, so the epoch's batches
+        # (and their shuffled order) differ between runs: SSGD at base_batch is then not the baseline.
+        log.warning("sweep.max_train_utts=%d is not a multiple of the global batches %s: their runs see differently cut "
+                    "epochs; a multiple of every batch (e.g. %d) keeps them alike", scfg.max_train_utts, ragged,
+                    max(1, scfg.max_train_utts // max(ragged)) * math.lcm(*ragged))
     for algorithm in scfg.algorithms:
         try:
             make_ring(nodes(scfg, algorithm), parse_algorithm(algorithm).topology)

@@ -166,3 +166,13 @@ def test_sweep_train_overrides_train_but_not_the_sweeps_own_settings(root):
 def test_bad_values_are_refused_by_the_schema(override, message):
     with pytest.raises(InputError, match=message):
         load_config([override])
+
+
+def test_a_training_subset_that_cuts_a_partial_batch_is_warned_about(caplog):
+    """One learner keeps a partial last batch, many merge it: the runs' epochs would differ."""
+    from asr.sweep.sweep import check
+    with caplog.at_level("WARNING"):
+        check(load_config(["sweep.max_train_utts=3072"]))
+        assert "not a multiple" not in caplog.text
+        check(load_config(["sweep.max_train_utts=3000"]))
+    assert "sweep.max_train_utts=3000 is not a multiple of the global batches [16, 32, 64, 128, 256]" in caplog.text
