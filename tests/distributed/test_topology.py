@@ -165,3 +165,15 @@ def test_the_numbers_for_sixteen_nodes():
     assert mixing_rate(Ring(16)) == pytest.approx(0.9619, abs=1e-4)
     assert mixing_rate(Exponential(16)) == pytest.approx(0.75)
     assert 0 < mixing_rate(RandomRing(5, seed=1)) < mixing_rate(Ring(5)) == pytest.approx(0.875)  # odd: from drawn rounds; the path mixes slower
+
+
+def test_the_trainer_refuses_the_exponential_graph_on_six_nodes_before_any_exchange():
+    from asr.config import load_config
+    from asr.distributed.build import step_group
+    from asr.distributed.context import DistributedContext
+
+    cfg = load_config(["distributed=adpsgd", "distributed.topology=exponential"])
+    group = step_group(DistributedContext("adpsgd", rank=3, world_size=8, local_world_size=8), cfg)
+    assert group.count == 8 and group.layout.role == "active"  # 3 = 0b11: two one bits
+    with pytest.raises(InputError, match="exponential needs a power-of-two number of nodes, not 6"):
+        step_group(DistributedContext("adpsgd", rank=0, world_size=6, local_world_size=6), cfg)
