@@ -39,6 +39,7 @@ def step_group(ctx: DistributedContext, cfg) -> StepGroup:
     per_node = learners_per_node(ctx, cfg.distributed.learners_per_node, ctx.algorithm)
     node_groups(ctx.world_size, per_node)  # a clear error if it does not divide the learners
     layout = Layout(ctx.rank, ctx.world_size, per_node, cfg.distributed.topology, int(cfg.seed))
+    layout.ring  # a clear error now if the topology cannot join these nodes (exponential: a power of two)
     return StepGroup(per_node, layout.local_index, layout.num_nodes, layout)
 
 

@@ -5,7 +5,7 @@ from typing import ClassVar
 
 from asr.utils.checks import NON_NEGATIVE, POSITIVE, Check, one_of
 
-TOPOLOGIES = ("ring", "random_ring")  # asr.distributed.topology
+TOPOLOGIES = ("ring", "random_ring", "exponential")  # asr.distributed.topology
 
 ALGORITHMS = ("none", "ssgd", "adpsgd", "hadpsgd")
 
@@ -31,7 +31,9 @@ class DistributedConfig:
     restart_from_average: bool = False
     # ADPSGD/H-ADPSGD: which passive node an active node averages with at each step. ring: its
     # left and right neighbours in turn; random_ring: a random active/passive matching per
-    # round, drawn from the experiment's seed on every learner (asr/distributed/topology.py).
+    # round, drawn from the experiment's seed on every learner; exponential: the one-peer
+    # exponential graph, the node at distance 2^k with k cycling (a power-of-two number of
+    # nodes; asr/distributed/topology.py).
     topology: str = "ring"
     # ADPSGD/H-ADPSGD: an active node applies the average it started at step t at step t + 1,
     # so the exchange overlaps a whole step (forward, backward and update) instead of one

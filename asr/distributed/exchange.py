@@ -26,7 +26,8 @@ collectives; tags keep the three kinds apart):
     weights  float32 [share]                       active -> passive and passive -> active at once
 
 Shutdown: an active learner sends each passive it may pair with a goodbye after its last
-exchange (a ring neighbour; under distributed.topology=random_ring every passive); a passive
+exchange (a ring neighbour; under distributed.topology=random_ring every passive, under
+exponential its log2(n) hypercube neighbours); a passive
 server stops after a goodbye from each active that may pair with it. So no learner is ever left
 blocked in a send or receive, and the process group can be destroyed cleanly.
 

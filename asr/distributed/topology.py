@@ -1,4 +1,5 @@
-"""Who talks to whom: node groups (super-learners) and ADPSGD's bipartite ring, fixed or randomized.
+"""Who talks to whom: node groups (super-learners) and ADPSGD's bipartite graphs: the fixed
+ring, the random ring and the one-peer exponential graph, and how fast each mixes.
 
 Learners (ranks) are grouped into nodes of `learners_per_node` consecutive ranks, as
 torchrun numbers them. ADPSGD runs on a ring of nodes (of learners when every node has one
@@ -21,6 +22,23 @@ a fixed ring). An active member's partner at its step s is its partner in round 
 learner computes the whole schedule by itself: no message agrees on it, and since only actives
 start exchanges, two exchanges still never wait on each other. Any active may now meet any
 passive, so every passive serves (and expects a goodbye from) every active.
+
+`Exponential` (distributed.topology=exponential) is the one-peer exponential graph of
+stochastic gradient push (Assran et al., ICML 2019): at step t a member talks to the peer at
+distance 2^k, k = t mod log2(n). SGP pushes along a directed edge; ADPSGD averages a pair, so
+the pairing must be a matching: member i pairs with i XOR 2^k (at distance 2^k, up or down),
+the hypercube's k-th dimension, which needs n a power of two. On the hypercube the even/odd
+split is not bipartite (i XOR 2 has i's parity), but the parity of the number of one bits is:
+flipping one bit flips it. So actives are the members with an even number of one bits, every
+step is a perfect matching of actives with passives, and as on the rings only actives start
+exchanges, which keeps them deadlock-free; a passive serves its log2(n) neighbours, all active,
+and expects a goodbye from each. After log2(n) steps of exact pairwise averages every member
+holds the mean (each step averages out one bit of the index).
+
+`mixing_rate` is the per-step consensus rate of a schedule: the second-largest eigenvalue
+modulus of its expected mixing matrix E[W] (W_t: the step's pairwise averages, x <- W_t x),
+over one period of a fixed schedule or the random ring's matchings. It describes the
+exchanges alone: delay-by-one and the learners' timing are not in it.
 """
 
 from __future__ import annotations
@@ -130,12 +148,90 @@ class RandomRing:
         return sorted(self.matching(step).items())
 
 
-def make_ring(size: int, topology: str = "ring", seed: int = 0) -> Ring | RandomRing:
+@dataclass(frozen=True)
+class Exponential:
+    """The one-peer exponential graph as a matching: i pairs with i XOR 2^(step mod log2 size)."""
+
+    size: int
+
+    def __post_init__(self):
+        if self.size & (self.size - 1):
+            raise InputError(f"distributed.topology=exponential needs a power-of-two number of nodes, not {self.size}; "
+                             "change the number of learners (or distributed.learners_per_node), or use ring or random_ring")
+
+    @property
+    def dimensions(self) -> int:
+        return self.size.bit_length() - 1
+
+    def is_active(self, member: int) -> bool:
+        return bin(member).count("1") % 2 == 0
+
+    def neighbours(self, member: int) -> list[int]:
+        return [member ^ (1 << k) for k in range(self.dimensions)]
+
+    def active_neighbours(self, passive: int) -> list[int]:
+        return [m for m in self.neighbours(passive) if self.is_active(m)]
+
+    def partner(self, active: int, step: int) -> int:
+        return active ^ (1 << (step % self.dimensions))
+
+    def pairs(self, step: int) -> list[tuple[int, int]]:
+        """(active, passive) exchanges of one step, actives in ascending order."""
+        if self.size < 2:
+            return []
+        return [(a, self.partner(a, step)) for a in range(self.size) if self.is_active(a)]
+
+
+Topology = Ring | RandomRing | Exponential
+RANDOM_ROUNDS = 2000  # rounds of a random schedule averaged into its expected mixing matrix
+
+
+def make_ring(size: int, topology: str = "ring", seed: int = 0) -> Topology:
     if topology == "ring":
         return Ring(size)
     if topology == "random_ring":
         return RandomRing(size, seed)
+    if topology == "exponential":
+        return Exponential(size)
     raise InputError(f"distributed.topology={topology!r}: choose one of {', '.join(TOPOLOGIES)}")
+
+
+def mixing_matrix(graph: Topology, step: int) -> np.ndarray:
+    """W of one step: its exchanges applied one after another, in the order the lockstep
+    simulator applies them (an odd random ring's doubly served passive averages twice)."""
+    w = np.eye(graph.size)
+    for active, passive in graph.pairs(step):
+        pair = np.eye(graph.size)
+        pair[[active, active, passive, passive], [active, passive, active, passive]] = 0.5
+        w = pair @ w
+    return w
+
+
+def period(graph: Topology) -> int:
+    """Steps after which a fixed schedule repeats; RANDOM_ROUNDS drawn rounds of an odd random ring."""
+    if isinstance(graph, RandomRing):
+        return RANDOM_ROUNDS
+    if isinstance(graph, Exponential):
+        return max(graph.dimensions, 1)
+    return 2
+
+
+def expected_mixing_matrix(graph: Topology) -> np.ndarray:
+    if isinstance(graph, RandomRing) and graph.size % 2 == 0 and graph.size > 1:
+        # Exactly: an active meets each of the n/2 passives with probability 2/n, and averages.
+        roles = np.array([graph.is_active(m) for m in range(graph.size)])
+        return np.eye(graph.size) / 2 + (roles[:, None] != roles[None, :]) / graph.size
+    steps = period(graph)
+    return sum(mixing_matrix(graph, step) for step in range(steps)) / steps
+
+
+def mixing_rate(graph: Topology) -> float:
+    """The second-largest eigenvalue modulus of E[W]: how much of the learners' disagreement
+    an average step leaves (0: one step reaches consensus; 1: it never mixes)."""
+    if graph.size < 2:
+        return 0.0
+    moduli = sorted(np.abs(np.linalg.eigvals(expected_mixing_matrix(graph))), reverse=True)
+    return float(moduli[1])
 
 
 @dataclass(frozen=True)
@@ -149,7 +245,7 @@ class Layout:
     rank: int
     world_size: int
     learners_per_node: int
-    topology: str = "ring"  # ring | random_ring: how active and passive nodes are paired
+    topology: str = "ring"  # ring | random_ring | exponential: how active and passive nodes are paired
     seed: int = 0  # random_ring: the seed every learner draws the matchings from
 
     @property
@@ -188,7 +284,7 @@ class Layout:
         return [node * self.learners_per_node + local_index for node in range(self.num_nodes)]
 
     @property
-    def ring(self) -> Ring | RandomRing:
+    def ring(self) -> Topology:
         return make_ring(self.num_nodes, self.topology, self.seed)
 
     @property

@@ -1,6 +1,6 @@
-"""`python -m asr.sweep`: held-out loss against the global batch for SSGD, ADPSGD (and its
-variants) and H-ADPSGD with simulated learners, and the largest batch each converges at,
-written to <sweep.out_dir>/sweep.{json,md,png}."""
+"""`python -m asr.sweep`: held-out loss against the lr and the global batch for SSGD, ADPSGD
+(and its variants) and H-ADPSGD with simulated learners, the largest lr and the largest batch
+each converges at, written to <sweep.out_dir>/sweep.{json,md,png}."""
 
 import logging
 from pathlib import Path

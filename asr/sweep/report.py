@@ -1,6 +1,8 @@
-"""The sweep's table (`sweep.md`) and figure (`sweep.png`): held-out loss against the global
-batch per algorithm, the baseline and its tolerance marked, as the paper's Figure 1, and the
-held-out loss per epoch of the runs."""
+"""The sweep's tables (`sweep.md`) and figure (`sweep.png`): the baseline's calibration, the
+mixing rates, both verdicts with every point; held-out loss per epoch of SSGD and ADPSGD at
+several batches (the paper's Figure 1), and final held-out loss against the batch and the lr,
+on log axes with nothing clipped (a diverged run has no loss: it is marked on a row above all).
+"""
 
 from __future__ import annotations
 
@@ -11,103 +13,182 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never a display
 from matplotlib.figure import Figure  # noqa: E402
 
-from asr.sweep.sweep import SweepResult  # noqa: E402
-from asr.sweep.verdict import Point, Verdict  # noqa: E402
+from asr.sweep.sweep import BUDGET, SweepResult  # noqa: E402
+from asr.sweep.verdict import BASELINE, Measurement, Point, converges  # noqa: E402
 from asr.utils.atomic import atomic_path, write_text  # noqa: E402
+
+PER_EPOCH = ("ssgd", "adpsgd")  # the paper's Figure 1
+PER_EPOCH_BATCHES = 4  # at most this many batches in the per-epoch panel
 
 
 def setup_line(setup: dict) -> str:
-    s = setup
+    s, t = setup, setup["train"]
     nodes = f" (H-ADPSGD: {s['learners'] // s['learners_per_node']} nodes x {s['learners_per_node']})" if any(
         a.startswith("hadpsgd") for a in s["algorithms"]) else ""
-    optimizer = (f"SGD with {'Nesterov ' if s['nesterov'] else ''}momentum {s['momentum']}" if s["optimizer"] == "sgd" else "Adam")
+    optimizer = (f"SGD with {'Nesterov ' if t.get('nesterov') else ''}momentum {t.get('momentum')}" if t.get("optimizer") == "sgd"
+                 else str(t.get("optimizer")))
     speeds = "speeds as configured" if s["speeds"] else f"speeds drawn in [{1 - s['speed_spread']:g}, {1 + s['speed_spread']:g}]"
     return (f"{s['learners']} simulated learners{nodes}; {s['train_utterances']:,} training utterances, {s['held_out_utterances']} held out; "
-            f"{s['epochs']} epochs; BLSTM {s['model']['num_layers']}x{s['model']['hidden_size']}; {optimizer}, lr {s['lr']:g} at {s['base_batch']} utterances "
-            f"scaled {s['lr_scaling']} with the global batch, warm-up over {s['warmup_epochs']:g} epoch, x{s['lr_decay']:g} per epoch; "
+            f"{s['epochs']} epochs at every batch; BLSTM {s['model']['num_layers']}x{s['model']['hidden_size']}; objective "
+            f"{t.get('objective')}; {optimizer}, warm-up over {s['warmup_epochs']:g} epoch, x{t.get('lr_decay')} per epoch; "
             f"{speeds}, each step's time x [{1 - s['jitter']:g}, {1 + s['jitter']:g}], a weight exchange {s['exchange_time']:g} step.")
 
 
-def cell(point: Point | None, verdict: Verdict) -> str:
-    """The mean held-out loss, the mean excess over the same seeds' baseline, ✓ if it converges."""
+def cell(point: Point | None, tolerance: float) -> str:
+    """The mean held-out loss, its excess over the same seeds' baseline, the seeds' spread, ✓ if it converges."""
     if point is None:
         return ""
     if point.mean is None:
-        return "diverged"
-    seeds = f", {len(point.losses)} seeds" if len(point.losses) > 1 else ""
-    return f"{point.mean:.4f} ({100 * point.excess:+.1f}%{seeds}){' ✓' if verdict.converges(point) else ''}"
+        return f"diverged ({sum(loss is None for loss in point.losses)} of {len(point.losses)} seeds)"
+    seeds = f", {len(point.losses)} seeds ±{point.spread / 2:.4f}" if len(point.losses) > 1 else ""
+    return f"{point.mean:.4f} ({100 * point.excess:+.1f}%{seeds}){' ✓' if converges(point, tolerance) else ''}"
+
+
+def verdict_line(m: Measurement, unit: str) -> str:
+    values = ", ".join(f"{a} {v:g}" if v is not None else f"{a} none" for a, v in m.largest.items())
+    ratios = ", ".join(f"{a} {r:g}" if r is not None else f"{a} undefined" for a, r in m.ratio.items())
+    return f"**{m.name}** ({unit}): {values}. Over SSGD's: {ratios or 'no SSGD in the sweep'}."
+
+
+def measurement_table(m: Measurement, tolerance: float, axis_label: str, extra=None) -> list[str]:
+    algorithms = list(m.points)
+    values = sorted({getattr(p, m.axis) for series in m.points.values() for p in series})
+    found = {(p.algorithm, getattr(p, m.axis)): p for series in m.points.values() for p in series}
+    head = [axis_label] + ([c for c, _ in extra] if extra else [])
+    lines = ["| " + " | ".join(head + algorithms) + " |", "|" + "---:|" * (len(head) + len(algorithms))]
+    for value in values:
+        first = [f"{value:g}"] + ([f(value) for _, f in extra] if extra else [])
+        lines.append("| " + " | ".join(first + [cell(found.get((a, value)), tolerance) for a in algorithms]) + " |")
+    return lines
 
 
 def table(result: SweepResult) -> str:
-    verdict, setup = result.verdict, result.setup
-    algorithms = list(verdict.points)
-    by_batch = {(p.algorithm, p.global_batch): p for series in verdict.points.values() for p in series}
-    lrs = {r["global_batch"]: r["lr"] for r in result.runs}
-    steps = {r["global_batch"]: r["steps_per_epoch"] for r in result.runs if r["algorithm"] != "baseline"}
-    base = verdict.baseline
-    seeds = ", ".join(f"{loss:.4f}" for loss in base.losses)
+    base, setup, tol = result.baseline, result.setup, result.baseline.tolerance
+    best = base.best
+    grid = ", ".join(f"{p.lr:g}: " + ("diverged" if p.mean is None else f"{p.losses[0]:.4f}") for p in base.grid)
+    seeds = ", ".join(f"{loss:.4f}" for loss in best.losses)
+    settled = "settled" if base.settled else "**not settled**: more epochs would lower the line (raise sweep.epochs)"
+    improvements = ", ".join("?" if i is None else f"{100 * i:.2f}%" for i in base.last_improvements)
     lines = [
-        "# Held-out loss against the global batch (the paper's Figure 1), simulated learners", "",
-        setup_line(setup), "",
-        f"Baseline, one learner at batch {base.global_batch}: held-out loss {base.mean:.4f} (seeds {', '.join(map(str, base.seeds))}: {seeds}). "
-        f"Each run is compared with the baseline of its seed (the same initial weights and data order); a point converges (✓) when "
-        f"its held-out loss is at most {100 * verdict.tolerance:g}% above that baseline's, on average over its seeds. In brackets: "
-        "that excess.", "",
-        "| global batch | per learner | updates per epoch | lr | " + " | ".join(algorithms) + " |",
-        "|" + "---:|" * (4 + len(algorithms)),
+        "# Convergence against lr and global batch, simulated learners", "", setup_line(setup), "",
+        f"Budget: {BUDGET}.", "",
+        "## Baseline", "",
+        f"One learner at batch {best.global_batch}, held-out loss per lr (seed {setup['seeds'][0]}): {grid}. "
+        f"Best lr {best.lr:g}{' (at the edge of sweep.baseline_lrs)' if best.lr in (base.grid[0].lr, base.grid[-1].lr) and len(base.grid) > 1 else ''}: "
+        f"{best.mean:.4f} over seeds {', '.join(map(str, best.seeds))} ({seeds}; spread {best.spread:.4f}). Its last epoch lowered "
+        f"it by {improvements} ({settled}: less than {100 * tol / 2:g}%, half the tolerance, wanted). A point converges (✓) when no "
+        f"seed diverged and its held-out loss is at most {100 * tol:g}% above the baseline of its seed, on average over its seeds; "
+        f"points within {100 * setup['close_margin']:g}% of that line get {len(set(setup['seeds']) | set(setup['extra_seeds']))} seeds. "
+        "In brackets: that excess, and half the seeds' spread.", "",
+        "## Mixing", "",
+        "Per-step consensus rate: the second-largest eigenvalue modulus of the expected mixing matrix (0: every step "
+        "averages exactly; near 1: slow).", "",
+        "| algorithm | topology | nodes | consensus rate |", "|---|---|---:|---:|",
+        *[f"| {a} | {m['topology']} | {m['nodes']} | {m['consensus_rate']:.4f} |" for a, m in result.mixing.items()], "",
+        f"## Critical lr at global batch {setup['critical_batch']} (no lr scaling)", "",
+        *measurement_table(result.critical, tol, "lr"), "",
+        verdict_line(result.critical, "the largest lr that converges"), "",
+        f"## Largest converging batch (lr {best.lr:g} at batch {setup['base_batch']}, scaled {setup['lr_scaling']})", "",
+        *measurement_table(result.batches, tol, "global batch", [("per learner", lambda b: str(int(b) // setup["learners"])),
+                                                                ("lr", lambda b: f"{lr_of(result.batches, b):g}")]), "",
+        verdict_line(result.batches, "the largest batch that converges"), "",
     ]
-    for batch in sorted({p.global_batch for series in verdict.points.values() for p in series}):
-        cells = " | ".join(cell(by_batch.get((a, batch)), verdict) for a in algorithms)
-        lines.append(f"| {batch} | {batch // setup['learners']} | {steps.get(batch, '')} | {lrs[batch]:g} | {cells} |")
-    largest = ", ".join(f"{a} {b if b is not None else 'none'}" for a, b in verdict.largest_converging_batch.items())
-    ratio = f"{verdict.ratio:g}" if verdict.ratio is not None else "undefined (SSGD or ADPSGD converges at no batch of the sweep)"
-    lines += ["", f"Largest converging global batch: {largest}. ADPSGD's over SSGD's: {ratio} (the paper: 3).", ""]
     return "\n".join(lines)
 
 
-def plot(result: SweepResult, path: Path) -> None:
-    verdict = result.verdict
-    fig = Figure(figsize=(12, 4.6), dpi=100)
-    by_batch, per_epoch = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-    base = verdict.baseline
-    finite = [loss for series in verdict.points.values() for p in series for loss in p.losses if loss is not None] + base.losses
-    top = min(max(finite), 2 * base.mean) * 1.05
-    batches = sorted({p.global_batch for series in verdict.points.values() for p in series})
-    by_batch.axhline(base.mean, color="black", linestyle="--", linewidth=1, label=f"baseline (1 learner, batch {base.global_batch})")
-    by_batch.axhspan(base.mean, verdict.threshold, color="grey", alpha=0.2, label=f"within {100 * verdict.tolerance:g}%")
-    for algorithm, series in verdict.points.items():
-        line = by_batch.plot([p.global_batch for p in series], [min(p.mean, top) if p.mean is not None else top for p in series],
-                             "-", label=algorithm)[0]
+def lr_of(m: Measurement, batch) -> float:
+    return next(p.lr for series in m.points.values() for p in series if p.global_batch == batch)
+
+
+class DivergedRow:
+    """Log axes show every finite loss; a diverged run has none and is drawn on a row above them."""
+
+    def __init__(self, ax, finite: list[float]):
+        self.ax = ax
+        self.low, high = min(finite), max(finite)
+        self.y = high * 1.25
+
+    def finish(self) -> None:
+        self.ax.set_yscale("log")
+        self.ax.axhline(self.y, color="grey", linestyle=":", linewidth=1)
+        self.ax.text(1.0, self.y, " diverged", transform=self.ax.get_yaxis_transform(), va="center", fontsize=7, color="grey")
+        self.ax.set_ylim(self.low / 1.1, self.y * 1.1)
+        self.ax.grid(alpha=0.3, which="both")
+
+
+def point_losses(m: Measurement) -> list[float]:
+    return [loss for series in m.points.values() for p in series for loss in p.losses if loss is not None]
+
+
+def plot_series(ax, row: DivergedRow, m: Measurement, tolerance: float) -> None:
+    count = len(m.points)
+    for index, (algorithm, series) in enumerate(m.points.items()):
+        side = 1.04 ** (index - (count - 1) / 2)  # diverged marks of one x side by side, not on top of each other
+        xs = [getattr(p, m.axis) for p in series]
+        line = ax.plot([x for x, p in zip(xs, series) if p.mean is not None], [p.mean for p in series if p.mean is not None],
+                       "-", label=algorithm, linewidth=1.2)[0]
         color = line.get_color()
-        for p in series:
-            seeds = [min(loss, top) if loss is not None else top for loss in p.losses]
-            by_batch.plot([p.global_batch] * len(seeds), seeds, ".", color=color, alpha=0.5)
-            if p.mean is None or p.mean > top:
-                by_batch.plot([p.global_batch], [top], "x", color=color, markersize=9)
-            else:  # filled: converges (compared with the same seeds' baseline)
-                by_batch.plot([p.global_batch], [p.mean], "o", color=color, markerfacecolor=color if verdict.converges(p) else "white")
-    by_batch.set_xscale("log", base=2)
-    by_batch.set_xticks(batches, [str(b) for b in batches])
-    by_batch.set_ylim(top=top)
-    by_batch.set_xlabel("global batch (utterances)")
-    by_batch.set_ylabel(f"held-out loss after {result.setup['epochs']} epochs")
-    by_batch.set_title("filled: converges; x: diverged or above the axis", fontsize=10)
-    for r in result.runs:
-        if r["seed"] != result.setup["seeds"][0] or r["algorithm"] not in ("baseline", "ssgd", "adpsgd"):
-            continue
+        for x, p in zip(xs, series):
+            seeds = [loss for loss in p.losses if loss is not None]
+            ax.plot([x] * len(seeds), seeds, ".", color=color, alpha=0.5, markersize=4)
+            if p.diverged:
+                ax.plot([x * side], [row.y], "x", color=color, markersize=7)
+            else:  # filled: converges
+                ax.plot([x], [p.mean], "o", color=color, markerfacecolor=color if converges(p, tolerance) else "white", markersize=5)
+
+
+def plot(result: SweepResult, path: Path) -> None:
+    base, tol = result.baseline, result.baseline.tolerance
+    fig = Figure(figsize=(18, 5.2), dpi=100)
+    per_epoch, by_batch, by_lr = (fig.add_subplot(1, 3, i) for i in (1, 2, 3))
+    # Held-out loss per epoch, SSGD against ADPSGD at several batches of the batch verdict.
+    batches = sorted({p.global_batch for a in PER_EPOCH for p in result.batches.points.get(a, [])})
+    step = max(1, -(-len(batches) // PER_EPOCH_BATCHES))
+    shown = batches[::step]
+    wanted = {(p.algorithm, p.global_batch, p.lr) for a in PER_EPOCH for p in result.batches.points.get(a, []) if p.global_batch in shown}
+    first_seed = result.setup["seeds"][0]
+    curves = [r for r in result.runs if r["seed"] == first_seed and (
+        (r["algorithm"] == BASELINE and r["lr"] == base.best.lr) or (r["algorithm"], r["global_batch"], r["lr"]) in wanted)]
+    first_base = base.best.losses[base.best.seeds.index(first_seed)]
+    row = DivergedRow(per_epoch, [e["held_out_loss"] for r in curves for e in r["epochs_log"] if e["held_out_loss"] is not None])
+    rows = [row] + [DivergedRow(ax, point_losses(m) + [first_base, base.best.mean]) for ax, m in
+                    ((by_batch, result.batches), (by_lr, result.critical))]
+    colors = {}
+    for r in curves:
         log = r["epochs_log"]
-        style = {"baseline": "k-", "ssgd": "-", "adpsgd": "--"}[r["algorithm"]]
-        label = "baseline" if r["algorithm"] == "baseline" else f"{r['algorithm']} {r['global_batch']}"
-        per_epoch.plot([e["epoch"] for e in log], [min(e["held_out_loss"], top) if e["held_out_loss"] is not None else top for e in log],
-                       style, label=label)
-    per_epoch.set_ylim(top=top)
+        epochs = [e["epoch"] for e in log if e["held_out_loss"] is not None]
+        losses = [e["held_out_loss"] for e in log if e["held_out_loss"] is not None]
+        if r["algorithm"] == BASELINE:
+            # wide and pale: SSGD at the baseline's batch trains the same and is drawn over it
+            per_epoch.plot(epochs, losses, "k-", linewidth=4, alpha=0.3, zorder=1, label=f"baseline (1 learner, batch {base.best.global_batch})")
+            continue
+        color = colors.setdefault(r["global_batch"], f"C{len(colors)}")
+        style = "-" if r["algorithm"] == "ssgd" else "--"
+        per_epoch.plot(epochs, losses, style, color=color, marker=".", label=f"{r['algorithm']} batch {r['global_batch']}")
+        if r["diverged"]:
+            per_epoch.plot([log[-1]["epoch"]], [row.y], "x", color=color, markersize=8)
     per_epoch.set_xlabel("epoch")
     per_epoch.set_ylabel("held-out loss")
-    per_epoch.set_title("SSGD (solid) and ADPSGD (dashed), first seed")
-    for ax in (by_batch, per_epoch):
-        ax.grid(alpha=0.3)
-    by_batch.legend(fontsize=8)
-    per_epoch.legend(fontsize=6, ncol=2)
+    per_epoch.set_title("SSGD (solid) and ADPSGD (dashed), lr scaled; first seed", fontsize=10)
+    per_epoch.legend(fontsize=7, ncol=2)
+    for ax, row, m, label in ((by_batch, rows[1], result.batches, "global batch (utterances)"),
+                              (by_lr, rows[2], result.critical, f"lr (global batch {result.setup['critical_batch']})")):
+        # Most points have the first seed only, and each seed is judged against its own baseline.
+        ax.axhline(first_base, color="black", linestyle="--", linewidth=1, label=f"baseline, seed {first_seed}")
+        ax.axhspan(first_base, first_base * (1 + tol), color="grey", alpha=0.2, label=f"within {100 * tol:g}% of it")
+        if len(base.best.seeds) > 1:
+            ax.axhline(base.best.mean, color="black", linestyle=":", linewidth=1, label=f"baseline, mean of {len(base.best.seeds)} seeds")
+        plot_series(ax, row, m, tol)
+        ax.set_xscale("log", base=2)
+        values = sorted({getattr(p, m.axis) for series in m.points.values() for p in series})
+        ax.set_xticks(values, [f"{v:g}" for v in values])
+        ax.set_xlabel(label)
+        ax.set_ylabel(f"held-out loss after {result.setup['epochs']} epochs")
+        ax.legend(fontsize=7)
+    by_batch.set_title("lr scaled with the batch; filled: converges, x: diverged", fontsize=10)
+    by_lr.set_title("fixed batch, lr grid; filled: converges, x: diverged", fontsize=10)
+    for row in rows:
+        row.finish()
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")

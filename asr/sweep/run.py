@@ -1,15 +1,17 @@
-"""One run of the batch-size sweep: an algorithm at a global batch with one seed, trained with
-simulated learners on a clock (asr/distributed/timed.py), or the single-learner baseline.
+"""One run of the batch-size sweep: an algorithm at a global batch and an lr with one seed,
+trained with simulated learners on a clock (asr/distributed/timed.py), or the single-learner
+baseline.
 
 The seed picks the data order and the learners' speeds, and the initial weights unless
 sweep.same_init (then they are the experiment's `seed`'s for every run). The global batch
 is `learners` x the per-learner batch, in utterances (the batch's frame limit never binds); the
 epoch's global batches are length-bucketed as the real trainer's are and dealt out to the
 learners by stride, and a node claims one global batch's shards of its learners at a time. The
-learning rate is sweep.lr scaled from sweep.base_batch to the global batch, reached by a warm-up
-over sweep.warmup_epochs and multiplied by sweep.lr_decay after every epoch. The held-out loss
-is the objective's loss on the dev set with the learners' average after each epoch; a run whose
-held-out loss is not finite or above the untrained model's has diverged and stops there.
+training config is the experiment's `train` with sweep.train's overrides (`train_config`), the
+run's lr (times a control's lr factor) reached by a warm-up over sweep.warmup_epochs. The
+held-out loss is the objective's loss on the dev set with the learners' average after each
+epoch; a run whose held-out loss is not finite or above the untrained model's has diverged and
+stops there.
 """
 
 from __future__ import annotations
@@ -20,16 +22,18 @@ import time
 from dataclasses import asdict, dataclass
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from asr.distributed.flat import set_parameters_
 from asr.distributed.timed import TimedSimulation, Timing
 from asr.models.blstm import build_model
 from asr.sweep.config import parse_algorithm
+from asr.sweep.verdict import BASELINE
 from asr.train.data import BucketBatchSampler, collate
 from asr.train.objectives import build_objective
+from asr.utils.errors import InputError
 
-BASELINE = "baseline"  # one learner at sweep.base_batch
 EVAL_BATCH = 32  # utterances per held-out batch
 
 
@@ -45,7 +49,8 @@ class RunSettings:
     init_seed: int  # initial weights
     lr: float
     epochs: int
-    train: dict  # the optimisation settings
+    warmup_epochs: float
+    train: dict  # the training config (train_config), any of whose settings may change the result
     model: dict
     timing: dict
     max_train_utts: int
@@ -58,26 +63,54 @@ class RunSettings:
         return asdict(self)
 
 
-def scaled_lr(scfg, global_batch: int) -> float:
+SWEEP_SETS = ("lr", "lr_scaling", "warmup_steps")  # per run, by the sweep
+
+
+def train_config(cfg) -> DictConfig:
+    """The experiment's `train` with sweep.train's overrides; the lr is set per run."""
+    overrides = OmegaConf.to_container(cfg.sweep.train, resolve=True)
+    for key in SWEEP_SETS:
+        if key in overrides:
+            raise InputError(f"sweep.train.{key}: the sweep sets it for every run; use sweep.baseline_lrs, sweep.critical_lrs, "
+                             "sweep.lr_scaling or sweep.warmup_epochs instead")
+    try:
+        merged = OmegaConf.merge(cfg.train, overrides)
+    except OmegaConfBaseException as err:
+        raise InputError(f"sweep.train: {str(err).splitlines()[0]}; give keys and values of train.*") from None
+    return OmegaConf.merge(merged, {"lr_scaling": "none"})
+
+
+def run_train(cfg) -> dict:
+    """What of the training config identifies a run (its lr and warm-up are the run's own)."""
+    train = OmegaConf.to_container(train_config(cfg), resolve=True)
+    return {k: v for k, v in train.items() if k not in ("lr", "warmup_steps")}
+
+
+def with_train_config(cfg) -> DictConfig:
+    """The experiment's config with its `train` replaced by the sweep's (the objective and its
+    datasets read it)."""
+    out = copy.deepcopy(cfg)
+    out.train = train_config(cfg)
+    return out
+
+
+def scaled_lr(scfg, best_lr: float, global_batch: int) -> float:
     ratio = global_batch / scfg.base_batch
-    return float(scfg.lr) * {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[scfg.lr_scaling]
+    return float(best_lr) * {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[scfg.lr_scaling]
 
 
-def run_settings(cfg, algorithm: str, global_batch: int, seed: int) -> RunSettings:
+def run_settings(cfg, algorithm: str, global_batch: int, lr: float, seed: int) -> RunSettings:
     scfg = cfg.sweep
     baseline = algorithm == BASELINE
     learners = 1 if baseline else int(scfg.learners)
-    train = {"optimizer": scfg.optimizer, "momentum": float(scfg.momentum), "nesterov": bool(scfg.nesterov),
-             "warmup_epochs": float(scfg.warmup_epochs), "lr_decay": float(scfg.lr_decay), "grad_clip": float(scfg.grad_clip),
-             "lr_scaling": scfg.lr_scaling, "base_batch": int(scfg.base_batch)}
     timing = {} if baseline else {"speeds": [float(s) for s in scfg.speeds], "speed_spread": float(scfg.speed_spread),
                                   "jitter": float(scfg.jitter), "exchange_time": float(scfg.exchange_time)}
     return RunSettings(
         algorithm=algorithm, global_batch=int(global_batch), learners=learners,
         learners_per_node=int(scfg.learners_per_node) if algorithm.startswith("hadpsgd") else 1, seed=int(seed),
-        init_seed=int(cfg.seed) if scfg.same_init else int(seed),
-        lr=scaled_lr(scfg, global_batch), epochs=int(scfg.epochs), train=train, model=model_config(cfg), timing=timing,
-        max_train_utts=int(scfg.max_train_utts),
+        init_seed=int(cfg.seed) if scfg.same_init else int(seed), lr=float(lr), epochs=int(scfg.epochs),
+        warmup_epochs=float(scfg.warmup_epochs), train=run_train(cfg),
+        model=model_config(cfg), timing=timing, max_train_utts=int(scfg.max_train_utts),
     )
 
 
@@ -126,15 +159,12 @@ def epoch_plan(sampler: BucketBatchSampler, epoch: int, learners: int) -> list[l
 
 
 def simulation(settings: RunSettings, model, steps_per_epoch: int) -> TimedSimulation:
-    t = settings.train
-    train_cfg = OmegaConf.create({
-        "optimizer": t["optimizer"], "lr": settings.lr, "momentum": t["momentum"], "nesterov": t["nesterov"], "weight_decay": 0.0,
-        "warmup_steps": math.ceil(t["warmup_epochs"] * steps_per_epoch), "lr_decay": t["lr_decay"], "final_lr": 0.0,
-        "grad_clip": t["grad_clip"], "lr_scaling": "none", "max_frames": 1, "lr_reference_frames": 0,
-    })
+    variant = None if settings.algorithm == BASELINE else parse_algorithm(settings.algorithm)
+    factor = variant.lr_factor if variant else 1.0
+    train_cfg = OmegaConf.merge(OmegaConf.create(settings.train), {
+        "lr": settings.lr * factor, "warmup_steps": math.ceil(settings.warmup_epochs * steps_per_epoch)})
     if settings.algorithm == BASELINE:
         return TimedSimulation(model, train_cfg, "ssgd", 1, seed=settings.seed)
-    variant = parse_algorithm(settings.algorithm)
     timing = settings.timing
     if timing["speeds"]:
         clock = Timing(tuple(timing["speeds"]), timing["jitter"], timing["exchange_time"], settings.seed)
@@ -169,7 +199,7 @@ def train_run(data: SweepData, settings: RunSettings, progress=None) -> dict:
         average, spread = sim.end_epoch()
         held_out = data.held_out_loss(averaged_model(sim.models[0], average))
         epochs.append({"epoch": epoch + 1, "train_loss": run.loss / max(run.count, 1), "held_out_loss": finite_or_none(held_out),
-                       "spread": finite_or_none(spread), "lr": lr, "steps_min": min(run.steps), "steps_max": max(run.steps),
+                       "spread": finite_or_none(spread), "lr": lr, "steps": run.steps,
                        "time": round(float(run.time), 3), "waited": round(float(run.waited), 3)})
         if not math.isfinite(held_out) or held_out > untrained:
             diverged = True

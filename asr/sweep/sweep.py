@@ -1,10 +1,14 @@
 """The whole sweep: which runs, in which order, side by side, and where the results go.
 
-First the baseline with every seed (sweep.seeds and sweep.extra_seeds: its spread is the noise
-the tolerance is judged against) and every (algorithm, global batch) with sweep.seeds; then
-the extra seeds for the points close to the convergence threshold (verdict.py). Runs are
-trained in sweep.jobs processes side by side; each is deterministic from its settings, so
-the order they finish in changes nothing.
+    1. the baseline's calibration: one learner at sweep.base_batch, every lr of
+       sweep.baseline_lrs with the first seed; the best lr again with every seed (verdict.py)
+    2. every algorithm at sweep.critical_batch with every lr of sweep.critical_lrs, and at
+       every batch of sweep.global_batches with the best lr scaled to it, with sweep.seeds
+    3. the extra seeds for the points close to the convergence threshold
+
+Runs are trained in sweep.jobs processes side by side; each is deterministic from its
+settings, so the order they finish in changes nothing, and a run both measurements need (the
+critical batch at its scaled lr) is trained once.
 
 `<sweep.out_dir>/sweep.json` is rewritten after every run, so an interrupted sweep goes on
 with the runs it has not done (a run is identified by its settings, run.RunSettings).
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import multiprocessing
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -23,43 +28,87 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from asr.sweep.run import BASELINE, RunSettings, SweepData, run_settings, train_run
-from asr.sweep.verdict import Verdict, close_points, judge
+from asr.distributed.topology import make_ring, mixing_rate
+from asr.sweep.config import parse_algorithm
+from asr.sweep.run import RunSettings, SweepData, run_settings, scaled_lr, train_run, with_train_config
+from asr.sweep.verdict import BASELINE, Baseline, Measurement, Point, calibrate, close_points, converges, judge
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
 
 
+BUDGET = ("every run trains sweep.epochs epochs whatever its batch (the same data seen, so a larger batch takes fewer "
+          "updates): the large-batch question is whether fewer, larger steps reach the same loss on the same data; equal "
+          "updates would give a larger batch more data instead")
+
+
 @dataclass
 class SweepResult:
     runs: list[dict]
-    verdict: Verdict
+    baseline: Baseline
+    critical: Measurement
+    batches: Measurement
+    mixing: dict[str, dict]
     setup: dict
+
+
+def nodes(scfg, algorithm: str) -> int:
+    base = parse_algorithm(algorithm).base
+    return {"ssgd": 1, "adpsgd": int(scfg.learners), "hadpsgd": int(scfg.learners) // int(scfg.learners_per_node)}[base]
 
 
 def check(cfg) -> None:
     """Settings that are each valid but do not fit together."""
     scfg = cfg.sweep
-    for batch in scfg.global_batches:
-        if batch % scfg.learners:
-            raise InputError(f"sweep.global_batches: {batch} is not a multiple of sweep.learners={scfg.learners}")
+    for key, batches in (("global_batches", scfg.global_batches), ("critical_batch", [scfg.critical_batch])):
+        for batch in batches:
+            if batch % scfg.learners:
+                raise InputError(f"sweep.{key}: {batch} is not a multiple of sweep.learners={scfg.learners}")
     if any(a.startswith("hadpsgd") for a in scfg.algorithms) and scfg.learners % scfg.learners_per_node:
         raise InputError(f"sweep.learners_per_node={scfg.learners_per_node} does not divide sweep.learners={scfg.learners}")
     if scfg.speeds and len(scfg.speeds) != scfg.learners:
         raise InputError(f"sweep.speeds: {len(scfg.speeds)} speeds for sweep.learners={scfg.learners}; give one per learner, or [] to draw them")
     if not scfg.seeds:
         raise InputError("sweep.seeds is empty: give at least one seed")
+    if len(set(scfg.seeds) | set(scfg.extra_seeds)) < 3:
+        raise InputError("sweep.extra_seeds: a point near the threshold needs at least 3 seeds with sweep.seeds; add seeds to it")
     if not scfg.algorithms:
         raise InputError("sweep.algorithms is empty: name at least one algorithm (ssgd, adpsgd, ...)")
+    if not scfg.baseline_lrs or not scfg.critical_lrs or not scfg.global_batches:
+        raise InputError("sweep.baseline_lrs, sweep.critical_lrs and sweep.global_batches each need at least one value")
+    ragged = [b for b in sorted({scfg.base_batch, scfg.critical_batch, *scfg.global_batches}) if scfg.max_train_utts % b]
+    if scfg.max_train_utts and ragged:
+        # A partial last batch is kept by one learner and merged by many, so the epoch's batches
+        # (and their shuffled order) differ between runs: SSGD at base_batch is then not the baseline.
+        log.warning("sweep.max_train_utts=%d is not a multiple of the global batches %s: their runs see differently cut "
+                    "epochs; a multiple of every batch (e.g. %d) keeps them alike", scfg.max_train_utts, ragged,
+                    max(1, scfg.max_train_utts // max(ragged)) * math.lcm(*ragged))
+    for algorithm in scfg.algorithms:
+        try:
+            make_ring(nodes(scfg, algorithm), parse_algorithm(algorithm).topology)
+        except InputError as err:
+            raise InputError(f"sweep.algorithms: {algorithm} on {nodes(scfg, algorithm)} nodes: {err}") from None
 
 
-def first_runs(cfg) -> list[RunSettings]:
+def mixing(scfg) -> dict[str, dict]:
+    """Each algorithm's per-step consensus rate: the second-largest eigenvalue modulus of its
+    expected mixing matrix (topology.py); SSGD's all-reduce averages exactly every step (0)."""
+    out = {}
+    for algorithm in scfg.algorithms:
+        variant, n = parse_algorithm(algorithm), nodes(scfg, algorithm)
+        topology = "all-reduce" if variant.base == "ssgd" else variant.topology
+        rate = 0.0 if variant.base == "ssgd" else mixing_rate(make_ring(n, variant.topology, int(scfg.seeds[0])))
+        out[algorithm] = {"topology": topology, "nodes": n, "consensus_rate": round(rate, 6)}
+    return out
+
+
+def plan(cfg, best_lr: float) -> tuple[dict, dict]:
+    """Per algorithm, the (global batch, lr) of its points: the critical-lr grid, the batches."""
     scfg = cfg.sweep
-    seeds = list(dict.fromkeys([*scfg.seeds, *scfg.extra_seeds]))
-    runs = [run_settings(cfg, BASELINE, scfg.base_batch, seed) for seed in seeds]
-    runs += [run_settings(cfg, a, g, seed) for a in scfg.algorithms for g in scfg.global_batches for seed in scfg.seeds]
-    return runs
+    critical = {a: [(int(scfg.critical_batch), float(lr)) for lr in scfg.critical_lrs] for a in scfg.algorithms}
+    batches = {a: [(int(g), scaled_lr(scfg, best_lr, g)) for g in scfg.global_batches] for a in scfg.algorithms}
+    return critical, batches
 
 
 def node_batch(settings: RunSettings) -> int:
@@ -80,10 +129,12 @@ class Runner:
 
     def previous(self, settings: RunSettings) -> dict | None:
         key = settings.key()
-        return next((r for r in self.done if {k: r.get(k) for k in key} == key), None)
+        return next((r for r in self.runs + self.done if {k: r.get(k) for k in key} == key), None)
 
     def run(self, planned: list[RunSettings], data: SweepData | None) -> None:
         todo = []
+        unique = {json.dumps(s.key(), sort_keys=True): s for s in planned}
+        planned = list(unique.values())
         for settings in planned:
             found = self.previous(settings)
             if found is None:
@@ -157,46 +208,87 @@ def _train(settings: RunSettings) -> dict:
 
 
 def sorted_runs(runs: list[dict]) -> list[dict]:
-    return sorted(runs, key=lambda r: (r["algorithm"] != BASELINE, r["algorithm"], r["global_batch"], r["seed"]))
+    return sorted(runs, key=lambda r: (r["algorithm"] != BASELINE, r["algorithm"], r["global_batch"], r["lr"], r["seed"]))
 
 
 def run_sweep(cfg) -> SweepResult:
     check(cfg)
+    cfg = with_train_config(cfg)
     scfg = cfg.sweep
+    tolerance, margin = float(scfg.tolerance), float(scfg.close_margin)
     out_dir = Path(scfg.out_dir)
     data = SweepData(cfg) if int(scfg.jobs) <= 1 else None
     runner = Runner(cfg, out_dir / "sweep.json")
-    log.info("sweep: %s, %d learners, global batches %s, %d epochs, %d jobs", ", ".join(scfg.algorithms), scfg.learners,
-             list(scfg.global_batches), scfg.epochs, scfg.jobs)
-    runner.run(first_runs(cfg), data)
-    verdict = judge(runner.runs, float(scfg.tolerance), list(scfg.algorithms))
-    extra = [run_settings(cfg, p.algorithm, p.global_batch, seed) for p in close_points(verdict, float(scfg.close_margin))
-             for seed in scfg.extra_seeds if seed not in p.seeds]
+    rates = mixing(scfg)
+    log.info("sweep: %s, %d learners, %d epochs, %d jobs; per-step consensus rate (second-largest eigenvalue modulus of "
+             "the expected mixing matrix): %s", ", ".join(scfg.algorithms), scfg.learners, scfg.epochs, scfg.jobs,
+             ", ".join(f"{a} {m['consensus_rate']:.4f} ({m['topology']}, {m['nodes']} nodes)" for a, m in rates.items()))
+    seeds = list(dict.fromkeys([*scfg.seeds, *scfg.extra_seeds]))
+    runner.run([run_settings(cfg, BASELINE, scfg.base_batch, lr, scfg.seeds[0]) for lr in scfg.baseline_lrs], data)
+    best_lr = calibrate(runner.runs, tolerance).best.lr
+    runner.run([run_settings(cfg, BASELINE, scfg.base_batch, best_lr, seed) for seed in seeds], data)
+    baseline = calibrate(runner.runs, tolerance)
+    log.info("baseline: lr %g of %s, held-out loss %.4f (seeds %s); its last epoch improved it by %s: %s", best_lr,
+             list(scfg.baseline_lrs), baseline.best.mean, baseline.best.seeds, improvements(baseline),
+             "settled" if baseline.settled else f"NOT settled (less than {100 * tolerance / 2:g}% wanted): raise sweep.epochs")
+    if len(scfg.baseline_lrs) > 1 and best_lr in (min(scfg.baseline_lrs), max(scfg.baseline_lrs)):
+        log.warning("baseline: the best lr %g is at the edge of sweep.baseline_lrs %s; a wider grid may find a better one",
+                    best_lr, list(scfg.baseline_lrs))
+    critical_plan, batch_plan = plan(cfg, best_lr)
+    runner.run([run_settings(cfg, a, b, lr, seed) for wanted in (critical_plan, batch_plan) for a, points in wanted.items()
+                for b, lr in points for seed in scfg.seeds], data)
+
+    def measure() -> tuple[Measurement, Measurement]:
+        return (judge(runner.runs, baseline, "critical_lr", "lr", critical_plan),
+                judge(runner.runs, baseline, "largest_converging_batch", "global_batch", batch_plan))
+
+    critical, batches = measure()
+    close = close_points(critical, tolerance, margin) + close_points(batches, tolerance, margin)
+    extra = [run_settings(cfg, p.algorithm, p.global_batch, p.lr, seed) for p in close for seed in seeds if seed not in p.seeds]
     if extra:
-        log.info("%d points close to the threshold %.4f: %d runs with sweep.extra_seeds", len({(s.algorithm, s.global_batch) for s in extra}),
-                 verdict.threshold, len(extra))
+        log.info("%d points within %g of the tolerance: %d runs with sweep.extra_seeds", len(close), margin, len(extra))
         runner.run(extra, data)
-        verdict = judge(runner.runs, float(scfg.tolerance), list(scfg.algorithms))
+        critical, batches = measure()
     setup = sweep_setup(cfg, runner.runs[0])
-    runner.save(summary(verdict, setup))
-    return SweepResult(sorted_runs(runner.runs), verdict, setup)
+    runner.save(summary(baseline, critical, batches, rates, setup))
+    return SweepResult(sorted_runs(runner.runs), baseline, critical, batches, rates, setup)
+
+
+def improvements(baseline: Baseline) -> str:
+    return ", ".join("?" if i is None else f"{100 * i:.2f}%" for i in baseline.last_improvements)
 
 
 def sweep_setup(cfg, run: dict) -> dict:
     scfg = OmegaConf.to_container(cfg.sweep, resolve=True)
-    return {k: scfg[k] for k in ("algorithms", "learners", "learners_per_node", "global_batches", "epochs", "base_batch", "optimizer",
-                                 "lr", "lr_scaling", "momentum", "nesterov", "warmup_epochs", "lr_decay", "grad_clip", "same_init", "speeds", "speed_spread", "jitter", "exchange_time", "seeds", "extra_seeds",
-                                 "close_margin", "tolerance", "max_train_utts")} | {k: run[k] for k in ("train_utterances", "held_out_utterances", "model")}
+    return {k: scfg[k] for k in ("algorithms", "learners", "learners_per_node", "epochs", "base_batch", "baseline_lrs", "critical_batch",
+                                 "critical_lrs", "global_batches", "lr_scaling", "warmup_epochs", "same_init", "speeds",
+                                 "speed_spread", "jitter", "exchange_time", "seeds", "extra_seeds", "close_margin", "tolerance",
+                                 "max_train_utts")} | {k: run[k] for k in ("train_utterances", "held_out_utterances", "model", "train")}
 
 
-def summary(verdict: Verdict, setup: dict) -> dict:
-    """sweep.json's head: what converged, the ratio, and every point's mean over its seeds."""
-    points = [{"algorithm": p.algorithm, "global_batch": p.global_batch, "held_out_loss": p.mean, "excess": p.excess, "losses": p.losses,
-               "seeds": p.seeds, "converges": verdict.converges(p)} for series in verdict.points.values() for p in series]
-    base = verdict.baseline
+def point_json(point: Point, tolerance: float) -> dict:
+    return {"algorithm": point.algorithm, "global_batch": point.global_batch, "lr": point.lr, "held_out_loss": point.mean,
+            "excess": point.excess, "losses": point.losses, "seeds": point.seeds, "spread": point.spread,
+            "diverged": point.diverged, "converges": converges(point, tolerance)}
+
+
+def measurement_json(m: Measurement, tolerance: float) -> dict:
+    return {"value": m.largest, "ratio": m.ratio,
+            "points": [point_json(p, tolerance) for series in m.points.values() for p in series]}
+
+
+def summary(baseline: Baseline, critical: Measurement, batches: Measurement, rates: dict, setup: dict) -> dict:
+    """sweep.json's head: the baseline's calibration, both verdicts with every point, mixing."""
+    best, tolerance = baseline.best, baseline.tolerance
+    grid = [point_json(p, tolerance) | {"converges": None} for p in baseline.grid]
     return {
-        "largest_converging_batch": verdict.largest_converging_batch, "ratio": verdict.ratio,
-        "baseline": {"global_batch": base.global_batch, "held_out_loss": base.mean, "losses": base.losses, "seeds": base.seeds,
-                     "spread": base.spread},
-        "tolerance": verdict.tolerance, "threshold": verdict.threshold, "setup": setup, "points": points,
+        "critical_lr": {"global_batch": setup["critical_batch"], "lrs": setup["critical_lrs"]} | measurement_json(critical, tolerance),
+        "largest_converging_batch": {"lr_scaling": setup["lr_scaling"], "lr_at_base_batch": best.lr}
+        | measurement_json(batches, tolerance),
+        "baseline": {"global_batch": best.global_batch, "lr_grid": grid, "best_lr": best.lr,
+                     "best_lr_at_grid_edge": best.lr in (min(setup["baseline_lrs"]), max(setup["baseline_lrs"])),
+                     "held_out_loss": best.mean, "losses": best.losses, "seeds": best.seeds, "spread": best.spread,
+                     "last_epoch_improvements": baseline.last_improvements, "settled": baseline.settled},
+        "tolerance": tolerance, "threshold": baseline.threshold, "close_margin": setup["close_margin"], "budget": BUDGET,
+        "mixing": rates, "setup": setup,
     }

@@ -1,31 +1,43 @@
-"""Which runs converge: the baseline, the tolerance, the largest converging batch per algorithm.
+"""Which runs converge, and the two verdicts: the critical lr and the largest converging batch.
 
-The baseline is the single learner at sweep.base_batch, trained with every seed. Runs of one
-seed share their initial weights and data order with the baseline of that seed, so each run is
-compared with it: its *excess* is held-out loss / the same seed's baseline held-out loss - 1,
-and a point (algorithm, global batch) converges when the mean excess over its seeds is at most
-sweep.tolerance (a diverged seed makes the point fail). Pairing by seed takes out what the seed
-does to every run alike (how soon the model leaves CTC's initial plateau moves the held-out loss
-after a few epochs by several percent). An algorithm's largest converging batch is the largest
-global batch up to which every point of the sweep converges (None: not even the smallest);
-`ratio` is ADPSGD's over SSGD's, the paper's 3x. Points whose excess lies within
-sweep.close_margin of the tolerance are `close`: noise could put them on either side, so they
-get the extra seeds.
+The baseline is one learner at sweep.base_batch, calibrated first: every lr of
+sweep.baseline_lrs with the first seed, and the lr with the lowest held-out loss again with
+every seed (`calibrate`). Runs of one seed share their initial weights and data order with the
+baseline of that seed, so each run is compared with it: its *excess* is held-out loss / the same
+seed's baseline loss at the best lr - 1, and a point converges when no seed diverged and the
+mean excess over its seeds is at most sweep.tolerance. Pairing by seed takes out what the seed
+does to every run alike.
+
+Two measurements, each over every point it has (no point hides another):
+
+    critical_lr               at one global batch, lr on a grid without scaling: the largest lr
+                              at which an algorithm converges
+    largest_converging_batch  lr scaled linearly from the best baseline lr: the largest global
+                              batch at which it converges
+
+`ratio`: an algorithm's value over SSGD's (the paper: ADPSGD about 3x SSGD's batch). Points
+whose excess lies within sweep.close_margin of the tolerance are `close`: noise could put them
+on either side, so they get the extra seeds.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from asr.sweep.run import BASELINE
+from asr.utils.errors import InputError
+
+BASELINE = "baseline"  # one learner at sweep.base_batch
+REFERENCE = "ssgd"  # ratios are over its value
 
 
 @dataclass
 class Point:
     algorithm: str
     global_batch: int
+    lr: float
     losses: list[float | None] = field(default_factory=list)  # per seed; None: diverged
     seeds: list[int] = field(default_factory=list)
     excesses: list[float | None] = field(default_factory=list)  # per seed: loss / the seed's baseline - 1
@@ -50,61 +62,95 @@ class Point:
 
 
 @dataclass
-class Verdict:
-    baseline: Point
+class Baseline:
+    grid: list[Point]  # one learner at base_batch, one point per lr, ascending
+    best: Point  # the lr with the lowest held-out loss, with every seed
+    last_improvements: list[float | None]  # per seed of `best`: how much its last epoch lowered the loss (relative)
     tolerance: float
-    points: dict[str, list[Point]]  # algorithm -> points by ascending global batch
-    largest_converging_batch: dict[str, int | None]
-    ratio: float | None
 
-    def converges(self, point: Point) -> bool:
-        return point.excess is not None and point.excess <= self.tolerance
+    @property
+    def settled(self) -> bool:
+        """Every seed's last epoch improved it by less than half the tolerance: more epochs
+        would not move the threshold by much."""
+        return all(i is not None and i < self.tolerance / 2 for i in self.last_improvements)
 
     @property
     def threshold(self) -> float:
-        """The baseline's mean held-out loss x (1 + tolerance): where the figure draws the line."""
-        return self.baseline.mean * (1 + self.tolerance)
+        return self.best.mean * (1 + self.tolerance)
 
 
-def collect(results: list[dict]) -> tuple[Point, dict[str, list[Point]]]:
-    points: dict[tuple[str, int], Point] = {}
+@dataclass
+class Measurement:
+    name: str  # critical_lr | largest_converging_batch
+    axis: str  # lr | global_batch: what varies along a series
+    points: dict[str, list[Point]]  # algorithm -> its points, ascending along the axis
+    largest: dict[str, float | None]  # the largest converging value (None: converges nowhere)
+    ratio: dict[str, float | None]  # over SSGD's, for every other algorithm
+
+
+def converges(point: Point, tolerance: float) -> bool:
+    return point.excess is not None and point.excess <= tolerance
+
+
+def collect(results: list[dict]) -> dict[tuple[str, int, float], Point]:
+    points: dict[tuple[str, int, float], Point] = {}
     for r in sorted(results, key=lambda r: r["seed"]):
-        point = points.setdefault((r["algorithm"], r["global_batch"]), Point(r["algorithm"], r["global_batch"]))
+        key = (r["algorithm"], r["global_batch"], r["lr"])
+        point = points.setdefault(key, Point(*key))
         point.losses.append(r["held_out_loss"])
         point.seeds.append(r["seed"])
-    baselines = [p for (algorithm, _), p in points.items() if algorithm == BASELINE]
-    if len(baselines) != 1:
-        raise ValueError(f"{len(baselines)} baselines among the results; expected one")
-    baseline = baselines[0]
-    if baseline.diverged:
-        raise ValueError("the single-learner baseline diverged: lower sweep.lr")
-    by_seed = dict(zip(baseline.seeds, baseline.losses))
-    by_algorithm: dict[str, list[Point]] = defaultdict(list)
-    for (algorithm, _), point in sorted(points.items(), key=lambda item: item[0][1]):
-        if algorithm == BASELINE:
-            continue
-        point.excesses = [None if loss is None else loss / by_seed[seed] - 1 for loss, seed in zip(point.losses, point.seeds)]
-        by_algorithm[algorithm].append(point)
-    return baseline, dict(by_algorithm)
+    return points
 
 
-def judge(results: list[dict], tolerance: float, order: list[str] | None = None) -> Verdict:
-    """`order`: the algorithms' order in the verdict's dicts (default: as found in the results)."""
-    baseline, points = collect(results)
-    points = {a: points[a] for a in sorted(points, key=lambda a: order.index(a) if order and a in order else len(order or []))}
-    verdict = Verdict(baseline, tolerance, points, {}, None)
-    for algorithm, series in points.items():
-        largest = None
-        for point in series:
-            if not verdict.converges(point):
-                break
-            largest = point.global_batch
-        verdict.largest_converging_batch[algorithm] = largest
-    ssgd, adpsgd = verdict.largest_converging_batch.get("ssgd"), verdict.largest_converging_batch.get("adpsgd")
-    verdict.ratio = adpsgd / ssgd if ssgd and adpsgd else None
-    return verdict
+def last_improvement(run: dict) -> float | None:
+    losses = [e["held_out_loss"] for e in run["epochs_log"]]
+    if len(losses) < 2 or None in losses[-2:]:
+        return None
+    return (losses[-2] - losses[-1]) / losses[-1]
 
 
-def close_points(verdict: Verdict, margin: float) -> list[Point]:
+def calibrate(results: list[dict], tolerance: float) -> Baseline:
+    """The baseline's lr grid and its best lr: the lowest mean held-out loss over the seeds
+    every lr of the grid has (the first seed), so that no lr wins by having other seeds."""
+    runs = [r for r in results if r["algorithm"] == BASELINE]
+    grid = sorted((p for p in collect(runs).values()), key=lambda p: p.lr)
+    if not grid:
+        raise ValueError("no baseline among the results")
+    common = set.intersection(*(set(p.seeds) for p in grid))
+
+    def loss(p: Point) -> float:
+        values = [loss for loss, seed in zip(p.losses, p.seeds) if seed in common]
+        return math.inf if None in values else statistics.fmean(values)
+
+    best = min(grid, key=loss)
+    if not math.isfinite(loss(best)):
+        raise InputError("sweep.baseline_lrs: the single-learner baseline diverged at every lr; lower them")
+    improvements = [last_improvement(r) for r in sorted(runs, key=lambda r: r["seed"]) if r["lr"] == best.lr]
+    return Baseline(grid, best, improvements, tolerance)
+
+
+def judge(results: list[dict], baseline: Baseline, name: str, axis: str, wanted: dict[str, list[tuple[int, float]]]) -> Measurement:
+    """`wanted`: per algorithm, the (global batch, lr) of its points in the order of the axis;
+    points without runs are left out."""
+    points = collect([r for r in results if r["algorithm"] != BASELINE])
+    by_seed = dict(zip(baseline.best.seeds, baseline.best.losses))
+    series: dict[str, list[Point]] = defaultdict(list)
+    for algorithm, coordinates in wanted.items():
+        for batch, lr in coordinates:
+            point = next((p for (a, b, l), p in points.items() if a == algorithm and b == batch and math.isclose(l, lr, rel_tol=1e-9)), None)
+            if point is None:
+                continue
+            missing = [seed for seed in point.seeds if seed not in by_seed]
+            if missing:
+                raise ValueError(f"{algorithm} at batch {batch}, lr {lr:g}: seeds {missing} have no baseline run at the best lr")
+            point.excesses = [None if loss is None else loss / by_seed[seed] - 1 for loss, seed in zip(point.losses, point.seeds)]
+            series[algorithm].append(point)
+    largest = {a: max((getattr(p, axis) for p in series.get(a, []) if converges(p, baseline.tolerance)), default=None) for a in wanted}
+    reference = largest.get(REFERENCE)
+    ratio = {a: (value / reference if value is not None and reference else None) for a, value in largest.items() if a != REFERENCE}
+    return Measurement(name, axis, dict(series), largest, ratio)
+
+
+def close_points(measurement: Measurement, tolerance: float, margin: float) -> list[Point]:
     """Points whose excess lies within `margin` of the tolerance (diverged ones never)."""
-    return [p for series in verdict.points.values() for p in series if p.excess is not None and abs(p.excess - verdict.tolerance) <= margin]
+    return [p for series in measurement.points.values() for p in series if p.excess is not None and abs(p.excess - tolerance) <= margin]

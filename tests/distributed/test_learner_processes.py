@@ -1,6 +1,6 @@
 """The real updaters in real processes (forked learners on gloo, tests/distributed/learner_jobs.py):
 ADPSGD/H-ADPSGD exchanges (exactly the average, the sum kept), straggler independence, clean shutdown (20 times,
-with the fixed and the randomized ring), delay-by-one's average one step late, and a learner that stops answering
+with the fixed and the randomized ring, the exponential graph), delay-by-one's average one step late, and a learner that stops answering
 hitting a timeout with a clear error instead of a hang."""
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ JOB_SPECS = [
     {"name": "straggler", "learners": 4, "algorithm": "adpsgd", "steps": 12, "slow_rank": 1, "slow_s": 0.1},
     {"name": "shutdown", "learners": 2, "algorithm": "adpsgd", "steps": 4, "repeat": 20},
     {"name": "shutdown-random-ring", "learners": 4, "algorithm": "adpsgd", "topology": "random_ring", "steps": 4, "repeat": 20},
+    {"name": "shutdown-exponential", "learners": 4, "algorithm": "adpsgd", "topology": "exponential", "steps": 4, "repeat": 10},
     {"name": "mixing-random-ring-delayed", "learners": 4, "algorithm": "adpsgd", "topology": "random_ring", "delay_by_one": True,
      "steps": 6, "own_start": True, "mix_only": True},
     {"name": "one-exchange-delayed", "learners": 2, "algorithm": "adpsgd", "delay_by_one": True, "steps": 2, "own_start": True,
@@ -83,6 +84,16 @@ def test_random_ring_shuts_down_cleanly_twenty_times(jobs):
         assert_clean(learners)
         assert [learners[r]["exchanges"] for r in (0, 2)] == [4, 4]  # an exchange per step of each active
         assert learners[1]["exchanges"] + learners[3]["exchanges"] == 8  # each served by one passive
+
+
+def test_exponential_graph_shuts_down_cleanly_ten_times(jobs):
+    """4 learners on the hypercube: actives 0 and 3 (an even number of one bits) pair with 1
+    and 2 in turn (distance 1, then 2); each passive serves both actives and waits for both
+    goodbyes; each time every learner exits cleanly."""
+    assert len(jobs["shutdown-exponential"]) == 10
+    for learners in jobs["shutdown-exponential"]:
+        assert_clean(learners)
+        assert [learners[r]["exchanges"] for r in range(4)] == [4, 4, 4, 4]  # every step a perfect matching
 
 
 @pytest.mark.parametrize("job,frozen,message", [

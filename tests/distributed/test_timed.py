@@ -34,7 +34,7 @@ def snapshots(sim):
 
 
 @pytest.mark.parametrize("algorithm,learners,per_node,topology", [
-    ("adpsgd", 4, 1, "ring"), ("adpsgd", 5, 1, "ring"), ("adpsgd", 6, 1, "random_ring"), ("hadpsgd", 8, 2, "ring"), ("ssgd", 4, 1, "ring"),
+    ("adpsgd", 4, 1, "ring"), ("adpsgd", 5, 1, "ring"), ("adpsgd", 6, 1, "random_ring"), ("adpsgd", 8, 1, "exponential"), ("hadpsgd", 8, 2, "ring"), ("ssgd", 4, 1, "ring"),
 ])
 def test_equal_speeds_and_no_delay_is_exactly_the_lockstep_simulator(algorithm, learners, per_node, topology):
     epochs = [plan(7, learners, seed=1), plan(7, learners, seed=2)]
@@ -109,7 +109,7 @@ def test_delay_by_one_hides_the_exchange_behind_a_whole_step(seed):
 
 
 @pytest.mark.parametrize("algorithm,per_node,topology,delay", [
-    ("adpsgd", 1, "ring", False), ("adpsgd", 1, "random_ring", True), ("adpsgd", 1, "ring", True), ("hadpsgd", 2, "random_ring", False),
+    ("adpsgd", 1, "ring", False), ("adpsgd", 1, "random_ring", True), ("adpsgd", 1, "ring", True), ("hadpsgd", 2, "random_ring", False), ("adpsgd", 1, "exponential", True),
 ])
 def test_averaging_keeps_the_sum_whatever_the_timing(algorithm, per_node, topology, delay):
     """Drawn speeds, jitter, exchanges slower than some steps: pairwise averages move weight

@@ -1,6 +1,7 @@
-"""The batch-size sweep on the toy corpus (the quick configuration): the baseline and one run per
-(algorithm, global batch), results in JSON with the largest converging batch and the ratio, a
-table and a plot, a re-run that trains nothing again, and the same numbers from processes."""
+"""The sweep on the toy corpus (a quick configuration): the baseline's lr grid and its best lr
+with every seed, both verdicts in JSON with every point, the mixing rates, a table and a plot,
+a re-run that trains nothing again, the same numbers from processes; and the control, an SSGD
+whose effective lr is 4x the configured one, coming out with a critical lr 4x lower."""
 
 import json
 from pathlib import Path
@@ -15,10 +16,15 @@ from asr.utils.errors import InputError
 from tests.fixtures.toy_corpus import make_toy_experiment, toy_config
 
 torch.set_num_threads(1)
-ALGORITHMS = ["ssgd", "adpsgd", "adpsgd_random_ring_delay_by_one", "hadpsgd"]
+ALGORITHMS = ["ssgd", "adpsgd", "adpsgd_exponential_delay_by_one", "hadpsgd_random_ring"]
 SWEEP = ["sweep.learners=4", "sweep.learners_per_node=2", "sweep.global_batches=[4,8]", "sweep.base_batch=4", "sweep.epochs=2",
-         "sweep.lr=0.05", "sweep.num_layers=0", "sweep.hidden_size=0", "sweep.jobs=1", "sweep.seeds=[1]", "sweep.extra_seeds=[2]",
-         f"sweep.algorithms=[{','.join(ALGORITHMS)}]"]
+         "sweep.baseline_lrs=[0.05,0.1]", "sweep.critical_batch=8", "sweep.critical_lrs=[0.1,0.2]", "sweep.num_layers=0",
+         "sweep.hidden_size=0", "sweep.jobs=1", "sweep.seeds=[1]", "sweep.extra_seeds=[2,3]", f"sweep.algorithms=[{','.join(ALGORITHMS)}]"]
+# The control: at the baseline's batch SSGD is the baseline, which converges at its best lr and
+# nowhere else on this grid (lower: too slow in 6 epochs; higher: diverges or worse).
+CONTROL = ["sweep.learners=4", "sweep.global_batches=[4]", "sweep.base_batch=4", "sweep.epochs=6", "sweep.baseline_lrs=[0.2,0.4,0.8,1.6]",
+           "sweep.critical_batch=4", "sweep.critical_lrs=[0.05,0.1,0.2,0.4,0.8,1.6,3.2]", "sweep.num_layers=0", "sweep.hidden_size=0",
+           "sweep.jobs=1", "sweep.seeds=[1]", "sweep.extra_seeds=[2,3]", "sweep.algorithms=[ssgd,ssgd_lr_x4]"]
 
 
 @pytest.fixture(scope="module")
@@ -34,39 +40,56 @@ def swept(root):
     return cfg, run_sweep(cfg)
 
 
-def test_a_run_per_algorithm_and_batch_and_the_baseline_with_every_seed(swept):
+def test_the_baseline_grid_then_its_best_lr_with_every_seed(swept):
+    _, result = swept
+    baseline = sorted((r["lr"], r["seed"]) for r in result.runs if r["algorithm"] == "baseline")
+    best = result.baseline.best.lr
+    assert best in (0.05, 0.1) and baseline == sorted({(0.05, 1), (0.1, 1)} | {(best, 2), (best, 3)})
+    assert result.baseline.best.seeds == [1, 2, 3] and len(result.baseline.last_improvements) == 3
+
+
+def test_a_run_per_point_of_both_measurements(swept):
     cfg, result = swept
-    runs = {(r["algorithm"], r["global_batch"], r["seed"]): r for r in result.runs}
-    expected = {("baseline", 4, 1), ("baseline", 4, 2)} | {(a, g, 1) for a in ALGORITHMS for g in (4, 8)}
-    assert expected <= set(runs)  # and extra seeds where a point came close to the threshold
+    best = result.baseline.best.lr
+    runs = {(r["algorithm"], r["global_batch"], r["lr"], r["seed"]): r for r in result.runs}
+    critical = {(a, 8, lr, 1) for a in ALGORITHMS for lr in (0.1, 0.2)}
+    batches = {(a, g, best * (g / 4), 1) for a in ALGORITHMS for g in (4, 8)}  # scaled linearly from the best lr
+    assert critical <= set(runs) and batches <= set(runs)
     for r in result.runs:
         steps_per_epoch = 40 // r["global_batch"]  # 40 training utterances, every batch full
-        assert r["steps_per_epoch"] == steps_per_epoch and r["lr"] == pytest.approx(0.05 * r["global_batch"] / 4)
-        assert [e["epoch"] for e in r["epochs_log"]] == [1, 2] and not r["diverged"]
-        assert r["epochs_log"][1]["held_out_loss"] < r["untrained_loss"]  # learning
-        learners = 1 if r["algorithm"] == "baseline" else 4
-        nodes = {"baseline": 1, "ssgd": 1, "hadpsgd": 2}.get(r["algorithm"], learners)
-        per_node = [e["steps_min"] + e["steps_max"] for e in r["epochs_log"]]  # equal speeds would give 2 x steps_per_epoch
-        assert all(s <= 2 * steps_per_epoch * nodes for s in per_node)
-    # SSGD over 4 learners at the baseline's batch trains exactly what the baseline trains.
-    assert runs[("ssgd", 4, 1)]["held_out_loss"] == pytest.approx(runs[("baseline", 4, 1)]["held_out_loss"], rel=1e-5)
+        nodes = {"baseline": 1, "ssgd": 1, "hadpsgd_random_ring": 2}.get(r["algorithm"], 4)
+        assert r["steps_per_epoch"] == steps_per_epoch and [e["epoch"] for e in r["epochs_log"]] == [1, 2] and not r["diverged"]
+        for epoch in r["epochs_log"]:
+            # every global batch's share is claimed by exactly one node, first come first served
+            assert len(epoch["steps"]) == nodes and sum(epoch["steps"]) == steps_per_epoch * nodes
+    # SSGD over 4 learners at the baseline's batch and lr trains exactly what the baseline trains.
+    base = next(r for r in result.runs if r["algorithm"] == "baseline" and r["lr"] == best and r["seed"] == 1)
+    ssgd = next(r for r in result.runs if r["algorithm"] == "ssgd" and r["global_batch"] == 4 and r["seed"] == 1)
+    assert ssgd["held_out_loss"] == pytest.approx(base["held_out_loss"], rel=1e-5)
 
 
-def test_the_json_names_the_largest_converging_batch_and_the_ratio(swept):
+def test_the_json_holds_both_verdicts_every_point_and_the_mixing_rates(swept):
     cfg, result = swept
     written = json.loads((Path(cfg.sweep.out_dir) / "sweep.json").read_text())
-    verdict = result.verdict
-    assert written["largest_converging_batch"] == verdict.largest_converging_batch and set(verdict.largest_converging_batch) == set(ALGORITHMS)
+    for key, measurement in (("critical_lr", result.critical), ("largest_converging_batch", result.batches)):
+        assert written[key]["value"] == measurement.largest and set(measurement.largest) == set(ALGORITHMS)
+        assert set(written[key]["ratio"]) == set(ALGORITHMS) - {"ssgd"}
+        ssgd = measurement.largest["ssgd"]
+        assert written[key]["ratio"]["adpsgd"] == (measurement.largest["adpsgd"] / ssgd if ssgd and measurement.largest["adpsgd"] else None)
+        assert len(written[key]["points"]) == 2 * len(ALGORITHMS)
     baseline = written["baseline"]
-    assert baseline["seeds"] == [1, 2] and baseline["held_out_loss"] == pytest.approx(sum(baseline["losses"]) / 2)
+    assert baseline["seeds"] == [1, 2, 3] and baseline["held_out_loss"] == pytest.approx(sum(baseline["losses"]) / 3)
+    assert [p["lr"] for p in baseline["lr_grid"]] == [0.05, 0.1] and isinstance(baseline["settled"], bool)
     by_seed = dict(zip(baseline["seeds"], baseline["losses"]))
-    for point in written["points"]:  # each seed compared with the same seed's baseline
+    for point in written["critical_lr"]["points"] + written["largest_converging_batch"]["points"]:
         excesses = [loss / by_seed[seed] - 1 for loss, seed in zip(point["losses"], point["seeds"])]
         assert point["excess"] == pytest.approx(sum(excesses) / len(excesses))
         assert point["converges"] == (point["excess"] <= 0.05)
-    ssgd, adpsgd = verdict.largest_converging_batch["ssgd"], verdict.largest_converging_batch["adpsgd"]
-    assert written["ratio"] == (adpsgd / ssgd if ssgd and adpsgd else None)
-    assert len(written["runs"]) == len(result.runs)
+        assert len(point["seeds"]) == 1 or len(point["seeds"]) == 3  # close to the line: 3 seeds
+    # 4 ADPSGD nodes on a ring: cos^2(pi/4); on the hypercube 1 - 1/2; 2 nodes always average together.
+    assert {a: m["consensus_rate"] for a, m in written["mixing"].items()} == pytest.approx(
+        {"ssgd": 0.0, "adpsgd": 0.5, "adpsgd_exponential_delay_by_one": 0.5, "hadpsgd_random_ring": 0.0})
+    assert "same data seen" in written["budget"] and len(written["runs"]) == len(result.runs)
 
 
 def test_the_table_and_the_figure(swept):
@@ -74,9 +97,9 @@ def test_the_table_and_the_figure(swept):
     out = Path(cfg.sweep.out_dir)
     write_report(result, out)
     table = (out / "sweep.md").read_text()
-    assert "| global batch | per learner | updates per epoch | lr | ssgd | adpsgd | adpsgd_random_ring_delay_by_one | hadpsgd |" in table
-    assert "| 4 | 1 | 10 | 0.05 |" in table and "| 8 | 2 | 5 | 0.1 |" in table
-    assert "Largest converging global batch: ssgd" in table and "(the paper: 3)" in table
+    assert "| lr | ssgd | adpsgd | adpsgd_exponential_delay_by_one | hadpsgd_random_ring |" in table
+    assert "| global batch | per learner | lr | ssgd |" in table and "| adpsgd | ring | 4 | 0.5000 |" in table
+    assert "**critical_lr** (the largest lr that converges): ssgd" in table and "Over SSGD's: adpsgd" in table
     assert (out / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -88,27 +111,48 @@ def test_a_second_sweep_trains_nothing_again(swept, caplog):
     assert "runs done already" in caplog.text and " after 2 epochs (" not in caplog.text
 
 
+def test_the_control_with_4x_the_effective_lr_has_a_4x_lower_critical_lr(root):
+    """If the sweep could not see a difference in lr (or took the end of an unbroken run from
+    the smallest lr, where SSGD does not converge), this would not come out 4."""
+    cfg = toy_config(root, CONTROL + [f"sweep.out_dir={root}/control"])
+    result = run_sweep(cfg)
+    ssgd, control = result.critical.largest["ssgd"], result.critical.largest["ssgd_lr_x4"]
+    assert ssgd == result.baseline.best.lr and 0.05 < ssgd < 3.2  # inside the grid, not at its edge
+    assert control == pytest.approx(ssgd / 4) and result.critical.ratio["ssgd_lr_x4"] == pytest.approx(0.25)
+
+
 @pytest.mark.slow
 def test_runs_in_processes_give_the_same_numbers(root, swept):
     """Two worker processes: each run is deterministic from its settings, whichever finishes first."""
     _, result = swept
-    cfg = toy_config(root, SWEEP + ["sweep.jobs=2", "sweep.algorithms=[adpsgd]", "sweep.extra_seeds=[]", f"sweep.out_dir={root}/jobs"])
+    cfg = toy_config(root, SWEEP + ["sweep.jobs=2", "sweep.algorithms=[adpsgd]", "sweep.critical_lrs=[0.1]", f"sweep.out_dir={root}/jobs"])
     runs = run_sweep(cfg).runs
-    expected = {(r["algorithm"], r["global_batch"], r["seed"]): r["held_out_loss"] for r in result.runs}
-    assert [(r["algorithm"], r["global_batch"]) for r in runs] == [("baseline", 4), ("adpsgd", 4), ("adpsgd", 8)]
+    expected = {(r["algorithm"], r["global_batch"], r["lr"], r["seed"]): r["held_out_loss"] for r in result.runs}
+    assert {r["algorithm"] for r in runs} == {"baseline", "adpsgd"}
     for r in runs:
-        assert r["held_out_loss"] == expected[(r["algorithm"], r["global_batch"], r["seed"])]
+        assert r["held_out_loss"] == expected[(r["algorithm"], r["global_batch"], r["lr"], r["seed"])]
 
 
-@pytest.mark.parametrize("override,message", [
-    ("sweep.global_batches=[6]", "6 is not a multiple of sweep.learners=4"),
-    ("sweep.speeds=[1,2]", "sweep.speeds: 2 speeds for sweep.learners=4"),
-    ("sweep.learners_per_node=3", "sweep.learners_per_node=3 does not divide sweep.learners=4"),
-    ("sweep.seeds=[]", "sweep.seeds is empty"),
+@pytest.mark.parametrize("overrides,message", [
+    (["sweep.global_batches=[6]"], "6 is not a multiple of sweep.learners=4"),
+    (["sweep.critical_batch=6"], "sweep.critical_batch: 6 is not a multiple of sweep.learners=4"),
+    (["sweep.speeds=[1,2]"], "sweep.speeds: 2 speeds for sweep.learners=4"),
+    (["sweep.learners_per_node=3"], "sweep.learners_per_node=3 does not divide sweep.learners=4"),
+    (["sweep.seeds=[]"], "sweep.seeds is empty"),
+    (["sweep.extra_seeds=[2]"], "sweep.extra_seeds: a point near the threshold needs at least 3 seeds"),
+    (["sweep.learners=6", "sweep.learners_per_node=3", "sweep.global_batches=[6]", "sweep.critical_batch=6"],
+     "adpsgd_exponential_delay_by_one on 6 nodes: distributed.topology=exponential needs a power-of-two number of nodes"),
 ])
-def test_settings_that_do_not_fit_together_are_named(root, override, message):
+def test_settings_that_do_not_fit_together_are_named(root, overrides, message):
     with pytest.raises(InputError, match=message):
-        run_sweep(toy_config(root, SWEEP + [override, f"sweep.out_dir={root}/bad"]))
+        run_sweep(toy_config(root, SWEEP + overrides + [f"sweep.out_dir={root}/bad"]))
+
+
+def test_sweep_train_overrides_train_but_not_the_sweeps_own_settings(root):
+    with pytest.raises(InputError, match="sweep.train.lr: the sweep sets it for every run"):
+        run_sweep(toy_config(root, SWEEP + ["+sweep.train.lr=0.1", f"sweep.out_dir={root}/bad"]))
+    with pytest.raises(InputError, match="sweep.train: Key 'epochz' not in 'TrainConfig'"):
+        run_sweep(toy_config(root, SWEEP + ["+sweep.train.epochz=1", f"sweep.out_dir={root}/bad"]))
 
 
 @pytest.mark.parametrize("override,message", [
@@ -116,7 +160,19 @@ def test_settings_that_do_not_fit_together_are_named(root, override, message):
     ("sweep.algorithms=[ssgd_delay_by_one]", "'ssgd_delay_by_one': choose ssgd, or adpsgd/hadpsgd"),
     ("sweep.lr_scaling=cubic", "sweep.lr_scaling='cubic': choose one of none, linear, sqrt"),
     ("sweep.jitter=1.5", r"sweep.jitter=1.5: must be in \[0.0, 1.0\)"),
+    ("sweep.critical_lrs=[0.1,0.3,0.5]", "sweep.critical_lrs=.*give a geometric grid"),
+    ("sweep.global_batches=[64,16]", "sweep.global_batches=.*list the values once each, ascending"),
 ])
 def test_bad_values_are_refused_by_the_schema(override, message):
     with pytest.raises(InputError, match=message):
         load_config([override])
+
+
+def test_a_training_subset_that_cuts_a_partial_batch_is_warned_about(caplog):
+    """One learner keeps a partial last batch, many merge it: the runs' epochs would differ."""
+    from asr.sweep.sweep import check
+    with caplog.at_level("WARNING"):
+        check(load_config(["sweep.max_train_utts=3072"]))
+        assert "not a multiple" not in caplog.text
+        check(load_config(["sweep.max_train_utts=3000"]))
+    assert "sweep.max_train_utts=3000 is not a multiple of the global batches [16, 32, 64, 128, 256]" in caplog.text
