@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-TORCH := torch==2.13.0
+TORCH := torch==2.13.0  # the version tested; setup.py accepts a range (a CUDA build already installed stays)
 
 .PHONY: install demo test test-avx2 clean-demo
 
