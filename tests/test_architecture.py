@@ -19,7 +19,7 @@ LAYERS = [
     {"text", "features", "models", "optim", "lm"},
     {"distributed"},
     {"train"},
-    {"decode"},
+    {"decode", "average"},
     {"score"},
     {"tune"},
     {"sweep", "report"},

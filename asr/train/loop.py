@@ -555,6 +555,7 @@ class Trainer:
             return
         if improved:
             self.checkpoints.copy_to(path, self.checkpoints.best)
+        self.checkpoints.keep_epoch_end(path, p.epoch, self.tcfg.keep_epoch_checkpoints)
         self.trainlog.plot()
         log.info(
             "epoch %d/%d: train loss %.4f, dev loss %.4f%s%s, lr %.3g, %d steps, %.0f s%s",
