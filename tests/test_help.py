@@ -24,7 +24,7 @@ STAGES = {
     "asr.average": (["average.num=5", "average.by=last"], ["train.lr="]),
 }
 # argparse entry points: their own --help
-OTHERS = ["asr.bench", "asr.report", "asr.data.validate", "asr.data.perturb", "asr.data.fix"]
+OTHERS = ["asr.bench", "asr.report", "asr.data.validate", "asr.data.perturb", "asr.data.fix", "asr.transcribe"]
 
 # Runs each entry point's --help in one process, as `python -m` would, and reports its exit
 # status, output, time and whether torch got imported by then.
