@@ -6,6 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The torch version tested, installed first; setup.py accepts a range, so a CUDA build already installed stays.
 TORCH := torch==2.13.0
 
 .PHONY: install demo test test-avx2 clean-demo

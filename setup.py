@@ -7,7 +7,9 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["asr", "asr.*"]),
     install_requires=[
-        "torch==2.13.0",  # CPU build on our machines; GPU users install the CUDA build of this version
+        # A range, so that an environment with its own torch build (CUDA, ROCm) keeps it; the
+        # version tested is the Makefile's TORCH, installed before this package.
+        "torch>=2.4,<3",
         "numpy",
         "scipy",
         "kaldiio>=2.18",

@@ -20,6 +20,7 @@ from typing import ClassVar
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
+from asr.average.config import AverageConfig
 from asr.data.config import DataConfig, SynthConfig
 from asr.decode.config import DecodeConfig
 from asr.distributed.config import DistributedConfig
@@ -50,6 +51,7 @@ class AsrConfig:
     decode: DecodeConfig = MISSING
     score: ScoreConfig = MISSING
     sweep: SweepConfig = MISSING
+    average: AverageConfig = MISSING
     exp_name: str = "default"
     exp_dir: str = "exp/${exp_name}"
     seed: int = 1

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Debian packages the toolkit uses, installed when missing (needs root or sudo).
-# Without them the toolkit still runs; the features that need them say so when used.
+# Debian packages the toolkit uses, installed when missing (as root, or with sudo that needs no
+# password). Anything else (not Debian, not root and no password-less sudo, a failed apt-get):
+# it says what it would install, and how, and exits 0, never stopping a run at a sudo prompt.
+# Without the packages the toolkit still runs; the features that need them say so when used.
 set -euo pipefail
 packages=(sctk)   # NIST SCTK: sclite/hubscr.pl for official Hub5 scoring
 # To build KenLM's lmplz/build_binary/query (scripts/build_kenlm.sh): compiler, CMake, Boost, compression libs
@@ -8,22 +10,33 @@ packages+=(g++ make cmake libboost-program-options-dev libboost-system-dev libbo
            zlib1g-dev libbz2-dev liblzma-dev)
 packages+=(iproute2)  # `ip netns`: the two-host distributed training test (tests/distributed)
 
+say() { echo "install_system: $*" >&2; }
+
+if ! command -v dpkg-query >/dev/null || ! command -v apt-get >/dev/null; then
+  say "not a Debian system (no dpkg-query/apt-get); if missing, please install the equivalents of: ${packages[*]}"
+  exit 0
+fi
+
+# `dpkg -s` also succeeds for a package removed but not purged; the status says "installed".
 missing=()
 for p in "${packages[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" == "install ok installed" ]] || missing+=("$p")
 done
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 
-if ! command -v apt-get >/dev/null; then
-  echo "install_system: no apt-get here; please install: ${missing[*]}" >&2; exit 0
-fi
-sudo=""
+sudo=()
 if [[ $(id -u) -ne 0 ]]; then
-  if command -v sudo >/dev/null; then sudo="sudo"; else
-    echo "install_system: not root and no sudo; please install: ${missing[*]}" >&2; exit 0
+  # -n: fail at once instead of asking for a password in the middle of `make install`.
+  if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+    sudo=(sudo -n)
+  else
+    say "not root and no password-less sudo; not installing. Missing: ${missing[*]}"
+    say "to install them: sudo apt-get install -y --no-install-recommends ${missing[*]}"
+    exit 0
   fi
 fi
-echo "install_system: installing ${missing[*]}" >&2
-$sudo apt-get update -qq >/dev/null || echo "install_system: apt-get update failed; trying anyway" >&2
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
-  || echo "install_system: could not install ${missing[*]}; the features that need them will say so" >&2
+say "installing ${missing[*]}"
+"${sudo[@]}" apt-get update -qq >/dev/null || say "apt-get update failed; trying anyway"
+# env inside sudo: sudo resets the environment, and apt must not ask questions either.
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+  || say "could not install ${missing[*]}; the features that need them will say so"

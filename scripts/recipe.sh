@@ -161,7 +161,7 @@ override_value() {
 # The config groups each stage reads: an override of any other group does not make a done
 # stage run again. Overrides outside these groups (exp_name, seed, device, experiment=...)
 # count for every stage, and so do all overrides for a stage not listed.
-config_groups=" data synth features tokenizer lm model train distributed decode score sweep "
+config_groups=" data synth features tokenizer lm model train distributed decode score sweep average "
 declare -A stage_groups=(
   [synth]="synth" [prepare]="data" [validate]="data" [perturb]="data" [features]="data features"
   [phone_ali]="data synth features"

@@ -19,8 +19,8 @@ LAYERS = [
     {"text", "features", "models", "optim", "lm"},
     {"distributed"},
     {"train"},
-    {"decode"},
-    {"score"},
+    {"decode", "average"},
+    {"score", "transcribe"},
     {"tune"},
     {"sweep", "report"},
     {"config", "stage"},  # the schema of every group and the stage runner: above the library

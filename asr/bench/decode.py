@@ -49,7 +49,7 @@ def timed(fn):
 
 def run(cfg, set_name: str, jobs: list[int]) -> dict:
     from asr.decode.stage import load_decoding_model
-    from asr.tune import set_log_probs
+    from asr.tune.grid import set_log_probs
 
     torch.set_num_threads(int(cfg.decode.threads))
     model, tokenizer = load_decoding_model(cfg, torch.device("cpu"))

@@ -2,11 +2,16 @@
 (greedy CTC, or CTC beam search with the word LM; loglikes: Kaldi log-likelihoods)."""
 
 from asr.stage import stage_main
-from asr.decode.stage import decode
 
 
-@stage_main("decode")
+@stage_main(
+    "decode", groups=["decode"], uses=["data", "features", "tokenizer", "lm"],
+    reads="the checkpoint decode.checkpoint, the features of decode.sets, the tokenizer (and the LM)",
+    writes="exp_dir/decode_<set>/hyp.txt, hyp.ctm (loglikes: Kaldi log-likelihoods)",
+)
 def main(cfg) -> None:
+    from asr.decode.stage import decode  # here, not above: --help answers without importing torch
+
     decode(cfg)
 
 

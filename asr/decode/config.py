@@ -11,7 +11,7 @@ class DecodeConfig:
     name: str = "greedy"
     kind: str = "greedy"  # greedy | beam_lm (word LM) | loglikes (Kaldi log-likelihoods of a frame_ce model)
     sets: list = field(default_factory=list)  # data sets to decode; empty -> [data.eval_set]
-    checkpoint: str = "last"  # last | best | path
+    checkpoint: str = "last"  # last | best | a name in <exp_dir>/checkpoints (avg-last5: python -m asr.average) | path
     dir_suffix: str = ""  # output in <exp_dir>/decode_<set><dir_suffix>/ (e.g. _greedy beside the LM decode)
     batch_size: int = 32
     threads: int = 2  # torch threads of the acoustic model

@@ -4,8 +4,11 @@ Layout of `<exp_dir>/checkpoints/`:
 
     step-000001200.pt   periodic (every train.checkpoint_every_steps steps and every epoch
                         end), the newest train.keep_checkpoints kept
+    epoch-0003.pt       copy of the checkpoint of each epoch end, the newest
+                        train.keep_epoch_checkpoints kept (what asr.average averages)
     best.pt             copy of the epoch-end checkpoint with the lowest dev loss so far
     last.pt             the final model, written when training completes
+    avg-last5.pt        the mean of checkpoints (python -m asr.average), decode.checkpoint=avg-last5
 
 A checkpoint is a dict (torch.save, loadable with weights_only=True):
 
@@ -41,6 +44,7 @@ log = logging.getLogger(__name__)
 CHECKPOINT_FORMAT = 1
 REQUIRED_KEYS = ("format", "model", "model_info", "updater", "sampler", "rng", "step", "epoch", "progress", "config")
 PERIODIC = re.compile(r"^step-(\d+)\.pt$")
+EPOCH_END = re.compile(r"^epoch-(\d+)\.pt$")
 
 
 class CorruptCheckpoint(InputError):
@@ -115,6 +119,21 @@ class CheckpointDir:
         found = [(int(m.group(1)), p) for p in self.dir.iterdir() if (m := PERIODIC.match(p.name))]
         return [p for _, p in sorted(found)]
 
+    def epoch_ends(self) -> list[Path]:
+        """The kept copies of epoch-end checkpoints, oldest first."""
+        if not self.dir.is_dir():
+            return []
+        found = [(int(m.group(1)), p) for p in self.dir.iterdir() if (m := EPOCH_END.match(p.name))]
+        return [p for _, p in sorted(found)]
+
+    def keep_epoch_end(self, source: Path, epoch: int, keep: int) -> None:
+        """Copy an epoch end's checkpoint to epoch-<E>.pt and keep the newest `keep` of them."""
+        if keep < 1:
+            return
+        self.copy_to(source, self.dir / f"epoch-{epoch:04d}.pt")
+        for old in self.epoch_ends()[:-keep]:
+            old.unlink(missing_ok=True)
+
     def save(self, state: dict) -> Path:
         path = save_checkpoint(self.dir / f"step-{state['step']:09d}.pt", state)
         for old in self.periodic()[: -self.keep]:
@@ -148,15 +167,22 @@ class CheckpointDir:
         return None
 
     def resolve(self, choice: str) -> Path:
-        """`last`, `best` or a path, as decode.checkpoint names them."""
+        """`last`, `best`, the name of another checkpoint of this directory (`avg-last5`,
+        `epoch-0003`: <dir>/<name>.pt) or a path, as decode.checkpoint names them."""
         if choice in ("last", "best"):
             path = self.last if choice == "last" else self.best
             if not path.is_file():
                 raise InputError(f"{path}: no {choice} checkpoint; finish training first (python -m asr.train) or set decode.checkpoint=<path>")
             return path
+        named = self.dir / f"{choice}.pt"
+        if "/" not in choice and not choice.endswith(".pt"):
+            if named.is_file():
+                return named
+            if choice.startswith("avg-"):
+                raise InputError(f"{named}: no such average; make it with python -m asr.average (decode.checkpoint={choice})")
         path = Path(choice)
         if not path.is_file():
-            raise InputError(f"{path}: checkpoint not found (decode.checkpoint is last, best or a path)")
+            raise InputError(f"{path}: checkpoint not found (decode.checkpoint is last, best, a name in {self.dir} such as avg-last5, or a path)")
         return path
 
 

@@ -3,11 +3,16 @@
 from omegaconf import DictConfig
 
 from asr.stage import stage_main
-from asr.score.stage import run
 
 
-@stage_main("score")
+@stage_main(
+    "score", groups=["score"], uses=["data", "decode"],
+    reads="exp_dir/decode_<set>/hyp.{txt,ctm}, the references (text, or stm and glm)",
+    writes="exp_dir/decode_<set>/wer.json, wer.md",
+)
 def main(cfg: DictConfig) -> None:
+    from asr.score.stage import run  # here, not above: --help answers without importing torch
+
     run(cfg)
 
 

@@ -5,17 +5,22 @@ each converges at, written to <sweep.out_dir>/sweep.{json,md,png}."""
 import logging
 from pathlib import Path
 
-import torch
-
 from asr.stage import stage_main
-from asr.sweep.report import write_report
-from asr.sweep.sweep import run_sweep
 
 log = logging.getLogger("asr.sweep")
 
 
-@stage_main("sweep")
+@stage_main(
+    "sweep", groups=["sweep"], uses=["data", "features", "tokenizer", "model", "train"],
+    reads="the features of the training and dev sets, the tokenizer",
+    writes="sweep.out_dir/sweep.json, sweep.md, sweep.png",
+)
 def main(cfg) -> None:
+    import torch  # here, not above: --help answers without importing torch
+
+    from asr.sweep.report import write_report
+    from asr.sweep.sweep import run_sweep
+
     torch.set_num_threads(cfg.train.threads)
     result = run_sweep(cfg)
     out_dir = Path(cfg.sweep.out_dir)

@@ -1,11 +1,16 @@
 """`python -m asr.train`: train the acoustic model (resumes from the newest checkpoint)."""
 
 from asr.stage import stage_main
-from asr.train.loop import train
 
 
-@stage_main("train")
+@stage_main(
+    "train", groups=["train", "model", "distributed"], uses=["data", "features", "tokenizer"],
+    reads="the features of data.train_set and data.dev_set, the tokenizer",
+    writes="exp_dir/: checkpoints/ (step-*, epoch-*, best.pt, last.pt), train_log.csv, loss.png, tensorboard/, log/train.log",
+)
 def main(cfg) -> None:
+    from asr.train.loop import train  # here, not above: --help answers without importing torch
+
     train(cfg)
 
 

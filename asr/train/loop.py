@@ -98,6 +98,16 @@ class Progress:
         return cls(**{k: v for k, v in saved.items() if k in known})
 
 
+def duration(seconds: float) -> str:
+    """1h02m, 3m05s, 42s; ? when unknown."""
+    if seconds != seconds or math.isinf(seconds):
+        return "?"
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
 def mean(loss_sum: float, tokens: int) -> float:
     return loss_sum / tokens if tokens else NAN
 
@@ -201,6 +211,7 @@ class Trainer:
         self.telemetry = Telemetry(self.exp_dir, self.dist.rank, self.tcfg.tensorboard)
         self.record: TrainedRecord | None = None  # opened once resume() has cut it to its checkpoint
         self.run_start = time.monotonic()
+        self.window_started, self.window_frames = time.perf_counter(), 0  # input frames since the last progress line
 
     def open_record(self) -> None:
         if self.tcfg.record_utterances:
@@ -385,7 +396,7 @@ class Trainer:
             total=total,
             initial=p.batches_done,
             desc=f"epoch {p.epoch + 1}/{self.tcfg.epochs}",
-            disable=None if self.dist.is_writer else True,  # only on a terminal; logs get one line per epoch instead
+            disable=None if self.dist.is_writer else True,  # only on a terminal; elsewhere log_progress writes lines
             leave=False,
             dynamic_ncols=True,
         )
@@ -395,6 +406,7 @@ class Trainer:
             self.train_set.set_epoch(p.epoch)
         self.model.train()
         self.times.restart()
+        self.window_started, self.window_frames = time.perf_counter(), 0  # frames/s of training steps, not evaluation
         prefetched = Prefetcher(self.loader(self.train_set, batches), self.read_ahead())
         try:
             self.train_batches(prefetched, bar, total)
@@ -424,14 +436,31 @@ class Trainer:
             self.times.step_done(len(batch.utts))
             self.telemetry.add_step(int(batch.feat_lens.sum()), self.times.data_wait[-1], self.updater.comm_wait_s - comm_before)
             bar.update(self._claimed_so_far() - bar.n if self.claims is not None else 1)
+            self.window_frames += int(batch.feat_lens.sum())
             if p.step % self.tcfg.log_every_steps == 0:
                 row = self.log_row(epoch=p.epoch + 1)
                 bar.set_postfix(loss=f"{row.train_loss:.3f}", lr=f"{self.updater.lr:.2e}")
+                if bar.disable and self.dist.is_writer:
+                    self.log_progress(row)
             if p.step % self.tcfg.checkpoint_every_steps == 0 and (self.claims is not None or p.batches_done < total):
                 self.save_checkpoint()
             if self.claims is None and self.tcfg.max_steps and self.run_steps >= self.tcfg.max_steps:
                 self.stopped = p.batches_done < total or p.epoch + 1 < self.tcfg.epochs
                 return
+
+    def log_progress(self, row: LogRow) -> None:
+        """A plain log line in place of the progress bar when stderr is not a terminal (a
+        SLURM log, nohup, a pipe): without it such a log shows one line per epoch."""
+        now = time.perf_counter()
+        seconds = now - self.window_started
+        frames_per_s = self.window_frames / seconds if seconds > 0 else NAN
+        self.window_started, self.window_frames = now, 0
+        # ETA from this run's mean step time (epoch-end evaluations included) over the steps left.
+        run_seconds = time.monotonic() - self.run_start
+        left = max(self.total_steps - self.progress.step, 0)
+        eta = run_seconds / self.run_steps * left if self.run_steps else NAN
+        log.info("step %d/%d epoch %d/%d: loss %.4f, lr %.3g, %.0f frames/s, ETA %s",
+                 self.progress.step, self.total_steps, row.epoch, self.tcfg.epochs, row.train_loss, row.lr, frames_per_s, duration(eta))
 
     def _claimed_so_far(self) -> int:
         return (max(self.claimed) + 1) if self.claimed else 0
@@ -549,6 +578,7 @@ class Trainer:
             return
         if improved:
             self.checkpoints.copy_to(path, self.checkpoints.best)
+        self.checkpoints.keep_epoch_end(path, p.epoch, self.tcfg.keep_epoch_checkpoints)
         self.trainlog.plot()
         log.info(
             "epoch %d/%d: train loss %.4f, dev loss %.4f%s%s, lr %.3g, %d steps, %.0f s%s",

@@ -1,11 +1,16 @@
 """`python -m asr.tune decode=beam_lm`: LM weight and word score tuned on the dev set."""
 
 from asr.stage import stage_main
-from asr.tune import tune
 
 
-@stage_main("tune")
+@stage_main(
+    "tune", groups=["decode"], uses=["data", "features", "tokenizer", "lm", "model"],
+    reads="the checkpoint decode.checkpoint, the dev set's features, the LM",
+    writes="decode.tuning_file (exp_dir/lm_tuning.json): the best LM weight and word score",
+)
 def main(cfg) -> None:
+    from asr.tune.grid import tune  # here, not above: --help answers without importing torch
+
     tune(cfg)
 
 

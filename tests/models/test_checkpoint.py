@@ -119,5 +119,9 @@ def test_resolve_names(tmp_path):
     path = ckpts.save(trained_state(3)[2])
     ckpts.copy_to(path, ckpts.best)
     assert ckpts.resolve("best") == ckpts.best and ckpts.resolve(str(path)) == path
+    ckpts.copy_to(path, tmp_path / "avg-last2.pt")
+    assert ckpts.resolve("avg-last2") == tmp_path / "avg-last2.pt"
+    with pytest.raises(InputError, match="python -m asr.average"):
+        ckpts.resolve("avg-best2")
     with pytest.raises(InputError, match="checkpoint not found"):
         ckpts.resolve(str(tmp_path / "nope.pt"))

@@ -275,3 +275,22 @@ def test_bf16_training_learns_as_fp32_does(corpus, tmp_path, caplog):
     print(dev)
     assert dev["bf16"][1] < dev["bf16"][0]
     assert abs(dev["bf16"][-1] - dev["fp32"][-1]) < 0.1 * dev["fp32"][0]
+
+
+def test_off_a_terminal_training_logs_progress_every_log_every_steps(root, caplog):
+    """stderr is no terminal under pytest (as in a SLURM log): no progress bar, so a plain line
+    every train.log_every_steps (2 in the toy config) with step, epoch, loss, lr, frames/s, ETA."""
+    with caplog.at_level("INFO", logger="asr.train.loop"):
+        trainer = loop.Trainer(toy_config(root, ["train.epochs=1"]))
+        trainer.run()
+    lines = [m for m in caplog.messages if m.startswith("step ")]
+    steps_per_epoch = trainer.total_steps
+    assert len(lines) == steps_per_epoch // 2 >= 2
+    first = lines[0]
+    assert first.startswith(f"step 2/{steps_per_epoch} epoch 1/1: loss "), first
+    assert ", lr " in first and " frames/s, ETA " in first
+    assert "nan" not in first and lines[-1].endswith("ETA 0s")
+
+
+def test_duration_is_short_and_readable():
+    assert [loop.duration(s) for s in (42.4, 185, 3720, float("nan"))] == ["42s", "3m05s", "1h02m", "?"]

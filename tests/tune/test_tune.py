@@ -1,6 +1,6 @@
 """The LM weight / word score sweep's choice of its best point."""
 
-from asr.tune import best_point
+from asr.tune.grid import best_point
 
 
 def test_best_point_prefers_the_lowest_wer_then_the_smaller_values():

@@ -1,0 +1,98 @@
+"""`--help` of every entry point: exit 0, what the stage reads and writes, its own config keys
+only (with values and comments), and no torch imported (Hydra's help took 5-9 s, mostly torch)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+# module -> keys its help must list (its own groups), keys it must not (other stages' groups)
+STAGES = {
+    "asr.data.synth": (["synth.out_dir="], ["train.lr="]),
+    "asr.data.prepare": (["data.data_dir="], ["synth.out_dir="]),
+    "asr.features": (["features.kind=", "features.specaugment."], ["data.data_dir="]),
+    "asr.text": (["tokenizer.vocab_size="], ["features.kind="]),
+    "asr.lm": (["lm.dir="], ["tokenizer.vocab_size="]),
+    "asr.train": (["train.epochs=", "model.hidden_size=", "distributed.algorithm=", "train.log_every_steps=50"], ["decode.beam_size="]),
+    "asr.tune": (["decode.tune_lm_weights="], ["train.lr="]),
+    "asr.decode": (["decode.checkpoint=last", "decode.beam_size="], ["train.lr=", "score.kind="]),
+    "asr.score": (["score.kind="], ["decode.beam_size="]),
+    "asr.sweep": (["sweep.learners="], ["decode.beam_size="]),
+    "asr.average": (["average.num=5", "average.by=last"], ["train.lr="]),
+}
+# argparse entry points: their own --help
+OTHERS = ["asr.bench", "asr.report", "asr.data.validate", "asr.data.perturb", "asr.data.fix", "asr.transcribe"]
+
+# Runs each entry point's --help in one process, as `python -m` would, and reports its exit
+# status, output, time and whether torch got imported by then.
+PROBE = r"""
+import contextlib, io, json, runpy, sys, time
+out = {}
+for module in sys.argv[1:]:
+    sys.argv = [module, "--help"]
+    text, started, code = io.StringIO(), time.perf_counter(), 0
+    with contextlib.redirect_stdout(text):
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        except SystemExit as end:
+            code = end.code or 0
+    out[module] = {"code": code, "text": text.getvalue(), "seconds": time.perf_counter() - started, "torch": "torch" in sys.modules}
+print(json.dumps(out))
+"""
+
+
+def probe(modules):
+    env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", PROBE, *modules], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_every_stage_help_lists_its_own_keys_without_importing_torch():
+    results = probe(list(STAGES) + OTHERS)
+    for module, (present, absent) in STAGES.items():
+        r = results[module]
+        assert r["code"] == 0, (module, r["text"])
+        assert not r["torch"], f"{module} --help imported torch"
+        assert "reads:" in r["text"] and "writes:" in r["text"], module
+        for key in present:
+            assert f"  {key}" in r["text"], (module, key)
+        for key in absent:
+            assert f"  {key}" not in r["text"], (module, key)
+        assert "Powered by Hydra" not in r["text"] and "== Config ==" not in r["text"], module  # none of Hydra's boilerplate
+        assert r["seconds"] < 10, (module, r["seconds"])
+    for module in OTHERS:
+        r = results[module]
+        assert r["code"] == 0 and "usage:" in r["text"], (module, r)
+        assert not r["torch"], f"{module} --help imported torch"
+
+
+def test_comments_of_the_schema_are_shown_beside_the_values():
+    text = probe(["asr.train"])["asr.train"]["text"]
+    line = next(line for line in text.splitlines() if line.strip().startswith("train.keep_checkpoints="))
+    assert "# periodic checkpoints kept" in line
+    # a block comment above a field is its comment, on one line
+    line = next(line for line in text.splitlines() if line.strip().startswith("train.lr_scaling="))
+    assert "# Scale lr with the global batch" in line and "relative to lr_reference_frames" in line
+
+
+def test_help_shows_the_values_the_overrides_compose():
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "asr.train", "train.epochs=7", "model=blstm", "--help"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0
+    assert "train.epochs=7" in [line.split("#")[0].strip() for line in done.stdout.splitlines()]
+    assert time.perf_counter() - started < 10
+
+
+def test_bench_help_describes_every_benchmark():
+    from asr.bench.__main__ import BENCHMARKS
+
+    text = probe(["asr.bench"])["asr.bench"]["text"]
+    for name in BENCHMARKS:
+        line = next(line for line in text.splitlines() if line.strip().startswith(name + " "))
+        assert len(line.split()) > 5, line
