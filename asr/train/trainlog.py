@@ -13,12 +13,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; never a display
-from matplotlib.figure import Figure  # noqa: E402
-
-from asr.utils.atomic import atomic_path, write_text  # noqa: E402
+from asr.utils.atomic import atomic_path, write_text
 
 
 @dataclass
@@ -78,6 +73,8 @@ class TrainLog:
         write_text(self.csv_path, out.getvalue())
 
     def plot(self) -> None:
+        from matplotlib.figure import Figure  # here, not at the top: learners that never plot skip its ~0.5 s import
+
         fig = Figure(figsize=(7, 4), dpi=100)
         ax = fig.add_subplot()
         train = [(r.step, r.train_loss) for r in self.rows if not math.isnan(r.train_loss)]
