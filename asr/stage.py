@@ -19,6 +19,7 @@ from asr.utils.atomic import NO_SPACE, disk_full_message
 from asr.utils.errors import InputError
 from asr.utils.log import setup_logging
 from asr.utils.memory import limit_kernel_cache
+from asr.utils.stop import EXIT_PREEMPTED, Preempted
 
 
 def stage_main(stage: str) -> Callable[[Callable[[DictConfig], Any]], Callable[[], None]]:
@@ -27,7 +28,8 @@ def stage_main(stage: str) -> Callable[[Callable[[DictConfig], Any]], Callable[[
     The composed config is checked against the schema first (check_config), and oneDNN's
     kernel cache is bounded before any model runs (asr.utils.memory). `InputError` (bad
     input the user can fix), a full disk and overrides Hydra cannot compose become a clear
-    message and exit status 2.
+    message and exit status 2. A stage stopped by SIGTERM/SIGUSR1 after saving its state
+    (asr.utils.stop) exits EXIT_PREEMPTED (75): run it again to go on.
     """
 
     def decorate(run: Callable[[DictConfig], Any]) -> Callable[[], None]:
@@ -47,6 +49,9 @@ def stage_main(stage: str) -> Callable[[Callable[[DictConfig], Any]], Callable[[
             except InputError as err:
                 log.error("%s", err)
                 sys.exit(2)
+            except Preempted as stopped:
+                log.warning("%s (exit %d)", stopped, EXIT_PREEMPTED)
+                sys.exit(EXIT_PREEMPTED)
             except OSError as err:
                 if err.errno not in NO_SPACE:
                     raise

@@ -57,6 +57,7 @@ from asr.train.telemetry import Telemetry
 from asr.train.trainlog import LogRow, TrainLog
 from asr.utils.device import select_device
 from asr.utils.errors import InputError
+from asr.utils.stop import EXIT_PREEMPTED, Preempted, StopRequest
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +194,9 @@ class Trainer:
         self.plan_done: np.ndarray | None = None  # utterances of the epoch trained before this run's plan
         self.claimed: list[int] = []  # decentralized: the plan's batches this node took
         self.run_steps = 0
-        self.stopped = False  # train.max_steps reached before the end of training
+        self.stopped = False  # train.max_steps reached before the end of training, or preempted
+        self.stop = StopRequest()  # SIGTERM/SIGUSR1 (installed by train())
+        self.preempted = False  # stopped by self.stop: exit EXIT_PREEMPTED once the checkpoint is saved
         self.times = StepTimes()
         self.telemetry = Telemetry(self.exp_dir, self.dist.rank, self.tcfg.tensorboard)
         self.run_start = time.monotonic()
@@ -351,8 +354,16 @@ class Trainer:
         return self.checkpoints.last
 
     def stop_early(self) -> None:
-        """train.max_steps reached: save where this run got to, so the next one goes on."""
+        """train.max_steps reached or a stop requested: save where this run got to, so the
+        next one goes on exactly from there."""
         self.save_checkpoint()
+        if self.preempted:
+            # Every learner's part is saved before any exits: torchrun ends the others when the
+            # first worker exits, which must not cut a node's checkpoint short.
+            self.dist.broadcast_object(None)
+            log.warning("stopped by %s at step %d, epoch %d, after saving a checkpoint; the same command goes on from here (exit %d)",
+                        self.stop.signal_name, self.progress.step, self.progress.epoch + 1, EXIT_PREEMPTED)
+            return None
         log.info("stopped after %d steps of this run (train.max_steps=%d) at step %d, epoch %d; the same command goes on from here",
                  self.run_steps, self.tcfg.max_steps, self.progress.step, self.progress.epoch + 1)
         return None
@@ -386,7 +397,12 @@ class Trainer:
         finally:
             prefetched.close()
         if self.claims is not None:
-            self.stopped = self.claims.limit_reached
+            # A node that used up the plan before another published its stop must stop too, or
+            # it would wait for the others at the epoch end's average: all learners agree here
+            # (every one ends its plan, by the plan's end or by the stop).
+            stop = self.claims.stop_seen or self.stop.requested
+            self.preempted = self.dist.all_reduce_sum([float(stop)])[0] > 0
+            self.stopped = self.claims.limit_reached or self.preempted
         bar.close()
 
     def train_batches(self, batches, bar, total: int) -> None:
@@ -406,9 +422,26 @@ class Trainer:
                 bar.set_postfix(loss=f"{row.train_loss:.3f}", lr=f"{self.updater.lr:.2e}")
             if p.step % self.tcfg.checkpoint_every_steps == 0 and (self.claims is not None or p.batches_done < total):
                 self.save_checkpoint()
+            if self.stop_agreed():
+                self.stopped = self.preempted = True
+                return
             if self.claims is None and self.tcfg.max_steps and self.run_steps >= self.tcfg.max_steps:
                 self.stopped = p.batches_done < total or p.epoch + 1 < self.tcfg.epochs
                 return
+
+    def stop_agreed(self) -> bool:
+        """Whether every learner stops after this step. One learner: its own signal. SSGD: a
+        sum over the learners every step (they step together, so all see it at the same step,
+        and none is left waiting in the next all-reduce). Decentralized: the signal is
+        published in the claims store, every node's next claim sees it and its plan ends there,
+        as at train.max_steps; the nodes then save their own checkpoints (train_epoch)."""
+        if self.claims is not None:
+            if self.stop.requested:
+                self.claims.request_stop()
+            return False
+        if not self.dist.distributed:
+            return self.stop.requested
+        return self.dist.all_reduce_sum([float(self.stop.requested)])[0] > 0
 
     def _claimed_so_far(self) -> int:
         return (max(self.claimed) + 1) if self.claimed else 0
@@ -584,6 +617,7 @@ def train(cfg) -> Path | None:
     started = time.perf_counter()
     torch.set_num_threads(cfg.train.threads)
     exp_dir = Path(cfg.exp_dir)
+    stop = StopRequest().install()  # before anything slow: a signal during start-up stops at the first step
     dist = init_distributed(cfg)
     try:
         if cfg.train.restart and dist.is_writer:
@@ -591,6 +625,7 @@ def train(cfg) -> Path | None:
         dist.broadcast_object(None)  # every learner sees the experiment as rank 0 left it
         check_config(exp_dir, cfg, force=cfg.train.force)
         trainer = Trainer(cfg, dist)
+        trainer.stop = stop
         trainer.times.started = started
         trainer.resume()
         if dist.is_writer:
@@ -607,5 +642,9 @@ def train(cfg) -> Path | None:
         if dist.distributed or isinstance(err, DistributedError):
             fail_fast(err)  # threads may be blocked in a receive: exit now, with the reason, never hang
         raise
+    finally:
+        stop.uninstall()
     dist.close()
+    if trainer.preempted:
+        raise Preempted(f"{exp_dir}: stopped by {stop.signal_name}; checkpoint saved, run the same command to go on")
     return last
