@@ -29,6 +29,25 @@ class Preempted(Exception):
     """Raised once the stopped stage has saved what it needs to go on; exit EXIT_PREEMPTED."""
 
 
+class Terminated(BaseException):
+    """A data stage signalled: raised where it is, so every atomic write in progress removes
+    its temporary file on the way out (asr/utils/atomic.py) and nothing half-written stays.
+    A BaseException, so that no `except Exception` of the stage's own swallows it."""
+
+
+def terminate_on_signal() -> None:
+    """Data stages: SIGTERM/SIGUSR1 end the stage at once, by Terminated (main thread only)."""
+
+    def handle(signum, frame):
+        for sig in SIGNALS:  # one unwinding: a second signal must not interrupt the clean-up
+            signal.signal(sig, signal.SIG_IGN)
+        raise Terminated(signal.Signals(signum).name)
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in SIGNALS:
+            signal.signal(sig, handle)
+
+
 class StopRequest:
     def __init__(self):
         self.signal_name: str | None = None

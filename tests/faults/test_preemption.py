@@ -1,12 +1,16 @@
 """Issue 31, item 1: SIGTERM or SIGUSR1 (SLURM's warning before it kills a job) makes a training
 save an exact checkpoint at the next step boundary and exit 75; the same command goes on as if
-never interrupted."""
+never interrupted. A data stage stops at once, exit 75, its atomic writes in progress removed."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +19,8 @@ import torch
 from asr.config import load_config
 from asr.models.checkpoint import CheckpointDir, load_checkpoint
 from asr.train import loop
-from asr.utils.stop import Preempted
+from asr.utils.stop import EXIT_PREEMPTED, Preempted
+from tests.faults.conftest import features_overrides, tone, write_wav_data_dir
 from tests.fixtures.toy_corpus import toy_overrides
 
 
@@ -68,3 +73,29 @@ def test_a_signal_mid_epoch_saves_an_exact_checkpoint_and_the_rerun_equals_an_un
     got = load_checkpoint(root / "exp" / "checkpoints" / "last.pt")["model"]
     for name, tensor in expected.items():
         assert torch.equal(got[name], tensor), name
+
+
+def test_a_data_stage_signalled_mid_set_stops_at_once_and_keeps_nothing_half_written(tmp_path):
+    data = write_wav_data_dir(tmp_path, {f"sw0200{i}-A": tone(2.0, i) for i in range(1, 4)})
+    for name in ("dev", "eval"):
+        write_wav_data_dir(tmp_path, {f"{name}-A": tone(0.5)}, name)
+    wav_scp = (data / "wav.scp").read_text()
+    key, path = wav_scp.splitlines()[2].split(maxsplit=1)
+    # The last recording takes a while to arrive, so the stage is surely inside its temporary dir.
+    (data / "wav.scp").write_text(wav_scp.replace(f"{key} {path}\n", f"{key} sleep 5; cat {shlex.quote(path)} |\n"))
+    out = tmp_path / "feats" / "logmel40"
+    stage = subprocess.Popen([sys.executable, "-m", "asr.features", *features_overrides(tmp_path)], cwd=tmp_path,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        deadline = time.time() + 120
+        while not list(out.glob(".train.tmp.*")) and time.time() < deadline and stage.poll() is None:
+            time.sleep(0.05)
+        assert list(out.glob(".train.tmp.*")), "the stage never reached its temporary directory"
+        stage.send_signal(signal.SIGTERM)
+        _, err = stage.communicate(timeout=60)
+    finally:
+        if stage.poll() is None:
+            stage.kill()
+    assert stage.returncode == EXIT_PREEMPTED, err[-3000:]
+    assert "stage features stopped by SIGTERM; nothing half-written is kept" in err and "Traceback" not in err
+    assert not list(out.glob(".*")) and not (out / "train").exists()  # no temporary left, no set that looks done
