@@ -57,6 +57,7 @@ from asr.train.telemetry import Telemetry
 from asr.train.trainlog import LogRow, TrainLog
 from asr.utils.device import select_device
 from asr.utils.errors import InputError
+from asr.utils.lock import DirLock
 from asr.utils.stop import EXIT_PREEMPTED, Preempted, StopRequest
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ def to_container(cfg) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 NAN = float("nan")
+LOCK_NAME = "train.lock"  # in the experiment dir, while a training runs there (asr/utils/lock.py)
 
 
 @dataclass
@@ -619,7 +621,19 @@ def train(cfg) -> Path | None:
     exp_dir = Path(cfg.exp_dir)
     stop = StopRequest().install()  # before anything slow: a signal during start-up stops at the first step
     dist = init_distributed(cfg)
+    # One training per experiment: learner 0 holds the lock for the job (learners of one job
+    # never refuse each other), and train.restart moves nothing while another run holds it.
+    lock = DirLock(exp_dir / LOCK_NAME, f"training of {exp_dir}")
     try:
+        refused = ""
+        if dist.is_writer:
+            try:
+                lock.acquire()
+            except InputError as err:
+                refused = str(err)
+        refused = dist.broadcast_object(refused)
+        if refused:
+            raise InputError(refused)
         if cfg.train.restart and dist.is_writer:
             restart_experiment(exp_dir)
         dist.broadcast_object(None)  # every learner sees the experiment as rank 0 left it
@@ -640,10 +654,12 @@ def train(cfg) -> Path | None:
         trainer.updater.close()
     except BaseException as err:
         if dist.distributed or isinstance(err, DistributedError):
+            lock.release()
             fail_fast(err)  # threads may be blocked in a receive: exit now, with the reason, never hang
         raise
     finally:
         stop.uninstall()
+        lock.release()
     dist.close()
     if trainer.preempted:
         raise Preempted(f"{exp_dir}: stopped by {stop.signal_name}; checkpoint saved, run the same command to go on")
