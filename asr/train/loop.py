@@ -41,7 +41,7 @@ from tqdm import tqdm
 
 from asr.distributed.build import build_training_updater, step_group
 from asr.distributed.claims import BatchClaims, claims_store
-from asr.distributed.context import DistributedContext, DistributedError, fail_fast, init_distributed
+from asr.distributed.context import WATCHDOG, DistributedContext, DistributedError, fail_fast, init_distributed
 from asr.distributed.flat import set_parameters_
 from asr.features.specaugment import SpecAugment
 from asr.models.blstm import build_model
@@ -394,9 +394,11 @@ class Trainer:
         self.model.train()
         self.times.restart()
         prefetched = Prefetcher(self.loader(self.train_set, batches), self.tcfg.prefetch_batches)
+        WATCHDOG.stepping = True  # collectives from here on are bounded relative to the steps
         try:
             self.train_batches(prefetched, bar, total)
         finally:
+            WATCHDOG.stepping = False
             prefetched.close()
         if self.claims is not None:
             # A node that used up the plan before another published its stop must stop too, or
@@ -417,6 +419,7 @@ class Trainer:
             p.batches_done += 1
             self.run_steps += 1
             self.times.step_done(len(batch.utts))
+            WATCHDOG.step_done(p.step, self.times.steps[-1])
             self.telemetry.add_step(int(batch.feat_lens.sum()), self.times.data_wait[-1], self.updater.comm_wait_s - comm_before)
             bar.update(self._claimed_so_far() - bar.n if self.claims is not None else 1)
             if p.step % self.tcfg.log_every_steps == 0:
