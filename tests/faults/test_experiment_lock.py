@@ -20,6 +20,8 @@ from asr.utils.lock import DirLock, process_start
 from tests.faults.conftest import run_stage
 from tests.fixtures.toy_corpus import toy_overrides
 
+LOCK = "train.lock"  # asr.train.loop.LOCK_NAME, spelt out: the on-disk name users see
+
 
 @pytest.fixture
 def root(toy_corpus, tmp_path) -> Path:
@@ -32,7 +34,7 @@ def overrides(root: Path, *extra: str) -> list[str]:
 
 
 def write_lock(exp: Path, pid: int) -> Path:
-    lock = DirLock(exp / loop.LOCK_NAME, "x")
+    lock = DirLock(exp / LOCK, "x")
     exp.mkdir(parents=True, exist_ok=True)
     holder = dict(lock.me, pid=pid, process_start=process_start(pid), job="")
     lock.path.write_text(json.dumps(holder) + "\n")
@@ -57,7 +59,7 @@ def test_a_second_training_of_a_running_experiment_is_refused_with_one_line(root
         assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
         assert f"train.lock: the training of {root / 'exp'} is in use by pid {os.getpid()}" in errors[0]
     assert not (root / "exp" / "previous").exists()  # the restart moved nothing of the live run
-    assert not (root / "exp" / loop.LOCK_NAME).exists()  # released at the end
+    assert not (root / "exp" / LOCK).exists()  # released at the end
 
 
 def test_train_restart_is_refused_while_another_process_holds_the_lock(root):
@@ -80,4 +82,4 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(root, caplog):
     with caplog.at_level("WARNING"):
         loop.train(load_config(overrides(root)))
     assert f"taking over the lock of pid {gone.stdout.strip()}" in caplog.text and "is no longer running" in caplog.text
-    assert not (root / "exp" / loop.LOCK_NAME).exists()
+    assert not (root / "exp" / LOCK).exists()
