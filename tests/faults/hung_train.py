@@ -19,7 +19,8 @@ count = {"n": 0}
 def train_batch(self, batch):
     count["n"] += 1
     if self.dist.rank == rank and count["n"] == batches + 1:
-        while not self.stop.requested:  # until torchrun ends the job (SIGTERM)
+        stop = getattr(self, "stop", None)  # None before the toolkit caught SIGTERM: the signal ends it
+        while stop is None or not stop.requested:  # until torchrun ends the job (SIGTERM)
             time.sleep(0.1)
     original(self, batch)
 
