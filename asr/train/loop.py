@@ -19,6 +19,12 @@ Under torchrun (distributed=ssgd|adpsgd|hadpsgd, asr/distributed/):
   goes on from its own weights.
 
 Rank 0 alone writes the training log, plots and the one-model checkpoints.
+
+SIGTERM or SIGUSR1 (preemption, asr/utils/stop.py) stops every learner at a step boundary they
+agree on (`stop_agreed`); each saves its part as at train.max_steps (the one model, or every
+node its own), they wait for each other, and train() raises Preempted: exit 75, and the same
+command goes on exactly from there. Only one training runs in an experiment at a time
+(`<exp_dir>/train.lock`, held by learner 0 for the whole job).
 """
 
 from __future__ import annotations
@@ -616,7 +622,8 @@ def _unpacked_done(state: dict, num_utts: int) -> np.ndarray | None:
 
 def train(cfg) -> Path | None:
     """The train stage: returns the path of the final checkpoint (`checkpoints/last.pt`), or
-    None when train.max_steps stopped it before the end."""
+    None when train.max_steps stopped it before the end; raises Preempted when a signal did
+    (after the checkpoint is saved)."""
     if cfg.train.epochs < 1:
         raise InputError(f"train.epochs={cfg.train.epochs}: train for at least one epoch")
     started = time.perf_counter()
