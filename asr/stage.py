@@ -30,6 +30,7 @@ from asr.utils.atomic import NO_SPACE, disk_full_message
 from asr.utils.errors import InputError
 from asr.utils.log import setup_logging
 from asr.utils.memory import limit_kernel_cache
+from asr.utils.stop import EXIT_PREEMPTED, Preempted, Terminated, terminate_on_signal
 
 
 def stage_main(stage: str, groups: Iterable[str] = (), reads: str = "", writes: str = "",
@@ -42,7 +43,9 @@ def stage_main(stage: str, groups: Iterable[str] = (), reads: str = "", writes: 
     The composed config is checked against the schema first (check_config), and oneDNN's
     kernel cache is bounded before any model runs (asr.utils.memory). `InputError` (bad
     input the user can fix), a full disk and overrides Hydra cannot compose become a clear
-    message and exit status 2.
+    message and exit status 2. SIGTERM/SIGUSR1 stop a stage with exit EXIT_PREEMPTED (75): the
+    train stage after saving a checkpoint (asr.train.loop), the others at once, their atomic
+    writes in progress removed (asr.utils.stop): run the same command again to go on.
     """
 
     def decorate(run: Callable[[DictConfig], Any]) -> Callable[[], None]:
@@ -55,6 +58,8 @@ def stage_main(stage: str, groups: Iterable[str] = (), reads: str = "", writes: 
             log = setup_logging(stage, Path(cfg.exp_dir) / "log")
             log.info("stage %s: %s", stage, " ".join(sys.argv[1:]) or "(no overrides)")
             limit_kernel_cache()
+            if stage != "train":  # training stops at a step boundary instead (asr/train/loop.py)
+                terminate_on_signal()
             try:
                 config.check_config(cfg)
                 command_policy.configure(cfg.data.run_commands)
@@ -62,6 +67,13 @@ def stage_main(stage: str, groups: Iterable[str] = (), reads: str = "", writes: 
             except InputError as err:
                 log.error("%s", err)
                 sys.exit(2)
+            except Preempted as stopped:
+                log.warning("%s (exit %d)", stopped, EXIT_PREEMPTED)
+                sys.exit(EXIT_PREEMPTED)
+            except Terminated as signalled:
+                log.warning("stage %s stopped by %s; nothing half-written is kept, run the same command again (exit %d)",
+                            stage, signalled, EXIT_PREEMPTED)
+                sys.exit(EXIT_PREEMPTED)
             except OSError as err:
                 if err.errno not in NO_SPACE:
                     raise

@@ -100,8 +100,23 @@ parse_options() {
   overrides=("exp_name=$(hydra_quote "$exp")" "${overrides[@]}")
   exp_dir=exp/$exp
   mkdir -p "$exp_dir/.done"
+  lock_experiment
   # The exact command line of every run, replayable: `bash -c "$(tail -1 commands.log | cut -f2)"`.
   printf '%s\t%s\n' "$(date '+%Y-%m-%d %H:%M:%S')" "$(replayable_command)" >> "$exp_dir/commands.log"
+}
+
+# One run.sh at a time per experiment: a second would run the same stages into the same files.
+# flock's lock belongs to the open file, which the stages inherit: it is held while any of them
+# runs, and the kernel drops it when the last one ends, so a killed run leaves no stale lock.
+lock_experiment() {
+  command -v flock >/dev/null || { log "flock (util-linux) not found: runs of exp/$exp are not kept apart"; return 0; }
+  local lock="$exp_dir/.run.lock"
+  exec 8>>"$lock"
+  if ! flock -n 8; then
+    log "ERROR: $lock: exp/$exp is in use by another run.sh ($(head -1 "$lock" 2>/dev/null || echo unknown)); wait for it or stop it, or use another --exp"
+    exit 2
+  fi
+  printf 'pid %s on %s since %s\n' "$$" "$(hostname)" "$(date '+%Y-%m-%d %H:%M:%S')" > "$lock"
 }
 
 check_options() {

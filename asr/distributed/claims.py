@@ -8,7 +8,9 @@ straggler until the plan is used up (the epoch end).
 
 One counter per epoch (`epoch<E>`); the store is new for every torchrun attempt, and a resumed
 run re-plans what is left of the epoch, so counters never carry over between plans.
-`limit` caps the claims of this run (train.max_steps: node batches over all nodes).
+`limit` caps the claims of this run (train.max_steps: node batches over all nodes). A stop
+request (preemption: any learner got SIGTERM/SIGUSR1) is a key of the same store: every
+leader's next claim sees it and ends its node's plan there, so no node waits for another.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch.distributed as dist
 from asr.distributed.context import collective
 
 NO_MORE = -1
+STOP_KEY = "stop"
 
 
 class BatchClaims:
@@ -33,6 +36,8 @@ class BatchClaims:
         self.epoch = 0
         self.claimed_in_run = 0  # plan sizes of this run's finished epochs
         self.limit_reached = False
+        self.stop_seen = False  # a learner asked the job to stop (preemption)
+        self.stop_published = False
 
     def start_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -47,8 +52,19 @@ class BatchClaims:
         index = self._share_in_node(index)
         return None if index == NO_MORE else index
 
+    def request_stop(self) -> None:
+        """Ask every node to stop claiming (called once by a learner that got the signal)."""
+        if self.stop_published:
+            return
+        self.stop_published = True
+        with collective("publishing a stop request", self.rank, self.timeout_s):
+            self.store.add(STOP_KEY, 1)
+
     def _next_index(self, plan_size: int) -> int:
         with collective(f"claiming a batch of epoch {self.epoch + 1}", self.rank, self.timeout_s):
+            if int(self.store.add(STOP_KEY, 0)) > 0:
+                self.stop_seen = True
+                return NO_MORE
             index = int(self.store.add(f"epoch{self.epoch}", 1)) - 1
         if self.limit and self.claimed_in_run + index >= self.limit:
             self.limit_reached = True
@@ -58,10 +74,10 @@ class BatchClaims:
     def _share_in_node(self, index: int) -> int:
         if self.control_group is None:
             return index
-        value = torch.tensor([index, int(self.limit_reached)], dtype=torch.int64)
+        value = torch.tensor([index, int(self.limit_reached), int(self.stop_seen)], dtype=torch.int64)
         with collective("sharing the claimed batch inside the node", self.rank, self.timeout_s):
             dist.broadcast(value, src=self.leader, group=self.control_group)
-        self.limit_reached = bool(value[1])
+        self.limit_reached, self.stop_seen = bool(value[1]), bool(value[2])
         return int(value[0])
 
 

@@ -15,11 +15,13 @@ reports errors from its watchdog thread; with TORCH_NCCL_ASYNC_ERROR_HANDLING=2 
 overriding torchrun's 1, which tears the process down without a word) it aborts the
 communicators and the error is raised in the learner's own thread at its next wait, inside
 `collective()`. A collective that hangs without an error is caught by `HangWatchdog`, which
-names it and exits, a minute after distributed.timeout_s.
+names it and the learner the others wait for, and exits: inside the training steps after ten
+times the slowest step (at least three minutes), elsewhere a minute after distributed.timeout_s.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -76,16 +78,32 @@ def hang_message(what: str, rank: int, timeout_s: float, detail: str) -> str:
     )
 
 
+STEP_HANG_MIN_S = 180.0  # a collective inside the training steps is hung after this long...
+STEP_HANG_FACTOR = 10.0  # ...or this many times the slowest step so far, whichever is longer
+HEARTBEAT_S = 5.0  # how often a learner publishes what it is doing (read when another one hangs)
+
+
 class HangWatchdog:
     """Exits the learner (status 3, with the message) when a thread has been inside one
-    collective for longer than `limit_s`: the last resort against a communication library that
-    neither finishes nor fails."""
+    collective for too long: the last resort against a communication library that neither
+    finishes nor fails.
+
+    Too long is, inside the training steps (`stepping`), STEP_HANG_FACTOR times the slowest
+    step seen, at least STEP_HANG_MIN_S; elsewhere (start-up, where learner 0 may build the
+    training index, and epoch ends) distributed.timeout_s and a grace. Every learner publishes
+    what it is doing in the job's store every HEARTBEAT_S (from this thread, so a learner stuck
+    in its own computation still answers); the message names the learner that is behind."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.current: dict[int, tuple[str, int, float, float]] = {}  # thread -> what, rank, timeout_s, since
+        self.current: dict[int, tuple[str, int, float, float, float]] = {}  # thread -> what, rank, timeout_s, since, limit
         self.limit_s = math.inf
         self.thread: threading.Thread | None = None
+        self.stepping = False  # inside the training loop's steps
+        self.slowest_step_s = 0.0
+        self.step = 0
+        self.store = None  # the job's store, for heartbeats
+        self.rank, self.world_size = 0, 1
 
     def arm(self, limit_s: float, poll_s: float = 1.0) -> None:
         self.limit_s = limit_s
@@ -93,14 +111,67 @@ class HangWatchdog:
             self.thread = threading.Thread(target=self._watch, args=(poll_s,), name="asr-hang-watchdog", daemon=True)
             self.thread.start()
 
+    def attach(self, store, rank: int, world_size: int) -> None:
+        self.store, self.rank, self.world_size = store, rank, world_size
+
+    def step_done(self, step: int, seconds: float) -> None:
+        self.step = step
+        self.slowest_step_s = max(self.slowest_step_s, seconds)
+
+    def current_limit(self) -> tuple[float, str]:
+        """(seconds, why) a collective started now may take."""
+        if self.stepping and self.slowest_step_s > 0:
+            limit = max(STEP_HANG_MIN_S, STEP_HANG_FACTOR * self.slowest_step_s)
+            if limit < self.limit_s:
+                return limit, f"{STEP_HANG_FACTOR:g} x the slowest step ({self.slowest_step_s:.2f} s), at least {STEP_HANG_MIN_S:g} s"
+        return self.limit_s, "distributed.timeout_s and a grace"
+
+    def doing(self) -> str:
+        with self.lock:
+            main = self.current.get(threading.main_thread().ident)
+        where = f"step {self.step + 1}" if self.stepping else "outside the training steps"
+        return f"{where}, {main[0] if main else 'computing (not in a collective)'}"
+
     def _watch(self, poll_s: float) -> None:
+        published = -math.inf
         while True:
             time.sleep(poll_s)
+            if self.store is not None and time.monotonic() - published >= HEARTBEAT_S:
+                published = time.monotonic()
+                self._publish()
             with self.lock:
                 current = list(self.current.values())
-            for what, rank, timeout_s, since in current:
-                if time.monotonic() - since > self.limit_s:
-                    fail_fast(DistributedError(hang_message(what, rank, timeout_s, f"no progress for {time.monotonic() - since:.0f} s")))
+            for what, rank, timeout_s, since, limit in current:
+                waited = time.monotonic() - since
+                if waited > limit:
+                    why = self.current_limit()[1] if limit < self.limit_s else f"distributed.timeout_s={timeout_s:g} and a grace"
+                    fail_fast(DistributedError(f"learner {rank}: {what} got no answer for {waited:.0f} s (limit {limit:.3g} s: {why}); "
+                                               f"{self.laggard()}"))
+
+    def _publish(self) -> None:
+        try:
+            self.store.set(f"heartbeat/{self.rank}", json.dumps({"t": time.time(), "step": self.step, "doing": self.doing()}))
+        except Exception:  # noqa: BLE001  (a store gone at the end of the job: nothing to tell)
+            pass
+
+    def laggard(self) -> str:
+        """Which learner the others wait for, from the heartbeats: the one silent the longest,
+        else the one furthest behind."""
+        beats = {}
+        try:
+            for rank in range(self.world_size):
+                key = f"heartbeat/{rank}"
+                if rank != self.rank and self.store is not None and self.store.check([key]):
+                    beats[rank] = json.loads(self.store.get(key))
+        except Exception as err:  # noqa: BLE001
+            return f"the other learners' state is unknown ({type(err).__name__}); see their logs"
+        if not beats:
+            return "see the other learners' logs"
+        now = time.time()
+        rank, beat = min(beats.items(), key=lambda kv: (now - kv[1]["t"] < 3 * HEARTBEAT_S, kv[1]["step"]))
+        silent = now - beat["t"]
+        state = f"no heartbeat for {silent:.0f} s, last at {beat['doing']}" if silent > 3 * HEARTBEAT_S else beat["doing"]
+        return f"learner {rank} is behind ({state})"
 
     @contextmanager
     def watching(self, what: str, rank: int, timeout_s: float) -> Iterator[None]:
@@ -108,7 +179,7 @@ class HangWatchdog:
         thread = threading.get_ident()
         with self.lock:
             outer = self.current.get(thread)
-            self.current[thread] = (what, rank, timeout_s, time.monotonic())
+            self.current[thread] = (what, rank, timeout_s, time.monotonic(), self.current_limit()[0])
         try:
             yield
         finally:
@@ -264,6 +335,7 @@ def init_distributed(cfg) -> DistributedContext:
             dist.init_process_group(backend=ctx.backend, timeout=timeout)
         else:
             dist.init_process_group(backend=ctx.backend, timeout=timeout, store=store, rank=rank, world_size=world_size)
+    WATCHDOG.attach(dist.PrefixStore("asr/watchdog", dist.distributed_c10d._get_default_store()), rank, world_size)
     log.info(
         "learner %d of %d (local %d of %d) on %s, backend %s, algorithm %s",
         rank, world_size, local_rank, ctx.local_world_size, device, ctx.backend, ctx.algorithm,

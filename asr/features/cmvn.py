@@ -16,7 +16,7 @@ import kaldiio
 import numpy as np
 
 from asr.data import commands
-from asr.utils.errors import InputError
+from asr.utils.errors import InputError, error_detail
 
 UNITS = ("utterance", "speaker", "global", "none")
 VARIANCE_FLOOR = 1e-10
@@ -105,9 +105,16 @@ class Cmvn:
 
 def read_stats(scp: str | os.PathLike) -> dict[str, np.ndarray]:
     """A cmvn.scp (ours or Kaldi's): key -> 2 x (D+1) statistics."""
-    if not Path(scp).is_file():
+    scp = Path(scp)
+    if not scp.is_file():
         raise InputError(f"{scp}: missing CMVN statistics; re-run the features stage")
-    return {k: np.asarray(v) for k, v in commands.load_scp(scp).items()}
+    try:
+        return {k: np.asarray(v) for k, v in commands.load_scp(scp).items()}
+    except InputError:
+        raise
+    except Exception as err:  # kaldiio asserts, or raises assorted errors, on a truncated ark
+        raise InputError(f"{scp.parent / 'cmvn.ark'}: unreadable CMVN statistics ({error_detail(err)}); "
+                         f"delete {scp.parent} and re-run the features stage") from None
 
 
 class CmvnApplier(Cmvn):

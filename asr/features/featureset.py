@@ -35,7 +35,7 @@ from asr.data import commands
 from asr.data.datadir import c_sort_key, read_table
 from asr.features.cmvn import CmvnApplier
 from asr.features.deltas import add_deltas, delta_opts, delta_scales
-from asr.utils.errors import InputError
+from asr.utils.errors import InputError, error_detail
 
 log = logging.getLogger(__name__)
 
@@ -349,7 +349,7 @@ def checked_features(set_dir: Path, utt: str, layout: FeatureLayout, read: Calla
     except InputError:
         raise
     except Exception as err:  # kaldiio raises assorted errors for a truncated/missing ark
-        raise InputError(f"{set_dir / 'feats.scp'}: cannot read features of {utt!r} ({err}); re-run the features stage") from None
+        raise InputError(f"{set_dir / 'feats.scp'}: cannot read features of {utt!r} ({error_detail(err)}); re-run the features stage") from None
     if mat.ndim != 2 or mat.shape[1] != layout.stored_dim:
         source = "feat_dim" + (f" less the deltas of {DELTA_COLUMNS}" if layout.deltas else "")
         raise InputError(f"{set_dir}: {utt!r} has shape {mat.shape}, expected (T, {layout.stored_dim}) from {source}")

@@ -13,12 +13,16 @@ the word `[noise]t`). Partial words (`ab-`) need nothing special: `-` is an ordi
 
 Files in the language dir, for a model named `<type><N>` (e.g. `bpe300`):
 `<type><N>.model` (sentencepiece), `<type><N>.vocab` (piece<TAB>score, as sentencepiece
-writes it) and `tokens.txt` (`<token> <id>` per line in id order, the k2/icefall convention).
+writes it), `tokens.txt` (`<token> <id>` per line in id order, the k2/icefall convention) and
+`<type><N>.model.json` (the model's size and sha1, written before it): sentencepiece loads a
+truncated model without a word (fewer pieces), so every reader checks the model against it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import logging
 import os
 from pathlib import Path
@@ -26,7 +30,7 @@ from typing import Iterable
 
 import sentencepiece as spm
 
-from asr.utils.atomic import atomic_open
+from asr.utils.atomic import atomic_open, write_text
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -36,6 +40,14 @@ BLANK_PIECE = "<blk>"
 UNK_ID = 1
 UNK_PIECE = "<unk>"
 WORD_BOUNDARY = "\u2581"  # sentencepiece's '▁'
+
+
+def integrity_path(model_path: Path) -> Path:
+    return model_path.with_name(model_path.name + ".json")
+
+
+def integrity(proto: bytes) -> dict:
+    return {"bytes": len(proto), "sha1": hashlib.sha1(proto).hexdigest()}
 
 
 def model_name(model_type: str, vocab_size: int) -> str:
@@ -85,6 +97,7 @@ class Tokenizer:
         self.path = Path(model_path)
         if not self.path.is_file():
             raise InputError(f"{self.path}: tokenizer model not found; run `python -m asr.text` first")
+        self.check_integrity()
         self.sp = spm.SentencePieceProcessor()
         try:
             self.sp.load(str(self.path))
@@ -92,6 +105,22 @@ class Tokenizer:
             raise InputError(f"{self.path}: not a readable sentencepiece model ({err}); delete it and re-run the tokenizer stage") from None
         if self.sp.piece_to_id(BLANK_PIECE) != BLANK_ID or not self.sp.is_control(BLANK_ID):
             raise InputError(f"{self.path}: id {BLANK_ID} is not the CTC blank {BLANK_PIECE!r}; train it with `python -m asr.text`")
+
+    def check_integrity(self) -> None:
+        """The model is what the tokenizer stage wrote (its size and sha1 in the record beside
+        it). Models from before the record are read unchecked."""
+        record = integrity_path(self.path)
+        if not record.is_file():
+            return
+        fix = f"delete {self.path} and re-run the tokenizer stage (python -m asr.text)"
+        try:
+            expected = json.loads(record.read_text())
+        except ValueError:
+            raise InputError(f"{record}: unreadable record of the tokenizer model; {fix}") from None
+        got = integrity(self.path.read_bytes())
+        if got != expected:
+            raise InputError(f"{self.path}: damaged or truncated ({got['bytes']} bytes, sha1 {got['sha1'][:12]}; the tokenizer stage "
+                             f"wrote {expected.get('bytes')} bytes, sha1 {str(expected.get('sha1'))[:12]}); {fix}")
 
     @classmethod
     def from_bytes(cls, proto: bytes) -> "Tokenizer":
@@ -185,6 +214,7 @@ def build_tokenizer(text_file: str | os.PathLike, tokenizer_cfg) -> Path:
     tok = Tokenizer.from_bytes(proto)
     tok.write_vocab(vocab_path)
     tok.write_tokens_txt(tokens_path)
+    write_text(integrity_path(model_path), json.dumps(integrity(proto)) + "\n")
     with atomic_open(model_path, "wb") as f:
         f.write(proto)
     if tok.vocab_size < tokenizer_cfg.vocab_size:

@@ -42,7 +42,7 @@ import numpy as np
 from asr.data import commands
 from asr.data.datadir import Lookup, iter_table, sorted_table
 from asr.utils.atomic import atomic_dir
-from asr.utils.errors import InputError
+from asr.utils.errors import InputError, error_detail
 
 log = logging.getLogger(__name__)
 
@@ -333,7 +333,12 @@ class TrainingIndex:
         raw = self.meta["raw_cmvn"].get(str(entry))
         if raw is not None:
             return _read_raw(raw, "cmvn.scp entry")
-        return read_ark(self.meta["cmvn_files"][self.cmvn_file[entry]], int(self.cmvn_offset[entry]))
+        path = self.meta["cmvn_files"][self.cmvn_file[entry]]
+        try:
+            return read_ark(path, int(self.cmvn_offset[entry]))
+        except Exception as err:  # kaldiio asserts, or raises assorted errors, on a truncated ark
+            raise InputError(f"{path}: unreadable CMVN statistics ({error_detail(err)}); "
+                             f"delete {Path(path).parent} and re-run the features stage") from None
 
 
 def read_ark(path: str, offset: int) -> np.ndarray:
@@ -344,7 +349,7 @@ def _read_raw(entry: str, what: str) -> np.ndarray:
     try:
         return np.asarray(kaldiio.load_mat(entry))
     except Exception as err:  # kaldiio raises assorted errors for commands and ranges
-        raise InputError(f"{what}: cannot read {entry!r} ({err})") from None
+        raise InputError(f"{what}: cannot read {entry!r} ({error_detail(err)})") from None
 
 
 def load_index(sources: IndexSources, tokenizer, root: Path, build: bool) -> TrainingIndex | None:

@@ -21,6 +21,12 @@ Under torchrun (distributed=ssgd|adpsgd|hadpsgd, asr/distributed/):
   goes on from its own weights.
 
 Rank 0 alone writes the training log, plots and the one-model checkpoints.
+
+SIGTERM or SIGUSR1 (preemption, asr/utils/stop.py) stops every learner at a step boundary they
+agree on (`stop_agreed`); each saves its part as at train.max_steps (the one model, or every
+node its own), they wait for each other, and train() raises Preempted: exit 75, and the same
+command goes on exactly from there. Only one training runs in an experiment at a time
+(`<exp_dir>/train.lock`, held by learner 0 for the whole job).
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from tqdm import tqdm
 
 from asr.distributed.build import build_training_updater, step_group
 from asr.distributed.claims import BatchClaims, claims_store
-from asr.distributed.context import DistributedContext, DistributedError, fail_fast, init_distributed
+from asr.distributed.context import WATCHDOG, DistributedContext, DistributedError, fail_fast, init_distributed
 from asr.distributed.flat import set_parameters_
 from asr.features.specaugment import SpecAugment
 from asr.models.blstm import build_model
@@ -60,6 +66,8 @@ from asr.train.telemetry import Telemetry
 from asr.train.trainlog import LogRow, TrainLog
 from asr.utils.device import select_device
 from asr.utils.errors import InputError
+from asr.utils.lock import DirLock
+from asr.utils.stop import EXIT_PREEMPTED, Preempted, StopRequest
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +77,7 @@ def to_container(cfg) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 NAN = float("nan")
+LOCK_NAME = "train.lock"  # in the experiment dir, while a training runs there (asr/utils/lock.py)
 
 
 @dataclass
@@ -206,7 +215,9 @@ class Trainer:
         self.plan_done: np.ndarray | None = None  # utterances of the epoch trained before this run's plan
         self.claimed: list[int] = []  # decentralized: the plan's batches this node took
         self.run_steps = 0
-        self.stopped = False  # train.max_steps reached before the end of training
+        self.stopped = False  # train.max_steps reached before the end of training, or preempted
+        self.stop = StopRequest()  # SIGTERM/SIGUSR1 (installed by train())
+        self.preempted = False  # stopped by self.stop: exit EXIT_PREEMPTED once the checkpoint is saved
         self.times = StepTimes()
         self.telemetry = Telemetry(self.exp_dir, self.dist.rank, self.tcfg.tensorboard)
         self.record: TrainedRecord | None = None  # opened once resume() has cut it to its checkpoint
@@ -377,8 +388,16 @@ class Trainer:
         return self.checkpoints.last
 
     def stop_early(self) -> None:
-        """train.max_steps reached: save where this run got to, so the next one goes on."""
+        """train.max_steps reached or a stop requested: save where this run got to, so the
+        next one goes on exactly from there."""
         self.save_checkpoint()
+        if self.preempted:
+            # Every learner's part is saved before any exits: torchrun ends the others when the
+            # first worker exits, which must not cut a node's checkpoint short.
+            self.dist.broadcast_object(None)
+            log.warning("stopped by %s at step %d, epoch %d, after saving a checkpoint; the same command goes on from here (exit %d)",
+                        self.stop.signal_name, self.progress.step, self.progress.epoch + 1, EXIT_PREEMPTED)
+            return None
         log.info("stopped after %d steps of this run (train.max_steps=%d) at step %d, epoch %d; the same command goes on from here",
                  self.run_steps, self.tcfg.max_steps, self.progress.step, self.progress.epoch + 1)
         return None
@@ -408,12 +427,19 @@ class Trainer:
         self.times.restart()
         self.window_started, self.window_frames = time.perf_counter(), 0  # frames/s of training steps, not evaluation
         prefetched = Prefetcher(self.loader(self.train_set, batches), self.read_ahead())
+        WATCHDOG.stepping = True  # collectives from here on are bounded relative to the steps
         try:
             self.train_batches(prefetched, bar, total)
         finally:
+            WATCHDOG.stepping = False
             prefetched.close()
         if self.claims is not None:
-            self.stopped = self.claims.limit_reached
+            # A node that used up the plan before another published its stop must stop too, or
+            # it would wait for the others at the epoch end's average: all learners agree here
+            # (every one ends its plan, by the plan's end or by the stop).
+            stop = self.claims.stop_seen or self.stop.requested
+            self.preempted = self.dist.all_reduce_sum([float(stop)])[0] > 0
+            self.stopped = self.claims.limit_reached or self.preempted
         bar.close()
 
     def read_ahead(self) -> int:
@@ -434,6 +460,7 @@ class Trainer:
                 self.record.step(p.epoch + 1, p.step, batch.utts)
             self.run_steps += 1
             self.times.step_done(len(batch.utts))
+            WATCHDOG.step_done(p.step, self.times.steps[-1])
             self.telemetry.add_step(int(batch.feat_lens.sum()), self.times.data_wait[-1], self.updater.comm_wait_s - comm_before)
             bar.update(self._claimed_so_far() - bar.n if self.claims is not None else 1)
             self.window_frames += int(batch.feat_lens.sum())
@@ -444,6 +471,9 @@ class Trainer:
                     self.log_progress(row)
             if p.step % self.tcfg.checkpoint_every_steps == 0 and (self.claims is not None or p.batches_done < total):
                 self.save_checkpoint()
+            if self.stop_agreed():
+                self.stopped = self.preempted = True
+                return
             if self.claims is None and self.tcfg.max_steps and self.run_steps >= self.tcfg.max_steps:
                 self.stopped = p.batches_done < total or p.epoch + 1 < self.tcfg.epochs
                 return
@@ -461,6 +491,20 @@ class Trainer:
         eta = run_seconds / self.run_steps * left if self.run_steps else NAN
         log.info("step %d/%d epoch %d/%d: loss %.4f, lr %.3g, %.0f frames/s, ETA %s",
                  self.progress.step, self.total_steps, row.epoch, self.tcfg.epochs, row.train_loss, row.lr, frames_per_s, duration(eta))
+
+    def stop_agreed(self) -> bool:
+        """Whether every learner stops after this step. One learner: its own signal. SSGD: a
+        sum over the learners every step (they step together, so all see it at the same step,
+        and none is left waiting in the next all-reduce). Decentralized: the signal is
+        published in the claims store, every node's next claim sees it and its plan ends there,
+        as at train.max_steps; the nodes then save their own checkpoints (train_epoch)."""
+        if self.claims is not None:
+            if self.stop.requested:
+                self.claims.request_stop()
+            return False
+        if not self.dist.distributed:
+            return self.stop.requested
+        return self.dist.all_reduce_sum([float(self.stop.requested)])[0] > 0
 
     def _claimed_so_far(self) -> int:
         return (max(self.claimed) + 1) if self.claimed else 0
@@ -631,19 +675,34 @@ def _unpacked_done(state: dict, num_utts: int) -> np.ndarray | None:
 
 def train(cfg) -> Path | None:
     """The train stage: returns the path of the final checkpoint (`checkpoints/last.pt`), or
-    None when train.max_steps stopped it before the end."""
+    None when train.max_steps stopped it before the end; raises Preempted when a signal did
+    (after the checkpoint is saved)."""
     if cfg.train.epochs < 1:
         raise InputError(f"train.epochs={cfg.train.epochs}: train for at least one epoch")
     started = time.perf_counter()
     torch.set_num_threads(cfg.train.threads)
     exp_dir = Path(cfg.exp_dir)
+    stop = StopRequest().install()  # before anything slow: a signal during start-up stops at the first step
     dist = init_distributed(cfg)
+    # One training per experiment: learner 0 holds the lock for the job (learners of one job
+    # never refuse each other), and train.restart moves nothing while another run holds it.
+    lock = DirLock(exp_dir / LOCK_NAME, f"training of {exp_dir}")
     try:
+        refused = ""
+        if dist.is_writer:
+            try:
+                lock.acquire()
+            except InputError as err:
+                refused = str(err)
+        refused = dist.broadcast_object(refused)
+        if refused:
+            raise InputError(refused)
         if cfg.train.restart and dist.is_writer:
             restart_experiment(exp_dir)
         dist.broadcast_object(None)  # every learner sees the experiment as rank 0 left it
         check_config(exp_dir, cfg, force=cfg.train.force)
         trainer = Trainer(cfg, dist)
+        trainer.stop = stop
         trainer.times.started = started
         trainer.resume()
         trainer.open_record()
@@ -660,7 +719,13 @@ def train(cfg) -> Path | None:
         trainer.updater.close()
     except BaseException as err:
         if dist.distributed or isinstance(err, DistributedError):
+            lock.release()
             fail_fast(err)  # threads may be blocked in a receive: exit now, with the reason, never hang
         raise
+    finally:
+        stop.uninstall()
+        lock.release()
     dist.close()
+    if trainer.preempted:
+        raise Preempted(f"{exp_dir}: stopped by {stop.signal_name}; checkpoint saved, run the same command to go on")
     return last

@@ -17,4 +17,12 @@ Issue 17's list, and where each item is tested (besides the unit tests of each m
     non-finite training losses: the utterance left out, named      tests/train/test_loop.py
 Issue 30, item 1: a killed decentralized learner's resume loses and repeats no batch
                                                                    tests/faults/test_resume_claims.py
+
+Issue 31:
+  1 preemption: SIGTERM/SIGUSR1 save and exit 75, exact resume    tests/faults/test_preemption.py,
+    (one learner, SSGD, ADPSGD; data stages), sbatch requeue       tests/faults/test_preemption_torchrun.py,
+                                                                   tests/distributed/test_slurm_script.py
+  2 one training per experiment (train.lock)                       tests/faults/test_experiment_lock.py
+  3 truncated cmvn.ark, feats.ark, tokenizer model                 tests/faults/test_damaged_files.py
+  4 a hung learner named within minutes                            tests/faults/test_hang.py
 """

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -169,3 +171,26 @@ def test_the_real_recipes_use_the_checked_options(tmp_path):
     assert proc.returncode == 2 and not list(tmp_path.rglob("INJECTED"))
     proc = recipe.run("--decode", "beam", "--stage", "7", check=False)
     assert proc.returncode == 2 and "--decode 'beam': choose beam_lm or greedy" in proc.stderr
+
+
+def test_a_second_run_of_the_same_experiment_is_refused_naming_the_first(fake):
+    lock = fake / "exp" / "l" / ".run.lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    # What a running run.sh holds: the lock, with its pid, host and start in the file.
+    holder = subprocess.Popen(["flock", str(lock), "sh", "-c", f"echo 'pid 4242 on node7 since 2026-01-01 10:00:00' > '{lock}'; sleep 30"],
+                              start_new_session=True)
+    try:
+        deadline = time.time() + 10
+        while "4242" not in lock.read_text():
+            assert time.time() < deadline
+        proc = run(fake, "--exp", "l")
+        assert proc.returncode == 2 and ran(fake) == []
+        assert "exp/l is in use by another run.sh (pid 4242 on node7 since 2026-01-01 10:00:00)" in proc.stderr
+        assert run(fake, "--exp", "other").returncode == 0  # other experiments are not held up
+        ran(fake)
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)  # the run and its stages (they inherit the lock)
+        holder.wait()
+    assert run(fake, "--exp", "l").returncode == 0  # the lock ends with its holder: nothing stale
+    assert [r[0] for r in ran(fake)] == ALL
