@@ -11,4 +11,3 @@ torchrun), and the same algorithms simulated with N virtual learners in one proc
     simulation.py  the three algorithms with virtual learners in lockstep (the reference)
     timed.py       the same on a clock: speeds, staleness, first-come-first-served batches, delay-by-one
 """
-

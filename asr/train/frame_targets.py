@@ -71,7 +71,9 @@ class FrameCeDataset(Dataset):
                 log.debug("%s: %d alignment frames for %d feature frames; left out", utt, len(pdfs), wanted[utt])
                 continue
             check_pdf_range(pdfs, num_pdfs, alignments, utt)
-            targets[utt] = subsample_targets(pdfs, wanted[utt], subsample).astype(compact_dtype(num_pdfs or int(pdfs.max()) + 1))
+            targets[utt] = subsample_targets(pdfs, wanted[utt], subsample).astype(
+                compact_dtype(num_pdfs or int(pdfs.max()) + 1)
+            )
         self.utts = sorted(targets, key=c_sort_key)
         self.targets = [targets[u] for u in self.utts]
         self.num_frames = [wanted[u] for u in self.utts]
@@ -86,7 +88,13 @@ class FrameCeDataset(Dataset):
             )
         log.info(
             "%s: kept %d of %d utterances with features (%d without alignment, %d with lengths more than %d frames apart); alignments %s",
-            data_dir, len(self.utts), with_feats, unaligned, mismatched, tolerance, self.alignments.description,
+            data_dir,
+            len(self.utts),
+            with_feats,
+            unaligned,
+            mismatched,
+            tolerance,
+            self.alignments.description,
         )
 
     @property

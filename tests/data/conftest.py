@@ -106,7 +106,9 @@ class LdcTree:
 
 
 def build_ldc_tree(root: Path) -> LdcTree:
-    tree = LdcTree(root, root / "LDC97S62", root / "swb_ms98_transcriptions", root / "LDC2002S09/hub5e_00", root / "LDC2002T43")
+    tree = LdcTree(
+        root, root / "LDC97S62", root / "swb_ms98_transcriptions", root / "LDC2002S09/hub5e_00", root / "LDC2002T43"
+    )
     write_sphere(tree.swbd_dir / "swb1_d1/data/sw02001.sph", 20.0, 1)
     write_sphere(tree.swbd_dir / "swb1_d2/data/SW02005.SPH", 12.0, 2)
     write_sphere(tree.swbd_dir / "swb1_d2/data/sw02010.sph", 5.0, 3)
@@ -132,8 +134,13 @@ def ldc_tree(tmp_path_factory) -> LdcTree:
 def ldc_copy(ldc_tree, tmp_path) -> LdcTree:
     root = tmp_path / "ldc"
     shutil.copytree(ldc_tree.root, root)
-    return LdcTree(root, *(root / p.relative_to(ldc_tree.root) for p in
-                           (ldc_tree.swbd_dir, ldc_tree.ms98_dir, ldc_tree.eval2000_dir, ldc_tree.eval2000_text_dir)))
+    return LdcTree(
+        root,
+        *(
+            root / p.relative_to(ldc_tree.root)
+            for p in (ldc_tree.swbd_dir, ldc_tree.ms98_dir, ldc_tree.eval2000_dir, ldc_tree.eval2000_text_dir)
+        ),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -248,7 +255,10 @@ def speaker_not_prefix(d: Path):
 
 
 def reco2file_and_channel_mismatch(d: Path):
-    set_lines(d / "reco2file_and_channel", [line.replace("sw02005-A", "sw02005-B") for line in lines(d / "reco2file_and_channel")])
+    set_lines(
+        d / "reco2file_and_channel",
+        [line.replace("sw02005-A", "sw02005-B") for line in lines(d / "reco2file_and_channel")],
+    )
     return "reco2file_and_channel", 3, "recording 'sw02005-B' is not in wav.scp"
 
 
@@ -257,10 +267,26 @@ def unused_recording(d: Path):
     return "wav.scp", 4, "recording 'sw02009-A' is used by no segment"
 
 
-BREAKAGES = {f.__name__: f for f in (
-    unsorted_text, duplicate_key, missing_text, empty_transcript, spk2utt_mismatch, segment_past_end, missing_audio,
-    truncated_sphere, transcript_without_audio, mismatched_ids, no_final_newline, empty_line, speaker_not_prefix,
-    reco2file_and_channel_mismatch, unused_recording)}
+BREAKAGES = {
+    f.__name__: f
+    for f in (
+        unsorted_text,
+        duplicate_key,
+        missing_text,
+        empty_transcript,
+        spk2utt_mismatch,
+        segment_past_end,
+        missing_audio,
+        truncated_sphere,
+        transcript_without_audio,
+        mismatched_ids,
+        no_final_newline,
+        empty_line,
+        speaker_not_prefix,
+        reco2file_and_channel_mismatch,
+        unused_recording,
+    )
+}
 
 
 def pytest_generate_tests(metafunc):

@@ -88,8 +88,10 @@ def test_fisher_skips_are_counted_and_named(fisher_tree, caplog):
 
 def test_fisher_folder_given_directly_or_below(fisher_tree, tmp_path):
     direct = find_fisher_folders([str(tmp_path / "LDC2004T19/fe_03_p1_tran"), str(tmp_path / "LDC2005S13")])
-    assert direct == {"fe_03_p1_tran": tmp_path / "LDC2004T19/fe_03_p1_tran",
-                      "fe_03_p2_sph1": tmp_path / "LDC2005S13/fisher_eng_tr_sp_d1"}
+    assert direct == {
+        "fe_03_p1_tran": tmp_path / "LDC2004T19/fe_03_p1_tran",
+        "fe_03_p2_sph1": tmp_path / "LDC2005S13/fisher_eng_tr_sp_d1",
+    }
 
 
 def test_fisher_transcript_of_another_call_is_an_error(fisher_tree, tmp_path):
@@ -106,7 +108,9 @@ def test_fisher_missing_side_skipped_or_refused(fisher_tree, tmp_path, caplog):
         d = prepare_fisher(fisher_tree, expected_files=3)
     assert "fe_03_05851-B" not in d.wav_scp
     assert "skipped 1 audio sides with no transcript: fe_03_05851-B" in caplog.text
-    with pytest.raises(InputError, match=r"1 conversation sides have audio but no transcript:\n  fe_03_05851-B: expected "):
+    with pytest.raises(
+        InputError, match=r"1 conversation sides have audio but no transcript:\n  fe_03_05851-B: expected "
+    ):
         prepare_fisher(fisher_tree, expected_files=3, missing_transcript="error")
 
 

@@ -104,8 +104,16 @@ def brute_force(log_probs: np.ndarray, score_words) -> tuple[int, ...]:
             if not tokens:
                 ll = float(lp[:, 0, BLANK].sum())
             else:
-                ll = -float(torch.nn.functional.ctc_loss(
-                    lp, torch.tensor([tokens]), torch.tensor([frames]), torch.tensor([len(tokens)]), reduction="sum", zero_infinity=False))
+                ll = -float(
+                    torch.nn.functional.ctc_loss(
+                        lp,
+                        torch.tensor([tokens]),
+                        torch.tensor([frames]),
+                        torch.tensor([len(tokens)]),
+                        reduction="sum",
+                        zero_infinity=False,
+                    )
+                )
             score = ll + score_words(words)
             if score > best:
                 best, best_tokens = score, tuple(tokens)
@@ -187,5 +195,7 @@ def test_lm_path_and_tuned_values_from_the_config(tmp_path, caplog):
         assert tuned_values(cfg) is None
     assert "lm_tuning.json not found" in caplog.text
     (tmp_path / "exp").mkdir()
-    (tmp_path / "exp" / "lm_tuning.json").write_text(json.dumps({"best": {"lm_weight": 0.8, "word_score": 1.0, "wer": 2.0}}))
+    (tmp_path / "exp" / "lm_tuning.json").write_text(
+        json.dumps({"best": {"lm_weight": 0.8, "word_score": 1.0, "wer": 2.0}})
+    )
     assert tuned_values(cfg) == {"lm_weight": 0.8, "word_score": 1.0}

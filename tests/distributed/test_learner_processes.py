@@ -24,15 +24,69 @@ ABORT_SIGNS = ("terminate called", "Aborted", "core dumped", "Traceback", "Fatal
 JOB_SPECS = [
     {"name": "straggler", "learners": 4, "algorithm": "adpsgd", "steps": 12, "slow_rank": 1, "slow_s": 0.1},
     {"name": "shutdown", "learners": 2, "algorithm": "adpsgd", "steps": 4, "repeat": 20},
-    {"name": "shutdown-random-ring", "learners": 4, "algorithm": "adpsgd", "topology": "random_ring", "steps": 4, "repeat": 20},
-    {"name": "shutdown-exponential", "learners": 4, "algorithm": "adpsgd", "topology": "exponential", "steps": 4, "repeat": 10},
-    {"name": "mixing-random-ring-delayed", "learners": 4, "algorithm": "adpsgd", "topology": "random_ring", "delay_by_one": True,
-     "steps": 6, "own_start": True, "mix_only": True},
-    {"name": "one-exchange-delayed", "learners": 2, "algorithm": "adpsgd", "delay_by_one": True, "steps": 2, "own_start": True,
-     "mix_only": True, "trace": True},
-    {"name": "frozen-passive", "learners": 2, "algorithm": "adpsgd", "steps": 20, "freeze_rank": 1, "freeze_step": 5, "timeout_s": 3},
-    {"name": "frozen-active", "learners": 2, "algorithm": "adpsgd", "steps": 20, "freeze_rank": 0, "freeze_step": 5, "timeout_s": 3},
-    {"name": "frozen-ssgd", "learners": 2, "algorithm": "ssgd", "steps": 20, "freeze_rank": 1, "freeze_step": 5, "timeout_s": 3},
+    {
+        "name": "shutdown-random-ring",
+        "learners": 4,
+        "algorithm": "adpsgd",
+        "topology": "random_ring",
+        "steps": 4,
+        "repeat": 20,
+    },
+    {
+        "name": "shutdown-exponential",
+        "learners": 4,
+        "algorithm": "adpsgd",
+        "topology": "exponential",
+        "steps": 4,
+        "repeat": 10,
+    },
+    {
+        "name": "mixing-random-ring-delayed",
+        "learners": 4,
+        "algorithm": "adpsgd",
+        "topology": "random_ring",
+        "delay_by_one": True,
+        "steps": 6,
+        "own_start": True,
+        "mix_only": True,
+    },
+    {
+        "name": "one-exchange-delayed",
+        "learners": 2,
+        "algorithm": "adpsgd",
+        "delay_by_one": True,
+        "steps": 2,
+        "own_start": True,
+        "mix_only": True,
+        "trace": True,
+    },
+    {
+        "name": "frozen-passive",
+        "learners": 2,
+        "algorithm": "adpsgd",
+        "steps": 20,
+        "freeze_rank": 1,
+        "freeze_step": 5,
+        "timeout_s": 3,
+    },
+    {
+        "name": "frozen-active",
+        "learners": 2,
+        "algorithm": "adpsgd",
+        "steps": 20,
+        "freeze_rank": 0,
+        "freeze_step": 5,
+        "timeout_s": 3,
+    },
+    {
+        "name": "frozen-ssgd",
+        "learners": 2,
+        "algorithm": "ssgd",
+        "steps": 20,
+        "freeze_rank": 1,
+        "freeze_step": 5,
+        "timeout_s": 3,
+    },
     {"name": "one-exchange", "learners": 2, "algorithm": "adpsgd", "steps": 1, "own_start": True, "mix_only": True},
     {"name": "idle-learner", "learners": 4, "algorithm": "adpsgd", "optimizer": "adam", "steps": 3, "idle_rank": 0},
     {"name": "mixing", "learners": 4, "algorithm": "adpsgd", "steps": 6, "own_start": True, "mix_only": True},
@@ -41,7 +95,9 @@ JOB_SPECS = [
 
 @pytest.fixture(scope="module")
 def jobs() -> dict[str, list[list[dict]]]:
-    proc = subprocess.run([sys.executable, str(JOBS), json.dumps(JOB_SPECS)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(JOBS), json.dumps(JOB_SPECS)], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out: dict[str, list[list[dict]]] = {}
     for line in proc.stdout.splitlines():
@@ -96,13 +152,28 @@ def test_exponential_graph_shuts_down_cleanly_ten_times(jobs):
         assert [learners[r]["exchanges"] for r in range(4)] == [4, 4, 4, 4]  # every step a perfect matching
 
 
-@pytest.mark.parametrize("job,frozen,message", [
-    ("frozen-passive", 1, r"learner 0: no answer from learner 1 to the ADPSGD weight exchange of step \d+ within distributed.timeout_s=3"),
-    # The passive learner trains on without waiting for its frozen active neighbour, until the
-    # epoch end, where every learner must take part in the average.
-    ("frozen-active", 0, r"learner 1: waiting for every learner at the epoch end failed \(.*Timed out.*\). Another learner died, hung or cannot be reached within distributed.timeout_s=3"),
-    ("frozen-ssgd", 1, r"learner 0: gradient all-reduce \(token counts\) failed \(.*Timed out.*\). Another learner died, hung or cannot be reached"),
-])
+@pytest.mark.parametrize(
+    "job,frozen,message",
+    [
+        (
+            "frozen-passive",
+            1,
+            r"learner 0: no answer from learner 1 to the ADPSGD weight exchange of step \d+ within distributed.timeout_s=3",
+        ),
+        # The passive learner trains on without waiting for its frozen active neighbour, until the
+        # epoch end, where every learner must take part in the average.
+        (
+            "frozen-active",
+            0,
+            r"learner 1: waiting for every learner at the epoch end failed \(.*Timed out.*\). Another learner died, hung or cannot be reached within distributed.timeout_s=3",
+        ),
+        (
+            "frozen-ssgd",
+            1,
+            r"learner 0: gradient all-reduce \(token counts\) failed \(.*Timed out.*\). Another learner died, hung or cannot be reached",
+        ),
+    ],
+)
 def test_a_learner_that_stops_answering_is_a_clear_error_not_a_hang(jobs, job, frozen, message):
     """The frozen learner (SIGSTOP) is killed by the driver once the other has exited."""
     [learners] = jobs[job]
