@@ -26,7 +26,8 @@ BAD_VALUES = [
     ),
     (
         "+features.fmllr.dimm=3",
-        "features.fmllr.dimm: unknown key (not in FmllrConfig, asr/features/config.py); did you mean features.fmllr.dim?",
+        "features.fmllr.dimm: unknown key (not in FmllrConfig, asr/features/config.py); "
+        "did you mean features.fmllr.dim?",
     ),
     ("features.specaugment.time_ratio=1.5", "features.specaugment.time_ratio=1.5: must be in [0.0, 1.0]"),
     ("lm.orders=[3,0]", "lm.orders=[3, 0]: 0: must be at least 1"),

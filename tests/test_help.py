@@ -42,7 +42,8 @@ for module in sys.argv[1:]:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
         except SystemExit as end:
             code = end.code or 0
-    out[module] = {"code": code, "text": text.getvalue(), "seconds": time.perf_counter() - started, "torch": "torch" in sys.modules}
+    out[module] = {"code": code, "text": text.getvalue(), "seconds": time.perf_counter() - started,
+                   "torch": "torch" in sys.modules}
 print(json.dumps(out))
 """
 

@@ -182,7 +182,8 @@ def read_segment(wav_scp_value: str, start: float, end: float, name: str = "") -
     duration = recording_duration(wav_scp_value)
     if end > duration + SEGMENT_END_TOLERANCE_S:
         raise InputError(
-            f"segment {name}: ends at {end:.2f}s but the recording lasts {duration:.2f}s; fix or drop it (python -m asr.data.fix)"
+            f"segment {name}: ends at {end:.2f}s but the recording lasts {duration:.2f}s; "
+            "fix or drop it (python -m asr.data.fix)"
         )
     return _read_file(source.path, source.channel, start, end)
 
@@ -195,7 +196,8 @@ def cut_segment(samples: np.ndarray, rate: int, start: float, end: float, name: 
         raise InputError(f"segment {name}: bad times {start:.2f}-{end:.2f}")
     if last > len(samples) + int(SEGMENT_END_TOLERANCE_S * rate):
         raise InputError(
-            f"segment {name}: ends at {end:.2f}s but the recording lasts {duration:.2f}s; fix or drop it (python -m asr.data.fix)"
+            f"segment {name}: ends at {end:.2f}s but the recording lasts {duration:.2f}s; "
+            "fix or drop it (python -m asr.data.fix)"
         )
     return samples[first : min(last, len(samples))]
 

@@ -149,7 +149,8 @@ def decode_shorten(path: str | Path, header_bytes: int, sample_rate: int, sample
     header = read_stream_header(data, where)
     if header.file_type not in DECODABLE_TYPES:
         raise InputError(
-            f"{where}: shorten sample type {header.file_type} (u-law or other) cannot be decoded by FFmpeg; {CONVERT_HINT}"
+            f"{where}: shorten sample type {header.file_type} (u-law or other) "
+            f"cannot be decoded by FFmpeg; {CONVERT_HINT}"
         )
     stream = with_verbatim_header(data, header, sample_rate)
     planes = []

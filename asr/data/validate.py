@@ -334,7 +334,8 @@ class _Validator:
         return self.rows(name) if self.tables[name] else sorted(self.rows(name), key=attrgetter("key"))
 
     def flag(self, name: str, message_of: LineCheck, what: str, rows: Rows | None = None) -> None:
-        """A problem for each line of table `name` (or of `rows` from it) that `message_of` has something to say about."""
+        """A problem for each line of table `name` (or of `rows` from it) that `message_of` has
+        something to say about."""
         if name in self.tables:
             capped = _Capped(what)
             for row in self.rows(name) if rows is None else rows:

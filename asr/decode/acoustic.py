@@ -71,7 +71,8 @@ class ScoredSet:
         self.reader = FeatureReader(feature_set_dir(cfg, set_name), self.data.utt2spk, cfg.features.norm_vars)
         if self.reader.feat_dim != model.input_dim:
             raise InputError(
-                f"{self.reader.set_dir}/feat_dim: {self.reader.feat_dim}, but the model was trained on {model.input_dim}-dim features"
+                f"{self.reader.set_dir}/feat_dim: {self.reader.feat_dim}, "
+                f"but the model was trained on {model.input_dim}-dim features"
             )
         chosen = wanted(self.data)
         self.utts = [u for u in self.reader.utts() if u in chosen]

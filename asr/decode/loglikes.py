@@ -113,7 +113,8 @@ def load_log_priors(cfg, num_pdfs: int) -> Tensor:
     counts = read_pdf_counts(path)
     if len(counts) != num_pdfs:
         raise InputError(
-            f"{path}: counts of {len(counts)} pdfs, but the model has {num_pdfs} outputs; use the counts of its training alignments"
+            f"{path}: counts of {len(counts)} pdfs, but the model has {num_pdfs} outputs; "
+            "use the counts of its training alignments"
         )
     priors = log_priors(counts)
     log.info(

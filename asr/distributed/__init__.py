@@ -2,7 +2,8 @@
 torchrun), and the same algorithms simulated with N virtual learners in one process.
 
     context.py     rank, device, backend (gloo on CPU, NCCL on GPUs), small collectives
-    topology.py    node groups and ADPSGD's bipartite graphs: fixed or random ring, exponential (who averages with whom, when; how fast they mix)
+    topology.py    node groups and ADPSGD's bipartite graphs: fixed or random ring, exponential
+                   (who averages with whom, when; how fast they mix)
     ssgd.py        synchronous SGD: weighted gradient all-reduce every step
     exchange.py    ADPSGD's pairwise weight exchange on its own thread and process group
     adpsgd.py      the ADPSGD / H-ADPSGD updater

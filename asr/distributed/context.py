@@ -127,7 +127,8 @@ class HangWatchdog:
             if limit < self.limit_s:
                 return (
                     limit,
-                    f"{STEP_HANG_FACTOR:g} x the slowest step ({self.slowest_step_s:.2f} s), at least {STEP_HANG_MIN_S:g} s",
+                    f"{STEP_HANG_FACTOR:g} x the slowest step ({self.slowest_step_s:.2f} s), "
+                    f"at least {STEP_HANG_MIN_S:g} s",
                 )
         return self.limit_s, "distributed.timeout_s and a grace"
 
@@ -235,7 +236,8 @@ def choose_backend(requested: str, device: torch.device) -> str:
         raise InputError(f"distributed.backend={requested!r}: choose auto, gloo or nccl")
     if requested == "nccl" and device.type != "cuda":
         raise InputError(
-            "distributed.backend=nccl needs CUDA devices (device=cuda or auto on a GPU machine); use backend=auto or gloo on CPU"
+            "distributed.backend=nccl needs CUDA devices (device=cuda or auto on a GPU machine); "
+            "use backend=auto or gloo on CPU"
         )
     if device.type == "cuda" and requested in ("auto", "nccl"):
         return "cpu:gloo,cuda:nccl"

@@ -297,7 +297,8 @@ class PassiveServer:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise DistributedError(
-                    f"learner {self.rank}: an ADPSGD weight exchange did not finish within distributed.timeout_s={self.timeout_s:g}; "
+                    f"learner {self.rank}: "
+                    f"an ADPSGD weight exchange did not finish within distributed.timeout_s={self.timeout_s:g}; "
                     "the active neighbour died, hung or cannot be reached"
                 )
             self.lock.wait(left)
@@ -308,6 +309,7 @@ class PassiveServer:
         if self.thread.is_alive():
             missing = sorted(self.actives - self.goodbyes)
             raise DistributedError(
-                f"learner {self.rank}: learner(s) {missing} never finished their ADPSGD exchanges (no goodbye within {self.timeout_s:g} s)"
+                f"learner {self.rank}: "
+                f"learner(s) {missing} never finished their ADPSGD exchanges (no goodbye within {self.timeout_s:g} s)"
             )
         self._check()

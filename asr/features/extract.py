@@ -704,7 +704,10 @@ def non_finite_problem(feats: np.ndarray) -> str | None:
     if np.isfinite(feats).all():
         return None
     nan, inf = int(np.isnan(feats).sum()), int(np.isinf(feats).sum())
-    return f"features with non-finite values ({nan} NaN, {inf} inf of {feats.size}): NaN/inf audio samples or damaged audio"
+    return (
+        f"features with non-finite values ({nan} NaN, {inf} inf of {feats.size}): "
+        "NaN/inf audio samples or damaged audio"
+    )
 
 
 def _recording_features(work: RecordingWork, rows: list[Row], task: PartTask, writer: UtteranceWriter):

@@ -173,7 +173,8 @@ class CheckpointDir:
             path = self.last if choice == "last" else self.best
             if not path.is_file():
                 raise InputError(
-                    f"{path}: no {choice} checkpoint; finish training first (python -m asr.train) or set decode.checkpoint=<path>"
+                    f"{path}: no {choice} checkpoint; "
+                    "finish training first (python -m asr.train) or set decode.checkpoint=<path>"
                 )
             return path
         named = self.dir / f"{choice}.pt"
@@ -187,7 +188,8 @@ class CheckpointDir:
         path = Path(choice)
         if not path.is_file():
             raise InputError(
-                f"{path}: checkpoint not found (decode.checkpoint is last, best, a name in {self.dir} such as avg-last5, or a path)"
+                f"{path}: checkpoint not found (decode.checkpoint is last, best, "
+                f"a name in {self.dir} such as avg-last5, or a path)"
             )
         return path
 

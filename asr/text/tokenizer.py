@@ -124,7 +124,8 @@ class Tokenizer:
         got = integrity(self.path.read_bytes())
         if got != expected:
             raise InputError(
-                f"{self.path}: damaged or truncated ({got['bytes']} bytes, sha1 {got['sha1'][:12]}; the tokenizer stage "
+                f"{self.path}: damaged or truncated ({got['bytes']} bytes, sha1 {got['sha1'][:12]}; "
+                "the tokenizer stage "
                 f"wrote {expected.get('bytes')} bytes, sha1 {str(expected.get('sha1'))[:12]}); {fix}"
             )
 

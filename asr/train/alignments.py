@@ -75,7 +75,8 @@ def alignment_files(spec: str) -> list[Path]:
         files = [p for p in path.iterdir() if KALDI_ALI_NAME.match(p.name)]
         if not files:
             raise InputError(
-                f"{path}: no ali.N.gz in this directory; point train.alignments at the alignment files (a glob, .ark or .scp)"
+                f"{path}: no ali.N.gz in this directory; "
+                "point train.alignments at the alignment files (a glob, .ark or .scp)"
             )
     elif path.is_file():
         files = [path]
@@ -452,8 +453,10 @@ class AlignmentArchives:
         model = self.files[0].parent / "final.mdl"
         if not model.is_file():
             raise InputError(
-                f"{self.files[0]}: Kaldi ali.N.gz files hold transition ids, but there is no {model} to map them to pdf ids; "
-                "set train.transition_model=<final.mdl or a `tid pdf` table>, or train.transition_model=none if they are pdf ids"
+                f"{self.files[0]}: Kaldi ali.N.gz files hold transition ids, "
+                f"but there is no {model} to map them to pdf ids; "
+                "set train.transition_model=<final.mdl or a `tid pdf` table>, "
+                "or train.transition_model=none if they are pdf ids"
             )
         return read_transition_model(model)
 

@@ -71,7 +71,8 @@ class CtcDataset(Dataset):
         index = load_index(sources, tokenizer, self.set_dir, build)
         if index is None:
             raise InputError(
-                f"{self.set_dir}: the training index is missing (learner 0 builds it); is {self.set_dir} on a file system every learner sees?"
+                f"{self.set_dir}: the training index is missing (learner 0 builds it); "
+                f"is {self.set_dir} on a file system every learner sees?"
             )
         self.index = index
         self.norm_vars = norm_vars
@@ -97,7 +98,8 @@ class CtcDataset(Dataset):
             )
         with_feats = len(self.index) + meta["empty_transcripts"]
         log.info(
-            "%s: kept %d of %d utterances with features and a transcript (%d too short for their transcript, %d with an empty one)",
+            "%s: kept %d of %d utterances with features and a transcript (%d too short for their transcript, "
+            "%d with an empty one)",
             data_dir,
             len(self.rows),
             with_feats,

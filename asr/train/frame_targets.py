@@ -83,11 +83,13 @@ class FrameCeDataset(Dataset):
         unaligned = with_feats - len(self.utts) - mismatched
         if not self.utts:
             raise InputError(
-                f"{data_dir}: none of its {with_feats} utterances with features ({self.reader.set_dir}) has an alignment in "
+                f"{data_dir}: "
+                f"none of its {with_feats} utterances with features ({self.reader.set_dir}) has an alignment in "
                 f"{self.alignments.description} within {tolerance} frames of its length; are they of this data set?"
             )
         log.info(
-            "%s: kept %d of %d utterances with features (%d without alignment, %d with lengths more than %d frames apart); alignments %s",
+            "%s: kept %d of %d utterances with features (%d without alignment, "
+            "%d with lengths more than %d frames apart); alignments %s",
             data_dir,
             len(self.utts),
             with_feats,
@@ -122,6 +124,7 @@ def check_pdf_range(pdfs: np.ndarray, num_pdfs: int, alignments: AlignmentArchiv
     low, high = int(pdfs.min()), int(pdfs.max())
     if low < 0 or (num_pdfs and high >= num_pdfs):
         raise InputError(
-            f"{alignments.spec}: {utt!r} has pdf id {low if low < 0 else high}, outside 0..{num_pdfs - 1 if num_pdfs else 'inf'}; "
+            f"{alignments.spec}: {utt!r} has pdf id {low if low < 0 else high}, "
+            f"outside 0..{num_pdfs - 1 if num_pdfs else 'inf'}; "
             "check model.num_pdfs and train.transition_model (transition ids read as pdf ids?)"
         )

@@ -205,7 +205,8 @@ class IndexBuilder:
                 frames = lengths.get(utt)
                 if frames is None:
                     raise InputError(
-                        f"{s.utt2num_frames}: no frame count for {utt!r} (feats.scp line {lineno}); re-run the features stage"
+                        f"{s.utt2num_frames}: no frame count for {utt!r} (feats.scp line {lineno}); "
+                        "re-run the features stage"
                     )
                 self.pending.append((utt, int(frames), entry, speakers.get(utt) or utt))
                 self.pending_texts.append(text)

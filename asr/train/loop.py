@@ -210,7 +210,8 @@ class Trainer:
         self.train_set.reader.augment = EpochAugment(augment, cfg.seed) if augment is not None else None
         if self.dev_set.feat_dim != self.train_set.feat_dim:
             raise InputError(
-                f"{self.dev_set.reader.set_dir}: feat_dim {self.dev_set.feat_dim} differs from the training set's {self.train_set.feat_dim}"
+                f"{self.dev_set.reader.set_dir}: "
+                f"feat_dim {self.dev_set.feat_dim} differs from the training set's {self.train_set.feat_dim}"
             )
         torch.manual_seed(cfg.seed)
         self.objective.write_training_files(self.exp_dir, self.train_set)
@@ -483,7 +484,8 @@ class Trainer:
             # first worker exits, which must not cut a node's checkpoint short.
             self.dist.broadcast_object(None)
             log.warning(
-                "stopped by %s at step %d, epoch %d, after saving a checkpoint; the same command goes on from here (exit %d)",
+                "stopped by %s at step %d, epoch %d, after saving a checkpoint; "
+                "the same command goes on from here (exit %d)",
                 self.stop.signal_name,
                 self.progress.step,
                 self.progress.epoch + 1,
@@ -491,7 +493,8 @@ class Trainer:
             )
             return None
         log.info(
-            "stopped after %d steps of this run (train.max_steps=%d) at step %d, epoch %d; the same command goes on from here",
+            "stopped after %d steps of this run (train.max_steps=%d) at step %d, epoch %d; "
+            "the same command goes on from here",
             self.run_steps,
             self.tcfg.max_steps,
             self.progress.step,

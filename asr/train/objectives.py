@@ -177,7 +177,8 @@ class FrameCeObjective(Objective):
         configured = self.cfg.model.num_pdfs
         if configured and from_model and configured != from_model:
             raise InputError(
-                f"model.num_pdfs={configured}, but {self.train_alignments.mapping.source} has {from_model} pdfs; leave model.num_pdfs=0 or fix it"
+                f"model.num_pdfs={configured}, but {self.train_alignments.mapping.source} has {from_model} pdfs; "
+                "leave model.num_pdfs=0 or fix it"
             )
         return configured or from_model
 
@@ -188,8 +189,10 @@ class FrameCeObjective(Objective):
                 raise RuntimeError("the number of pdfs comes from the alignments: read the datasets first")
             self._num_outputs = 1 + max(d.max_pdf() for d in self.datasets)
             log.warning(
-                "model.num_pdfs=0 and the alignments hold pdf ids: %d outputs from the largest pdf id seen; set model.num_pdfs "
-                "(Kaldi: tree-info <ali dir>/tree | grep num-pdfs) so pdfs absent from these alignments get outputs too",
+                "model.num_pdfs=0 and the alignments hold pdf ids: %d outputs from the largest pdf id seen; "
+                "set model.num_pdfs "
+                "(Kaldi: "
+                "tree-info <ali dir>/tree | grep num-pdfs) so pdfs absent from these alignments get outputs too",
                 self._num_outputs,
             )
         return self._num_outputs
@@ -211,7 +214,8 @@ class FrameCeObjective(Objective):
         except InputError as err:
             if is_dev and not cfg.train.dev_alignments:
                 raise InputError(
-                    f"{err}\nKaldi's held-out set is usually aligned separately: set train.dev_alignments=<its alignments>"
+                    f"{err}\nKaldi's held-out set is usually aligned separately: "
+                    "set train.dev_alignments=<its alignments>"
                 ) from None
             raise
         self.datasets.append(dataset)

@@ -102,7 +102,8 @@ def trained_mask(state: dict, num_utts: int) -> np.ndarray:
     saved = int(sampler.get("num_utts", num_utts))
     if saved != num_utts:
         raise InputError(
-            f"checkpoint of step {state['step']}: taken with {saved} training utterances, the training set now has {num_utts}; "
+            f"checkpoint of step {state['step']}: taken with {saved} training utterances, "
+            f"the training set now has {num_utts}; "
             "the data changed under the experiment: use a new exp_name"
         )
     if "trained" not in sampler:

@@ -69,7 +69,8 @@ def experiment_config(exp_dir: Path, checkpoint: str):
     if kind != "fbank":
         raise InputError(
             f"{exp_dir}: trained on features.kind={kind} features (speaker-adapted, i-vectors or Kaldi's); "
-            "asr.transcribe computes log-mel (features.kind=fbank) only: decode a prepared data dir with python -m asr.decode"
+            "asr.transcribe computes log-mel (features.kind=fbank) only: "
+            "decode a prepared data dir with python -m asr.decode"
         )
     tuned = exp_dir / ".hydra" / "tune" / "config.yaml"
     if tuned.is_file():  # the LM and search the tune stage used (training's config predates them)
@@ -134,7 +135,8 @@ class Transcriber:
         self.tokenizer = Tokenizer(tokenizer_model_path(cfg.tokenizer))
         if self.tokenizer.vocab_size != state["model_info"]["num_outputs"]:
             raise InputError(
-                f"{self.tokenizer.path}: {self.tokenizer.vocab_size} tokens, but {path} has {state['model_info']['num_outputs']} outputs"
+                f"{self.tokenizer.path}: {self.tokenizer.vocab_size} tokens, "
+                f"but {path} has {state['model_info']['num_outputs']} outputs"
             )
         log.info(
             "%s: %s search, CMVN %s",

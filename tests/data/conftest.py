@@ -29,7 +29,8 @@ MS98 = {
     "20/2001/sw2001A-ms98-a-trans.text": """\
 sw2001A-ms98-a-0001 0.000000 0.977625 [silence]
 sw2001A-ms98-a-0002 0.977625 11.561375 hi um yeah i'd like to talk about how you dress for work
-sw2001A-ms98-a-0003 11.561375 15.275500 [noise] well i [laughter-guess] it's ab[solute]- {yuppiedom} them_1 [vocalized-noise]
+sw2001A-ms98-a-0003 11.561375 15.275500 [noise] well i [laughter-guess] it's ab[solute]- \
+{yuppiedom} them_1 [vocalized-noise]
 sw2001A-ms98-a-0004 15.275500 19.500000 [silence]
 """,
     "20/2001/sw2001B-ms98-a-trans.text": """\

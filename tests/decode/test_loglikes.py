@@ -133,6 +133,9 @@ def test_export_refuses_ctc_models_and_mismatched_counts(exp, tmp_path):
         decode(load_config(hybrid_overrides(exp, ["decode.sets=[eval]", f"decode.checkpoint={ctc_path}"])))
     with pytest.raises(
         InputError,
-        match="a model with a 'frame_ce' head; not CTC; export a frame_ce model's log-likelihoods for Kaldi with decode=loglikes",
+        match=(
+            "a model with a 'frame_ce' head; not CTC; "
+            "export a frame_ce model's log-likelihoods for Kaldi with decode=loglikes"
+        ),
     ):
         decode(load_config(hybrid_overrides(exp, ["decode.sets=[eval]", "decode=greedy"])))

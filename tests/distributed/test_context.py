@@ -60,6 +60,7 @@ def test_a_collective_that_never_returns_ends_the_learner_with_the_message(tmp_p
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3  # asr.distributed.context.EXIT_DISTRIBUTED_ERROR
     assert re.search(
-        r"learner 3: gradient all-reduce got no answer for \d+ s \(limit 0.5 s: distributed.timeout_s=0.2 and a grace\)",
+        r"learner 3: gradient all-reduce got no answer for \d+ s \(limit 0.5 s: "
+        r"distributed.timeout_s=0.2 and a grace\)",
         proc.stderr,
     ), proc.stderr

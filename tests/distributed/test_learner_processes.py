@@ -1,7 +1,7 @@
 """The real updaters in real processes (forked learners on gloo, tests/distributed/learner_jobs.py):
 ADPSGD/H-ADPSGD exchanges (exactly the average, the sum kept), straggler independence, clean shutdown (20 times,
-with the fixed and the randomized ring, the exponential graph), delay-by-one's average one step late, and a learner that stops answering
-hitting a timeout with a clear error instead of a hang."""
+with the fixed and the randomized ring, the exponential graph), delay-by-one's average one step late, and a learner
+that stops answering hitting a timeout with a clear error instead of a hang."""
 
 from __future__ import annotations
 
@@ -158,19 +158,22 @@ def test_exponential_graph_shuts_down_cleanly_ten_times(jobs):
         (
             "frozen-passive",
             1,
-            r"learner 0: no answer from learner 1 to the ADPSGD weight exchange of step \d+ within distributed.timeout_s=3",
+            r"learner 0: "
+            r"no answer from learner 1 to the ADPSGD weight exchange of step \d+ within distributed.timeout_s=3",
         ),
         # The passive learner trains on without waiting for its frozen active neighbour, until the
         # epoch end, where every learner must take part in the average.
         (
             "frozen-active",
             0,
-            r"learner 1: waiting for every learner at the epoch end failed \(.*Timed out.*\). Another learner died, hung or cannot be reached within distributed.timeout_s=3",
+            r"learner 1: waiting for every learner at the epoch end failed \(.*Timed out.*\). Another learner died, "
+            r"hung or cannot be reached within distributed.timeout_s=3",
         ),
         (
             "frozen-ssgd",
             1,
-            r"learner 0: gradient all-reduce \(token counts\) failed \(.*Timed out.*\). Another learner died, hung or cannot be reached",
+            r"learner 0: gradient all-reduce \(token counts\) failed \(.*Timed out.*\). Another learner died, "
+            r"hung or cannot be reached",
         ),
     ],
 )

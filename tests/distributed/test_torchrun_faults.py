@@ -172,7 +172,8 @@ def test_decentralized_learners_resume_from_their_own_checkpoints_after_a_kill(
         toy_corpus, tmp_path, overrides, nproc, victim, both_nodes_past_the_first_epoch
     )
     resumed = re.findall(
-        r"\[rank(\d+) asr\.train\.loop\] resumed from step (\d+) \(epoch (\d+), (\d+) of its utterances trained; own start",
+        r"\[rank(\d+) asr\.train\.loop\] resumed from step (\d+) \(epoch (\d+), (\d+) of its utterances trained; "
+        r"own start",
         text,
     )
     assert sorted(int(r) for r, *_ in resumed) == list(range(nproc)), text[-4000:]
@@ -258,7 +259,8 @@ def two_hosts():
     made = sh("ip", "netns", "add", hosts[0])
     if made.returncode != 0:
         pytest.skip(
-            f"two-host test: cannot create network namespaces here ({made.stderr.strip()}); it needs root (CAP_SYS_ADMIN)"
+            f"two-host test: cannot create network namespaces here ({made.stderr.strip()}); "
+            "it needs root (CAP_SYS_ADMIN)"
         )
     try:
         steps = [

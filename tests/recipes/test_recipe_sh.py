@@ -50,7 +50,8 @@ usage() {{ echo usage; }}
 parse_options "$@"
 corpus_overrides "$here" data=swb2000
 record() {{ python3 -c 'import json, os, sys; name = sys.argv[1]
-open("ran.txt", "a").write(json.dumps(sys.argv[1:]) + "\n"); sys.exit(3 if os.environ.get("FAIL") == name else 0)' "$@"; }}
+open("ran.txt", "a").write(json.dumps(sys.argv[1:]) + "\n")
+sys.exit(3 if os.environ.get("FAIL") == name else 0)' "$@"; }}
 run_stage 0 prepare   record prepare "${{overrides[@]}}"
 run_stage 1 validate  record validate "$(override_value data.data_dir data)/train"
 run_stage 2 train     record train "${{overrides[@]}}"

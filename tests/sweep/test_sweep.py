@@ -179,7 +179,8 @@ def test_runs_in_processes_give_the_same_numbers(root, swept):
         (["sweep.extra_seeds=[2]"], "sweep.extra_seeds: a point near the threshold needs at least 3 seeds"),
         (
             ["sweep.learners=6", "sweep.learners_per_node=3", "sweep.global_batches=[6]", "sweep.critical_batch=6"],
-            "adpsgd_exponential_delay_by_one on 6 nodes: distributed.topology=exponential needs a power-of-two number of nodes",
+            "adpsgd_exponential_delay_by_one on 6 nodes: "
+            "distributed.topology=exponential needs a power-of-two number of nodes",
         ),
     ],
 )

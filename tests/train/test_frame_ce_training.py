@@ -76,7 +76,8 @@ def test_frame_ce_learns_from_chance_to_over_90_percent_in_40_updates():
     elapsed = time.monotonic() - start
     final = frame_accuracy(model, held_out)
     print(
-        f"held-out frame accuracy {initial:.3f} -> {final:.3f} in {elapsed:.2f} s (chance {1 / NUM_PDFS:.2f}, majority {majority:.2f})"
+        f"held-out frame accuracy {initial:.3f} -> {final:.3f} in {elapsed:.2f} s (chance {1 / NUM_PDFS:.2f}, "
+        f"majority {majority:.2f})"
     )
     assert initial < max(0.3, majority + 0.05)
     assert final > 0.9

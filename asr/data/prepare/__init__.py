@@ -13,8 +13,9 @@ every missing path. As Kaldi's swbd/s5c and fisher_swbd/s5 recipes do:
 
 Each data dir gets utt2dur (segment lengths) and is validated, audio included, before it is
 renamed into place. Unreadable recordings are dropped with their utterances and named; more
-than `data.max_unreadable` of a corpus' recordings unreadable stops the stage. With `data.lm_text` set, the training transcripts before the duplicate
-cap (Switchboard train_nodev and Fisher, as fisher_swbd's LM text) are written there too.
+than `data.max_unreadable` of a corpus' recordings unreadable stops the stage. With
+`data.lm_text` set, the training transcripts before the duplicate cap (Switchboard train_nodev
+and Fisher, as fisher_swbd's LM text) are written there too.
 
 Memory does not grow with the corpus: Switchboard and Fisher are read one conversation side at
 a time into a temporary file (asr.data.prepare.spool), which each data dir is then written

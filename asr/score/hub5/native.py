@@ -108,7 +108,8 @@ def score_native(segments: list[StmSegment], words: list[CtmWord], glm: Glm) -> 
     if unknown:
         shown = ", ".join(f"{f} {c}" for f, c in unknown[:5])
         raise InputError(
-            f"the hypothesis CTM has {len(unknown)} conversation sides that are not in the stm ({shown}); score the set that was decoded"
+            f"the hypothesis CTM has {len(unknown)} conversation sides that are not in the stm ({shown}); "
+            "score the set that was decoded"
         )
     utterances, per_speaker, ignored_words = [], defaultdict(int), 0
     for side in sorted(sides):

@@ -77,7 +77,8 @@ def choose_backend(cfg):
     sctk_dir = find_sctk(str(cfg.score.get("sctk_bin", "")))
     if backend == "sctk" and sctk_dir is None:
         raise InputError(
-            "score.backend=sctk but NIST SCTK (hubscr.pl, sclite) was not found; `make install` installs the Debian package sctk, or set score.sctk_bin"
+            "score.backend=sctk but NIST SCTK (hubscr.pl, sclite) was not found; "
+            "`make install` installs the Debian package sctk, or set score.sctk_bin"
         )
     if backend == "auto" and sctk_dir is None:
         log.warning(
