@@ -4,7 +4,6 @@ it would install and exits 0 without ever asking for a password."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path

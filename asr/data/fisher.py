@@ -201,9 +201,10 @@ def fisher_corpus(
     folders = find_fisher_folders(fisher_dirs)
     transcripts, audio = find_fisher_transcripts(folders), find_fisher_audio(folders)
     _warn_incomplete(folders, len(transcripts), len(audio), expected_files)
-    expected = lambda side: (
-        f"a line '<start> <end> {side[-1]}: <words>' in {transcripts.get(side[:-2], side[:-2] + '.txt')}"
-    )
+
+    def expected(side: str) -> str:
+        return f"a line '<start> <end> {side[-1]}: <words>' in {transcripts.get(side[:-2], side[:-2] + '.txt')}"
+
     paired = sorted(pair_sides(_transcribed_sides(transcripts), audio, missing_transcript, expected, "fisher"))
     recordings = _recordings(paired, audio)
     return StreamedDataDir(recordings, lambda: _utterances(transcripts, paired, recordings, max_unreadable))

@@ -142,8 +142,8 @@ def judge(
             point = next(
                 (
                     p
-                    for (a, b, l), p in points.items()
-                    if a == algorithm and b == batch and math.isclose(l, lr, rel_tol=1e-9)
+                    for (a, b, rate), p in points.items()
+                    if a == algorithm and b == batch and math.isclose(rate, lr, rel_tol=1e-9)
                 ),
                 None,
             )

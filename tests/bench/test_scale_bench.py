@@ -95,19 +95,28 @@ def test_scale_benchmark_measures_every_stage_and_fits_its_growth(tmp_path):
         )
     for name in stages:
         fit = report["fits"][name]
-        s, l = small["stages"][name], large["stages"][name]
-        expected = math.log(l["seconds"] / s["seconds"]) / math.log(large["hours"] / small["hours"])
+        small_stage, large_stage = small["stages"][name], large["stages"][name]
+        expected = math.log(large_stage["seconds"] / small_stage["seconds"]) / math.log(large["hours"] / small["hours"])
         assert fit["exponent"] == pytest.approx(expected, rel=1e-6) and fit["marginal_exponent"] == pytest.approx(
             expected, rel=1e-6
         )
-        per_hour = (l["seconds"] - s["seconds"]) / (large["hours"] - small["hours"])  # two sizes: the line through both
+        # two sizes: the line through both
+        per_hour = (large_stage["seconds"] - small_stage["seconds"]) / (large["hours"] - small["hours"])
         assert fit["seconds_per_hour"] == pytest.approx(max(per_hour, 0.0), rel=1e-6, abs=1e-9)
-        assert fit["fixed_seconds"] == pytest.approx(s["seconds"] - per_hour * small["hours"], rel=1e-6, abs=1e-6)
-        slope = (l["peak_rss_mb"] - s["peak_rss_mb"]) * 2**20 / (large["utterances"] - small["utterances"])
+        assert fit["fixed_seconds"] == pytest.approx(
+            small_stage["seconds"] - per_hour * small["hours"], rel=1e-6, abs=1e-6
+        )
+        slope = (
+            (large_stage["peak_rss_mb"] - small_stage["peak_rss_mb"])
+            * 2**20
+            / (large["utterances"] - small["utterances"])
+        )
         assert fit["memory_bytes_per_utterance"] == pytest.approx(slope, rel=1e-6, abs=1e-6)
         assert fit["marginal_memory_bytes_per_utterance"] == pytest.approx(slope, rel=1e-6, abs=1e-6)
         slope = (
-            (l["largest_process_mb"] - s["largest_process_mb"]) * 2**20 / (large["utterances"] - small["utterances"])
+            (large_stage["largest_process_mb"] - small_stage["largest_process_mb"])
+            * 2**20
+            / (large["utterances"] - small["utterances"])
         )
         assert fit["largest_process_bytes_per_utterance"] == pytest.approx(slope, rel=1e-6, abs=1e-6)
     train = [size["stages"]["train"] for size in (small, large)]

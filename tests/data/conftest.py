@@ -7,6 +7,9 @@ Known contents (what the tests check against):
                side B is [silence] only
   sw02010.sph   5 s, no transcript
   sw2007A transcript without audio
+
+and a Fisher English tree (`fisher_tree`): two calls with audio and transcripts, one transcript
+without audio.
 """
 
 from __future__ import annotations
@@ -300,3 +303,45 @@ def pytest_generate_tests(metafunc):
 def break_dir(data_dir):
     """break_dir(name) applies one breakage to `data_dir` and returns (file, line, message) to expect."""
     return lambda name: BREAKAGES[name](data_dir)
+
+
+FISHER_TRANSCRIPTS = {
+    "LDC2004T19/fe_03_p1_tran/data/trans/000/fe_03_00001.txt": """\
+# fe_03_00001.sph
+# Transcribed at the LDC
+
+7.38 8.78 A: an- so the topic is
+9.29 11.45 B: [laugh] yeah it's [lipsmack] about (( holidays ))
+12.00 14.51 A: i'm [breath] not sure [cough] what
+15.10 16.20 B: [sigh] [mn] okay
+16.50 17.00 A:
+""",
+    "LDC2005T19/fe_03_p2_tran/data/trans/058/fe_03_05851.txt": """\
+# fe_03_05851.sph
+# Transcribed at the LDC
+
+0.50 2.25 A: hello this is mary
+2.70 4.00 B: hi i'm john
+""",
+    # audio of this call is missing: its sides are skipped and counted
+    "LDC2005T19/fe_03_p2_tran/data/trans/058/fe_03_05852.txt": """\
+# fe_03_05852.sph
+
+1.00 2.00 A: hello
+""",
+}
+FISHER_AUDIO = {
+    "LDC2004S13/fe_03_p1_sph1/audio/000/fe_03_00001.sph": 20.0,
+    "LDC2005S13/fisher_eng_tr_sp_d1/audio/058/fe_03_05851.sph": 5.0,  # part 2 under the later naming
+}
+
+
+@pytest.fixture
+def fisher_tree(tmp_path):
+    """A Fisher English tree in both LDC namings (part 1 and part 2); returns its four folders."""
+    for name, text in FISHER_TRANSCRIPTS.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    for i, (name, seconds) in enumerate(FISHER_AUDIO.items()):
+        write_sphere(tmp_path / name, seconds, 10 + i)
+    return [str(tmp_path / d) for d in ("LDC2004T19", "LDC2005T19", "LDC2004S13", "LDC2005S13")]

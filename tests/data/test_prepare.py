@@ -21,7 +21,6 @@ from asr.data.swbd import prepare_swbd
 from asr.data.validate import validate_data_dir
 from asr.utils.errors import InputError
 from tests.data.conftest import LdcTree
-from tests.data.test_fisher import fisher_tree  # noqa: F401  (fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,6 @@ import sys
 import tracemalloc
 from pathlib import Path
 
-import pytest
 
 from asr.data.sphere import read_sphere_header
 from asr.data.validate import full_read_sample, validate_data_dir

@@ -118,10 +118,10 @@ def test_a_straggler_slows_nobody_under_adpsgd(jobs):
     [learners] = jobs["straggler"]
     assert_clean(learners)
     slow = learners[1]["train_s"]
-    fast = max(l["train_s"] for r, l in enumerate(learners) if r != 1)
+    fast = max(learner["train_s"] for r, learner in enumerate(learners) if r != 1)
     assert slow >= 1.2 and fast < 0.5 * slow, (fast, slow)
-    assert [l["exchanges"] for l in learners] == [12] * 4
-    assert all(l["weights"] == learners[0]["weights"] for l in learners)  # the consensus
+    assert [learner["exchanges"] for learner in learners] == [12] * 4
+    assert all(learner["weights"] == learners[0]["weights"] for learner in learners)  # the consensus
 
 
 def test_clean_shutdown_twenty_times(jobs):
@@ -129,7 +129,7 @@ def test_clean_shutdown_twenty_times(jobs):
     assert len(jobs["shutdown"]) == 20
     for learners in jobs["shutdown"]:
         assert_clean(learners)
-        assert [l["exchanges"] for l in learners] == [4, 4]
+        assert [learner["exchanges"] for learner in learners] == [4, 4]
 
 
 def test_random_ring_shuts_down_cleanly_twenty_times(jobs):
@@ -197,7 +197,7 @@ def test_a_learner_that_took_no_step_still_averages_its_optimizer_moments(jobs):
     moments = torch.tensor(learners[0]["moments"])
     assert moments.numel() == 2 * (8 * 4 + 4)  # exp_avg and exp_avg_sq of the weight and the bias
     assert moments.abs().sum() > 0
-    assert all(l["moments"] == learners[0]["moments"] for l in learners)
+    assert all(learner["moments"] == learners[0]["moments"] for learner in learners)
 
 
 U = 2.0**-24  # float32's unit round-off
@@ -209,14 +209,14 @@ def test_one_exchange_leaves_both_learners_with_exactly_the_average(jobs):
     operations of w + (v - w) / 2."""
     [learners] = jobs["one-exchange"]
     assert_clean(learners)
-    a, b = (torch.tensor(l["initial"], dtype=torch.float64) for l in learners)
+    a, b = (torch.tensor(learner["initial"], dtype=torch.float64) for learner in learners)
     assert not torch.allclose(a, b)
     average = (a + b) / 2
     bound = 2 * U * (a.abs() + b.abs())
     for learner in learners:
         own = torch.tensor(learner["own"], dtype=torch.float64)
         assert ((own - average).abs() <= bound).all(), (own - average).abs().max()
-    both = sum(torch.tensor(l["own"], dtype=torch.float64) for l in learners)
+    both = sum(torch.tensor(learner["own"], dtype=torch.float64) for learner in learners)
     assert ((both - (a + b)).abs() <= 2 * bound).all()  # the sum is kept
 
 
@@ -226,7 +226,7 @@ def test_delay_by_one_applies_the_average_one_step_late(jobs):
     [learners] = jobs["one-exchange-delayed"]
     assert_clean(learners)
     active = learners[0]
-    a, b = (torch.tensor(l["initial"], dtype=torch.float64) for l in learners)
+    a, b = (torch.tensor(learner["initial"], dtype=torch.float64) for learner in learners)
     after = [torch.tensor(t, dtype=torch.float64) for t in active["trace"]]
     assert torch.equal(after[0], a)
     bound = 2 * U * (a.abs() + b.abs())
@@ -238,8 +238,8 @@ def test_delay_by_one_applies_the_average_one_step_late(jobs):
 def test_pairwise_averaging_keeps_the_sum_and_pulls_the_learners_together(jobs, job):
     [learners] = jobs[job]
     assert_clean(learners)
-    initial = torch.stack([torch.tensor(l["initial"], dtype=torch.float64) for l in learners])
-    own = torch.stack([torch.tensor(l["own"], dtype=torch.float64) for l in learners])
+    initial = torch.stack([torch.tensor(learner["initial"], dtype=torch.float64) for learner in learners])
+    own = torch.stack([torch.tensor(learner["own"], dtype=torch.float64) for learner in learners])
     steps = 6
     bound = steps * 4 * U * initial.abs().sum(0)  # each exchange rounds each side a few times
     assert ((own.sum(0) - initial.sum(0)).abs() <= bound).all()

@@ -313,7 +313,7 @@ def test_hadpsgd_across_two_hosts_joined_by_a_veth_link(toy_corpus, tmp_path, tw
         cmd = torchrun_command(
             2,
             args,
-            f"--nnodes=2",
+            "--nnodes=2",
             f"--node-rank={node}",
             "--rdzv-backend=c10d",
             f"--rdzv-endpoint={endpoint}",

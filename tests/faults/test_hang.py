@@ -50,7 +50,7 @@ def test_a_learner_hung_mid_epoch_is_named_within_seconds(toy_corpus, tmp_path):
     )
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0 and time.monotonic() - started < 100, text[-4000:]
-    line = next((l for l in text.splitlines() if "ERROR [rank0" in l and "got no answer" in l), None)
+    line = next((row for row in text.splitlines() if "ERROR [rank0" in row and "got no answer" in row), None)
     assert line is not None, text[-4000:]
     assert re.search(
         r"learner 0: gradient all-reduce.* got no answer for \d+ s \(limit 3 s: 10 x the slowest step", line

@@ -74,7 +74,7 @@ def test_gmm_loglikelihood_matches_scipy(mixture):
 def test_em_never_decreases_and_fits_the_data(mixture, trained):
     gmm, report = trained
     ll = report.loglike_per_frame
-    at_full_size = [l for l, m in zip(ll, report.components) if m == 16]
+    at_full_size = [loglike for loglike, m in zip(ll, report.components) if m == 16]
     assert all(b >= a - 1e-9 for a, b in zip(at_full_size, at_full_size[1:]))
     assert gmm.num_components == 16 and float(gmm.weights.sum()) == pytest.approx(1.0)
     held_out = torch.from_numpy(mixture.sample(4000, seed=3))

@@ -17,7 +17,8 @@ from asr.features.fmllr_model import FmllrModel
 from asr.features.kaldi_io import read_transforms
 from asr.features.recipes import feature_dim, make_features
 from asr.utils.errors import InputError
-from tests.features.test_recipes import SETS, SMALL_FMLLR, config, corpus, one_torch_thread  # noqa: F401 (fixtures)
+from tests.features.conftest import SETS
+from tests.features.test_recipes import SMALL_FMLLR, config, one_torch_thread  # noqa: F401 (autouse fixture)
 
 # 6 speakers x 2 utterances of ~90 frames per set: a tiny extractor.
 SMALL_IVECTOR = [

@@ -22,9 +22,8 @@ from asr.features.fmllr_recipe import adapt_set
 from asr.features.kaldi_io import read_transforms
 from asr.features.recipes import feature_dim, make_features
 from asr.features.subset import streamed_subset
-from tests.features.test_features_extract import make_data_dir
+from tests.features.conftest import SETS
 
-SETS = ("train", "dev", "eval")
 # Small enough for 12 utterances of ~0.9 s (about 180 frames per speaker).
 SMALL_FMLLR = [
     "features.fmllr.num_components=4",
@@ -49,14 +48,6 @@ def config(tmp_path, recipe: str, *extra: str):
             *extra,
         ]
     )
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    root = tmp_path_factory.mktemp("corpus")
-    for name in SETS:
-        make_data_dir(root, name)
-    return root
 
 
 def test_recipe_dimensions():

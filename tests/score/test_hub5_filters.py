@@ -114,16 +114,16 @@ Labels: <o,sw,m>
 File: sw_1
 Channel: a
 Scores: (#C #S #D #I) 3 1 0 1
-REF:  a * (%HESITATION) b (uh) 
-HYP:  a X Y             b      
-Eval:   I S                    
+REF:  a * (%HESITATION) b (uh)\x20
+HYP:  a X Y             b     \x20
+Eval:   I S                   \x20
 
 id: (sw_1_a-001)
 Labels: <o,sw,m>
 Scores: (#C #S #D #I) 0 0 1 0
-REF:  GONE 
-HYP:  **** 
-Eval: D    
+REF:  GONE\x20
+HYP:  ****\x20
+Eval: D   \x20
 """
 
 
