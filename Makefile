@@ -1,5 +1,6 @@
 # make install   set up everything (system packages where possible, a venv with the toolkit)
 # make demo      run the mini recipe end to end on the synthetic corpus (prints a WER table)
+# make lint      ruff check and ruff format --check over asr/ and tests/ (settings: pyproject.toml)
 # make test      run the test suite (CPU only)
 # make test-avx2 the same suite as an AVX2-only CPU runs it (no AVX-512, no bf16 kernels)
 PYTHON ?= python3
@@ -9,7 +10,7 @@ STAMP := $(VENV)/.installed
 # The torch version tested, installed first; setup.py accepts a range, so a CUDA build already installed stays.
 TORCH := torch==2.13.0
 
-.PHONY: install demo test test-avx2 clean-demo
+.PHONY: install demo lint test test-avx2 clean-demo
 
 # oneDNN, ATen and MKL each pick kernels by instruction set; capping all three reproduces an
 # AVX2-only CPU (no bf16 LSTM, AVX2 round-off) on an AVX-512 or AMX machine.
@@ -29,6 +30,10 @@ $(STAMP): setup.py scripts/install_system.sh scripts/build_kenlm.sh
 
 demo: install
 	cd recipes/mini && ./run.sh
+
+lint: install
+	$(VENV)/bin/ruff check asr tests
+	$(VENV)/bin/ruff format --check asr tests
 
 test: install
 	$(PY) -m pytest -q tests

@@ -25,6 +25,6 @@ setup(
         "av>=12",  # FFmpeg's shorten decoder, for shorten-compressed SPHERE (asr/data/shorten.py)
     ],
     extras_require={
-        "dev": ["pytest>=8", "kaldi-native-fbank>=1.20"],
+        "dev": ["pytest>=8", "kaldi-native-fbank>=1.20", "ruff>=0.6,<1"],
     },
 )

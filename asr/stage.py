@@ -33,8 +33,9 @@ from asr.utils.memory import limit_kernel_cache
 from asr.utils.stop import EXIT_PREEMPTED, Preempted, Terminated, terminate_on_signal
 
 
-def stage_main(stage: str, groups: Iterable[str] = (), reads: str = "", writes: str = "",
-               uses: Iterable[str] = ()) -> Callable[[Callable[[DictConfig], Any]], Callable[[], None]]:
+def stage_main(
+    stage: str, groups: Iterable[str] = (), reads: str = "", writes: str = "", uses: Iterable[str] = ()
+) -> Callable[[Callable[[DictConfig], Any]], Callable[[], None]]:
     """Decorator for a stage entry point: Hydra config, logging, clean errors, `--help`.
 
     For the help: `groups` are the config groups the stage owns (their keys are listed),
@@ -71,8 +72,12 @@ def stage_main(stage: str, groups: Iterable[str] = (), reads: str = "", writes: 
                 log.warning("%s (exit %d)", stopped, EXIT_PREEMPTED)
                 sys.exit(EXIT_PREEMPTED)
             except Terminated as signalled:
-                log.warning("stage %s stopped by %s; nothing half-written is kept, run the same command again (exit %d)",
-                            stage, signalled, EXIT_PREEMPTED)
+                log.warning(
+                    "stage %s stopped by %s; nothing half-written is kept, run the same command again (exit %d)",
+                    stage,
+                    signalled,
+                    EXIT_PREEMPTED,
+                )
                 sys.exit(EXIT_PREEMPTED)
             except OSError as err:
                 if err.errno not in NO_SPACE:
@@ -83,7 +88,9 @@ def stage_main(stage: str, groups: Iterable[str] = (), reads: str = "", writes: 
         def main() -> None:
             if wants_help(sys.argv[1:]):
                 doc = sys.modules[run.__module__].__doc__ or ""
-                print(stage_help(doc, list(groups), reads, writes, list(uses), [a for a in sys.argv[1:] if a not in HELP]))
+                print(
+                    stage_help(doc, list(groups), reads, writes, list(uses), [a for a in sys.argv[1:] if a not in HELP])
+                )
                 sys.exit(0)
             config.current_stage = stage
             try:
@@ -181,14 +188,20 @@ def stage_help(doc: str, groups: list[str], reads: str, writes: str, uses: list[
     try:
         cfg, note = config.load_config(overrides, check=False), ""
     except Exception as err:  # a bad override: still answer, with the defaults
-        cfg, note = config.load_config(check=False), f"(the overrides do not compose: {str(err).splitlines()[0]}; defaults shown)\n"
+        cfg, note = (
+            config.load_config(check=False),
+            f"(the overrides do not compose: {str(err).splitlines()[0]}; defaults shown)\n",
+        )
     lines = [doc.strip(), ""]
     if reads:
         lines.append(f"reads:  {reads}")
     if writes:
         lines.append(f"writes: {writes}")
-    lines += ["", " ".join(["Options are Hydra overrides, key=value (e.g. exp_name=base).", note.strip()]).strip(),
-              f"Its config keys ({', '.join(g + '.*' for g in groups)}), with the values this command line composes:"]
+    lines += [
+        "",
+        " ".join(["Options are Hydra overrides, key=value (e.g. exp_name=base).", note.strip()]).strip(),
+        f"Its config keys ({', '.join(g + '.*' for g in groups)}), with the values this command line composes:",
+    ]
     rows = [row for group in groups for row in config_keys(cfg[group], group)]
     rows += [row for row in config_keys(cfg, "") if row[0] in COMMON_KEYS]
     width = min(max(len(f"{k}={v}") for k, v, _ in rows) + 2, 48)
@@ -197,6 +210,8 @@ def stage_help(doc: str, groups: list[str], reads: str, writes: str, uses: list[
         lines.append(f"  {setting:<{width}}  # {comment}" if comment else f"  {setting}")
     if uses:
         lines.append("")
-        lines.append(f"It also reads the groups {', '.join(uses)} (shared with the stages that own them; "
-                     "see their --help). Groups are picked in conf/config.yaml, e.g. features=logmel80.")
+        lines.append(
+            f"It also reads the groups {', '.join(uses)} (shared with the stages that own them; "
+            "see their --help). Groups are picked in conf/config.yaml, e.g. features=logmel80."
+        )
     return "\n".join(lines).rstrip() + "\n"

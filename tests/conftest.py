@@ -11,4 +11,3 @@ def toy_corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("toy")
     make_toy_experiment(root)
     return root
-

@@ -69,8 +69,12 @@ def test_packages_import_only_downwards():
 
 
 def test_inference_and_the_distributed_engine_never_import_training():
-    wrong = sorted(f"{m} imports {t}" for m, ts in imports().items() for t in ts
-                   if package(m) in ("decode", "score", "distributed") and package(t) == "train")
+    wrong = sorted(
+        f"{m} imports {t}"
+        for m, ts in imports().items()
+        for t in ts
+        if package(m) in ("decode", "score", "distributed") and package(t) == "train"
+    )
     assert not wrong, "\n".join(wrong)
 
 

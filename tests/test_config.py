@@ -20,8 +20,15 @@ BAD_VALUES = [
     ("model.hidden_size=0", "model.hidden_size=0: must be at least 1"),
     ("train.lr=-1", "train.lr=-1.0: must be greater than 0"),
     ("train.threads=0", "train.threads=0: must be at least 1"),
-    ("+train.epochz=1", "train.epochz: unknown key (not in TrainConfig, asr/train/config.py); did you mean train.epochs?"),
-    ("+features.fmllr.dimm=3", "features.fmllr.dimm: unknown key (not in FmllrConfig, asr/features/config.py); did you mean features.fmllr.dim?"),
+    (
+        "+train.epochz=1",
+        "train.epochz: unknown key (not in TrainConfig, asr/train/config.py); did you mean train.epochs?",
+    ),
+    (
+        "+features.fmllr.dimm=3",
+        "features.fmllr.dimm: unknown key (not in FmllrConfig, asr/features/config.py); "
+        "did you mean features.fmllr.dim?",
+    ),
     ("features.specaugment.time_ratio=1.5", "features.specaugment.time_ratio=1.5: must be in [0.0, 1.0]"),
     ("lm.orders=[3,0]", "lm.orders=[3, 0]: 0: must be at least 1"),
     ("data.prepare_sets=[train,test]", "data.prepare_sets=['train', 'test']: 'test': choose one of train, dev, eval"),
@@ -42,24 +49,45 @@ def test_all_problems_at_once():
     lines = str(caught.value).splitlines()
     assert lines[0] == "invalid config, 3 problems:"
     assert sorted(line.strip() for line in lines[1:]) == [
-        "foo: unknown key (not in AsrConfig, asr/config.py)", "model.dropout=1.0: must be in [0.0, 1.0)",
-        "train.lr=0.0: must be greater than 0"]
+        "foo: unknown key (not in AsrConfig, asr/config.py)",
+        "model.dropout=1.0: must be in [0.0, 1.0)",
+        "train.lr=0.0: must be greater than 0",
+    ]
 
 
 def test_every_shipped_config_is_valid():
     conf = os.path.join(os.path.dirname(__file__), "..", "conf")
-    for group in ("experiment", "features", "decode", "score", "distributed", "tokenizer", "synth", "data", "train", "model"):
+    for group in (
+        "experiment",
+        "features",
+        "decode",
+        "score",
+        "distributed",
+        "tokenizer",
+        "synth",
+        "data",
+        "train",
+        "model",
+    ):
         for name in sorted(os.listdir(os.path.join(conf, group))):
             load_config([f"{group}={name.removesuffix('.yaml')}"])
 
 
-@pytest.mark.parametrize("override, message", [
-    ("+train.epochz=1", "invalid config: train.epochz: unknown key"),  # the schema check, before any stage work
-    ("train.epochz=1", "Could not override 'train.epochz'"),  # Hydra's own message, before the job: exit 2 too
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("+train.epochz=1", "invalid config: train.epochz: unknown key"),  # the schema check, before any stage work
+        ("train.epochz=1", "Could not override 'train.epochz'"),  # Hydra's own message, before the job: exit 2 too
+    ],
+)
 def test_a_stage_exits_2_before_any_work(tmp_path, override, message):
-    proc = subprocess.run([sys.executable, "-m", "asr.train", f"exp_dir={tmp_path / 'exp'}", override], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "asr.train", f"exp_dir={tmp_path / 'exp'}", override],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "exp" / "train_config.yaml").exists() and not (tmp_path / "exp" / "checkpoints").exists()

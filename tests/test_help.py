@@ -16,7 +16,10 @@ STAGES = {
     "asr.features": (["features.kind=", "features.specaugment."], ["data.data_dir="]),
     "asr.text": (["tokenizer.vocab_size="], ["features.kind="]),
     "asr.lm": (["lm.dir="], ["tokenizer.vocab_size="]),
-    "asr.train": (["train.epochs=", "model.hidden_size=", "distributed.algorithm=", "train.log_every_steps=50"], ["decode.beam_size="]),
+    "asr.train": (
+        ["train.epochs=", "model.hidden_size=", "distributed.algorithm=", "train.log_every_steps=50"],
+        ["decode.beam_size="],
+    ),
     "asr.tune": (["decode.tune_lm_weights="], ["train.lr="]),
     "asr.decode": (["decode.checkpoint=last", "decode.beam_size="], ["train.lr=", "score.kind="]),
     "asr.score": (["score.kind="], ["decode.beam_size="]),
@@ -39,7 +42,8 @@ for module in sys.argv[1:]:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
         except SystemExit as end:
             code = end.code or 0
-    out[module] = {"code": code, "text": text.getvalue(), "seconds": time.perf_counter() - started, "torch": "torch" in sys.modules}
+    out[module] = {"code": code, "text": text.getvalue(), "seconds": time.perf_counter() - started,
+                   "torch": "torch" in sys.modules}
 print(json.dumps(out))
 """
 
@@ -62,7 +66,9 @@ def test_every_stage_help_lists_its_own_keys_without_importing_torch():
             assert f"  {key}" in r["text"], (module, key)
         for key in absent:
             assert f"  {key}" not in r["text"], (module, key)
-        assert "Powered by Hydra" not in r["text"] and "== Config ==" not in r["text"], module  # none of Hydra's boilerplate
+        assert "Powered by Hydra" not in r["text"] and "== Config ==" not in r["text"], (
+            module
+        )  # none of Hydra's boilerplate
         assert r["seconds"] < 10, (module, r["seconds"])
     for module in OTHERS:
         r = results[module]
@@ -82,8 +88,13 @@ def test_comments_of_the_schema_are_shown_beside_the_values():
 def test_help_shows_the_values_the_overrides_compose():
     env = dict(os.environ, PYTHONPATH=os.getcwd())
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "asr.train", "train.epochs=7", "model=blstm", "--help"],
-                          capture_output=True, text=True, env=env, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "asr.train", "train.epochs=7", "model=blstm", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 0
     assert "train.epochs=7" in [line.split("#")[0].strip() for line in done.stdout.splitlines()]
     assert time.perf_counter() - started < 10

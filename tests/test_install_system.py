@@ -4,7 +4,6 @@ it would install and exits 0 without ever asking for a password."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -45,13 +44,21 @@ def run(tmp_path: Path, *, uid: int, installed: str = "", sudo: bool | None = No
         (bin_dir / tool).symlink_to(shutil.which(tool))
     calls = tmp_path / "calls.txt"
     calls.write_text("")
-    env = {"PATH": str(bin_dir), "CALLS": str(calls), "INSTALLED": installed, "UID_FAKE": str(uid), "SUDO_OK": "1" if sudo else "0"}
+    env = {
+        "PATH": str(bin_dir),
+        "CALLS": str(calls),
+        "INSTALLED": installed,
+        "UID_FAKE": str(uid),
+        "SUDO_OK": "1" if sudo else "0",
+    }
     done = subprocess.run([BASH, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
     return done, calls.read_text().splitlines()
 
 
-ALL = ("sctk g++ make cmake libboost-program-options-dev libboost-system-dev libboost-thread-dev libboost-test-dev "
-       "zlib1g-dev libbz2-dev liblzma-dev iproute2")
+ALL = (
+    "sctk g++ make cmake libboost-program-options-dev libboost-system-dev libboost-thread-dev libboost-test-dev "
+    "zlib1g-dev libbz2-dev liblzma-dev iproute2"
+)
 
 
 def installs(calls: list[str]) -> list[str]:
@@ -102,5 +109,7 @@ def test_not_debian_names_the_packages_and_exits_0(tmp_path):
     bin_dir.mkdir()
     (bin_dir / "id").write_text(ID.format(bash=BASH))
     (bin_dir / "id").chmod(0o755)
-    done = subprocess.run([BASH, str(SCRIPT)], env={"PATH": str(bin_dir), "UID_FAKE": "1000"}, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [BASH, str(SCRIPT)], env={"PATH": str(bin_dir), "UID_FAKE": "1000"}, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0 and "not a Debian system" in done.stderr and "sctk" in done.stderr

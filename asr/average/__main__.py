@@ -5,7 +5,8 @@ from asr.stage import stage_main
 
 
 @stage_main(
-    "average", groups=["average"],
+    "average",
+    groups=["average"],
     reads="exp_dir/checkpoints/ (epoch-*.pt, step-*.pt, best.pt)",
     writes="exp_dir/checkpoints/avg-<by><num>.pt (or average.out)",
 )

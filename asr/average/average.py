@@ -53,13 +53,17 @@ def choose(found: list[Candidate], num: int, by: str, where: Path) -> list[Candi
     if by == "best":
         scored = [c for c in ends if math.isfinite(c.dev_loss)]
         if len(scored) < num:
-            raise InputError(f"{where}: {len(scored)} epoch-end checkpoints with a dev loss, average.num={num} asks for more; "
-                             "train with train.keep_epoch_checkpoints >= average.num, or lower average.num")
+            raise InputError(
+                f"{where}: {len(scored)} epoch-end checkpoints with a dev loss, average.num={num} asks for more; "
+                "train with train.keep_epoch_checkpoints >= average.num, or lower average.num"
+            )
         return sorted(sorted(scored, key=lambda c: c.dev_loss)[:num], key=lambda c: c.step)
     chosen = ends[-num:] if len(ends) >= num else found[-num:]
     if len(chosen) < num:
-        raise InputError(f"{where}: {len(found)} checkpoints, average.num={num} asks for more; "
-                         "train with train.keep_epoch_checkpoints >= average.num, or lower average.num")
+        raise InputError(
+            f"{where}: {len(found)} checkpoints, average.num={num} asks for more; "
+            "train with train.keep_epoch_checkpoints >= average.num, or lower average.num"
+        )
     return chosen
 
 
@@ -97,6 +101,12 @@ def average(cfg) -> Path:
     state["averaged"] = {"by": str(cfg.average.by), "checkpoints": names, "steps": [c.step for c in chosen]}
     out = save_checkpoint(output_path(cfg), state)
     losses = ", ".join(f"{c.path.name} ({c.dev_loss:.4f})" if c.epoch_end else c.path.name for c in chosen)
-    log.info("averaged %d checkpoints (by %s): %s -> %s; decode it with decode.checkpoint=%s",
-             len(chosen), cfg.average.by, losses, out, out.stem if out.parent == checkpoints.dir else out)
+    log.info(
+        "averaged %d checkpoints (by %s): %s -> %s; decode it with decode.checkpoint=%s",
+        len(chosen),
+        cfg.average.by,
+        losses,
+        out,
+        out.stem if out.parent == checkpoints.dir else out,
+    )
     return out

@@ -25,8 +25,12 @@ def summary(module: str) -> str:
 
 
 def usage() -> str:
-    lines = [f"usage: python -m asr.bench {{{','.join(sorted(BENCHMARKS))}}} [options]", "",
-             "Benchmarks through the real entry points; results go under exp/bench/ (--out).", ""]
+    lines = [
+        f"usage: python -m asr.bench {{{','.join(sorted(BENCHMARKS))}}} [options]",
+        "",
+        "Benchmarks through the real entry points; results go under exp/bench/ (--out).",
+        "",
+    ]
     for name in sorted(BENCHMARKS):
         lines.append(f"  {name:<9} {summary(BENCHMARKS[name])}")
     lines.append("\npython -m asr.bench <name> --help lists a benchmark's options.")

@@ -73,12 +73,21 @@ def write_feature_set(directory: Path, utts: int, seed: int = 0) -> SimpleNamesp
     deltas = LoadDeltas(order=2, window=2, first=LOGMEL[0], last=LOGMEL[1])
     deltas.write(directory)
     (directory / "feat_dim").write_text(f"{STORED + deltas.added_dim}\n")
-    write_stats(compute_stats("speaker", {u: deltas(m) for u, m in mats.items()}, utt2spk), directory, "speaker")  # of what the reader returns
+    write_stats(
+        compute_stats("speaker", {u: deltas(m) for u, m in mats.items()}, utt2spk), directory, "speaker"
+    )  # of what the reader returns
     reader = FeatureReader(directory, utt2spk)
     names = sorted(mats)
     targets = [rng.integers(0, 100, len(mats[u])).astype(np.int16) for u in names]
-    return SimpleNamespace(utts=names, num_frames=[len(mats[u]) for u in names], targets=targets, reader=reader,
-                           feat_dim=reader.feat_dim, pdf_counts=None, max_pdf=None)
+    return SimpleNamespace(
+        utts=names,
+        num_frames=[len(mats[u]) for u in names],
+        targets=targets,
+        reader=reader,
+        feat_dim=reader.feat_dim,
+        pdf_counts=None,
+        max_pdf=None,
+    )
 
 
 class RowsAlone(FrameChunks):
@@ -86,9 +95,14 @@ class RowsAlone(FrameChunks):
 
     def __getitems__(self, indices):
         utts, starts = self.locate(indices)
-        return [(f"{self.utterances.utts[u]}@{start}", self.reader.rows(self.utterances.utts[u], start, start + self.chunk_frames),
-                 torch.from_numpy(self.utterances.targets[u][start : start + self.chunk_frames].astype(np.int64)))
-                for u, start in zip(utts.tolist(), starts.tolist())]
+        return [
+            (
+                f"{self.utterances.utts[u]}@{start}",
+                self.reader.rows(self.utterances.utts[u], start, start + self.chunk_frames),
+                torch.from_numpy(self.utterances.targets[u][start : start + self.chunk_frames].astype(np.int64)),
+            )
+            for u, start in zip(utts.tolist(), starts.tolist())
+        ]
 
 
 class WholeUtterances(FrameChunks):
@@ -100,7 +114,13 @@ class WholeUtterances(FrameChunks):
         for u, start in zip(utts.tolist(), starts.tolist()):
             utt = self.utterances.utts[u]
             feats = self.reader(utt)[start : start + self.chunk_frames]
-            items.append((f"{utt}@{start}", feats, torch.from_numpy(self.utterances.targets[u][start : start + self.chunk_frames].astype(np.int64))))
+            items.append(
+                (
+                    f"{utt}@{start}",
+                    feats,
+                    torch.from_numpy(self.utterances.targets[u][start : start + self.chunk_frames].astype(np.int64)),
+                )
+            )
         return items
 
 
@@ -114,14 +134,30 @@ def time_loader(dataset: FrameChunks, batch_samples: int, seconds: float) -> dic
         if batches >= 2 and time.perf_counter() - wall > seconds:
             break
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return {"batches": batches, "samples": samples, "seconds": round(wall, 3), "cpu_seconds": round(cpu, 3),
-            "samples_per_second": round(samples / wall, 1), "samples_per_cpu_second": round(samples / cpu, 1)}
+    return {
+        "batches": batches,
+        "samples": samples,
+        "seconds": round(wall, 3),
+        "cpu_seconds": round(cpu, 3),
+        "samples_per_second": round(samples / wall, 1),
+        "samples_per_cpu_second": round(samples / cpu, 1),
+    }
 
 
-def time_step(feat_dim: int, pdfs: int, batch_samples: int, chunk_frames: int, steps: int, device: torch.device) -> dict:
+def time_step(
+    feat_dim: int, pdfs: int, batch_samples: int, chunk_frames: int, steps: int, device: torch.device
+) -> dict:
     """The paper's model on one batch of samples: forward, backward, update (after a warm-up)."""
-    cfg = ModelConfig(num_layers=6, hidden_size=512, bidirectional=True, bottleneck=256, dropout=0.1, stack_frames=1, subsample=1,
-                      head="frame_ce")
+    cfg = ModelConfig(
+        num_layers=6,
+        hidden_size=512,
+        bidirectional=True,
+        bottleneck=256,
+        dropout=0.1,
+        stack_frames=1,
+        subsample=1,
+        head="frame_ce",
+    )
     model = build_model(cfg, feat_dim, pdfs).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True)
     feats = torch.randn(batch_samples, chunk_frames, feat_dim, device=device)
@@ -140,8 +176,12 @@ def time_step(feat_dim: int, pdfs: int, batch_samples: int, chunk_frames: int, s
         if i:  # the first builds kernels
             times.append(time.perf_counter() - start)
     median = float(np.median(times))
-    return {"device": str(device), "steps": steps, "step_seconds_median": round(median, 4),
-            "samples_per_second": round(batch_samples / median, 1)}
+    return {
+        "device": str(device),
+        "steps": steps,
+        "step_seconds_median": round(median, 4),
+        "samples_per_second": round(batch_samples / median, 1),
+    }
 
 
 def run(args) -> dict:
@@ -151,17 +191,37 @@ def run(args) -> dict:
         chunks = FrameChunks(utterances, args.chunk_frames, 1, seed=0)
         whole = WholeUtterances(utterances, args.chunk_frames, 1, seed=0)
         frames = int(sum(utterances.num_frames))
-        report = {"set": {"utterances": args.utts, "frames": frames, "samples": len(chunks), "feat_dim": utterances.feat_dim,
-                          "stored_dim": STORED, "compressed": True, "cmvn": "speaker"}}
+        report = {
+            "set": {
+                "utterances": args.utts,
+                "frames": frames,
+                "samples": len(chunks),
+                "feat_dim": utterances.feat_dim,
+                "stored_dim": STORED,
+                "compressed": True,
+                "cmvn": "speaker",
+            }
+        }
         report["loader"] = time_loader(chunks, args.batch_samples, args.seconds)
-        report["rows_alone"] = time_loader(RowsAlone(utterances, args.chunk_frames, 1, seed=0), args.batch_samples, args.seconds)
+        report["rows_alone"] = time_loader(
+            RowsAlone(utterances, args.chunk_frames, 1, seed=0), args.batch_samples, args.seconds
+        )
         report["whole_utterance"] = time_loader(whole, args.batch_samples, args.seconds)
-        log.info("loader %.0f samples/s, each sample decoded alone %.0f, cut from whole utterances %.0f",
-                 *(report[k]["samples_per_second"] for k in ("loader", "rows_alone", "whole_utterance")))
-    report["step"] = time_step(utterances.feat_dim, args.pdfs, args.batch_samples, args.chunk_frames, args.steps, select_device(args.device))
+        log.info(
+            "loader %.0f samples/s, each sample decoded alone %.0f, cut from whole utterances %.0f",
+            *(report[k]["samples_per_second"] for k in ("loader", "rows_alone", "whole_utterance")),
+        )
+    report["step"] = time_step(
+        utterances.feat_dim, args.pdfs, args.batch_samples, args.chunk_frames, args.steps, select_device(args.device)
+    )
     report["loader_over_step"] = round(report["loader"]["samples_per_second"] / report["step"]["samples_per_second"], 2)
-    log.info("step %.3f s on %s: %.0f samples/s consumed; the loader reads %.2fx that", report["step"]["step_seconds_median"],
-             report["step"]["device"], report["step"]["samples_per_second"], report["loader_over_step"])
+    log.info(
+        "step %.3f s on %s: %.0f samples/s consumed; the loader reads %.2fx that",
+        report["step"]["step_seconds_median"],
+        report["step"]["device"],
+        report["step"]["samples_per_second"],
+        report["loader_over_step"],
+    )
     return report
 
 
@@ -169,7 +229,12 @@ def plot(report: dict, path: Path) -> None:
     fig = Figure(figsize=(6, 4), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
     names = ["loader", "rows_alone", "whole_utterance", "step"]
-    labels = ["loader\n(batch decoded)", "sample by\nsample", "whole\nutterances", f"training step\n({report['step']['device']})"]
+    labels = [
+        "loader\n(batch decoded)",
+        "sample by\nsample",
+        "whole\nutterances",
+        f"training step\n({report['step']['device']})",
+    ]
     values = [report[n]["samples_per_second"] for n in names]
     ax.bar(labels, values, color=["tab:blue", "tab:cyan", "tab:gray", "tab:orange"])
     ax.set_yscale("log")
@@ -190,16 +255,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pdfs", type=int, default=9000, help="output layer size (default %(default)s)")
     parser.add_argument("--steps", type=int, default=5, help="timed training steps (default %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default %(default)s)")
-    parser.add_argument("--device", default="auto", help="of the training step: auto | cpu | cuda (default %(default)s)")
+    parser.add_argument(
+        "--device", default="auto", help="of the training step: auto | cpu | cuda (default %(default)s)"
+    )
     parser.add_argument("--out", type=Path, default=Path("exp/bench"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
     start = time.time()
     report = run(args)
-    report = {"benchmark": "chunks", "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-              "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                          "torch_threads": torch.get_num_threads()},
-              "seconds": round(time.time() - start, 1)} | report
+    report = {
+        "benchmark": "chunks",
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "torch_threads": torch.get_num_threads(),
+        },
+        "seconds": round(time.time() - start, 1),
+    } | report
     write_text(args.out / "chunks.json", json.dumps(report, indent=1) + "\n")
     plot(report, args.out / "chunks.png")
     log.info("wrote %s and %s", args.out / "chunks.json", args.out / "chunks.png")

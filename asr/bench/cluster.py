@@ -85,9 +85,18 @@ class Bench:
         return str(host % self.cores)
 
     def train_overrides(self, exp: Path, *extra: str) -> list[str]:
-        return [f"exp_dir={exp}", "train.threads=1", f"train.max_utts={self.args.utts}", f"train.max_frames={self.args.frames}",
-                "train.checkpoint_every_steps=1000000", "train.log_every_steps=1000000", "train.precision=fp32", "device=cpu",
-                *self.args.overrides, *extra]
+        return [
+            f"exp_dir={exp}",
+            "train.threads=1",
+            f"train.max_utts={self.args.utts}",
+            f"train.max_frames={self.args.frames}",
+            "train.checkpoint_every_steps=1000000",
+            "train.log_every_steps=1000000",
+            "train.precision=fp32",
+            "device=cpu",
+            *self.args.overrides,
+            *extra,
+        ]
 
     def env(self, **extra: str) -> dict:
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]), **extra)
@@ -112,15 +121,33 @@ class Bench:
         for learner in range(hosts * per_host):
             exp = self.work / f"compute_{hosts}x{per_host}_{learner}"
             logs.append(exp.with_suffix(".log"))
-            cmd = ["taskset", "-c", self.core(learner // per_host), self.python, "-m", "asr.train",
-                   *self.train_overrides(exp, f"train.max_steps={self.args.steps}")]
-            procs.append(subprocess.Popen(cmd, cwd=self.args.recipe_dir, env=self.env(), stdout=open(logs[-1], "w"), stderr=subprocess.STDOUT))
+            cmd = [
+                "taskset",
+                "-c",
+                self.core(learner // per_host),
+                self.python,
+                "-m",
+                "asr.train",
+                *self.train_overrides(exp, f"train.max_steps={self.args.steps}"),
+            ]
+            procs.append(
+                subprocess.Popen(
+                    cmd, cwd=self.args.recipe_dir, env=self.env(), stdout=open(logs[-1], "w"), stderr=subprocess.STDOUT
+                )
+            )
             exps.append(exp)
         self.wait(procs, logs, f"compute-only {hosts}x{per_host}")
         return [t for exp in exps for t in self.timings(exp)]
 
-    def distributed(self, cluster: netns.EmulatedCluster, name: str, algorithm: str, per_host: int, *extra: str,
-                    competitor_host: int | None = None) -> tuple[list[dict], int]:
+    def distributed(
+        self,
+        cluster: netns.EmulatedCluster,
+        name: str,
+        algorithm: str,
+        per_host: int,
+        *extra: str,
+        competitor_host: int | None = None,
+    ) -> tuple[list[dict], int]:
         """One torchrun job over the hosts; (every learner's timing, bytes host 0 sent)."""
         exp = self.work / name
         if exp.exists():  # a finished run would be skipped, and its old timings read as new ones
@@ -131,12 +158,34 @@ class Bench:
         with self.competitor(competitor_host):
             for host in range(cluster.nodes):
                 logs.append(self.work / f"{name}.host{host}.log")
-                torchrun = [self.python, "-m", "torch.distributed.run", f"--nnodes={cluster.nodes}", f"--node-rank={host}",
-                            f"--nproc-per-node={per_host}", "--rdzv-backend=c10d", f"--rdzv-endpoint={cluster.address(0)}:{port}",
-                            f"--rdzv-id={job}", f"--local-addr={cluster.address(host)}", f"--rdzv-conf=is_host={int(host == 0)}",
-                            "-m", "asr.train", *self.train_overrides(exp, f"distributed={algorithm}", *extra)]
-                cmd = cluster.command(host, ["taskset", "-c", self.core(host), "env", "GLOO_SOCKET_IFNAME=eth0", *torchrun])
-                procs.append(subprocess.Popen(cmd, cwd=self.args.recipe_dir, env=self.env(), stdout=open(logs[-1], "w"), stderr=subprocess.STDOUT))
+                torchrun = [
+                    self.python,
+                    "-m",
+                    "torch.distributed.run",
+                    f"--nnodes={cluster.nodes}",
+                    f"--node-rank={host}",
+                    f"--nproc-per-node={per_host}",
+                    "--rdzv-backend=c10d",
+                    f"--rdzv-endpoint={cluster.address(0)}:{port}",
+                    f"--rdzv-id={job}",
+                    f"--local-addr={cluster.address(host)}",
+                    f"--rdzv-conf=is_host={int(host == 0)}",
+                    "-m",
+                    "asr.train",
+                    *self.train_overrides(exp, f"distributed={algorithm}", *extra),
+                ]
+                cmd = cluster.command(
+                    host, ["taskset", "-c", self.core(host), "env", "GLOO_SOCKET_IFNAME=eth0", *torchrun]
+                )
+                procs.append(
+                    subprocess.Popen(
+                        cmd,
+                        cwd=self.args.recipe_dir,
+                        env=self.env(),
+                        stdout=open(logs[-1], "w"),
+                        stderr=subprocess.STDOUT,
+                    )
+                )
             self.wait(procs, logs, name)
         return self.timings(exp), cluster.tx_bytes(0) - before
 
@@ -184,7 +233,13 @@ def run(args) -> dict:
     bench = Bench(args, work)
     params = model_parameters(args.recipe_dir, args.overrides)
     layouts = [parse_layout(text) for text in args.layouts]
-    report: dict = {"model_parameters": params, "weights_bytes": params * 4, "compute_only": {}, "links": [], "straggler": []}
+    report: dict = {
+        "model_parameters": params,
+        "weights_bytes": params * 4,
+        "compute_only": {},
+        "links": [],
+        "straggler": [],
+    }
     try:
         for hosts, per_host in layouts:
             timings = bench.compute_only(hosts, per_host)
@@ -206,7 +261,11 @@ def run(args) -> dict:
 
 
 def measure_link(bench: Bench, cluster, rate: float, layouts, compute_only: dict, params: int) -> dict:
-    entry = {"rate_mbit": round(rate, 1), "weights_transfer_s": round(params * 32 / (rate * 1e6), 4) if rate else 0.0, "runs": {}}
+    entry = {
+        "rate_mbit": round(rate, 1),
+        "weights_transfer_s": round(params * 32 / (rate * 1e6), 4) if rate else 0.0,
+        "runs": {},
+    }
     steps = bench.args.steps
     for hosts, per_host in layouts:
         compute = compute_only[f"{hosts}x{per_host}"]["step_s"]
@@ -218,10 +277,19 @@ def measure_link(bench: Bench, cluster, rate: float, layouts, compute_only: dict
             timings, sent = bench.distributed(cluster, name, algorithm, per_host, f"train.max_steps={limit}")
             step = mean_step(timings)
             entry["runs"][f"{algorithm} {hosts}x{per_host}"] = {
-                "step_s": step, "compute_s": compute, "step_over_compute": step / compute,
-                "host0_sent_bytes": sent, "steps_by_learner": [t["steps"] for t in timings],
+                "step_s": step,
+                "compute_s": compute,
+                "step_over_compute": step / compute,
+                "host0_sent_bytes": sent,
+                "steps_by_learner": [t["steps"] for t in timings],
             }
-            log.info("%s at %g Mbit/s: %.3f s per step, %.2f x compute-only", f"{algorithm} {hosts}x{per_host}", rate, step, step / compute)
+            log.info(
+                "%s at %g Mbit/s: %.3f s per step, %.2f x compute-only",
+                f"{algorithm} {hosts}x{per_host}",
+                rate,
+                step,
+                step / compute,
+            )
     return entry
 
 
@@ -232,15 +300,26 @@ def measure_straggler(bench: Bench, cluster, rate: float) -> dict:
         runs = {}
         for slowed in (False, True):
             name = f"straggler_{algorithm}_{'slowed' if slowed else 'even'}_{rate:g}mbit"
-            timings, _ = bench.distributed(cluster, name, algorithm, 1, *one_epoch, competitor_host=1 if slowed else None)
+            timings, _ = bench.distributed(
+                cluster, name, algorithm, 1, *one_epoch, competitor_host=1 if slowed else None
+            )
             runs[slowed] = timings
         even, slow = throughput(runs[False]), throughput(runs[True])
         out[algorithm] = {
-            "utterances_per_s": even, "slowed_utterances_per_s": slow, "ratio": slow / even,
+            "utterances_per_s": even,
+            "slowed_utterances_per_s": slow,
+            "ratio": slow / even,
             "ideal": 0.5 if algorithm == "ssgd" else (cluster.nodes - 0.5) / cluster.nodes,
             "steps_by_learner_slowed": [t["steps"] for t in runs[True]],
         }
-        log.info("straggler at %g Mbit/s, %s: %.2f -> %.2f utterances/s (ratio %.3f)", rate, algorithm, even, slow, slow / even)
+        log.info(
+            "straggler at %g Mbit/s, %s: %.2f -> %.2f utterances/s (ratio %.3f)",
+            rate,
+            algorithm,
+            even,
+            slow,
+            slow / even,
+        )
     return out
 
 
@@ -264,7 +343,15 @@ def plot(report: dict, path: Path) -> None:
     for i, entry in enumerate(entries):
         xs = [x + i * width for x in range(len(algorithms))]
         ax.bar(xs, [entry[a]["ratio"] for a in algorithms], width, label=f"{entry['rate_mbit']:g} Mbit/s")
-        ax.scatter(xs, [entry[a]["ideal"] for a in algorithms], color="k", zorder=3, label="ideal" if i == 0 else None, marker="_", s=200)
+        ax.scatter(
+            xs,
+            [entry[a]["ideal"] for a in algorithms],
+            color="k",
+            zorder=3,
+            label="ideal" if i == 0 else None,
+            marker="_",
+            s=200,
+        )
     ax.set_xticks([x + width * (len(entries) - 1) / 2 for x in range(len(algorithms))], algorithms)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("epoch throughput, one learner at half speed / even")
@@ -277,13 +364,21 @@ def plot(report: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m asr.bench cluster", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--recipe-dir", type=Path, default=Path("recipes/mini"), help="where the recipe's data, feats and lang are")
+    parser.add_argument(
+        "--recipe-dir", type=Path, default=Path("recipes/mini"), help="where the recipe's data, feats and lang are"
+    )
     parser.add_argument("--steps", type=int, default=30, help="steps per learner and run (default %(default)s)")
-    parser.add_argument("--frames", type=int, default=12000, help="padded frames per learner and step (default %(default)s)")
-    parser.add_argument("--utts", type=int, default=1000, help="utterances per learner and step at most (default %(default)s)")
+    parser.add_argument(
+        "--frames", type=int, default=12000, help="padded frames per learner and step (default %(default)s)"
+    )
+    parser.add_argument(
+        "--utts", type=int, default=1000, help="utterances per learner and step at most (default %(default)s)"
+    )
     parser.add_argument("--rates", nargs="+", default=["auto"], help="link rates in Mbit/s (0: unlimited), or auto")
     parser.add_argument("--layouts", nargs="+", default=["2x1", "2x2"], help="hosts x learners per host")
-    parser.add_argument("--straggler-utts", type=int, default=2400, help="utterances in the straggler epoch (0: skip it)")
+    parser.add_argument(
+        "--straggler-utts", type=int, default=2400, help="utterances in the straggler epoch (0: skip it)"
+    )
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--keep", action="store_true", help="keep the runs' experiment dirs and logs")
     parser.add_argument("--out", type=Path, default=Path("exp/bench"))
@@ -299,9 +394,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     start = time.time()
     report = run(args)
-    report = {"benchmark": "cluster", "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-              "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-              "seconds": round(time.time() - start, 1)} | report
+    report = {
+        "benchmark": "cluster",
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "seconds": round(time.time() - start, 1),
+    } | report
     write_text(args.out / "cluster.json", json.dumps(report, indent=1) + "\n")
     plot(report, args.out / "cluster.png")
     log.info("wrote %s and %s", args.out / "cluster.json", args.out / "cluster.png")

@@ -74,7 +74,12 @@ def run(cfg, set_name: str, jobs: list[int]) -> dict:
         "audio_seconds": round(audio, 2),
         "seconds": {k: round(v, 3) for k, v in results.items()},
         "rtf": {k: round(v, 5) for k, v in rtf.items()},
-        "beam": {"beam_size": options.beam_size, "beam_size_token": options.beam_size_token, "lm_weight": options.lm_weight, "word_score": options.word_score},
+        "beam": {
+            "beam_size": options.beam_size,
+            "beam_size_token": options.beam_size_token,
+            "lm_weight": options.lm_weight,
+            "word_score": options.word_score,
+        },
         "threads": int(cfg.decode.threads),
         "cpu": platform.processor() or platform.machine(),
     }

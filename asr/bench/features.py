@@ -57,8 +57,14 @@ from asr.utils.atomic import write_text
 
 log = logging.getLogger("asr.bench.features")
 
-RECIPES = ("logmel80", "logmel40_deltas", "fmllr40", "fmllr40_logmel40_deltas", "ivector100",
-           "fmllr40_ivector100_logmel40_deltas")
+RECIPES = (
+    "logmel80",
+    "logmel40_deltas",
+    "fmllr40",
+    "fmllr40_logmel40_deltas",
+    "ivector100",
+    "fmllr40_ivector100_logmel40_deltas",
+)
 RATE = 8000
 
 
@@ -77,8 +83,12 @@ def synthetic_data_dir(root: Path, minutes: float, speakers: int = 8, seed: int 
         f0 = rng.uniform(90, 220) * (1 + 0.1 * np.sin(2 * np.pi * 0.7 * t + rng.uniform(0, 6)))
         phase = 2 * np.pi * np.cumsum(f0) / RATE
         formants = rng.uniform([400, 1200], [900, 2500])
-        source = sum(np.sin(k * phase) / k * (1 + 2 * np.exp(-((k * f0 - formants[0]) / 150) ** 2)
-                                              + np.exp(-((k * f0 - formants[1]) / 250) ** 2)) for k in range(1, 25))
+        source = sum(
+            np.sin(k * phase)
+            / k
+            * (1 + 2 * np.exp(-(((k * f0 - formants[0]) / 150) ** 2)) + np.exp(-(((k * f0 - formants[1]) / 250) ** 2)))
+            for k in range(1, 25)
+        )
         envelope = np.clip(np.sin(2 * np.pi * 4 * t + rng.uniform(0, 6)), 0, None) ** 0.5
         audio = 0.05 * source * envelope + 0.003 * rng.standard_normal(len(t))
         name = f"spk{s:02d}"
@@ -135,9 +145,14 @@ def timed(into: list[Timing]):
 
 def rates(timing: Timing, audio_seconds: float) -> dict:
     hours = audio_seconds / 3600
-    return {"seconds": round(timing.wall, 3), "cpu_seconds": round(timing.cpu, 3),
-            "seconds_per_hour": round(timing.wall / hours, 2), "cpu_seconds_per_hour": round(timing.cpu / hours, 2),
-            "rtf": round(timing.wall / audio_seconds, 5), "cpu_rtf": round(timing.cpu / audio_seconds, 5)}
+    return {
+        "seconds": round(timing.wall, 3),
+        "cpu_seconds": round(timing.cpu, 3),
+        "seconds_per_hour": round(timing.wall / hours, 2),
+        "cpu_seconds_per_hour": round(timing.cpu / hours, 2),
+        "rtf": round(timing.wall / audio_seconds, 5),
+        "cpu_rtf": round(timing.cpu / audio_seconds, 5),
+    }
 
 
 def time_reference_fbank(waves: list[np.ndarray]) -> Timing:
@@ -175,9 +190,18 @@ def time_recipe(name: str, data_dir: Path, work: Path, overrides: list[str], aud
     timings: list[Timing] = []
     if fcfg.kind == "fbank":
         with timed(timings):
-            extract_set(data_dir, out / "set", options, cmvn_unit=fcfg.cmvn, jobs=1,
-                        deltas=(fcfg.delta_order, fcfg.delta_window), compress=fcfg.compress)
-        return result | rates(timings[0], audio_seconds) | {"feats_mb_per_hour": mb_per_hour(out / "set", audio_seconds)}
+            extract_set(
+                data_dir,
+                out / "set",
+                options,
+                cmvn_unit=fcfg.cmvn,
+                jobs=1,
+                deltas=(fcfg.delta_order, fcfg.delta_window),
+                compress=fcfg.compress,
+            )
+        return (
+            result | rates(timings[0], audio_seconds) | {"feats_mb_per_hour": mb_per_hour(out / "set", audio_seconds)}
+        )
     with timed(timings):
         extract_set(data_dir, out / "fbank", options, cmvn_unit="speaker", jobs=1, compress=fcfg.compress)
     fbank = timings[-1]
@@ -194,10 +218,14 @@ def time_recipe(name: str, data_dir: Path, work: Path, overrides: list[str], aud
         write_feats = fcfg.kind == "ivector"
         ivector_dir = out / ("set" if write_feats else "ivector")
         with timed(timings):
-            extract_ivector_set(out / "extractor", ivector_checksum, out / "fbank", data_dir, ivector_dir, fcfg, "online", write_feats)
+            extract_ivector_set(
+                out / "extractor", ivector_checksum, out / "fbank", data_dir, ivector_dir, fcfg, "online", write_feats
+            )
         adaptation += timings[-1]
         with timed(timings):
-            extract_ivector_set(out / "extractor", ivector_checksum, out / "fbank", data_dir, out / "speaker", fcfg, "speaker", False)
+            extract_ivector_set(
+                out / "extractor", ivector_checksum, out / "fbank", data_dir, out / "speaker", fcfg, "speaker", False
+            )
         result["speaker_ivectors"] = rates(timings[-1], audio_seconds)
     if fcfg.kind != "ivector":
         with timed(timings):
@@ -229,11 +257,17 @@ def compression_error(data_dir: Path, work: Path) -> dict:
     static, deltas = np.abs(errors[:, :40]), np.abs(errors[:, 40:])
     frames = sum(readers[False].num_frames[u] for u in utts)
     return {
-        "recipe": "logmel40_deltas", "utterances": len(utts), "frames": frames,
-        "bytes_per_frame": {name: round((readers[compress].set_dir / "feats.ark").stat().st_size / frames, 1)
-                            for name, compress in (("float32", False), ("compressed", True))},
-        "static_rms_error": round(float(np.sqrt((static ** 2).mean())), 5), "static_max_error": round(float(static.max()), 4),
-        "delta_rms_error": round(float(np.sqrt((deltas ** 2).mean())), 5), "delta_max_error": round(float(deltas.max()), 4),
+        "recipe": "logmel40_deltas",
+        "utterances": len(utts),
+        "frames": frames,
+        "bytes_per_frame": {
+            name: round((readers[compress].set_dir / "feats.ark").stat().st_size / frames, 1)
+            for name, compress in (("float32", False), ("compressed", True))
+        },
+        "static_rms_error": round(float(np.sqrt((static**2).mean())), 5),
+        "static_max_error": round(float(static.max()), 4),
+        "delta_rms_error": round(float(np.sqrt((deltas**2).mean())), 5),
+        "delta_max_error": round(float(deltas.max()), 4),
     }
 
 
@@ -261,15 +295,32 @@ def _run(data_dir: Path | None, minutes: float, threads: int, overrides: list[st
         compression = compression_error(data_dir, work)
     return {
         "benchmark": "features",
-        "audio": {"data_dir": "synthetic" if synthetic else str(data_dir), "seconds": round(audio_seconds, 1),
-                  "segments": len(waves)},
-        "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 2),
-                    "torch_threads": threads, "torch": torch.__version__, "python": platform.python_version()},
-        "reference_fbank": {"implementation": "kaldi-native-fbank", "num_mel_bins": 80} | rates(reference, audio_seconds),
+        "audio": {
+            "data_dir": "synthetic" if synthetic else str(data_dir),
+            "seconds": round(audio_seconds, 1),
+            "segments": len(waves),
+        },
+        "machine": {
+            "cpu": _cpu_name(),
+            "cores": os.cpu_count(),
+            "load_average_1min": round(os.getloadavg()[0], 2),
+            "torch_threads": threads,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+        },
+        "reference_fbank": {"implementation": "kaldi-native-fbank", "num_mel_bins": 80}
+        | rates(reference, audio_seconds),
         "fbank": {"implementation": "asr.features.fbank", "num_mel_bins": 80} | rates(ours, audio_seconds),
-        "fbank_float32": {"implementation": "asr.features.fbank, float32 spectrum", "num_mel_bins": 80} | rates(ours_float32, audio_seconds),
-        "fbank_speedup_vs_reference": {"wall": round(reference.wall / ours.wall, 2), "cpu": round(reference.cpu / ours.cpu, 2)},
-        "fbank_float64_cost": {"wall": round(ours.wall / ours_float32.wall, 2), "cpu": round(ours.cpu / ours_float32.cpu, 2)},
+        "fbank_float32": {"implementation": "asr.features.fbank, float32 spectrum", "num_mel_bins": 80}
+        | rates(ours_float32, audio_seconds),
+        "fbank_speedup_vs_reference": {
+            "wall": round(reference.wall / ours.wall, 2),
+            "cpu": round(reference.cpu / ours.cpu, 2),
+        },
+        "fbank_float64_cost": {
+            "wall": round(ours.wall / ours_float32.wall, 2),
+            "cpu": round(ours.cpu / ours_float32.cpu, 2),
+        },
         "recipes": recipes,
         "compression": compression,
         "overrides": overrides,
@@ -290,10 +341,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m asr.bench features", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, help="a Kaldi data dir at 8 kHz (default: synthetic audio)")
     parser.add_argument("--minutes", type=float, default=10.0, help="synthetic audio to generate (default %(default)s)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default %(default)s, like the reference)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (default %(default)s, like the reference)"
+    )
     parser.add_argument("--out", type=Path, default=Path("exp/bench/features.json"))
-    parser.add_argument("overrides", nargs="*", help="features.* overrides for every recipe (e.g. features.fmllr.*, "
-                        "features.ivector.*), key=value")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="features.* overrides for every recipe (e.g. features.fmllr.*, features.ivector.*), key=value",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
     result = run(args.data_dir, args.minutes, args.threads, args.overrides)

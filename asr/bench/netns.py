@@ -79,7 +79,9 @@ class EmulatedCluster:
         for node, host in enumerate(self.hosts):
             port = self._switch_port(node)
             self._do("ip", "netns", "add", host)
-            self._do("ip", "-n", host, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns", self.switch)
+            self._do(
+                "ip", "-n", host, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns", self.switch
+            )
             self._do("ip", "-n", host, "addr", "add", f"{self.address(node)}/24", "dev", "eth0")
             self._do("ip", "-n", host, "link", "set", "eth0", "up")
             self._do("ip", "-n", host, "link", "set", "lo", "up")

@@ -95,7 +95,9 @@ def run_measured(cmd: list[str], cwd: Path, log_path: Path) -> dict:
     process's) and of its largest process (exact)."""
     start = time.perf_counter()
     with open(log_path, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1")
+        )
     peak, largest = [0], [0]
     done = threading.Event()
 
@@ -116,7 +118,11 @@ def run_measured(cmd: list[str], cwd: Path, log_path: Path) -> dict:
     if status != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({status}); see {log_path}:\n{log_path.read_text()[-2000:]}")
     largest_mb = max(usage.ru_maxrss * 1024, largest[0]) / 2**20  # ru_maxrss is in KiB
-    return {"seconds": time.perf_counter() - start, "peak_rss_mb": max(peak[0] / 2**20, largest_mb), "largest_process_mb": largest_mb}
+    return {
+        "seconds": time.perf_counter() - start,
+        "peak_rss_mb": max(peak[0] / 2**20, largest_mb),
+        "largest_process_mb": largest_mb,
+    }
 
 
 def disk_mb(*paths: Path) -> float:
@@ -146,9 +152,16 @@ class SizeRun:
         self.args, self.dir = args, work / f"c{conversations}"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.conversations = conversations
-        self.common = [f"synth.train_conversations={conversations}", f"synth.out_dir={self.dir / 'corpus'}",
-                       f"synth.jobs={args.jobs}", f"data.data_dir={self.dir / 'data'}", f"features.feats_dir={self.dir / 'feats'}",
-                       f"features.jobs={args.jobs}", f"tokenizer.lang_dir={self.dir / 'lang'}", *args.overrides]
+        self.common = [
+            f"synth.train_conversations={conversations}",
+            f"synth.out_dir={self.dir / 'corpus'}",
+            f"synth.jobs={args.jobs}",
+            f"data.data_dir={self.dir / 'data'}",
+            f"features.feats_dir={self.dir / 'feats'}",
+            f"features.jobs={args.jobs}",
+            f"tokenizer.lang_dir={self.dir / 'lang'}",
+            *args.overrides,
+        ]
 
     def command(self, module: str, *extra: str) -> list[str]:
         """A stage's entry point with the size's directories, as the mini recipe runs it."""
@@ -165,8 +178,14 @@ class SizeRun:
         result = {key: min(run[key] for run in runs) for key in runs[0]}
         result |= {f"{key}_runs": [run[key] for run in runs] for key in runs[0]}
         result["disk_mb"] = disk_mb(*(path for pattern in outputs for path in self.dir.glob(pattern)))
-        log.info("%d conversations, %s: %.1f s, peak %.0f MB (largest process %.0f MB)", self.conversations, name,
-                 result["seconds"], result["peak_rss_mb"], result["largest_process_mb"])
+        log.info(
+            "%d conversations, %s: %.1f s, peak %.0f MB (largest process %.0f MB)",
+            self.conversations,
+            name,
+            result["seconds"],
+            result["peak_rss_mb"],
+            result["largest_process_mb"],
+        )
         return result
 
     def remove(self, *patterns: str) -> None:
@@ -180,8 +199,15 @@ class SizeRun:
     def training(self, recipe: str, steps: int) -> list[str]:
         # Batches of a fixed number of padded frames: the steps' activations then take the same
         # memory at every size, and the growth left is the learner's bookkeeping.
-        return [f"features={recipe}", f"train.max_steps={steps}", "train.max_utts=1000", f"train.max_frames={self.args.frames}",
-                "train.threads=1", "train.checkpoint_every_steps=100000", "train.tensorboard=false"]
+        return [
+            f"features={recipe}",
+            f"train.max_steps={steps}",
+            "train.max_utts=1000",
+            f"train.max_frames={self.args.frames}",
+            "train.threads=1",
+            "train.checkpoint_every_steps=100000",
+            "train.tensorboard=false",
+        ]
 
     @staticmethod
     def index(recipe: str) -> str:
@@ -199,13 +225,22 @@ class SizeRun:
         for repeat in range(1, self.args.startups):
             self.remove(self.index(recipe))
             exp = self.dir / f"exp_startup{repeat}"
-            run_measured([sys.executable, "-m", "asr.train", *self.common, f"exp_dir={exp}", *self.training(recipe, 1)],
-                         self.dir, self.dir / f"startup{repeat}.log")
+            run_measured(
+                [sys.executable, "-m", "asr.train", *self.common, f"exp_dir={exp}", *self.training(recipe, 1)],
+                self.dir,
+                self.dir / f"startup{repeat}.log",
+            )
             samples.append(json.loads((exp / "timing" / "learner-0.json").read_text()))
         seconds, peaks = [t["startup_seconds"] for t in samples], [t["startup_peak_rss_mb"] for t in samples]
         datasets = [t["startup_datasets_seconds"] for t in samples]
-        return {"startup_seconds": min(seconds), "startup_peak_rss_mb": max(peaks), "startup_datasets_seconds": min(datasets),
-                "startup_seconds_runs": seconds, "startup_peak_rss_mb_runs": peaks, "startup_datasets_seconds_runs": datasets}
+        return {
+            "startup_seconds": min(seconds),
+            "startup_peak_rss_mb": max(peaks),
+            "startup_datasets_seconds": min(datasets),
+            "startup_seconds_runs": seconds,
+            "startup_peak_rss_mb_runs": peaks,
+            "startup_datasets_seconds_runs": datasets,
+        }
 
     def run(self) -> dict:
         out: dict = {"conversations": self.conversations, "stages": {}}
@@ -214,15 +249,19 @@ class SizeRun:
         stages["prepare"] = self.stage("prepare", self.command("asr.data.prepare"), outputs=("data",))
         hours, utts = training_hours(self.dir / "data" / "train")
         out["hours"], out["utterances"] = hours, utts
-        stages["validate"] = self.stage("validate", [sys.executable, "-m", "asr.data.validate", str(self.dir / "data" / "train")])
+        stages["validate"] = self.stage(
+            "validate", [sys.executable, "-m", "asr.data.validate", str(self.dir / "data" / "train")]
+        )
         for recipe in self.args.recipes:
-            stages[f"features:{recipe}"] = self.stage(f"features_{recipe}", self.command("asr.features", f"features={recipe}"),
-                                                      outputs=(f"feats/{recipe}",))
+            stages[f"features:{recipe}"] = self.stage(
+                f"features_{recipe}", self.command("asr.features", f"features={recipe}"), outputs=(f"feats/{recipe}",)
+            )
         first = self.args.recipes[0]
         stages["tokenizer"] = self.stage("tokenizer", self.command("asr.text", f"features={first}"), outputs=("lang",))
         stages["lm"] = self.stage("lm", self.command("asr.lm", f"features={first}"), fresh=("lang/lm",))
-        stages["train"] = self.stage("train", self.command("asr.train", *self.training(first, self.args.steps)),
-                                     fresh=("exp", self.index(first)))
+        stages["train"] = self.stage(
+            "train", self.command("asr.train", *self.training(first, self.args.steps)), fresh=("exp", self.index(first))
+        )
         stages["train"] |= self.startups(first)
         for entry in stages.values():
             entry["seconds_per_hour"] = entry["seconds"] / hours
@@ -240,12 +279,15 @@ def fit(sizes: list[dict]) -> dict:
         rss = np.array([s["stages"][stage]["peak_rss_mb"] for s in sizes]) * 2**20
         largest = np.array([s["stages"][stage]["largest_process_mb"] for s in sizes]) * 2**20
         per_hour, fixed = np.polyfit(hours, seconds, 1)
-        entry = {"exponent": float(np.polyfit(np.log(hours), np.log(seconds), 1)[0]),
-                 "marginal_exponent": float(np.log(seconds[-1] / seconds[-2]) / np.log(hours[-1] / hours[-2])),
-                 "fixed_seconds": float(fixed), "seconds_per_hour": float(max(per_hour, 0.0)),
-                 "memory_bytes_per_utterance": float(np.polyfit(utts, rss, 1)[0]),
-                 "marginal_memory_bytes_per_utterance": float((rss[-1] - rss[-2]) / (utts[-1] - utts[-2])),
-                 "largest_process_bytes_per_utterance": float(np.polyfit(utts, largest, 1)[0])}
+        entry = {
+            "exponent": float(np.polyfit(np.log(hours), np.log(seconds), 1)[0]),
+            "marginal_exponent": float(np.log(seconds[-1] / seconds[-2]) / np.log(hours[-1] / hours[-2])),
+            "fixed_seconds": float(fixed),
+            "seconds_per_hour": float(max(per_hour, 0.0)),
+            "memory_bytes_per_utterance": float(np.polyfit(utts, rss, 1)[0]),
+            "marginal_memory_bytes_per_utterance": float((rss[-1] - rss[-2]) / (utts[-1] - utts[-2])),
+            "largest_process_bytes_per_utterance": float(np.polyfit(utts, largest, 1)[0]),
+        }
         if stage == "train":
             startup = np.array([s["stages"][stage]["startup_seconds"] for s in sizes])
             entry["startup_microseconds_per_utterance"] = float(np.polyfit(utts, startup, 1)[0] * 1e6)
@@ -292,12 +334,21 @@ def plot(report: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m asr.bench scale", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[40, 120, 360], help="synthetic conversations per size")
-    parser.add_argument("--recipes", nargs="+", default=["logmel40", "logmel40_deltas", "fmllr40", "fmllr40_logmel40_deltas"])
+    parser.add_argument(
+        "--recipes", nargs="+", default=["logmel40", "logmel40_deltas", "fmllr40", "fmllr40_logmel40_deltas"]
+    )
     parser.add_argument("--steps", type=int, default=20, help="training steps per size")
-    parser.add_argument("--frames", type=int, default=6000, help="padded frames per training step (default %(default)s)")
+    parser.add_argument(
+        "--frames", type=int, default=6000, help="padded frames per training step (default %(default)s)"
+    )
     parser.add_argument("--jobs", type=int, default=2, help="processes for the stages that split (synth, features)")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each stage per size (default %(default)s)")
-    parser.add_argument("--startups", type=int, default=3, help="learner start-ups per size, each building the index (default %(default)s)")
+    parser.add_argument(
+        "--startups",
+        type=int,
+        default=3,
+        help="learner start-ups per size, each building the index (default %(default)s)",
+    )
     parser.add_argument("--jobs-target", type=int, default=16, help="cores of the machine the extrapolation is for")
     parser.add_argument("--keep", action="store_true", help="keep the corpora and outputs")
     parser.add_argument("--out", type=Path, default=Path("exp/bench"))
@@ -318,14 +369,24 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     fits = fit(sizes)
-    report = {"benchmark": "scale", "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-              "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-              "seconds": round(time.time() - start, 1), "sizes": sizes, "fits": fits,
-              "extrapolation": extrapolate(sizes, fits, args.jobs, args.jobs_target)}
+    report = {
+        "benchmark": "scale",
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "seconds": round(time.time() - start, 1),
+        "sizes": sizes,
+        "fits": fits,
+        "extrapolation": extrapolate(sizes, fits, args.jobs, args.jobs_target),
+    }
     write_text(args.out / "scale.json", json.dumps(report, indent=1) + "\n")
     plot(report, args.out / "scale.png")
     for stage, entry in fits.items():
-        log.info("%-32s exponent %.2f, memory %+.0f B/utterance (largest process %+.0f)", stage, entry["exponent"],
-                 entry["memory_bytes_per_utterance"], entry["largest_process_bytes_per_utterance"])
+        log.info(
+            "%-32s exponent %.2f, memory %+.0f B/utterance (largest process %+.0f)",
+            stage,
+            entry["exponent"],
+            entry["memory_bytes_per_utterance"],
+            entry["largest_process_bytes_per_utterance"],
+        )
     log.info("wrote %s and %s", args.out / "scale.json", args.out / "scale.png")
     return 0 if all(math.isfinite(e["exponent"]) for e in fits.values()) else 1

@@ -115,13 +115,15 @@ def _read_file(path: str, channel: int, start: float = 0.0, end: float | None = 
         header = read_sphere_header(path) if is_sphere(path) else None
         if header is not None and header.compressed:
             samples, rate = _read_compressed_sphere(path, header)
-            samples = samples[int(round(start * rate)):None if end is None else int(round(end * rate))]
+            samples = samples[int(round(start * rate)) : None if end is None else int(round(end * rate))]
         else:
             rate = sf.info(path).samplerate
             first, last = int(round(start * rate)), None if end is None else int(round(end * rate))
             samples, rate = sf.read(path, start=first, stop=last, dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError) as err:
-        raise InputError(f"{path}: cannot read audio ({err}); the file is damaged or in a format libsndfile does not know") from None
+        raise InputError(
+            f"{path}: cannot read audio ({err}); the file is damaged or in a format libsndfile does not know"
+        ) from None
     if channel >= samples.shape[1]:
         raise InputError(f"{path}: channel {channel + 1} requested but the file has {samples.shape[1]}")
     return np.ascontiguousarray(samples[:, channel]), rate
@@ -179,7 +181,10 @@ def read_segment(wav_scp_value: str, start: float, end: float, name: str = "") -
         raise InputError(f"segment {name}: bad times {start:.2f}-{end:.2f}")
     duration = recording_duration(wav_scp_value)
     if end > duration + SEGMENT_END_TOLERANCE_S:
-        raise InputError(f"segment {name}: ends at {end:.2f}s but the recording lasts {duration:.2f}s; fix or drop it (python -m asr.data.fix)")
+        raise InputError(
+            f"segment {name}: ends at {end:.2f}s but the recording lasts {duration:.2f}s; "
+            "fix or drop it (python -m asr.data.fix)"
+        )
     return _read_file(source.path, source.channel, start, end)
 
 
@@ -190,8 +195,11 @@ def cut_segment(samples: np.ndarray, rate: int, start: float, end: float, name: 
     if start < 0 or end <= start:
         raise InputError(f"segment {name}: bad times {start:.2f}-{end:.2f}")
     if last > len(samples) + int(SEGMENT_END_TOLERANCE_S * rate):
-        raise InputError(f"segment {name}: ends at {end:.2f}s but the recording lasts {duration:.2f}s; fix or drop it (python -m asr.data.fix)")
-    return samples[first:min(last, len(samples))]
+        raise InputError(
+            f"segment {name}: ends at {end:.2f}s but the recording lasts {duration:.2f}s; "
+            "fix or drop it (python -m asr.data.fix)"
+        )
+    return samples[first : min(last, len(samples))]
 
 
 class RecordingCache:

@@ -109,12 +109,19 @@ def check_table(path: str | os.PathLike, command_of: Callable[[str], str | None]
         return 0
     lineno, key, command = found[0]
     if not _allowed:
-        raise CommandNotRun(f"{path}:{lineno}: entry {key} is a command ({command!r}), not run "
-                            f"({len(found)} such entries): {RUN_HINT}")
+        raise CommandNotRun(
+            f"{path}:{lineno}: entry {key} is a command ({command!r}), not run ({len(found)} such entries): {RUN_HINT}"
+        )
     if str(path) not in _reported:
         _reported.add(str(path))
-        log.warning("%s: %d entries are commands, run by /bin/sh as Kaldi does (a data dir is trusted code; "
-                    "data.run_commands=false refuses them), e.g. line %d: %s", path, len(found), lineno, command)
+        log.warning(
+            "%s: %d entries are commands, run by /bin/sh as Kaldi does (a data dir is trusted code; "
+            "data.run_commands=false refuses them), e.g. line %d: %s",
+            path,
+            len(found),
+            lineno,
+            command,
+        )
     return len(found)
 
 

@@ -45,9 +45,13 @@ class DataConfig:
     run_commands: bool = True
 
     CHECKS: ClassVar[dict[str, Check]] = {
-        "expected_fisher_files": NON_NEGATIVE, "missing_transcript": one_of("skip", "error"),
-        "max_duplicates": NON_NEGATIVE, "dev_utts": NON_NEGATIVE, "expected_sph_files": NON_NEGATIVE,
-        "prepare_sets": subset_of("train", "dev", "eval"), "max_unreadable": FRACTION,
+        "expected_fisher_files": NON_NEGATIVE,
+        "missing_transcript": one_of("skip", "error"),
+        "max_duplicates": NON_NEGATIVE,
+        "dev_utts": NON_NEGATIVE,
+        "expected_sph_files": NON_NEGATIVE,
+        "prepare_sets": subset_of("train", "dev", "eval"),
+        "max_unreadable": FRACTION,
     }
 
 
@@ -72,8 +76,13 @@ class SynthConfig:
     force: bool = False  # rebuild even if out_dir holds a corpus made with this config
 
     CHECKS: ClassVar[dict[str, Check]] = {
-        "jobs": AT_LEAST_ONE, "train_conversations": AT_LEAST_ONE, "train_speakers": AT_LEAST_ONE,
-        "conversation_minutes": POSITIVE, "eval_swb_conversations": NON_NEGATIVE, "eval_callhome_conversations": NON_NEGATIVE,
-        "eval_conversation_minutes": POSITIVE, "fisher_conversations": NON_NEGATIVE,
+        "jobs": AT_LEAST_ONE,
+        "train_conversations": AT_LEAST_ONE,
+        "train_speakers": AT_LEAST_ONE,
+        "conversation_minutes": POSITIVE,
+        "eval_swb_conversations": NON_NEGATIVE,
+        "eval_callhome_conversations": NON_NEGATIVE,
+        "eval_conversation_minutes": POSITIVE,
+        "fisher_conversations": NON_NEGATIVE,
         "quirks": subset_of("asides", "missing_side", "past_end", "shorten", "stm_typos", "unsorted"),
     }

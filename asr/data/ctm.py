@@ -43,7 +43,9 @@ def parse_ctm(text: str, source: str = "ctm") -> list[CtmWord]:
             confidence = float(fields[5]) if len(fields) == 6 else None
             words.append(CtmWord(fields[0], fields[1], float(fields[2]), float(fields[3]), fields[4], confidence))
         except ValueError:
-            raise InputError(f"{source}:{lineno}: expected `file channel start duration word [confidence]`, got {line.strip()!r}") from None
+            raise InputError(
+                f"{source}:{lineno}: expected `file channel start duration word [confidence]`, got {line.strip()!r}"
+            ) from None
     return words
 
 
@@ -55,7 +57,9 @@ def read_ctm(path: str | os.PathLike, allow_empty: bool = False) -> list[CtmWord
         raise InputError(f"{path}: hypothesis CTM not found; run the decode stage for this set")
     words = parse_ctm(path.read_text(encoding="utf-8"), str(path))
     if not words and not allow_empty:
-        raise InputError(f"{path}: the hypothesis CTM has no words; re-run the decode stage (scoring it would report 100% deletions)")
+        raise InputError(
+            f"{path}: the hypothesis CTM has no words; re-run the decode stage (scoring it would report 100% deletions)"
+        )
     return words
 
 

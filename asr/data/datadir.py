@@ -185,8 +185,10 @@ def sorted_table(path: str | os.PathLike) -> Iterator[tuple[int, str, str]]:
     previous = ""
     for lineno, key, value in iter_table(path):
         if key <= previous:
-            raise InputError(f"{path}:{lineno}: key {key!r} out of order (or repeated); Kaldi tables are sorted by key "
-                             "in the C locale: run python -m asr.data.fix on the data dir, or re-run the features stage")
+            raise InputError(
+                f"{path}:{lineno}: key {key!r} out of order (or repeated); Kaldi tables are sorted by key "
+                "in the C locale: run python -m asr.data.fix on the data dir, or re-run the features stage"
+            )
         previous = key
         yield lineno, key, value
 
@@ -263,8 +265,10 @@ def read_data_dir(path: str | os.PathLike, tables: Collection[str] | None = None
     """Load a Kaldi data dir. Required: utt2spk. `tables`: the other files to read (default all),
     so a stage that needs a few does not hold the others (text is the largest) per utterance."""
     path = Path(path)
+
     def wanted(name: str) -> bool:
         return (path / name).is_file() and (tables is None or name in tables)
+
     if not path.is_dir():
         raise InputError(f"{path}: data directory not found; run the prepare stage first")
     for required in ("utt2spk",):
@@ -280,7 +284,8 @@ def read_data_dir(path: str | os.PathLike, tables: Collection[str] | None = None
         d.segments = _parse_segments(path / "segments")
     if wanted("reco2file_and_channel"):
         d.reco2file_and_channel = {
-            k: tuple(v.split()[:2]) for k, v in read_table(path / "reco2file_and_channel").items()  # type: ignore[misc]
+            k: tuple(v.split()[:2])
+            for k, v in read_table(path / "reco2file_and_channel").items()  # type: ignore[misc]
         }
     if wanted("utt2dur"):
         d.utt2dur = _read_durations(path / "utt2dur")
@@ -356,8 +361,10 @@ class _TableLines:
     def add(self, u: Utterance) -> None:
         key = c_sort_key(u.utt)
         if key <= self.last:
-            raise InputError(f"{self.path}: utterance {u.utt} comes after {self.last.decode()}; "
-                             "the utterances must come in sorted order, each once")
+            raise InputError(
+                f"{self.path}: utterance {u.utt} comes after {self.last.decode()}; "
+                "the utterances must come in sorted order, each once"
+            )
         if u.speaker != self.speaker:
             self._end_speaker(u.speaker)
         self.last = key
@@ -372,8 +379,10 @@ class _TableLines:
         if self.speaker_utts:
             self.files["spk2utt"].write(f"{self.speaker} {' '.join(self.speaker_utts)}\n")
         if next_speaker and c_sort_key(next_speaker) < c_sort_key(self.speaker):
-            raise InputError(f"{self.path}: speaker {next_speaker} comes after {self.speaker}; the speakers must come "
-                             "in sorted order, the utterances of each together")
+            raise InputError(
+                f"{self.path}: speaker {next_speaker} comes after {self.speaker}; the speakers must come "
+                "in sorted order, the utterances of each together"
+            )
         self.speaker, self.speaker_utts = next_speaker, []
 
     def close(self) -> None:
@@ -394,6 +403,7 @@ def write_streamed(d: StreamedDataDir, path: Path) -> Tally:
             lines.add(u)
     finally:
         lines.close()
+
     def used(table: dict) -> dict:
         return {r: v for r, v in table.items() if r in lines.recordings}
 

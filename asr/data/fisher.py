@@ -84,7 +84,9 @@ def _calls(paths: Iterable[Path], suffix: str) -> dict[str, Path]:
 
 
 def find_fisher_transcripts(folders: dict[str, Path]) -> dict[str, Path]:
-    return _calls((p for name in TRANSCRIPT_DIRS if name in folders for p in (folders[name] / "data").rglob("*")), "txt")
+    return _calls(
+        (p for name in TRANSCRIPT_DIRS if name in folders for p in (folders[name] / "data").rglob("*")), "txt"
+    )
 
 
 def find_fisher_audio(folders: dict[str, Path]) -> dict[str, Path]:
@@ -106,10 +108,18 @@ def missing_fisher_inputs(fisher_dirs: list[str]) -> list[str]:
 def _warn_incomplete(folders: dict[str, Path], transcripts: int, audio: int, expected: int) -> None:
     absent = [name for name in TRANSCRIPT_DIRS + AUDIO_DIRS if name not in folders]
     if absent:
-        log.warning("fisher: %d of the release's 16 folders not found (Kaldi stops here): %s", len(absent), ", ".join(absent))
+        log.warning(
+            "fisher: %d of the release's 16 folders not found (Kaldi stops here): %s", len(absent), ", ".join(absent)
+        )
     for what, count in (("transcript", transcripts), ("audio", audio)):
         if count < expected:
-            log.warning("fisher: found %d %s files, %d fewer than the %d expected; a partial copy?", count, what, expected - count, expected)
+            log.warning(
+                "fisher: found %d %s files, %d fewer than the %d expected; a partial copy?",
+                count,
+                what,
+                expected - count,
+                expected,
+            )
 
 
 def read_fisher_transcript(path: Path, skipped: Counter) -> list[FisherLine]:
@@ -118,7 +128,9 @@ def read_fisher_transcript(path: Path, skipped: Counter) -> list[FisherLine]:
     text = read_text(path).splitlines()
     first = text[0].strip() if text else ""
     if not re.fullmatch(rf"#\s*{re.escape(call)}\.sph", first, re.IGNORECASE):
-        raise InputError(f"{path}:1: expected '# {call}.sph' (the conversation this transcript belongs to), got {first!r}")
+        raise InputError(
+            f"{path}:1: expected '# {call}.sph' (the conversation this transcript belongs to), got {first!r}"
+        )
     lines = []
     for lineno, line in enumerate(text[1:], 2):
         if not line.strip() or line.lstrip().startswith("#"):
@@ -176,7 +188,9 @@ def _recordings(sides: Iterable[str], audio: dict[str, Path]) -> DataDir:
 
 
 def fisher_corpus(
-    fisher_dirs: list[str], expected_files: int = RELEASE_FILES, missing_transcript: str = "skip",
+    fisher_dirs: list[str],
+    expected_files: int = RELEASE_FILES,
+    missing_transcript: str = "skip",
     max_unreadable: float = 1.0,
 ) -> StreamedDataDir:
     """The Fisher training data dir (both parts, whatever of them is found); what is left out
@@ -187,14 +201,18 @@ def fisher_corpus(
     folders = find_fisher_folders(fisher_dirs)
     transcripts, audio = find_fisher_transcripts(folders), find_fisher_audio(folders)
     _warn_incomplete(folders, len(transcripts), len(audio), expected_files)
-    expected = lambda side: f"a line '<start> <end> {side[-1]}: <words>' in {transcripts.get(side[:-2], side[:-2] + '.txt')}"
+
+    def expected(side: str) -> str:
+        return f"a line '<start> <end> {side[-1]}: <words>' in {transcripts.get(side[:-2], side[:-2] + '.txt')}"
+
     paired = sorted(pair_sides(_transcribed_sides(transcripts), audio, missing_transcript, expected, "fisher"))
     recordings = _recordings(paired, audio)
     return StreamedDataDir(recordings, lambda: _utterances(transcripts, paired, recordings, max_unreadable))
 
 
-def _utterances(transcripts: dict[str, Path], sides: list[str], recordings: DataDir,
-                max_unreadable: float) -> Iterator[Utterance]:
+def _utterances(
+    transcripts: dict[str, Path], sides: list[str], recordings: DataDir, max_unreadable: float
+) -> Iterator[Utterance]:
     dropped, silent, kept = Counter(), [], Counter()
     fit = AudioFit(recordings.wav_scp, max_unreadable=max_unreadable)
     for call, call_sides in groupby(sides, key=lambda side: side.rsplit("-", 1)[0]):
@@ -215,7 +233,9 @@ def _utterances(transcripts: dict[str, Path], sides: list[str], recordings: Data
 
 
 def prepare_fisher(
-    fisher_dirs: list[str], expected_files: int = RELEASE_FILES, missing_transcript: str = "skip",
+    fisher_dirs: list[str],
+    expected_files: int = RELEASE_FILES,
+    missing_transcript: str = "skip",
     max_unreadable: float = 1.0,
 ) -> DataDir:
     """`fisher_corpus` in memory."""

@@ -69,9 +69,11 @@ class FixReport:
     remaining: list[Problem] = field(default_factory=list)  # what the fixer cannot repair
 
     def summary(self) -> str:
-        lines = [f"{self.path}: kept {self.utts_after} of {self.utts_before} utterances, "
-                 f"{self.recordings_after} of {self.recordings_before} recordings, "
-                 f"{self.speakers_after} of {self.speakers_before} speakers"]
+        lines = [
+            f"{self.path}: kept {self.utts_after} of {self.utts_before} utterances, "
+            f"{self.recordings_after} of {self.recordings_before} recordings, "
+            f"{self.speakers_after} of {self.speakers_before} speakers"
+        ]
         lines += [f"  dropped {n} utterances: {reason}" for reason, n in sorted(self.dropped.items())]
         lines += [f"  {repair}" for repair in self.repairs]
         lines += [f"  still wrong: {problem}" for problem in self.remaining]
@@ -100,8 +102,13 @@ class AudioFit:
     `probes` are given.
     """
 
-    def __init__(self, wav_scp: dict[str, str], probes: dict[str, RecordingProbe] | None = None,
-                 max_overshoot: float = MAX_OVERSHOOT_S, max_unreadable: float = 1.0):
+    def __init__(
+        self,
+        wav_scp: dict[str, str],
+        probes: dict[str, RecordingProbe] | None = None,
+        max_overshoot: float = MAX_OVERSHOOT_S,
+        max_unreadable: float = 1.0,
+    ):
         self.wav_scp, self.probes = wav_scp, probes if probes is not None else {}
         self.max_overshoot, self.max_unreadable = max_overshoot, max_unreadable
         self.dropped: Counter = Counter()
@@ -144,12 +151,15 @@ class AudioFit:
         for reason, count in sorted(self.dropped.items()):
             log.info("dropped %d utterances: %s", count, reason)
         if self.clipped:
-            log.info("clipped the end of %d segments to their audio (by at most %.1fs)",
-                     self.clipped, self.max_overshoot)
+            log.info(
+                "clipped the end of %d segments to their audio (by at most %.1fs)", self.clipped, self.max_overshoot
+            )
 
 
 def fit_segments_to_audio(
-    d: DataDir, probes: dict[str, RecordingProbe] | None = None, max_overshoot: float = MAX_OVERSHOOT_S,
+    d: DataDir,
+    probes: dict[str, RecordingProbe] | None = None,
+    max_overshoot: float = MAX_OVERSHOOT_S,
     max_unreadable: float = 1.0,
 ) -> tuple[DataDir, Counter, list[str]]:
     """Drop utterances whose recording is unreadable or whose segment lies past its audio.
@@ -185,7 +195,8 @@ def _check_unreadable_share(unreadable: list[str], probes: dict[str, RecordingPr
     raise InputError(
         f"{len(unreadable)} of {len(probes)} recordings are unreadable ({len(unreadable) / len(probes):.0%}, more than "
         f"data.max_unreadable={max_share:g}), the first {first}: {probes[first].problem}; fix the corpus copy, "
-        "or raise data.max_unreadable to go on without them")
+        "or raise data.max_unreadable to go on without them"
+    )
 
 
 # --- reading a damaged data dir leniently ---
@@ -219,7 +230,9 @@ class _LenientDir:
             self.repairs.append(f"{name}: removed {duplicates} repeated keys (kept the first line of each)")
         format_problems = [p for p in problems if p.line is not None]
         if format_problems:
-            self.repairs.append(f"{name}: rewrote {len(format_problems)} badly formatted lines (blank, CR, no final newline)")
+            self.repairs.append(
+                f"{name}: rewrote {len(format_problems)} badly formatted lines (blank, CR, no final newline)"
+            )
 
 
 def _parse_segment(utt: str, value: str) -> Segment | None:
@@ -402,8 +415,10 @@ def fix_data_dir(path: str | os.PathLike, check_audio: bool = True, run_commands
             report.repairs.append(f"segments: clipped the end of {len(clipped)} segments to the audio")
         not_run = sorted(r for r, p in probes.items() if p.not_run and r in d.wav_scp)
         if not_run:
-            report.repairs.append(f"wav.scp: {len(not_run)} entries are commands, not run, so their utterances are kept "
-                                  f"unchecked (--run-commands runs them; a data dir is trusted code): {', '.join(not_run[:5])}")
+            report.repairs.append(
+                f"wav.scp: {len(not_run)} entries are commands, not run, so their utterances are kept "
+                f"unchecked (--run-commands runs them; a data dir is trusted code): {', '.join(not_run[:5])}"
+            )
     if not d.utt2spk:
         raise InputError(f"{path}: no utterances would remain ({report.summary()}); not rewriting it")
     _complete_reco2file_and_channel(d, report)
@@ -420,9 +435,14 @@ def fix_data_dir(path: str | os.PathLike, check_audio: bool = True, run_commands
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m asr.data.fix", description=__doc__.split("\n\n")[0])
     parser.add_argument("data_dirs", nargs="+", help="Kaldi data directories to repair in place")
-    parser.add_argument("--no-audio", action="store_true", help="do not read audio headers (keeps segments past the audio)")
-    parser.add_argument("--run-commands", action="store_true",
-                        help="run wav.scp entries that are commands (`cmd |`) to check their audio; a data dir is trusted code")
+    parser.add_argument(
+        "--no-audio", action="store_true", help="do not read audio headers (keeps segments past the audio)"
+    )
+    parser.add_argument(
+        "--run-commands",
+        action="store_true",
+        help="run wav.scp entries that are commands (`cmd |`) to check their audio; a data dir is trusted code",
+    )
     args = parser.parse_args(argv)
     status = 0
     for data_dir in args.data_dirs:

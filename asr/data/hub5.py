@@ -87,7 +87,9 @@ def missing_eval2000_inputs(
     if eval2000_dir is not None:
         speech = speech_dir(eval2000_dir)
         if not find_eval2000_sph(eval2000_dir):
-            missing.append(f"{speech / 'english'}/*.sph: no Hub5-2000 audio (LDC2002S09 hub5e_00/english/sw_4NNN.sph, en_4NNN.sph)")
+            missing.append(
+                f"{speech / 'english'}/*.sph: no Hub5-2000 audio (LDC2002S09 hub5e_00/english/sw_4NNN.sph, en_4NNN.sph)"
+            )
         if not (speech / PEM).is_file():
             missing.append(f"{speech / PEM}: segment file not found")
     if eval2000_text_dir is None:
@@ -109,8 +111,14 @@ def timed_line(segment: StmSegment) -> TimedLine:
     if segment.channel not in ("A", "B"):
         raise InputError(f"{segment.where}: channel {segment.channel!r}; Hub5 sides are A and B")
     conv, side = segment.file.lower(), segment.channel
-    return TimedLine(hub5_utt_id(conv, side, segment.start, segment.end), f"{conv}-{side}", segment.start, segment.end,
-                     segment.text, segment.where)
+    return TimedLine(
+        hub5_utt_id(conv, side, segment.start, segment.end),
+        f"{conv}-{side}",
+        segment.start,
+        segment.end,
+        segment.text,
+        segment.where,
+    )
 
 
 def read_pem(path: Path) -> list[TimedLine]:
@@ -207,8 +215,9 @@ def _assemble(texts: dict[str, str], segments: dict[str, Segment], sph: dict[str
     return d
 
 
-def prepare_eval2000(eval2000_dir: str | os.PathLike, eval2000_text_dir: str | os.PathLike,
-                     max_unreadable: float = 1.0) -> DataDir:
+def prepare_eval2000(
+    eval2000_dir: str | os.PathLike, eval2000_text_dir: str | os.PathLike, max_unreadable: float = 1.0
+) -> DataDir:
     """The Hub5-2000 evaluation data dir (SWB `sw_` and CallHome `en_` parts together), with the
     fixed stm and the GLM for scoring. What is left out is counted and logged."""
     missing = missing_eval2000_inputs(eval2000_dir, eval2000_text_dir)

@@ -53,12 +53,17 @@ def pair_sides(
         log.warning("%s: skipped %d transcript sides with no audio file: %s", corpus, len(no_audio), names(no_audio))
     no_transcript = audio_sides - transcribed
     if no_transcript and policy == "error":
-        shown = "\n  ".join(f"{side}: expected {expected_transcript(side)}" for side in sorted(no_transcript, key=c_sort_key)[:MAX_NAMES])
+        shown = "\n  ".join(
+            f"{side}: expected {expected_transcript(side)}"
+            for side in sorted(no_transcript, key=c_sort_key)[:MAX_NAMES]
+        )
         more = f"\n  (and {len(no_transcript) - MAX_NAMES} more)" if len(no_transcript) > MAX_NAMES else ""
         raise InputError(
             f"{corpus}: {len(no_transcript)} conversation sides have audio but no transcript:\n  {shown}{more}\n"
             "restore the transcripts, or pass data.missing_transcript=skip to prepare without these sides"
         )
     if no_transcript:
-        log.warning("%s: skipped %d audio sides with no transcript: %s", corpus, len(no_transcript), names(no_transcript))
+        log.warning(
+            "%s: skipped %d audio sides with no transcript: %s", corpus, len(no_transcript), names(no_transcript)
+        )
     return transcribed & audio_sides

@@ -30,8 +30,12 @@ from asr.utils.errors import InputError
 log = logging.getLogger("asr.data.perturb")
 
 MIN_SEGMENT_S = 0.01  # perturb_data_dir_speed.sh keeps a segment only if end > start + 0.01
-_SOX_AFTER_PIPE = re.compile(r"^(?P<inner>.*\|)\s*sox\s+-t\s+wav\s+-\s+-t\s+wav\s+-\s+speed\s+(?P<factor>[0-9.]+)\s*\|?\s*$")
-_SOX_ON_FILE = re.compile(r"^sox\s+(?:-t\s+wav\s+)?(?P<inner>\S+)\s+-t\s+wav\s+-\s+speed\s+(?P<factor>[0-9.]+)\s*\|?\s*$")
+_SOX_AFTER_PIPE = re.compile(
+    r"^(?P<inner>.*\|)\s*sox\s+-t\s+wav\s+-\s+-t\s+wav\s+-\s+speed\s+(?P<factor>[0-9.]+)\s*\|?\s*$"
+)
+_SOX_ON_FILE = re.compile(
+    r"^sox\s+(?:-t\s+wav\s+)?(?P<inner>\S+)\s+-t\s+wav\s+-\s+speed\s+(?P<factor>[0-9.]+)\s*\|?\s*$"
+)
 
 
 # ---------------------------------------------------------------------- audio
@@ -96,7 +100,7 @@ def perturb_data_dir(data: DataDir, factor: float) -> tuple[DataDir, dict[str, s
     recordings = {s.recording for s in data.segments.values()} if data.segments else set(data.utt2spk)
     out.wav_scp = {prefix + r: _perturbed_wav(v, label) for r, v in data.wav_scp.items() if r in recordings}
     out.reco2file_and_channel = {prefix + r: v for r, v in data.reco2file_and_channel.items() if r in recordings}
-    utt2uniq = {new: new[len(prefix):] for new in out.utt2spk}
+    utt2uniq = {new: new[len(prefix) :] for new in out.utt2spk}
     return out, utt2uniq
 
 
@@ -133,7 +137,9 @@ def speed_perturb(src: str | Path, factors: list[float], out: str | Path | None 
     combined = combine(parts)
     write_data_dir(combined, out)
     write_table(out / "utt2uniq", utt2uniq)
-    log.info("%s: %d utterances at speeds %s -> %s", src, len(combined.utt2spk), " ".join(map(factor_label, factors)), out)
+    log.info(
+        "%s: %d utterances at speeds %s -> %s", src, len(combined.utt2spk), " ".join(map(factor_label, factors)), out
+    )
     return out
 
 

@@ -67,13 +67,13 @@ class BitReader:
         if self.pos + n > len(self.bits):
             raise EOFError
         value = 0
-        for b in self.bits[self.pos:self.pos + n]:
+        for b in self.bits[self.pos : self.pos + n]:
             value = (value << 1) | int(b)
         self.pos += n
         return value
 
     def unsigned_rice(self, k: int) -> int:
-        ones = np.flatnonzero(self.bits[self.pos:self.pos + MAX_UNARY_BITS])
+        ones = np.flatnonzero(self.bits[self.pos : self.pos + MAX_UNARY_BITS])
         if not len(ones):
             raise EOFError
         zeros = int(ones[0])
@@ -89,7 +89,9 @@ class BitReader:
 
 def read_stream_header(data: bytes, where: str) -> ShortenHeader:
     if data[:4] != MAGIC:
-        raise InputError(f"{where}: the SPHERE header says shorten but the data does not start with 'ajkg'; the file is damaged")
+        raise InputError(
+            f"{where}: the SPHERE header says shorten but the data does not start with 'ajkg'; the file is damaged"
+        )
     reader = BitReader(data, 40)
     version = data[4]
     try:
@@ -117,9 +119,15 @@ def _rice_bits(value: int, k: int) -> list[int]:
 def riff_header(channels: int, rate: int, bits: int) -> bytes:
     """The canonical 44-byte WAV header FFmpeg's shorten decoder reads its rate from."""
     block_align = channels * bits // 8
-    return (b"RIFF" + struct.pack("<I", 36) + b"WAVE" + b"fmt " +
-            struct.pack("<IHHIIHH", 16, 1, channels, rate, rate * block_align, block_align, bits) +
-            b"data" + struct.pack("<I", 0))
+    return (
+        b"RIFF"
+        + struct.pack("<I", 36)
+        + b"WAVE"
+        + b"fmt "
+        + struct.pack("<IHHIIHH", 16, 1, channels, rate, rate * block_align, block_align, bits)
+        + b"data"
+        + struct.pack("<I", 0)
+    )
 
 
 def with_verbatim_header(data: bytes, header: ShortenHeader, rate: int) -> bytes:
@@ -128,7 +136,7 @@ def with_verbatim_header(data: bytes, header: ShortenHeader, rate: int) -> bytes
     verbatim = _rice_bits(FN_VERBATIM, FN_SIZE) + _rice_bits(44, VERBATIM_CHUNK_SIZE)
     for byte in riff_header(header.channels, rate, DECODABLE_TYPES[header.file_type]):
         verbatim += _rice_bits(byte, VERBATIM_BYTE_SIZE)
-    spliced = np.concatenate([bits[:header.end_bit], np.array(verbatim, dtype=np.uint8), bits[header.end_bit:]])
+    spliced = np.concatenate([bits[: header.end_bit], np.array(verbatim, dtype=np.uint8), bits[header.end_bit :]])
     return np.packbits(spliced).tobytes()
 
 
@@ -140,7 +148,10 @@ def decode_shorten(path: str | Path, header_bytes: int, sample_rate: int, sample
     data = Path(path).read_bytes()[header_bytes:]
     header = read_stream_header(data, where)
     if header.file_type not in DECODABLE_TYPES:
-        raise InputError(f"{where}: shorten sample type {header.file_type} (u-law or other) cannot be decoded by FFmpeg; {CONVERT_HINT}")
+        raise InputError(
+            f"{where}: shorten sample type {header.file_type} (u-law or other) "
+            f"cannot be decoded by FFmpeg; {CONVERT_HINT}"
+        )
     stream = with_verbatim_header(data, header, sample_rate)
     planes = []
     try:
@@ -153,7 +164,9 @@ def decode_shorten(path: str | Path, header_bytes: int, sample_rate: int, sample
         raise InputError(f"{where}: the shorten stream holds no samples; {CONVERT_HINT}")
     samples = np.concatenate(planes, axis=1).T  # FFmpeg gives planar (channels x frames)
     if len(samples) < sample_count:
-        raise InputError(f"{where}: decoded {len(samples)} samples but the header promises {sample_count}; the file is truncated")
+        raise InputError(
+            f"{where}: decoded {len(samples)} samples but the header promises {sample_count}; the file is truncated"
+        )
     scale = 128.0 if header.file_type == TYPE_U8 else 32768.0
     offset = 128.0 if header.file_type == TYPE_U8 else 0.0
     return ((samples[:sample_count].astype(np.float32) - offset) / scale).astype(np.float32)

@@ -91,12 +91,18 @@ def read_sphere_header(path: str | os.PathLike) -> SphereHeader:
 
 def _check_header_values(path: Path, header: SphereHeader) -> None:
     """Numbers that parse but cannot be right (a rate of 0 would divide by zero later)."""
-    for name, value, smallest in (("header size", header.header_bytes, len(MAGIC) + 1), ("sample_count", header.sample_count, 0),
-                                  ("sample_rate", header.sample_rate, 1), ("channel_count", header.channel_count, 1),
-                                  ("sample_n_bytes", header.sample_n_bytes, 1)):
+    for name, value, smallest in (
+        ("header size", header.header_bytes, len(MAGIC) + 1),
+        ("sample_count", header.sample_count, 0),
+        ("sample_rate", header.sample_rate, 1),
+        ("channel_count", header.channel_count, 1),
+        ("sample_n_bytes", header.sample_n_bytes, 1),
+    ):
         if value < smallest:
-            raise InputError(f"{path}: damaged SPHERE header: {name} {value} (must be at least {smallest}); "
-                             "copy the file again from the corpus")
+            raise InputError(
+                f"{path}: damaged SPHERE header: {name} {value} (must be at least {smallest}); "
+                "copy the file again from the corpus"
+            )
 
 
 def sphere_size_problem(path: str | os.PathLike, header: SphereHeader) -> str | None:

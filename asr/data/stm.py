@@ -62,7 +62,9 @@ def parse_stm(text: str, source: str = "stm") -> list[StmSegment]:
                 raise ValueError
             start, end = float(fields[3]), float(fields[4])
         except ValueError:
-            raise InputError(f"{where}: expected `file channel speaker start end [<label>] words`, got {line.strip()!r}") from None
+            raise InputError(
+                f"{where}: expected `file channel speaker start end [<label>] words`, got {line.strip()!r}"
+            ) from None
         rest = fields[5:]
         label = rest.pop(0) if rest and is_label(rest[0]) else ""
         segments.append(StmSegment(fields[0], fields[1], fields[2], start, end, label, " ".join(rest), where))

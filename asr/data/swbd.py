@@ -90,13 +90,17 @@ def missing_swbd_inputs(swbd_dir: str | os.PathLike | None, ms98_dir: str | os.P
         if not Path(swbd_dir).is_dir():
             missing.append(f"{swbd_dir}: Switchboard-1 audio directory (LDC97S62) not found")
         elif not find_sph_files(swbd_dir):
-            missing.append(f"{Path(swbd_dir) / 'swb1_d1/data/sw0NNNN.sph'}: no SPHERE files sw0NNNN.sph below {swbd_dir}")
+            missing.append(
+                f"{Path(swbd_dir) / 'swb1_d1/data/sw0NNNN.sph'}: no SPHERE files sw0NNNN.sph below {swbd_dir}"
+            )
     if ms98_dir is None:
         return missing
     if not Path(ms98_dir).is_dir():
         missing.append(f"{ms98_dir}: MS98 transcript directory (swb_ms98_transcriptions) not found")
     elif not find_ms98_transcripts(ms98_dir):
-        missing.append(f"{Path(ms98_dir) / 'NN/NNNN/swNNNNA-ms98-a-trans.text'}: no MS98 *-trans.text files in {ms98_dir}")
+        missing.append(
+            f"{Path(ms98_dir) / 'NN/NNNN/swNNNNA-ms98-a-trans.text'}: no MS98 *-trans.text files in {ms98_dir}"
+        )
     return missing
 
 
@@ -104,7 +108,9 @@ def ms98_side(label: str, where: str) -> str:
     """`sw2001A-ms98-a-0002` -> `sw02001-A` (Kaldi inserts the 0 of the audio file names)."""
     match = MS98_LABEL.match(label)
     if not match:
-        raise InputError(f"{where}: label {label!r} is not of the form swNNNNA-ms98-a-NNNN; is this an MS98 -trans.text file?")
+        raise InputError(
+            f"{where}: label {label!r} is not of the form swNNNNA-ms98-a-NNNN; is this an MS98 -trans.text file?"
+        )
     return f"sw0{match.group(1)}-{match.group(2).upper()}"
 
 
@@ -138,13 +144,19 @@ def _report_disorder(path: Path, lines: list[TranscriptLine]) -> None:
     keys = [(line.side, centiseconds(line.start), centiseconds(line.end)) for line in lines]
     out_of_order = sum(1 for a, b in zip(keys, keys[1:]) if b < a)
     if out_of_order:
-        log.warning("%s: %d lines come before the line above them (Kaldi's sort -c would stop here); "
-                    "the utterances are sorted by id anyway", path, out_of_order)
+        log.warning(
+            "%s: %d lines come before the line above them (Kaldi's sort -c would stop here); "
+            "the utterances are sorted by id anyway",
+            path,
+            out_of_order,
+        )
 
 
 def _warn_missing_sph(found: int, expected: int) -> None:
     if found < expected:
-        log.warning("found %d SPHERE files, %d fewer than the %d expected; a partial copy?", found, expected - found, expected)
+        log.warning(
+            "found %d SPHERE files, %d fewer than the %d expected; a partial copy?", found, expected - found, expected
+        )
     elif found > expected:
         log.info("found %d SPHERE files (more than the %d expected)", found, expected)
 
@@ -221,8 +233,9 @@ def swbd_corpus(
     return StreamedDataDir(recordings, lambda: _utterances(files, paired, recordings, max_unreadable))
 
 
-def _utterances(files: dict[str, list[Path]], sides: list[str], recordings: DataDir,
-                max_unreadable: float) -> Iterator[Utterance]:
+def _utterances(
+    files: dict[str, list[Path]], sides: list[str], recordings: DataDir, max_unreadable: float
+) -> Iterator[Utterance]:
     dropped, silent, kept = Counter(), [], Counter()
     fit = AudioFit(recordings.wav_scp, max_unreadable=max_unreadable)
     for side in sides:

@@ -39,7 +39,9 @@ from asr.utils.errors import InputError
 # Tables keyed by utterance that, when present, must cover exactly the utterances of utt2spk.
 UTT_TABLES = ("text", "segments", "utt2dur", "feats.scp", "utt2num_frames", "utt2uniq", "utt2lang", "vad.scp")
 SPK_TABLES = ("spk2gender",)
-ALL_TABLES = ("utt2spk", "spk2utt", "wav.scp", "reco2file_and_channel", "cmvn.scp", "reco2dur") + UTT_TABLES + SPK_TABLES
+ALL_TABLES = (
+    ("utt2spk", "spk2utt", "wav.scp", "reco2file_and_channel", "cmvn.scp", "reco2dur") + UTT_TABLES + SPK_TABLES
+)
 # Kaldi's validate_data_dir.sh refuses these in text: they are the LM's sentence markers.
 ILLEGAL_TEXT_SYMBOLS = ("<s>", "</s>", "#0")
 MAX_EXAMPLES = 5  # per check and file; the rest is summarised in one line
@@ -87,7 +89,9 @@ class _Capped:
 def _capped(problems: list[Problem], what: str, total: int | None = None) -> list[Problem]:
     """At most MAX_EXAMPLES problems of one kind (of `total`), plus a line saying how many were left out."""
     rest = (len(problems) if total is None else total) - MAX_EXAMPLES
-    return problems[:MAX_EXAMPLES] + ([Problem(problems[0].file, None, f"... and {rest} more {what}")] if rest > 0 else [])
+    return problems[:MAX_EXAMPLES] + (
+        [Problem(problems[0].file, None, f"... and {rest} more {what}")] if rest > 0 else []
+    )
 
 
 def iter_rows(path: Path, report: Callable[[Problem], None] = lambda problem: None) -> Iterator[Row]:
@@ -160,8 +164,10 @@ class _KeyOrder:
         elif row.key == first.key:
             self.problems.add(Problem(self.path, row.line, f"duplicate key {row.key!r} (first on line {first.line})"))
         elif self.unsorted is None:
-            message = (f"not sorted in C locale: {row.key!r} comes after {first.key!r}; "
-                       "sort with `LC_ALL=C sort` or run python -m asr.data.fix")
+            message = (
+                f"not sorted in C locale: {row.key!r} comes after {first.key!r}; "
+                "sort with `LC_ALL=C sort` or run python -m asr.data.fix"
+            )
             self.unsorted = Problem(self.path, row.line, message)
 
 
@@ -249,14 +255,18 @@ def probe_recording(wav_value: str, run_commands: bool = True) -> RecordingProbe
     except (InputError, sf.LibsndfileError, RuntimeError, OSError) as err:
         return RecordingProbe(None, f"cannot read audio header of {path}: {err}", path)
     if source.channel >= info.channels:
-        return RecordingProbe(None, f"{path}: channel {source.channel + 1} requested but the file has {info.channels}", path)
+        return RecordingProbe(
+            None, f"{path}: channel {source.channel + 1} requested but the file has {info.channels}", path
+        )
     return RecordingProbe(info.frames / info.samplerate, None, path)
 
 
 def _probe_sphere(path: str, channel: int) -> RecordingProbe:
     header = read_sphere_header(path)
     if channel >= header.channel_count:
-        return RecordingProbe(None, f"{path}: channel {channel + 1} requested but the file has {header.channel_count}", path)
+        return RecordingProbe(
+            None, f"{path}: channel {channel + 1} requested but the file has {header.channel_count}", path
+        )
     size_problem = sphere_size_problem(path, header)
     if size_problem:
         return RecordingProbe(header.duration, f"{path}: {size_problem}", path)
@@ -324,7 +334,8 @@ class _Validator:
         return self.rows(name) if self.tables[name] else sorted(self.rows(name), key=attrgetter("key"))
 
     def flag(self, name: str, message_of: LineCheck, what: str, rows: Rows | None = None) -> None:
-        """A problem for each line of table `name` (or of `rows` from it) that `message_of` has something to say about."""
+        """A problem for each line of table `name` (or of `rows` from it) that `message_of` has
+        something to say about."""
         if name in self.tables:
             capped = _Capped(what)
             for row in self.rows(name) if rows is None else rows:
@@ -389,8 +400,13 @@ class _Validator:
         if "spk2utt" in self.tables:
             self._check_spk2utt()
         if "cmvn.scp" in self.tables and not self._cmvn_keys_fit():
-            self.problems.append(Problem(self.file("cmvn.scp"), None,
-                                         "keys are neither the speakers, the utterances, nor 'global'; recompute CMVN"))
+            self.problems.append(
+                Problem(
+                    self.file("cmvn.scp"),
+                    None,
+                    "keys are neither the speakers, the utterances, nor 'global'; recompute CMVN",
+                )
+            )
 
     def _check_spk2utt(self) -> None:
         """spk2utt must be utt2spk inverted: every utterance once, under its own speaker."""
@@ -402,7 +418,9 @@ class _Validator:
         total = wrong.total + missing.total  # as one kind: the wrong lines first, then what is missing
         self.problems.extend(_capped(wrong.shown + missing.shown, "spk2utt mismatches", total))
         if total:
-            self.problems.append(Problem(path, None, "spk2utt does not match utt2spk; regenerate it with python -m asr.data.fix"))
+            self.problems.append(
+                Problem(path, None, "spk2utt does not match utt2spk; regenerate it with python -m asr.data.fix")
+            )
 
     def _spk2utt_by_utterance(self) -> Iterator[Row]:
         """spk2utt as one Row(line, utterance, speaker) per listed utterance. Each speaker's utterances
@@ -425,7 +443,9 @@ class _Validator:
             first, *again = listed
             if first.value != speaker:
                 said = f"utt2spk says {speaker!r}" if speaker is not None else "it is not in utt2spk"
-                wrong.add(Problem(path, first.line, f"utterance {utt!r} listed under speaker {first.value!r} but {said}"))
+                wrong.add(
+                    Problem(path, first.line, f"utterance {utt!r} listed under speaker {first.value!r} but {said}")
+                )
             for row in again:
                 wrong.add(Problem(path, row.line, f"utterance {utt!r} listed twice"))
         return wrong, missing
@@ -433,15 +453,21 @@ class _Validator:
     def _cmvn_keys_fit(self) -> bool:
         """cmvn.scp is per speaker, per utterance, or global: its keys are exactly one of those sets."""
         speakers = sorted({row.value.split()[0] for row in self.rows("utt2spk") if row.value})  # few
-        key_sets = (lambda: (Row(0, speaker, "") for speaker in speakers),
-                    lambda: (row for row in self.ordered("utt2spk") if row.value),
-                    lambda: [Row(0, "global", "")])
-        return any(all(cmvn and keys for _, cmvn, keys in _join(self.ordered("cmvn.scp"), key_set())) for key_set in key_sets)
+        key_sets = (
+            lambda: (Row(0, speaker, "") for speaker in speakers),
+            lambda: (row for row in self.ordered("utt2spk") if row.value),
+            lambda: [Row(0, "global", "")],
+        )
+        return any(
+            all(cmvn and keys for _, cmvn, keys in _join(self.ordered("cmvn.scp"), key_set())) for key_set in key_sets
+        )
 
     def check_utterance_sets(self) -> None:
         """Every utterance table covers exactly the utterances of utt2spk (Kaldi compares the lists)."""
         names = UTT_TABLES if "segments" in self.tables else UTT_TABLES + ("wav.scp",)  # else wav.scp is per utterance
-        self.check_keys_match("utt2spk", "utterance", {n: f"utterances of {n} not in utt2spk" for n in names if n in self.tables})
+        self.check_keys_match(
+            "utt2spk", "utterance", {n: f"utterances of {n} not in utt2spk" for n in names if n in self.tables}
+        )
 
     def check_keys_match(self, reference: str, noun: str, unknown_whats: dict[str, str]) -> None:
         """Each table named in `unknown_whats` has lines for exactly the keys of table `reference`: one
@@ -465,10 +491,15 @@ class _Validator:
                 return _unknown_recording_problem(row, recordings)
 
             self.flag("segments", unknown_recording, "segments naming unknown recordings")
-            self.flag("wav.scp", lambda r: None if r.key in used else f"recording {r.key!r} is used by no segment",
-                      "unused recordings")
+            self.flag(
+                "wav.scp",
+                lambda r: None if r.key in used else f"recording {r.key!r} is used by no segment",
+                "unused recordings",
+            )
         if "reco2file_and_channel" in self.tables:
-            self.check_keys_match("wav.scp", "recording", {"reco2file_and_channel": "reco2file_and_channel keys not in wav.scp"})
+            self.check_keys_match(
+                "wav.scp", "recording", {"reco2file_and_channel": "reco2file_and_channel keys not in wav.scp"}
+            )
 
     def check_utt2dur_against_segments(self) -> None:
         if "utt2dur" in self.tables and "segments" in self.tables:
@@ -486,15 +517,23 @@ class _Validator:
             wav_rows.setdefault(row.key, row)
         probes = {key: probe_recording(row.value, self.run_commands) for key, row in wav_rows.items()}
         self.flag("wav.scp", lambda r: probes[r.key].problem, "unreadable recordings", rows=wav_rows.values())
-        not_run = [Problem(self.file("wav.scp"), row.line, f"a command, not run, so its audio is unchecked: {probes[key].not_run}")
-                   for key, row in wav_rows.items() if probes[key].not_run]
+        not_run = [
+            Problem(
+                self.file("wav.scp"), row.line, f"a command, not run, so its audio is unchecked: {probes[key].not_run}"
+            )
+            for key, row in wav_rows.items()
+            if probes[key].not_run
+        ]
         self.notes.extend(_capped(not_run, "commands not run (--run-commands runs them; a data dir is trusted code)"))
         self._decode_sample(wav_rows, probes)
         durations = {key: p.duration for key, p in probes.items() if p.duration is not None}
         self.flag("segments", lambda r: _segment_end_problem(r, durations), "segments past the end of their recording")
         if "segments" not in self.tables:  # then an utterance is a whole recording
-            self.flag("utt2dur", lambda r: _recording_duration_mismatch(r, durations.get(r.key)),
-                      "utt2dur values disagreeing with the audio")
+            self.flag(
+                "utt2dur",
+                lambda r: _recording_duration_mismatch(r, durations.get(r.key)),
+                "utt2dur values disagreeing with the audio",
+            )
 
     def _decode_sample(self, wav_rows: dict[str, Row], probes: dict[str, RecordingProbe]) -> None:
         """Decode a few files completely (one row per file: both sides of a conversation share it)."""
@@ -551,8 +590,10 @@ def _speaker_prefix_problem(row: Row) -> str | None:
     speaker = row.value.split()[0] if row.value else ""
     if not speaker or row.key.startswith(speaker):
         return None
-    return (f"utterance {row.key!r} does not start with its speaker id {speaker!r}; Kaldi needs speaker ids "
-            "as prefixes of utterance ids so that sorting by either gives the same order")
+    return (
+        f"utterance {row.key!r} does not start with its speaker id {speaker!r}; Kaldi needs speaker ids "
+        "as prefixes of utterance ids so that sorting by either gives the same order"
+    )
 
 
 def _empty_transcript_problem(row: Row) -> str | None:
@@ -597,8 +638,10 @@ def _segment_end_problem(row: Row, durations: dict[str, float]) -> str | None:
 
 # Checks of one line on its own, made while a table is first read: (check, what its problems are).
 LINE_CHECKS: dict[str, tuple[tuple[LineCheck, str], ...]] = {
-    "utt2spk": ((_utt2spk_line_problem, "malformed utt2spk lines"),
-                (_speaker_prefix_problem, "utterances without their speaker prefix")),
+    "utt2spk": (
+        (_utt2spk_line_problem, "malformed utt2spk lines"),
+        (_speaker_prefix_problem, "utterances without their speaker prefix"),
+    ),
     "segments": ((segment_line_problem, "bad segments"),),
     "reco2file_and_channel": ((_r2fc_line_problem, "malformed reco2file_and_channel lines"),),
     "utt2dur": ((_duration_line_problem, "bad utt2dur lines"),),
@@ -607,8 +650,13 @@ LINE_CHECKS: dict[str, tuple[tuple[LineCheck, str], ...]] = {
 }
 
 
-def validate_data_dir(path: str | os.PathLike, check_audio: bool = True, full_reads: int = FULL_READS,
-                      run_commands: bool = False, notes: list[Problem] | None = None) -> list[Problem]:
+def validate_data_dir(
+    path: str | os.PathLike,
+    check_audio: bool = True,
+    full_reads: int = FULL_READS,
+    run_commands: bool = False,
+    notes: list[Problem] | None = None,
+) -> list[Problem]:
     """All problems of the data dir at `path` (an empty list when it is valid). Commands in
     wav.scp run only with run_commands; the entries not run are added to `notes`."""
     validator = _Validator(Path(path), check_audio, full_reads, run_commands)
@@ -622,15 +670,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m asr.data.validate", description=__doc__.split("\n\n")[0])
     parser.add_argument("data_dirs", nargs="+", help="Kaldi data directories to check")
     parser.add_argument("--no-audio", action="store_true", help="skip reading audio headers and files")
-    parser.add_argument("--full-reads", type=int, default=FULL_READS, help="audio files decoded completely (default %(default)s)")
-    parser.add_argument("--run-commands", action="store_true",
-                        help="run wav.scp entries that are commands (`cmd |`) to check their audio; a data dir is trusted code")
+    parser.add_argument(
+        "--full-reads", type=int, default=FULL_READS, help="audio files decoded completely (default %(default)s)"
+    )
+    parser.add_argument(
+        "--run-commands",
+        action="store_true",
+        help="run wav.scp entries that are commands (`cmd |`) to check their audio; a data dir is trusted code",
+    )
     args = parser.parse_args(argv)
     failed = 0
     for data_dir in args.data_dirs:
         notes: list[Problem] = []
-        problems = validate_data_dir(data_dir, check_audio=not args.no_audio, full_reads=args.full_reads,
-                                     run_commands=args.run_commands, notes=notes)
+        problems = validate_data_dir(
+            data_dir,
+            check_audio=not args.no_audio,
+            full_reads=args.full_reads,
+            run_commands=args.run_commands,
+            notes=notes,
+        )
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
         for problem in problems:

@@ -5,7 +5,9 @@ from asr.stage import stage_main
 
 
 @stage_main(
-    "decode", groups=["decode"], uses=["data", "features", "tokenizer", "lm"],
+    "decode",
+    groups=["decode"],
+    uses=["data", "features", "tokenizer", "lm"],
     reads="the checkpoint decode.checkpoint, the features of decode.sets, the tokenizer (and the LM)",
     writes="exp_dir/decode_<set>/hyp.txt, hyp.ctm (loglikes: Kaldi log-likelihoods)",
 )

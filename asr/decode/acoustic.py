@@ -57,14 +57,23 @@ class ScoredBatch:
 class ScoredSet:
     """One set's utterances (those `wanted` of its data dir that have features) through a model."""
 
-    def __init__(self, cfg, set_name: str, model: AcousticModel, device: torch.device,
-                 wanted: Callable[[DataDir], dict] = lambda data: data.utt2spk):
+    def __init__(
+        self,
+        cfg,
+        set_name: str,
+        model: AcousticModel,
+        device: torch.device,
+        wanted: Callable[[DataDir], dict] = lambda data: data.utt2spk,
+    ):
         self.set_name, self.model, self.device = set_name, model, device
         self.batch_size = cfg.decode.batch_size
         self.data = read_data_dir(data_set_dir(cfg, set_name))
         self.reader = FeatureReader(feature_set_dir(cfg, set_name), self.data.utt2spk, cfg.features.norm_vars)
         if self.reader.feat_dim != model.input_dim:
-            raise InputError(f"{self.reader.set_dir}/feat_dim: {self.reader.feat_dim}, but the model was trained on {model.input_dim}-dim features")
+            raise InputError(
+                f"{self.reader.set_dir}/feat_dim: {self.reader.feat_dim}, "
+                f"but the model was trained on {model.input_dim}-dim features"
+            )
         chosen = wanted(self.data)
         self.utts = [u for u in self.reader.utts() if u in chosen]
         self.skipped: dict[str, str] = {}
@@ -76,7 +85,9 @@ class ScoredSet:
 
     @torch.no_grad()
     def batches(self, desc: str = "") -> Iterator[ScoredBatch]:
-        for utts in tqdm(self.length_sorted(), desc=desc or self.set_name, disable=None, leave=False, dynamic_ncols=True):
+        for utts in tqdm(
+            self.length_sorted(), desc=desc or self.set_name, disable=None, leave=False, dynamic_ncols=True
+        ):
             batch = self.score(utts)
             if batch is not None:
                 yield batch
@@ -96,6 +107,8 @@ class ScoredSet:
         log_probs, out_lens = self.model(padded, lengths.to(self.device))
         for row, utt in enumerate(kept):
             if not torch.isfinite(log_probs[row, : int(out_lens[row])]).all():
-                raise InputError(f"the model gives NaN/inf outputs for {utt!r} on finite features: the checkpoint is broken "
-                                 "(training diverged?); decode another with decode.checkpoint=best or a step-N.pt path")
+                raise InputError(
+                    f"the model gives NaN/inf outputs for {utt!r} on finite features: the checkpoint is broken "
+                    "(training diverged?); decode another with decode.checkpoint=best or a step-N.pt path"
+                )
         return ScoredBatch(kept, log_probs, out_lens, lengths)

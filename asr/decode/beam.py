@@ -173,7 +173,9 @@ class BeamSearchDecoder:
         if vocab != self.vocab_size:
             raise ValueError(f"log-probabilities have {vocab} outputs, the tokenizer {self.vocab_size}")
         k = min(options.beam_size_token, vocab)
-        top_tokens = np.argpartition(-log_probs, k - 1, axis=1)[:, :k] if k < vocab else np.tile(np.arange(vocab), (frames, 1))
+        top_tokens = (
+            np.argpartition(-log_probs, k - 1, axis=1)[:, :k] if k < vocab else np.tile(np.arange(vocab), (frames, 1))
+        )
         info: dict[tuple, _Prefix] = {(): _Prefix(ROOT, self.lm.start(), 0.0, 0)}
         beam: dict[tuple, list] = {(): [0.0, NEG_INF, ()]}  # prefix -> [log p_blank, log p_nonblank, frames]
         for t in range(frames):

@@ -37,7 +37,13 @@ class DecodeConfig:
     tune_word_scores: list = field(default_factory=lambda: [-1.0, 0.0, 1.0, 2.0])
 
     CHECKS: ClassVar[dict[str, Check]] = {
-        "kind": one_of("greedy", "beam_lm", "loglikes"), "batch_size": AT_LEAST_ONE, "threads": AT_LEAST_ONE, "frame_shift_ms": POSITIVE,
-        "prior_scale": NON_NEGATIVE, "beam_size": AT_LEAST_ONE, "beam_size_token": AT_LEAST_ONE,
-        "beam_threshold": POSITIVE, "jobs": AT_LEAST_ONE,
+        "kind": one_of("greedy", "beam_lm", "loglikes"),
+        "batch_size": AT_LEAST_ONE,
+        "threads": AT_LEAST_ONE,
+        "frame_shift_ms": POSITIVE,
+        "prior_scale": NON_NEGATIVE,
+        "beam_size": AT_LEAST_ONE,
+        "beam_size_token": AT_LEAST_ONE,
+        "beam_threshold": POSITIVE,
+        "jobs": AT_LEAST_ONE,
     }

@@ -57,7 +57,14 @@ def build_lexicon(vocabulary: list[str], tokenizer: Tokenizer) -> Lexicon:
         words.append(word)
         spellings.append(ids)
     if len(words) == 1:
-        raise InputError(f"none of the {len(vocabulary)} vocabulary words can be spelled by the tokenizer {tokenizer.path}")
+        raise InputError(
+            f"none of the {len(vocabulary)} vocabulary words can be spelled by the tokenizer {tokenizer.path}"
+        )
     if skipped:
-        log.warning("lexicon: %d of %d words not spellable by the tokenizer, left out: %s", len(skipped), len(vocabulary), ", ".join(skipped[:10]))
+        log.warning(
+            "lexicon: %d of %d words not spellable by the tokenizer, left out: %s",
+            len(skipped),
+            len(vocabulary),
+            ", ".join(skipped[:10]),
+        )
     return Lexicon(tuple(words), tuple(spellings), tuple(skipped))

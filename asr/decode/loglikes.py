@@ -101,7 +101,9 @@ def loglike_archive(out_dir: Path) -> Iterator[LoglikeWriter]:
 
 
 def load_frame_ce_model(cfg, device: torch.device) -> AcousticModel:
-    model, state, path = load_model(cfg, "frame_ce", "log-likelihoods need a frame_ce (hybrid) model (decode.kind=greedy decodes CTC)", device)
+    model, state, path = load_model(
+        cfg, "frame_ce", "log-likelihoods need a frame_ce (hybrid) model (decode.kind=greedy decodes CTC)", device
+    )
     log.info("log-likelihoods of %s (epoch %d, step %d)", path, state["epoch"], state["step"])
     return model
 
@@ -110,9 +112,14 @@ def load_log_priors(cfg, num_pdfs: int) -> Tensor:
     path = Path(cfg.decode.pdf_counts or Path(cfg.exp_dir) / PDF_COUNTS_NAME)
     counts = read_pdf_counts(path)
     if len(counts) != num_pdfs:
-        raise InputError(f"{path}: counts of {len(counts)} pdfs, but the model has {num_pdfs} outputs; use the counts of its training alignments")
+        raise InputError(
+            f"{path}: counts of {len(counts)} pdfs, but the model has {num_pdfs} outputs; "
+            "use the counts of its training alignments"
+        )
     priors = log_priors(counts)
-    log.info("priors from %s: %d pdfs, %d never seen (disabled)", path, num_pdfs, int(np.sum(priors == UNSEEN_LOG_PRIOR)))
+    log.info(
+        "priors from %s: %d pdfs, %d never seen (disabled)", path, num_pdfs, int(np.sum(priors == UNSEEN_LOG_PRIOR))
+    )
     return torch.from_numpy(priors)
 
 
@@ -123,16 +130,29 @@ def export_set(cfg, set_name: str, model: AcousticModel, log_prior: Tensor, devi
     with loglike_archive(out_dir) as archive:
         for batch in scored.batches(f"loglikes {set_name}"):
             for b, utt in enumerate(batch.utts):
-                loglikes = scaled_loglikes(batch.log_probs[b, : int(batch.out_lens[b])], log_prior, cfg.decode.prior_scale)
+                loglikes = scaled_loglikes(
+                    batch.log_probs[b, : int(batch.out_lens[b])], log_prior, cfg.decode.prior_scale
+                )
                 if cfg.decode.upsample:
                     loglikes = upsample(loglikes, model.subsample, int(batch.feat_lens[b]))
                 archive.write(utt, loglikes.float().cpu().numpy())
                 frames += loglikes.shape[0]
     if scored.skipped:
-        log.warning("%s: %d utterances with NaN/inf features left out: %s", set_name, len(scored.skipped), " ".join(sorted(scored.skipped)[:10]))
+        log.warning(
+            "%s: %d utterances with NaN/inf features left out: %s",
+            set_name,
+            len(scored.skipped),
+            " ".join(sorted(scored.skipped)[:10]),
+        )
     shift = cfg.features.frame_shift_ms * (1 if cfg.decode.upsample else model.subsample)
-    log.info("%s: log-likelihoods of %d utterances, %d frames of %g ms -> %s", set_name, len(scored.utts) - len(scored.skipped), frames,
-             shift, out_dir / "loglikes.scp")
+    log.info(
+        "%s: log-likelihoods of %d utterances, %d frames of %g ms -> %s",
+        set_name,
+        len(scored.utts) - len(scored.skipped),
+        frames,
+        shift,
+        out_dir / "loglikes.scp",
+    )
     return out_dir
 
 

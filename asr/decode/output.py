@@ -52,7 +52,14 @@ def ctm_words(data: DataDir, utt: str, words: list[TimedWord], frame_seconds: fl
     file, channel = file_and_channel(data, utt)
     offset = data.segments[utt].start if utt in data.segments else 0.0
     return [
-        CtmWord(file, channel, offset + w.start_frame * frame_seconds, (w.end_frame - w.start_frame) * frame_seconds, w.word, w.confidence)
+        CtmWord(
+            file,
+            channel,
+            offset + w.start_frame * frame_seconds,
+            (w.end_frame - w.start_frame) * frame_seconds,
+            w.word,
+            w.confidence,
+        )
         for w in words
     ]
 

@@ -94,7 +94,12 @@ def beam_options(cfg, use_tuned: bool = True) -> BeamOptions:
     tuned = tuned_values(cfg) if use_tuned else None
     if tuned is not None:
         options = replace(options, **tuned)
-        log.info("LM weight %g, word score %g: tuned on the dev set (%s)", options.lm_weight, options.word_score, cfg.decode.tuning_file)
+        log.info(
+            "LM weight %g, word score %g: tuned on the dev set (%s)",
+            options.lm_weight,
+            options.word_score,
+            cfg.decode.tuning_file,
+        )
     else:
         log.info("LM weight %g, word score %g: from the config", options.lm_weight, options.word_score)
     return options

@@ -31,7 +31,9 @@ log = logging.getLogger(__name__)
 
 def load_decoding_model(cfg, device: torch.device) -> tuple[AcousticModel, Tokenizer]:
     """The CTC model of decode.checkpoint and the tokenizer it was trained with."""
-    model, state, path = load_model(cfg, "ctc", "not CTC; export a frame_ce model's log-likelihoods for Kaldi with decode=loglikes", device)
+    model, state, path = load_model(
+        cfg, "ctc", "not CTC; export a frame_ce model's log-likelihoods for Kaldi with decode=loglikes", device
+    )
     tokenizer = Tokenizer(tokenizer_model_path(cfg.tokenizer))
     if tokenizer.vocab_size != state["model_info"]["num_outputs"]:
         raise InputError(
@@ -49,8 +51,13 @@ def report_skipped(out_dir: Path, set_name: str, skipped: dict[str, str]) -> Non
         path.unlink(missing_ok=True)
         return
     write_text(path, "".join(f"{utt} {reason}\n" for utt, reason in sorted(skipped.items())))
-    log.warning("%s: %d utterances not decoded (NaN/inf features; scored as deletions), listed in %s: %s",
-                set_name, len(skipped), path, " ".join(sorted(skipped)[:10]))
+    log.warning(
+        "%s: %d utterances not decoded (NaN/inf features; scored as deletions), listed in %s: %s",
+        set_name,
+        len(skipped),
+        path,
+        " ".join(sorted(skipped)[:10]),
+    )
 
 
 class SetDecoder:
@@ -72,7 +79,9 @@ def decode_set(
     cfg, set_name: str, model: AcousticModel, tokenizer: Tokenizer, device: torch.device, search: Search = greedy_search
 ) -> Path:
     scored = ScoredSet(cfg, set_name, model, device)
-    log.info("%s: decoding %d of %d utterances (those with features)", set_name, len(scored.utts), len(scored.data.utt2spk))
+    log.info(
+        "%s: decoding %d of %d utterances (those with features)", set_name, len(scored.utts), len(scored.data.utt2spk)
+    )
     decoder = SetDecoder(tokenizer, scored.data, cfg.decode.frame_shift_ms / 1000.0 * model.subsample, search)
     for batch in scored.batches(f"decode {set_name}"):
         decoder.decode_batch(batch.utts, batch.log_probs, batch.out_lens)

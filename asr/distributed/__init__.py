@@ -2,7 +2,8 @@
 torchrun), and the same algorithms simulated with N virtual learners in one process.
 
     context.py     rank, device, backend (gloo on CPU, NCCL on GPUs), small collectives
-    topology.py    node groups and ADPSGD's bipartite graphs: fixed or random ring, exponential (who averages with whom, when; how fast they mix)
+    topology.py    node groups and ADPSGD's bipartite graphs: fixed or random ring, exponential
+                   (who averages with whom, when; how fast they mix)
     ssgd.py        synchronous SGD: weighted gradient all-reduce every step
     exchange.py    ADPSGD's pairwise weight exchange on its own thread and process group
     adpsgd.py      the ADPSGD / H-ADPSGD updater
@@ -11,4 +12,3 @@ torchrun), and the same algorithms simulated with N virtual learners in one proc
     simulation.py  the three algorithms with virtual learners in lockstep (the reference)
     timed.py       the same on a clock: speeds, staleness, first-come-first-served batches, delay-by-one
 """
-

@@ -71,9 +71,22 @@ class EpochAverage:
 class AdpsgdUpdater(Updater):
     decentralized = True
 
-    def __init__(self, model, optimizer, schedule, grad_clip: float, *, layout: Layout, groups: DecentralizedGroups,
-                 timeout_s: float, device: torch.device, bucket_cap_mb: float = 25.0, restart_from_average: bool = False,
-                 delay_by_one: bool = False, scaler=None):
+    def __init__(
+        self,
+        model,
+        optimizer,
+        schedule,
+        grad_clip: float,
+        *,
+        layout: Layout,
+        groups: DecentralizedGroups,
+        timeout_s: float,
+        device: torch.device,
+        bucket_cap_mb: float = 25.0,
+        restart_from_average: bool = False,
+        delay_by_one: bool = False,
+        scaler=None,
+    ):
         super().__init__(model, optimizer, schedule, grad_clip, scaler=scaler)
         self.params = list(model.parameters())
         self.size = numel(self.params)
@@ -243,7 +256,9 @@ class AdpsgdUpdater(Updater):
         sizes[1] = -sizes[1]
         dist.all_reduce(sizes, op=dist.ReduceOp.MAX)  # max and -min: every learner the same?
         if sizes[0] != -sizes[1]:
-            raise DistributedError(f"learner {self.layout.rank}: optimizer states differ in size between learners; cannot average them")
+            raise DistributedError(
+                f"learner {self.layout.rank}: optimizer states differ in size between learners; cannot average them"
+            )
         if not tensors:
             return None
         flat = flat_parameters(tensors).float()

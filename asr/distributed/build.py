@@ -49,24 +49,53 @@ def check_exchange_options(dcfg) -> None:
         return
     for key, value, default in (("topology", dcfg.topology, "ring"), ("delay_by_one", dcfg.delay_by_one, False)):
         if value != default:
-            raise InputError(f"distributed.{key}={value}: only ADPSGD and H-ADPSGD exchange weights; "
-                             f"use distributed=adpsgd or hadpsgd, or leave distributed.{key}={default}")
+            raise InputError(
+                f"distributed.{key}={value}: only ADPSGD and H-ADPSGD exchange weights; "
+                f"use distributed=adpsgd or hadpsgd, or leave distributed.{key}={default}"
+            )
 
 
-def build_training_updater(model: torch.nn.Module, cfg, ctx: DistributedContext, total_steps: int = 0,
-                           scaler: torch.amp.GradScaler | None = None) -> Updater:
+def build_training_updater(
+    model: torch.nn.Module,
+    cfg,
+    ctx: DistributedContext,
+    total_steps: int = 0,
+    scaler: torch.amp.GradScaler | None = None,
+) -> Updater:
     """`total_steps`: this learner's expected updates over the whole training (for train.final_lr)."""
     tcfg, dcfg = cfg.train, cfg.distributed
     if not ctx.distributed:
         return build_updater(model, tcfg, total_steps=total_steps, scaler=scaler)
-    common = {"timeout_s": ctx.timeout_s, "device": ctx.device, "bucket_cap_mb": float(getattr(dcfg, "bucket_cap_mb", 25.0))}
+    common = {
+        "timeout_s": ctx.timeout_s,
+        "device": ctx.device,
+        "bucket_cap_mb": float(getattr(dcfg, "bucket_cap_mb", 25.0)),
+    }
     if ctx.algorithm == "ssgd":
-        return build_updater(model, tcfg, ctx.world_size, SsgdUpdater, total_steps=total_steps, scaler=scaler,
-                             rank=ctx.rank, world_size=ctx.world_size, **common)
+        return build_updater(
+            model,
+            tcfg,
+            ctx.world_size,
+            SsgdUpdater,
+            total_steps=total_steps,
+            scaler=scaler,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            **common,
+        )
     layout = step_group(ctx, cfg).layout
     groups = make_groups(layout)
     log.info("%s: %s", ctx.algorithm, describe(layout))
     return build_updater(
-        model, tcfg, ctx.world_size, AdpsgdUpdater, total_steps=total_steps, scaler=scaler, layout=layout, groups=groups,
-        restart_from_average=bool(getattr(dcfg, "restart_from_average", False)), delay_by_one=bool(dcfg.delay_by_one), **common,
+        model,
+        tcfg,
+        ctx.world_size,
+        AdpsgdUpdater,
+        total_steps=total_steps,
+        scaler=scaler,
+        layout=layout,
+        groups=groups,
+        restart_from_average=bool(getattr(dcfg, "restart_from_average", False)),
+        delay_by_one=bool(dcfg.delay_by_one),
+        **common,
     )

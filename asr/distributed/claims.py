@@ -25,7 +25,9 @@ STOP_KEY = "stop"
 
 
 class BatchClaims:
-    def __init__(self, store, *, is_leader: bool, leader: int, control_group, rank: int, timeout_s: float, limit: int = 0):
+    def __init__(
+        self, store, *, is_leader: bool, leader: int, control_group, rank: int, timeout_s: float, limit: int = 0
+    ):
         self.store = store
         self.is_leader = is_leader
         self.leader = leader

@@ -41,7 +41,10 @@ class DistributedConfig:
     delay_by_one: bool = False
 
     CHECKS: ClassVar[dict[str, Check]] = {
-        "algorithm": one_of(*ALGORITHMS), "backend": one_of("auto", "gloo", "nccl"),
-        "learners_per_node": NON_NEGATIVE, "timeout_s": POSITIVE, "bucket_cap_mb": POSITIVE,
+        "algorithm": one_of(*ALGORITHMS),
+        "backend": one_of("auto", "gloo", "nccl"),
+        "learners_per_node": NON_NEGATIVE,
+        "timeout_s": POSITIVE,
+        "bucket_cap_mb": POSITIVE,
         "topology": one_of(*TOPOLOGIES),
     }

@@ -96,7 +96,9 @@ class HangWatchdog:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.current: dict[int, tuple[str, int, float, float, float]] = {}  # thread -> what, rank, timeout_s, since, limit
+        self.current: dict[
+            int, tuple[str, int, float, float, float]
+        ] = {}  # thread -> what, rank, timeout_s, since, limit
         self.limit_s = math.inf
         self.thread: threading.Thread | None = None
         self.stepping = False  # inside the training loop's steps
@@ -123,7 +125,11 @@ class HangWatchdog:
         if self.stepping and self.slowest_step_s > 0:
             limit = max(STEP_HANG_MIN_S, STEP_HANG_FACTOR * self.slowest_step_s)
             if limit < self.limit_s:
-                return limit, f"{STEP_HANG_FACTOR:g} x the slowest step ({self.slowest_step_s:.2f} s), at least {STEP_HANG_MIN_S:g} s"
+                return (
+                    limit,
+                    f"{STEP_HANG_FACTOR:g} x the slowest step ({self.slowest_step_s:.2f} s), "
+                    f"at least {STEP_HANG_MIN_S:g} s",
+                )
         return self.limit_s, "distributed.timeout_s and a grace"
 
     def doing(self) -> str:
@@ -144,13 +150,23 @@ class HangWatchdog:
             for what, rank, timeout_s, since, limit in current:
                 waited = time.monotonic() - since
                 if waited > limit:
-                    why = self.current_limit()[1] if limit < self.limit_s else f"distributed.timeout_s={timeout_s:g} and a grace"
-                    fail_fast(DistributedError(f"learner {rank}: {what} got no answer for {waited:.0f} s (limit {limit:.3g} s: {why}); "
-                                               f"{self.laggard()}"))
+                    why = (
+                        self.current_limit()[1]
+                        if limit < self.limit_s
+                        else f"distributed.timeout_s={timeout_s:g} and a grace"
+                    )
+                    fail_fast(
+                        DistributedError(
+                            f"learner {rank}: {what} got no answer for {waited:.0f} s (limit {limit:.3g} s: {why}); "
+                            f"{self.laggard()}"
+                        )
+                    )
 
     def _publish(self) -> None:
         try:
-            self.store.set(f"heartbeat/{self.rank}", json.dumps({"t": time.time(), "step": self.step, "doing": self.doing()}))
+            self.store.set(
+                f"heartbeat/{self.rank}", json.dumps({"t": time.time(), "step": self.step, "doing": self.doing()})
+            )
         except Exception:  # noqa: BLE001  (a store gone at the end of the job: nothing to tell)
             pass
 
@@ -170,7 +186,9 @@ class HangWatchdog:
         now = time.time()
         rank, beat = min(beats.items(), key=lambda kv: (now - kv[1]["t"] < 3 * HEARTBEAT_S, kv[1]["step"]))
         silent = now - beat["t"]
-        state = f"no heartbeat for {silent:.0f} s, last at {beat['doing']}" if silent > 3 * HEARTBEAT_S else beat["doing"]
+        state = (
+            f"no heartbeat for {silent:.0f} s, last at {beat['doing']}" if silent > 3 * HEARTBEAT_S else beat["doing"]
+        )
         return f"learner {rank} is behind ({state})"
 
     @contextmanager
@@ -217,7 +235,10 @@ def choose_backend(requested: str, device: torch.device) -> str:
     if requested not in ("auto", "gloo", "nccl"):
         raise InputError(f"distributed.backend={requested!r}: choose auto, gloo or nccl")
     if requested == "nccl" and device.type != "cuda":
-        raise InputError("distributed.backend=nccl needs CUDA devices (device=cuda or auto on a GPU machine); use backend=auto or gloo on CPU")
+        raise InputError(
+            "distributed.backend=nccl needs CUDA devices (device=cuda or auto on a GPU machine); "
+            "use backend=auto or gloo on CPU"
+        )
     if device.type == "cuda" and requested in ("auto", "nccl"):
         return "cpu:gloo,cuda:nccl"
     return "gloo"
@@ -286,7 +307,9 @@ def restart_safe_store(world_size: int, timeout: timedelta):
     """
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False, timeout=timeout)
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False, timeout=timeout
+    )
     return dist.PrefixStore(f"asr/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
@@ -338,6 +361,12 @@ def init_distributed(cfg) -> DistributedContext:
     WATCHDOG.attach(dist.PrefixStore("asr/watchdog", dist.distributed_c10d._get_default_store()), rank, world_size)
     log.info(
         "learner %d of %d (local %d of %d) on %s, backend %s, algorithm %s",
-        rank, world_size, local_rank, ctx.local_world_size, device, ctx.backend, ctx.algorithm,
+        rank,
+        world_size,
+        local_rank,
+        ctx.local_world_size,
+        device,
+        ctx.backend,
+        ctx.algorithm,
     )
     return ctx

@@ -133,7 +133,15 @@ class ActiveExchanger:
     started; with delay_by_one the previous step's exchange is still in flight when the next
     one starts, so up to two are."""
 
-    def __init__(self, rank: int, partner_of: Callable[[int], int], passives: list[int], transport, staging: Staging, timeout_s: float):
+    def __init__(
+        self,
+        rank: int,
+        partner_of: Callable[[int], int],
+        passives: list[int],
+        transport,
+        staging: Staging,
+        timeout_s: float,
+    ):
         self.rank = rank
         self.partner_of = partner_of
         self.passives = passives
@@ -175,7 +183,9 @@ class ActiveExchanger:
                 f"within distributed.timeout_s={self.timeout_s:g}; it has died, hung or cannot be reached"
             ) from None
         except Exception as err:
-            raise DistributedError(f"learner {self.rank}: ADPSGD weight exchange with learner {partner} at step {step} failed: {err}") from err
+            raise DistributedError(
+                f"learner {self.rank}: ADPSGD weight exchange with learner {partner} at step {step} failed: {err}"
+            ) from err
         self.exchanges += 1
         return self.staging.ready_on_main(delta, event)
 
@@ -186,7 +196,9 @@ class ActiveExchanger:
         try:
             done.result(timeout=self.timeout_s)
         except FutureTimeout:
-            raise DistributedError(f"learner {self.rank}: could not say goodbye to learners {self.passives} within {self.timeout_s:g} s") from None
+            raise DistributedError(
+                f"learner {self.rank}: could not say goodbye to learners {self.passives} within {self.timeout_s:g} s"
+            ) from None
         self.thread.stop(self.timeout_s)
 
     def _goodbye(self, step: int) -> None:
@@ -200,8 +212,16 @@ class PassiveServer:
     `snapshot()` returns this learner's share of its weights on the host, with the event that
     marks the copy complete; it is called with the weights lock held."""
 
-    def __init__(self, rank: int, actives: list[int], transport, snapshot: Callable[[], tuple[Tensor, object]], size: int,
-                 timeout_s: float, lock: threading.Condition | None = None):
+    def __init__(
+        self,
+        rank: int,
+        actives: list[int],
+        transport,
+        snapshot: Callable[[], tuple[Tensor, object]],
+        size: int,
+        timeout_s: float,
+        lock: threading.Condition | None = None,
+    ):
         self.rank = rank
         self.actives = set(actives)
         self.transport = transport
@@ -228,7 +248,9 @@ class PassiveServer:
     def _serve_one(self) -> None:
         sender, step, kind = (int(v) for v in self.transport.recv_header())
         if sender not in self.actives:
-            raise DistributedError(f"learner {self.rank}: unexpected weight exchange from learner {sender} (not an active neighbour)")
+            raise DistributedError(
+                f"learner {self.rank}: unexpected weight exchange from learner {sender} (not an active neighbour)"
+            )
         if kind == GOODBYE:
             with self.lock:
                 self.goodbyes.add(sender)
@@ -250,7 +272,9 @@ class PassiveServer:
 
     def _check(self) -> None:
         if self.error is not None:
-            raise DistributedError(f"learner {self.rank}: the ADPSGD server thread failed: {self.error}") from self.error
+            raise DistributedError(
+                f"learner {self.rank}: the ADPSGD server thread failed: {self.error}"
+            ) from self.error
 
     def peek_pending(self) -> Tensor:
         """A copy of the averaging not yet applied (call with the lock held). It stays pending,
@@ -273,7 +297,8 @@ class PassiveServer:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise DistributedError(
-                    f"learner {self.rank}: an ADPSGD weight exchange did not finish within distributed.timeout_s={self.timeout_s:g}; "
+                    f"learner {self.rank}: "
+                    f"an ADPSGD weight exchange did not finish within distributed.timeout_s={self.timeout_s:g}; "
                     "the active neighbour died, hung or cannot be reached"
                 )
             self.lock.wait(left)
@@ -283,5 +308,8 @@ class PassiveServer:
         self.thread.join(self.timeout_s)
         if self.thread.is_alive():
             missing = sorted(self.actives - self.goodbyes)
-            raise DistributedError(f"learner {self.rank}: learner(s) {missing} never finished their ADPSGD exchanges (no goodbye within {self.timeout_s:g} s)")
+            raise DistributedError(
+                f"learner {self.rank}: "
+                f"learner(s) {missing} never finished their ADPSGD exchanges (no goodbye within {self.timeout_s:g} s)"
+            )
         self._check()

@@ -26,7 +26,9 @@ def _same_device(params: Sequence[Tensor], flat: Tensor) -> None:
     """A flat vector must be on its parameters' device: a silent copy here would hide a
     missing (asynchronous) upload and block the GPU's main stream."""
     if params and flat.device != params[0].device:
-        raise RuntimeError(f"the flat vector is on {flat.device}, the parameters on {params[0].device}; upload it first")
+        raise RuntimeError(
+            f"the flat vector is on {flat.device}, the parameters on {params[0].device}; upload it first"
+        )
 
 
 @torch.no_grad()

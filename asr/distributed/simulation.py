@@ -138,7 +138,9 @@ class SimulatedNodes:
     """The virtual nodes of a simulation (one model and updater per node), what the lockstep
     and the clocked simulators (asr/distributed/timed.py) have in common."""
 
-    def __init__(self, model: nn.Module, train_cfg, algorithm: str, learners: int, per_node: int, topology: str, seed: int):
+    def __init__(
+        self, model: nn.Module, train_cfg, algorithm: str, learners: int, per_node: int, topology: str, seed: int
+    ):
         self.algorithm = algorithm
         self.layout = make_layout(algorithm, learners, per_node, topology, seed)
         self.nodes: list[SimNode] = build_nodes(model, train_cfg, self.layout)
@@ -157,7 +159,16 @@ class SimulatedNodes:
 
 
 class Simulation(SimulatedNodes):
-    def __init__(self, model: nn.Module, train_cfg, algorithm: str, learners: int, per_node: int = 1, topology: str = "ring", seed: int = 0):
+    def __init__(
+        self,
+        model: nn.Module,
+        train_cfg,
+        algorithm: str,
+        learners: int,
+        per_node: int = 1,
+        topology: str = "ring",
+        seed: int = 0,
+    ):
         super().__init__(model, train_cfg, algorithm, learners, per_node, topology, seed)
         self.steps = 0
 
@@ -168,7 +179,10 @@ class Simulation(SimulatedNodes):
     def step(self, batches: Sequence[object], loss_fn: LossFn) -> tuple[float, int]:
         """One step of every learner on its shard; returns (summed loss, count) over all."""
         assert len(batches) == self.learners
-        results = [node.compute_gradient([batches[i] for i in members], loss_fn) for node, members in zip(self.nodes, self.layout.nodes)]
+        results = [
+            node.compute_gradient([batches[i] for i in members], loss_fn)
+            for node, members in zip(self.nodes, self.layout.nodes)
+        ]
         deltas = self.mix()
         for node, delta in zip(self.nodes, deltas):
             node.apply(delta)

@@ -29,8 +29,9 @@ from asr.optim.updater import Updater
 def ddp_wrap(model: torch.nn.Module, device: torch.device, group, bucket_cap_mb: float) -> DistributedDataParallel:
     """DDP over `group` (None: all learners). Buffers are not broadcast: the BLSTM has none."""
     device_ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=device_ids, process_group=group, bucket_cap_mb=bucket_cap_mb,
-                                   broadcast_buffers=False)
+    return DistributedDataParallel(
+        model, device_ids=device_ids, process_group=group, bucket_cap_mb=bucket_cap_mb, broadcast_buffers=False
+    )
 
 
 def weighted_mean_factor(weight: float, usable: bool, learners: int, group=None) -> float | None:
@@ -45,8 +46,20 @@ def weighted_mean_factor(weight: float, usable: bool, learners: int, group=None)
 
 
 class SsgdUpdater(Updater):
-    def __init__(self, model: torch.nn.Module, optimizer, schedule, grad_clip: float, *, rank: int, world_size: int,
-                 timeout_s: float, device: torch.device, bucket_cap_mb: float = 25.0, scaler=None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer,
+        schedule,
+        grad_clip: float,
+        *,
+        rank: int,
+        world_size: int,
+        timeout_s: float,
+        device: torch.device,
+        bucket_cap_mb: float = 25.0,
+        scaler=None,
+    ):
         super().__init__(model, optimizer, schedule, grad_clip, scaler=scaler)
         self.rank = rank
         self.world_size = world_size

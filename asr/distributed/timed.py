@@ -106,8 +106,18 @@ Observer = Callable[[int, int], None]
 
 
 class TimedSimulation(SimulatedNodes):
-    def __init__(self, model: nn.Module, train_cfg, algorithm: str, learners: int, per_node: int = 1, topology: str = "ring",
-                 delay_by_one: bool = False, timing: Timing = Timing(), seed: int = 0):
+    def __init__(
+        self,
+        model: nn.Module,
+        train_cfg,
+        algorithm: str,
+        learners: int,
+        per_node: int = 1,
+        topology: str = "ring",
+        delay_by_one: bool = False,
+        timing: Timing = Timing(),
+        seed: int = 0,
+    ):
         super().__init__(model, train_cfg, algorithm, learners, per_node, topology, seed)
         self.ring = self.layout.ring
         self.delay_by_one = delay_by_one and len(self.nodes) > 1
@@ -131,7 +141,9 @@ class TimedSimulation(SimulatedNodes):
 
     # --- one epoch ---------------------------------------------------------------------------
 
-    def train_epoch(self, plan: Sequence[Sequence[object]], loss_fn: LossFn, observer: Observer | None = None) -> EpochRun:
+    def train_epoch(
+        self, plan: Sequence[Sequence[object]], loss_fn: LossFn, observer: Observer | None = None
+    ) -> EpochRun:
         """`plan`: the epoch's global batches, each one shard per learner; a node claims one
         global batch's shards of its learners at a time (the SSGD node: all of them)."""
         self._plan = [(t, members) for t in range(len(plan)) for members in self.layout.nodes]
@@ -148,8 +160,13 @@ class TimedSimulation(SimulatedNodes):
             self.now, _, _, kind, payload = heapq.heappop(self._events)
             {BEGIN: self._begin, SERVE: self._serve, LAND: self._land, END: self._end}[kind](payload)
         self._drain()
-        return EpochRun(self._loss, self._count, [c.epoch_steps for c in self.clocks], self.now - start,
-                        sum(c.waited for c in self.clocks))
+        return EpochRun(
+            self._loss,
+            self._count,
+            [c.epoch_steps for c in self.clocks],
+            self.now - start,
+            sum(c.waited for c in self.clocks),
+        )
 
     def end_epoch(self) -> tuple[Tensor, float]:
         """The learners' average (for evaluation) and their spread; learners keep their own weights."""
@@ -241,4 +258,3 @@ class TimedSimulation(SimulatedNodes):
                 sim_node.add(exchange.delta)
             if len(self.nodes) > 1 and not self.ring.is_active(node):
                 sim_node.add(sim_node.take_pending())
-

@@ -156,8 +156,10 @@ class Exponential:
 
     def __post_init__(self):
         if self.size & (self.size - 1):
-            raise InputError(f"distributed.topology=exponential needs a power-of-two number of nodes, not {self.size}; "
-                             "change the number of learners (or distributed.learners_per_node), or use ring or random_ring")
+            raise InputError(
+                f"distributed.topology=exponential needs a power-of-two number of nodes, not {self.size}; "
+                "change the number of learners (or distributed.learners_per_node), or use ring or random_ring"
+            )
 
     @property
     def dimensions(self) -> int:

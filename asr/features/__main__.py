@@ -5,7 +5,9 @@ from asr.stage import stage_main
 
 
 @stage_main(
-    "features", groups=["features"], uses=["data"],
+    "features",
+    groups=["features"],
+    uses=["data"],
     reads="data.data_dir/<set>/ of the train, dev and eval sets (wav.scp, segments)",
     writes="features.feats_dir/<features.name>/<set>/: feats.scp, feat_dim, utt2num_frames, cmvn.*",
 )

@@ -113,8 +113,10 @@ def read_stats(scp: str | os.PathLike) -> dict[str, np.ndarray]:
     except InputError:
         raise
     except Exception as err:  # kaldiio asserts, or raises assorted errors, on a truncated ark
-        raise InputError(f"{scp.parent / 'cmvn.ark'}: unreadable CMVN statistics ({error_detail(err)}); "
-                         f"delete {scp.parent} and re-run the features stage") from None
+        raise InputError(
+            f"{scp.parent / 'cmvn.ark'}: unreadable CMVN statistics ({error_detail(err)}); "
+            f"delete {scp.parent} and re-run the features stage"
+        ) from None
 
 
 class CmvnApplier(Cmvn):

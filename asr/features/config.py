@@ -38,13 +38,24 @@ class FmllrConfig:
     fmllr_passes: int = 40  # most row-by-row sweeps per EM iteration (Kaldi's --fmllr-num-iters)
     fmllr_tolerance: float = 1e-3  # nats per frame: a sweep or EM iteration gaining less ends its loop
     min_count: float = 500.0  # fewer frames per speaker: identity transform (Kaldi's --fmllr-min-count)
-    base_norm_vars: bool = False  # per-speaker CMVN of the log-mel frames before splicing: means only, as Kaldi's GMM systems
+    base_norm_vars: bool = (
+        False  # per-speaker CMVN of the log-mel frames before splicing: means only, as Kaldi's GMM systems
+    )
     var_floor_ratio: float = 0.01  # Gaussian variances floored at this fraction of the data's
 
     CHECKS: ClassVar[dict[str, Check]] = {
-        "dim": AT_LEAST_ONE, "splice_left": NON_NEGATIVE, "splice_right": NON_NEGATIVE, "num_components": AT_LEAST_ONE,
-        "mllt_iters": NON_NEGATIVE, "em_iters": NON_NEGATIVE, "sat_iters": NON_NEGATIVE, "max_train_frames": AT_LEAST_ONE,
-        "fmllr_iters": NON_NEGATIVE, "fmllr_passes": AT_LEAST_ONE, "min_count": NON_NEGATIVE, "var_floor_ratio": POSITIVE,
+        "dim": AT_LEAST_ONE,
+        "splice_left": NON_NEGATIVE,
+        "splice_right": NON_NEGATIVE,
+        "num_components": AT_LEAST_ONE,
+        "mllt_iters": NON_NEGATIVE,
+        "em_iters": NON_NEGATIVE,
+        "sat_iters": NON_NEGATIVE,
+        "max_train_frames": AT_LEAST_ONE,
+        "fmllr_iters": NON_NEGATIVE,
+        "fmllr_passes": AT_LEAST_ONE,
+        "min_count": NON_NEGATIVE,
+        "var_floor_ratio": POSITIVE,
     }
 
 
@@ -92,8 +103,12 @@ class SpecAugmentConfig:
     freq_warp: float = 0.0  # feature axis stretched by a factor uniform in 1 +- this (VTLP; 0.1 is usual)
 
     CHECKS: ClassVar[dict[str, Check]] = {
-        "freq_masks": NON_NEGATIVE, "freq_width": AT_LEAST_ONE, "time_masks": NON_NEGATIVE, "time_width": AT_LEAST_ONE,
-        "time_ratio": FRACTION, "freq_warp": between(0.0, 1.0, high_open=True),
+        "freq_masks": NON_NEGATIVE,
+        "freq_width": AT_LEAST_ONE,
+        "time_masks": NON_NEGATIVE,
+        "time_width": AT_LEAST_ONE,
+        "time_ratio": FRACTION,
+        "freq_warp": between(0.0, 1.0, high_open=True),
     }
 
 
@@ -160,10 +175,19 @@ class FeaturesConfig:
     specaugment: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
 
     CHECKS: ClassVar[dict[str, Check]] = {
-        "kind": one_of("fbank", "fmllr", "fmllr_fbank", "ivector", "fmllr_ivector_fbank", "kaldi"), "delta_order": NON_NEGATIVE, "delta_window": AT_LEAST_ONE,
-        "sample_frequency": POSITIVE, "frame_length_ms": POSITIVE, "frame_shift_ms": POSITIVE, "dither": NON_NEGATIVE,
-        "preemphasis_coefficient": FRACTION, "window_type": one_of("povey", "hamming", "hanning", "sine", "rectangular", "blackman"),
-        "num_mel_bins": AT_LEAST_ONE, "low_freq": NON_NEGATIVE, "cmvn": one_of("utterance", "speaker", "global", "none"),
-        "jobs": AT_LEAST_ONE, "device": lambda v: None if v == "cpu" or v.startswith("cuda") else "choose cpu or cuda",
+        "kind": one_of("fbank", "fmllr", "fmllr_fbank", "ivector", "fmllr_ivector_fbank", "kaldi"),
+        "delta_order": NON_NEGATIVE,
+        "delta_window": AT_LEAST_ONE,
+        "sample_frequency": POSITIVE,
+        "frame_length_ms": POSITIVE,
+        "frame_shift_ms": POSITIVE,
+        "dither": NON_NEGATIVE,
+        "preemphasis_coefficient": FRACTION,
+        "window_type": one_of("povey", "hamming", "hanning", "sine", "rectangular", "blackman"),
+        "num_mel_bins": AT_LEAST_ONE,
+        "low_freq": NON_NEGATIVE,
+        "cmvn": one_of("utterance", "speaker", "global", "none"),
+        "jobs": AT_LEAST_ONE,
+        "device": lambda v: None if v == "cpu" or v.startswith("cuda") else "choose cpu or cuda",
         "batch_seconds": POSITIVE,
     }

@@ -19,7 +19,9 @@ from asr.utils.errors import InputError
 def delta_scales(order: int, window: int) -> tuple[np.ndarray, ...]:
     """Filter taps for orders 0..order, each centred (length 2*k*window + 1 for order k)."""
     if order < 0 or window < 1:
-        raise InputError(f"deltas: order={order} must be >= 0 and window={window} >= 1 (features.delta_order/delta_window)")
+        raise InputError(
+            f"deltas: order={order} must be >= 0 and window={window} >= 1 (features.delta_order/delta_window)"
+        )
     taps = np.arange(-window, window + 1, dtype=np.float64)
     regression = taps / (taps * taps).sum()  # sum j^2 over -w..w = 2 sum_{j=1..w} j^2
     scales = [np.ones(1)]
@@ -47,7 +49,7 @@ def add_deltas(feats: np.ndarray, order: int = 2, window: int = 2) -> np.ndarray
         out = np.zeros(feats.shape, dtype=np.float64)
         for offset, weight in zip(range(-half, half + 1), taps):
             if weight != 0.0:
-                out += weight * padded[reach + offset: reach + offset + frames]
+                out += weight * padded[reach + offset : reach + offset + frames]
         blocks.append(out)
     return np.concatenate(blocks, axis=1).astype(feats.dtype, copy=False)
 

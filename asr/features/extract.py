@@ -128,7 +128,7 @@ class PartResult:
         """`count` utterances (default: those of `utts`) of `recording` skipped for `reason`."""
         note = self.skipped.setdefault((recording, reason), [0, []])
         note[0] += len(utts) if count is None else count
-        note[1].extend(utts[:SKIPPED_NAMED - len(note[1])])
+        note[1].extend(utts[: SKIPPED_NAMED - len(note[1])])
 
     def add(self, other: "PartResult") -> None:
         """Another part's counts and sums into these (statistics in part order, as merge_stats)."""
@@ -217,8 +217,10 @@ def extract_set(
         raise InputError(f"{data_dir / 'utt2spk'}: no utterances; re-run the prepare stage")
     index, count = split
     if not -1 <= index < max(count, 1) or count < 0:
-        raise InputError(f"features.split.index={index}, features.split.count={count}: give 0 <= index < count "
-                         "(one array job per share), or index=-1 to merge")
+        raise InputError(
+            f"features.split.index={index}, features.split.count={count}: give 0 <= index < count "
+            "(one array job per share), or index=-1 to merge"
+        )
     extractor = _PartExtractor(data_dir, options, cmvn_unit, device, batch_seconds, deltas, compress, recorded, jobs)
     started = time.perf_counter()
     if index >= 0:
@@ -226,16 +228,26 @@ def extract_set(
         share_dir = shares_dir(out_dir) / f"{index}-of-{count}"
         if index < len(shares):
             extractor.share(shares[index], share_dir, f"{data_dir.name} {index + 1}/{count}")
-        log.info("%s: share %d of %d in %s; a run with features.split.count=%d and no index merges the shares",
-                 data_dir.name, index, count, share_dir, count)
+        log.info(
+            "%s: share %d of %d in %s; a run with features.split.count=%d and no index merges the shares",
+            data_dir.name,
+            index,
+            count,
+            share_dir,
+            count,
+        )
         return SetSummary(data_dir.name, 0, 0, 0.0, time.perf_counter() - started, 0, share=f"{index}-of-{count}")
     log.info("%s: extracting into %s (%s)", data_dir.name, out_dir, reason)
     with atomic_dir(out_dir) as tmp:
         if count > 0:
-            results = [extractor.reuse_or_compute(share, shares_dir(out_dir) / f"{i}-of-{count}", tmp, i, data_dir.name)
-                       for i, share in enumerate(split_into_parts(works, count))]
+            results = [
+                extractor.reuse_or_compute(share, shares_dir(out_dir) / f"{i}-of-{count}", tmp, i, data_dir.name)
+                for i, share in enumerate(split_into_parts(works, count))
+            ]
         else:
-            results = run_parts(extractor.tasks(split_into_parts(works, jobs), tmp), desc=data_dir.name, total=len(works))
+            results = run_parts(
+                extractor.tasks(split_into_parts(works, jobs), tmp), desc=data_dir.name, total=len(works)
+            )
         summary = _finish_set(data_dir, results, tmp, out_dir, options.dim * (1 + deltas[0]), cmvn_unit, recorded)
     shutil.rmtree(shares_dir(out_dir), ignore_errors=True)
     summary.wall_seconds = time.perf_counter() - started
@@ -262,8 +274,21 @@ class _PartExtractor:
     jobs: int
 
     def tasks(self, parts: list[list[RecordingWork]], into: Path) -> list[PartTask]:
-        return [PartTask(i, part, str(self.data_dir), str(into), self.options, self.cmvn_unit, self.device,
-                         self.batch_seconds, *self.deltas, self.compress) for i, part in enumerate(parts)]
+        return [
+            PartTask(
+                i,
+                part,
+                str(self.data_dir),
+                str(into),
+                self.options,
+                self.cmvn_unit,
+                self.device,
+                self.batch_seconds,
+                *self.deltas,
+                self.compress,
+            )
+            for i, part in enumerate(parts)
+        ]
 
     def share(self, works: list[RecordingWork], share_dir: Path, desc: str) -> PartResult:
         """One share over `jobs` local processes into `share_dir`: feats.{ark,scp}, utt2num_frames,
@@ -276,16 +301,25 @@ class _PartExtractor:
             merge_part_tables(tmp, "utt2num_frames", len(parts))
             merge_skipped(tmp, len(parts))
             write_cmvn_stats(tmp, share_dir, results, self.cmvn_unit)
-            (tmp / "share.json").write_text(json.dumps({"format": SHARE_FORMAT, "recorded": self.recorded, **_as_json(result)}))
+            (tmp / "share.json").write_text(
+                json.dumps({"format": SHARE_FORMAT, "recorded": self.recorded, **_as_json(result)})
+            )
         return result
 
-    def reuse_or_compute(self, works: list[RecordingWork], share_dir: Path, tmp: Path, index: int, name: str) -> PartResult:
+    def reuse_or_compute(
+        self, works: list[RecordingWork], share_dir: Path, tmp: Path, index: int, name: str
+    ) -> PartResult:
         """Share `index` as part `index` of the set being built in `tmp`: read from `share_dir`
         when it was made from the same inputs (by this code's format), else computed here first."""
         record = share_dir / "share.json"
         meta = json.loads(record.read_text()) if record.is_file() else {}
         if meta.get("recorded") != self.recorded or meta.get("format") != SHARE_FORMAT:
-            log.info("%s: share %s is %s; computing it here", name, share_dir.name, "from other inputs" if meta else "missing")
+            log.info(
+                "%s: share %s is %s; computing it here",
+                name,
+                share_dir.name,
+                "from other inputs" if meta else "missing",
+            )
             self.share(works, share_dir, f"{name} share {index}")
             meta = json.loads(record.read_text())
         for file_name in ("feats", "cmvn") if self.cmvn_unit == "utterance" else ("feats",):  # joined like the features
@@ -308,8 +342,12 @@ SHARE_FORMAT = 2
 
 
 def _as_json(result: PartResult) -> dict[str, Any]:
-    return {"utterances": result.utterances, "frames": result.frames, "seconds": result.seconds,
-            "skipped": [[recording, reason, count, utts] for (recording, reason), (count, utts) in result.skipped.items()]}
+    return {
+        "utterances": result.utterances,
+        "frames": result.frames,
+        "seconds": result.seconds,
+        "skipped": [[recording, reason, count, utts] for (recording, reason), (count, utts) in result.skipped.items()],
+    }
 
 
 def _from_json(meta: dict[str, Any]) -> PartResult:
@@ -324,8 +362,15 @@ def _combined(results: list[PartResult]) -> PartResult:
     return total
 
 
-def _finish_set(data_dir: Path, results: list[PartResult], tmp: Path, out_dir: Path,
-                feat_dim: int, cmvn_unit: str, recorded: dict[str, str]) -> SetSummary:
+def _finish_set(
+    data_dir: Path,
+    results: list[PartResult],
+    tmp: Path,
+    out_dir: Path,
+    feat_dim: int,
+    cmvn_unit: str,
+    recorded: dict[str, str],
+) -> SetSummary:
     """Join the parts and write everything beside the features; raise if nothing worked."""
     name = data_dir.name
     total = _combined(results)
@@ -333,8 +378,10 @@ def _finish_set(data_dir: Path, results: list[PartResult], tmp: Path, out_dir: P
         log.warning("%s: recording %s: %s; skipped %d utterance(s): %s", name, recording, reason, count, " ".join(utts))
     if not total.utterances:
         first = next(iter(total.skipped), None)
-        raise InputError(f"{data_dir}: no utterance could be extracted"
-                         f"{f' (first: {first[0]}: {first[1]})' if first else ''}; check wav.scp and the audio files")
+        raise InputError(
+            f"{data_dir}: no utterance could be extracted"
+            f"{f' (first: {first[0]}: {first[1]})' if first else ''}; check wav.scp and the audio files"
+        )
     join_parts(tmp, out_dir, len(results))
     merge_part_tables(tmp, "utt2num_frames", len(results))
     (tmp / "feat_dim").write_text(f"{feat_dim}\n")
@@ -350,15 +397,24 @@ def _finish_set(data_dir: Path, results: list[PartResult], tmp: Path, out_dir: P
 
 def _log_summary(s: SetSummary) -> None:
     rtf = s.wall_seconds / s.seconds if s.seconds else float("nan")
-    log.info("%s: %d utterances, %d frames, %.1f s of audio in %.1f s (real-time factor %.4f); %d utterances skipped",
-             s.name, s.utterances, s.frames, s.seconds, s.wall_seconds, rtf, s.skipped_utterances)
+    log.info(
+        "%s: %d utterances, %d frames, %.1f s of audio in %.1f s (real-time factor %.4f); %d utterances skipped",
+        s.name,
+        s.utterances,
+        s.frames,
+        s.seconds,
+        s.wall_seconds,
+        rtf,
+        s.skipped_utterances,
+    )
 
 
 # ----------------------------------------------------------------- resumability
 
 
-def _provenance(data_dir: Path, options: FbankOptions, cmvn_unit: str, deltas: tuple[int, int] = (0, 2),
-                compress: bool = False) -> dict[str, str]:
+def _provenance(
+    data_dir: Path, options: FbankOptions, cmvn_unit: str, deltas: tuple[int, int] = (0, 2), compress: bool = False
+) -> dict[str, str]:
     """What the set's output depends on, as the files recording it there. An empty value
     records a file that must be absent (so sets made before a record existed stay complete)."""
     digest = hashlib.sha1()
@@ -370,9 +426,14 @@ def _provenance(data_dir: Path, options: FbankOptions, cmvn_unit: str, deltas: t
                 for chunk in iter(lambda: f.read(COPY_CHUNK), b""):
                     digest.update(chunk)
         digest.update(b"\0")
-    return {"fbank.conf": options.to_kaldi_conf(), "cmvn_type": cmvn_unit + "\n", "data_checksum": digest.hexdigest() + "\n",
-            "delta_opts": delta_opts(*deltas) if deltas[0] > 0 else "",
-            DELTA_COLUMNS: f"0 {options.dim}\n" if deltas[0] > 0 else "", "compress": f"{str(compress).lower()}\n"}
+    return {
+        "fbank.conf": options.to_kaldi_conf(),
+        "cmvn_type": cmvn_unit + "\n",
+        "data_checksum": digest.hexdigest() + "\n",
+        "delta_opts": delta_opts(*deltas) if deltas[0] > 0 else "",
+        DELTA_COLUMNS: f"0 {options.dim}\n" if deltas[0] > 0 else "",
+        "compress": f"{str(compress).lower()}\n",
+    }
 
 
 def _why_incomplete(out_dir: Path, recorded: dict[str, str]) -> str | None:
@@ -455,7 +516,9 @@ def plan_recordings(data_dir: Path) -> list[RecordingWork]:
         work = works.get(row.recording)
         if work is None:
             wav = wav_scp.get(row.recording)
-            work = works[row.recording] = RecordingWork(row.recording, wav, 0.0, None if wav is not None else "not in wav.scp")
+            work = works[row.recording] = RecordingWork(
+                row.recording, wav, 0.0, None if wav is not None else "not in wav.scp"
+            )
         if row.start is not None and row.end is not None:
             work.weight += row.end - row.start
         else:
@@ -466,9 +529,11 @@ def plan_recordings(data_dir: Path) -> list[RecordingWork]:
 def _durations(path: Path) -> Callable[[str], float]:
     """Seconds of each utterance from utt2dur (1.0 when absent), asked in key order."""
     durations = Lookup(path)
+
     def seconds(utt: str) -> float:
         value = durations.get(utt)
         return 1.0 if value is None else parse_duration(path, durations.lineno, utt, value)
+
     return seconds
 
 
@@ -520,8 +585,9 @@ def _run_part_in_worker(work: Callable[[Any, Callable[[], None]], Any], task: An
     return work(task, lambda: _progress_queue.put(1))
 
 
-def run_parts(tasks: list, desc: str, total: int, work: Callable[[Any, Callable[[], None]], Any] | None = None,
-              unit: str = "rec") -> list:
+def run_parts(
+    tasks: list, desc: str, total: int, work: Callable[[Any, Callable[[], None]], Any] | None = None, unit: str = "rec"
+) -> list:
     """`work(task, on_item_done)` for every task (in spawned worker processes when more than
     one), with a progress bar of `total` items; results in task order."""
     work = work or extract_part
@@ -531,8 +597,10 @@ def run_parts(tasks: list, desc: str, total: int, work: Callable[[Any, Callable[
         # spawn, not fork: forking a process whose torch thread pools are running can hang.
         context = multiprocessing.get_context("spawn")
         progress = context.Queue()
-        with one_blas_thread_in_children(), \
-                ProcessPoolExecutor(len(tasks), mp_context=context, initializer=_init_worker, initargs=(progress,)) as pool:
+        with (
+            one_blas_thread_in_children(),
+            ProcessPoolExecutor(len(tasks), mp_context=context, initializer=_init_worker, initargs=(progress,)) as pool,
+        ):
             futures = [pool.submit(_run_part_in_worker, work, task) for task in tasks]
             while not all(f.done() for f in futures):
                 try:
@@ -549,8 +617,12 @@ def extract_part(task: PartTask, on_recording_done: Callable[[], None]) -> PartR
     # Per-utterance statistics go to the part's own cmvn.<index>.ark (joined like the features),
     # so no process holds one per utterance; per speaker or global they are summed in memory.
     per_utterance = f"ark,scp:{out / f'cmvn.{task.index}.ark'},{out / f'cmvn.{task.index}.scp'}"
-    with PartFiles(out, task.index, task.compress) as files, \
-            (kaldiio.WriteHelper(per_utterance) if task.cmvn_unit == "utterance" else contextlib.nullcontext()) as stats_writer:
+    with (
+        PartFiles(out, task.index, task.compress) as files,
+        (
+            kaldiio.WriteHelper(per_utterance) if task.cmvn_unit == "utterance" else contextlib.nullcontext()
+        ) as stats_writer,
+    ):
         writer = UtteranceWriter(task, files, stats_writer)
         for work, rows in recording_runs(task):
             for row, feats, seconds in _recording_features(work, rows, task, writer):
@@ -632,7 +704,10 @@ def non_finite_problem(feats: np.ndarray) -> str | None:
     if np.isfinite(feats).all():
         return None
     nan, inf = int(np.isnan(feats).sum()), int(np.isinf(feats).sum())
-    return f"features with non-finite values ({nan} NaN, {inf} inf of {feats.size}): NaN/inf audio samples or damaged audio"
+    return (
+        f"features with non-finite values ({nan} NaN, {inf} inf of {feats.size}): "
+        "NaN/inf audio samples or damaged audio"
+    )
 
 
 def _recording_features(work: RecordingWork, rows: list[Row], task: PartTask, writer: UtteranceWriter):
@@ -660,8 +735,9 @@ def _recording_features(work: RecordingWork, rows: list[Row], task: PartTask, wr
     return out
 
 
-def _cut_utterances(work: RecordingWork, rows: list[Row], samples: np.ndarray, rate: int,
-                    writer: UtteranceWriter) -> tuple[list[Row], list[np.ndarray]]:
+def _cut_utterances(
+    work: RecordingWork, rows: list[Row], samples: np.ndarray, rate: int, writer: UtteranceWriter
+) -> tuple[list[Row], list[np.ndarray]]:
     cut, waves = [], []
     for row in rows:
         if row.start is None or row.end is None:
@@ -676,8 +752,13 @@ def _cut_utterances(work: RecordingWork, rows: list[Row], samples: np.ndarray, r
     return cut, waves
 
 
-def compute_features(waves: list[np.ndarray], options: FbankOptions, device: str = "cpu",
-                     max_batch_samples: int = 80_000, compute_dtype: torch.dtype = torch.float64) -> list[np.ndarray]:
+def compute_features(
+    waves: list[np.ndarray],
+    options: FbankOptions,
+    device: str = "cpu",
+    max_batch_samples: int = 80_000,
+    compute_dtype: torch.dtype = torch.float64,
+) -> list[np.ndarray]:
     """Filterbank features of each waveform, in order; batched by similar length to limit padding.
     A batch of 80,000 samples (10 s at 8 kHz) keeps its float64 frames (2 MB) in cache: on one
     core, Hub5 conversations took 4.4 times less CPU than in batches of 2.4 million samples

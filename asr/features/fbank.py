@@ -75,6 +75,7 @@ class FbankOptions:
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | Any) -> "FbankOptions":
         """The options from a FeaturesConfig (or any mapping with these field names)."""
+
         def value(name: str, default: Any) -> Any:
             return cfg.get(name, default) if hasattr(cfg, "get") else getattr(cfg, name, default)
 
@@ -123,16 +124,20 @@ class FbankOptions:
         if self.window_type not in WINDOW_TYPES:
             problems.append(f"window_type={self.window_type!r} is not one of {WINDOW_TYPES}")
         if self.window_shift < 1 or self.window_length < 2:
-            problems.append(f"frame_length_ms={self.frame_length_ms}, frame_shift_ms={self.frame_shift_ms} "
-                            f"give frames of {self.window_length} samples every {self.window_shift}")
+            problems.append(
+                f"frame_length_ms={self.frame_length_ms}, frame_shift_ms={self.frame_shift_ms} "
+                f"give frames of {self.window_length} samples every {self.window_shift}"
+            )
         if self.num_mel_bins < 3:
             problems.append(f"num_mel_bins={self.num_mel_bins} must be at least 3")
         if not 0 <= self.low_freq < nyquist:
             problems.append(f"low_freq={self.low_freq} must be in [0, Nyquist={nyquist:g})")
         high = self.resolved_high_freq
         if not (self.low_freq < high <= nyquist):
-            problems.append(f"high_freq={self.high_freq} gives {high:g} Hz, which must be above low_freq and "
-                            f"at most Nyquist ({nyquist:g})")
+            problems.append(
+                f"high_freq={self.high_freq} gives {high:g} Hz, which must be above low_freq and "
+                f"at most Nyquist ({nyquist:g})"
+            )
         if problems:
             raise InputError("bad filterbank options: " + "; ".join(problems) + " (set them as features.<option>=...)")
 
@@ -193,8 +198,9 @@ def fbank_batch(
     return feats.masked_fill(~valid[:, :, None], 0.0).to(dtype), counts
 
 
-def _cut_frames(waveforms: torch.Tensor, lengths: torch.Tensor, max_frames: int, opts: FbankOptions,
-                sample_scale: float) -> torch.Tensor:
+def _cut_frames(
+    waveforms: torch.Tensor, lengths: torch.Tensor, max_frames: int, opts: FbankOptions, sample_scale: float
+) -> torch.Tensor:
     """(batch, max_frames, window_length) frames, scaled; a strided view where possible."""
     length, shift = opts.window_length, opts.window_shift
     span = (max_frames - 1) * shift + length  # samples the frames cover
@@ -212,8 +218,9 @@ def _cut_frames(waveforms: torch.Tensor, lengths: torch.Tensor, max_frames: int,
     return (signal * sample_scale).unfold(1, length, shift)
 
 
-def _process_frames(frames: torch.Tensor, opts: FbankOptions,
-                    generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _process_frames(
+    frames: torch.Tensor, opts: FbankOptions, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Kaldi's ProcessWindow: dither, DC removal, energy, pre-emphasis, window; the frames come
     back zero-padded to padded_window_length, worked on in place (a third faster than a new
     tensor per operation)."""
@@ -222,7 +229,9 @@ def _process_frames(frames: torch.Tensor, opts: FbankOptions,
     out = padded[..., :length]
     out.copy_(frames)
     if opts.dither != 0.0:
-        out.add_(torch.randn(frames.shape, generator=generator, device=frames.device, dtype=frames.dtype), alpha=opts.dither)
+        out.add_(
+            torch.randn(frames.shape, generator=generator, device=frames.device, dtype=frames.dtype), alpha=opts.dither
+        )
     if opts.remove_dc_offset:
         out.sub_(out.mean(dim=-1, keepdim=True))
     log_energy = None

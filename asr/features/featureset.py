@@ -86,7 +86,7 @@ class LoadDeltas:
 
     def __call__(self, stored: np.ndarray) -> np.ndarray:
         width = self.last - self.first
-        deltas = add_deltas(stored[:, self.first:self.last], self.order, self.window)[:, width:]
+        deltas = add_deltas(stored[:, self.first : self.last], self.order, self.window)[:, width:]
         return np.concatenate([stored, deltas.astype(stored.dtype, copy=False)], axis=1)
 
     def write(self, set_dir: Path) -> None:
@@ -106,8 +106,10 @@ class LoadDeltas:
         except FileNotFoundError:
             raise InputError(f"{set_dir / 'delta_opts'}: missing beside {columns}; re-run the features stage") from None
         except (ValueError, KeyError):
-            raise InputError(f"{columns}: expected 'first last' columns and a delta_opts with --delta-order and "
-                             "--delta-window; re-run the features stage") from None
+            raise InputError(
+                f"{columns}: expected 'first last' columns and a delta_opts with --delta-order and "
+                "--delta-window; re-run the features stage"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,9 @@ class FeatureReader:
 
     def __call__(self, utt: str, index: int = 0) -> Tensor:
         """`index`: the utterance's place in its dataset, which seeds its augmentation."""
-        feats = checked_features(self.set_dir, utt, self.layout, lambda: self.feats[utt], lambda mat: self.cmvn(utt, mat))
+        feats = checked_features(
+            self.set_dir, utt, self.layout, lambda: self.feats[utt], lambda mat: self.cmvn(utt, mat)
+        )
         return self.augment(feats, index) if self.augment is not None else feats
 
     def rows(self, utt: str, start: int, stop: int) -> Tensor:
@@ -225,11 +229,15 @@ class FeatureReader:
             gathered.append(values[:, rows])
             headers.append(percentiles)
         if fast:
-            stored = decode_columns(np.stack(gathered), np.stack(headers)).transpose(0, 2, 1)  # (n, length + 2 reach, stored)
+            stored = decode_columns(np.stack(gathered), np.stack(headers)).transpose(
+                0, 2, 1
+            )  # (n, length + 2 reach, stored)
             for i, mat in zip(fast, self._expanded(stored, reach, length)):
                 out[i] = self.cmvn(utts[i], mat)
                 if not np.isfinite(out[i]).all():
-                    out[i] = self.rows(utts[i], starts[i], starts[i] + length).numpy()  # raises, naming the utterance and the cause
+                    out[i] = self.rows(
+                        utts[i], starts[i], starts[i] + length
+                    ).numpy()  # raises, naming the utterance and the cause
         return torch.from_numpy(out)
 
     def _expanded(self, stored: np.ndarray, reach: int, length: int) -> np.ndarray:
@@ -286,25 +294,29 @@ class ArkRows:
         if not (sep and offset.isdigit()) or commands.is_pipe(location):
             return None
         data, offset = self._map(path), int(offset)
-        if bytes(data[offset:offset + 5]) != b"\0BCM ":
+        if bytes(data[offset : offset + 5]) != b"\0BCM ":
             return None
-        low, span = (float(v) for v in data[offset + 5:offset + 13].view("<f4"))
-        rows, cols = (int(v) for v in data[offset + 13:offset + 21].view("<i4"))
+        low, span = (float(v) for v in data[offset + 5 : offset + 13].view("<f4"))
+        rows, cols = (int(v) for v in data[offset + 13 : offset + 21].view("<i4"))
         header = GlobalHeader("CM", low, span, rows, cols, "<")
         body = offset + 21
-        percentiles = header.uint_to_float(np.frombuffer(bytes(data[body:body + 8 * cols]), dtype="<u2")).reshape(cols, 4)
-        return data[body + 8 * cols:body + 8 * cols + rows * cols].reshape(cols, rows), percentiles
+        percentiles = header.uint_to_float(np.frombuffer(bytes(data[body : body + 8 * cols]), dtype="<u2")).reshape(
+            cols, 4
+        )
+        return data[body + 8 * cols : body + 8 * cols + rows * cols].reshape(cols, rows), percentiles
 
     def _map(self, path: str) -> np.ndarray:
         if path not in self.maps:
-            self.maps[path] = np.asarray(np.memmap(path, dtype=np.uint8, mode="r"))  # a plain view: slicing a memmap costs more
+            self.maps[path] = np.asarray(
+                np.memmap(path, dtype=np.uint8, mode="r")
+            )  # a plain view: slicing a memmap costs more
         return self.maps[path]
 
     def _rows(self, path: str, offset: int, first: int, last: int) -> np.ndarray | None:
         data = self._map(path)
-        if bytes(data[offset:offset + 2]) != b"\0B":
+        if bytes(data[offset : offset + 2]) != b"\0B":
             return None  # a text matrix: read whole
-        token = bytes(data[offset + 2:offset + 6])
+        token = bytes(data[offset + 2 : offset + 6])
         if token[:3] in (b"CM ", b"FM ", b"DM "):
             kind, body = token[:2].decode(), offset + 5
         elif token in (b"CM2 ", b"CM3 "):
@@ -312,20 +324,24 @@ class ArkRows:
         else:
             return None
         if kind in ("FM", "DM"):  # then \4 rows \4 cols (int32 each), then the rows
-            cols = int(np.frombuffer(bytes(data[body + 6:body + 10]), "<i4")[0])
+            cols = int(np.frombuffer(bytes(data[body + 6 : body + 10]), "<i4")[0])
             size = 4 if kind == "FM" else 8
-            values = bytes(data[body + 10 + first * cols * size:body + 10 + last * cols * size])
+            values = bytes(data[body + 10 + first * cols * size : body + 10 + last * cols * size])
             return np.frombuffer(values, "<f4" if kind == "FM" else "<f8").reshape(-1, cols)
-        header = GlobalHeader.read(io.BytesIO(bytes(data[body:body + 16])), kind, "<")
+        header = GlobalHeader.read(io.BytesIO(bytes(data[body : body + 16])), kind, "<")
         body += 16
         rows, cols = header.rows, header.cols
         if kind == "CM":
-            columns = PerColHeader.read(io.BytesIO(bytes(data[body:body + 8 * cols])), header)
+            columns = PerColHeader.read(io.BytesIO(bytes(data[body : body + 8 * cols])), header)
             body += 8 * cols
-            values = np.asarray(data[body:body + rows * cols]).reshape(cols, rows)[:, first:last]
+            values = np.asarray(data[body : body + rows * cols]).reshape(cols, rows)[:, first:last]
             return columns.char_to_float(np.ascontiguousarray(values)).T
         width = 2 if kind == "CM2" else 1
-        values = np.asarray(data[body:body + width * rows * cols]).view("<u2" if width == 2 else "u1").reshape(rows, cols)[first:last]
+        values = (
+            np.asarray(data[body : body + width * rows * cols])
+            .view("<u2" if width == 2 else "u1")
+            .reshape(rows, cols)[first:last]
+        )
         return header.uint_to_float(np.array(values, dtype=np.float32))
 
 
@@ -335,12 +351,20 @@ def decode_columns(values: np.ndarray, percentiles: np.ndarray) -> np.ndarray:
     column's 0th, 25th, 75th and 100th percentiles."""
     v = values.astype(np.float32)
     p0, p25, p75, p100 = (percentiles[..., k : k + 1] for k in range(4))
-    return np.where(v <= 64, p0 + (p25 - p0) * v * (1 / 64.0),
-                    np.where(v <= 192, p25 + (p75 - p25) * (v - 64.0) * (1 / 128.0), p75 + (p100 - p75) * (v - 192.0) * (1 / 63.0)))
+    return np.where(
+        v <= 64,
+        p0 + (p25 - p0) * v * (1 / 64.0),
+        np.where(v <= 192, p25 + (p75 - p25) * (v - 64.0) * (1 / 128.0), p75 + (p100 - p75) * (v - 192.0) * (1 / 63.0)),
+    )
 
 
-def checked_features(set_dir: Path, utt: str, layout: FeatureLayout, read: Callable[[], np.ndarray],
-                     normalise: Callable[[np.ndarray], np.ndarray]) -> Tensor:
+def checked_features(
+    set_dir: Path,
+    utt: str,
+    layout: FeatureLayout,
+    read: Callable[[], np.ndarray],
+    normalise: Callable[[np.ndarray], np.ndarray],
+) -> Tensor:
     """One utterance's matrix from `read()`, deltas appended and normalised: an unreadable ark,
     a matrix of another width than the layout stores, or NaN/inf after normalisation is an
     InputError naming the utterance."""
@@ -349,7 +373,9 @@ def checked_features(set_dir: Path, utt: str, layout: FeatureLayout, read: Calla
     except InputError:
         raise
     except Exception as err:  # kaldiio raises assorted errors for a truncated/missing ark
-        raise InputError(f"{set_dir / 'feats.scp'}: cannot read features of {utt!r} ({error_detail(err)}); re-run the features stage") from None
+        raise InputError(
+            f"{set_dir / 'feats.scp'}: cannot read features of {utt!r} ({error_detail(err)}); re-run the features stage"
+        ) from None
     if mat.ndim != 2 or mat.shape[1] != layout.stored_dim:
         source = "feat_dim" + (f" less the deltas of {DELTA_COLUMNS}" if layout.deltas else "")
         raise InputError(f"{set_dir}: {utt!r} has shape {mat.shape}, expected (T, {layout.stored_dim}) from {source}")
@@ -357,6 +383,8 @@ def checked_features(set_dir: Path, utt: str, layout: FeatureLayout, read: Calla
     normalised = normalise(mat)
     if not np.isfinite(normalised).all():
         where = "its features" if not np.isfinite(mat).all() else "its CMVN statistics (cmvn.scp)"
-        raise NonFiniteFeatures(f"{set_dir / 'feats.scp'}: utterance {utt!r}: NaN/inf values in {where}; remove it "
-                                "from the data dir, or make the features again (the features stage skips such utterances)")
+        raise NonFiniteFeatures(
+            f"{set_dir / 'feats.scp'}: utterance {utt!r}: NaN/inf values in {where}; remove it "
+            "from the data dir, or make the features again (the features stage skips such utterances)"
+        )
     return torch.from_numpy(normalised)

@@ -95,8 +95,9 @@ def aux_function(transform: np.ndarray, stats: FmllrStats) -> float:
     return stats.beta * log_det(transform) + float((transform * stats.K).sum()) - 0.5 * quadratic
 
 
-def update_row(transform: np.ndarray, row: int, inv_G: np.ndarray, k: np.ndarray, beta: float,
-               inverse: np.ndarray | None = None) -> None:
+def update_row(
+    transform: np.ndarray, row: int, inv_G: np.ndarray, k: np.ndarray, beta: float, inverse: np.ndarray | None = None
+) -> None:
     """Gales' exact maximisation of Q over row `row` of W, in place (Kaldi's FmllrInnerUpdate).
 
     `inverse` is inv(A) if the caller keeps it (then it is updated in place too)."""
@@ -119,8 +120,13 @@ def update_row(transform: np.ndarray, row: int, inv_G: np.ndarray, k: np.ndarray
     inverse -= np.outer(column, change @ inverse) / (1.0 + change @ column)
 
 
-def update_transform(transform: np.ndarray, stats: FmllrStats, passes: int = PASSES,
-                     trace: list[float] | None = None, tolerance: float = 0.0) -> np.ndarray:
+def update_transform(
+    transform: np.ndarray,
+    stats: FmllrStats,
+    passes: int = PASSES,
+    trace: list[float] | None = None,
+    tolerance: float = 0.0,
+) -> np.ndarray:
     """Sweeps of row updates from `transform` until one raises Q by less than `tolerance`
     nats per frame, at most `passes`; Q before and after every row update goes to `trace`."""
     inv_G = np.linalg.inv(stats.G)
@@ -153,8 +159,15 @@ class FmllrResult:
     aux_trace: list[list[float]] = field(default_factory=list)  # per EM iteration: Q before and after each row update
 
 
-def estimate_fmllr(gmm: DiagGmm, x: Tensor | np.ndarray, iters: int = ITERS, passes: int = PASSES,
-                   min_count: float = MIN_COUNT, trace: bool = False, tolerance: float = TOLERANCE) -> FmllrResult:
+def estimate_fmllr(
+    gmm: DiagGmm,
+    x: Tensor | np.ndarray,
+    iters: int = ITERS,
+    passes: int = PASSES,
+    min_count: float = MIN_COUNT,
+    trace: bool = False,
+    tolerance: float = TOLERANCE,
+) -> FmllrResult:
     """The fMLLR transform of one speaker's frames `x` (T, d), starting from the identity.
 
     EM iterations continue while the objective per frame rises by at least `tolerance`

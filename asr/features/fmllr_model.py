@@ -85,7 +85,9 @@ class FmllrModel:
             norm_vars = "--norm-vars=true" in (model_dir / "cmvn_opts").read_text()
             left, right = int(opts["left-context"]), int(opts["right-context"])
         except (OSError, KeyError, ValueError) as err:
-            raise InputError(f"{model_dir}: splice_opts/cmvn_opts missing or unreadable ({err}); re-run the features stage") from None
+            raise InputError(
+                f"{model_dir}: splice_opts/cmvn_opts missing or unreadable ({err}); re-run the features stage"
+            ) from None
         matrix = read_matrix(model_dir / "final.mat") if (model_dir / "final.mat").is_file() else None
         return cls(left, right, matrix, DiagGmm.load(model_dir / "final.dubm", device), norm_vars)
 
@@ -151,8 +153,9 @@ class SpeakerFrames:
 # --------------------------------------------------------------------- training
 
 
-def train_fmllr_model(frames: SpeakerFrames, subset: FrameSubset, cfg: Any, device: str = "cpu",
-                      jobs: int = 1) -> tuple[FmllrModel, dict]:
+def train_fmllr_model(
+    frames: SpeakerFrames, subset: FrameSubset, cfg: Any, device: str = "cpu", jobs: int = 1
+) -> tuple[FmllrModel, dict]:
     """The model from the log-mel frames of `subset` (the training set's `streamed_subset` for
     cfg.max_train_frames); `cfg` is a features.fmllr config. The SAT speakers' fMLLR estimates
     are split over `jobs` worker processes."""
@@ -163,21 +166,39 @@ def train_fmllr_model(frames: SpeakerFrames, subset: FrameSubset, cfg: Any, devi
     base = torch.from_numpy(np.concatenate([normalised[u] for u in utts]))
     needed = 2 * cfg.num_components
     if base.shape[0] < needed:
-        raise InputError(f"{frames.base_dir}: {base.shape[0]} training frames, fewer than the {needed} that "
-                         f"{cfg.num_components} Gaussians need; lower features.fmllr.num_components")
-    report: dict[str, Any] = {"train_utterances": len(utts), "train_frames": int(base.shape[0]), "speakers": len(by_speaker)}
-    log.info("fMLLR model: %d frames, an equal share of each of %d speakers (min_count %g)",
-             base.shape[0], len(by_speaker), cfg.min_count)
+        raise InputError(
+            f"{frames.base_dir}: {base.shape[0]} training frames, fewer than the {needed} that "
+            f"{cfg.num_components} Gaussians need; lower features.fmllr.num_components"
+        )
+    report: dict[str, Any] = {
+        "train_utterances": len(utts),
+        "train_frames": int(base.shape[0]),
+        "speakers": len(by_speaker),
+    }
+    log.info(
+        "fMLLR model: %d frames, an equal share of each of %d speakers (min_count %g)",
+        base.shape[0],
+        len(by_speaker),
+        cfg.min_count,
+    )
     if cfg.lda:
         spliced = SplicedBlocks([normalised[u] for u in utts], cfg.splice_left, cfg.splice_right, CHUNK_FRAMES)
-        front = train_front_end(base.to(device), spliced, cfg.dim, cfg.num_components, cfg.mllt_iters,
-                                final_iters=cfg.em_iters, var_floor_ratio=cfg.var_floor_ratio)
+        front = train_front_end(
+            base.to(device),
+            spliced,
+            cfg.dim,
+            cfg.num_components,
+            cfg.mllt_iters,
+            final_iters=cfg.em_iters,
+            var_floor_ratio=cfg.var_floor_ratio,
+        )
         model = FmllrModel(cfg.splice_left, cfg.splice_right, front.matrix, front.gmm, cfg.base_norm_vars)
         report["lda_eigenvalues"] = [round(float(v), 4) for v in front.lda_eigenvalues[: cfg.dim + 1]]
         report["gmm_loglike_per_frame"] = front.loglike_per_frame
     else:
-        gmm, em_report = gmm_lib.train_gmm(base, cfg.num_components, final_iters=cfg.em_iters,
-                                           var_floor_ratio=cfg.var_floor_ratio, device=device)
+        gmm, em_report = gmm_lib.train_gmm(
+            base, cfg.num_components, final_iters=cfg.em_iters, var_floor_ratio=cfg.var_floor_ratio, device=device
+        )
         model = FmllrModel(0, 0, None, gmm, cfg.base_norm_vars)
         report["gmm_loglike_per_frame"] = em_report.loglike_per_frame
     del base
@@ -185,8 +206,9 @@ def train_fmllr_model(frames: SpeakerFrames, subset: FrameSubset, cfg: Any, devi
     return model, report
 
 
-def speaker_adaptive_training(model: FmllrModel, by_speaker: dict[str, list[str]], normalised: dict[str, np.ndarray],
-                              cfg: Any, jobs: int = 1) -> list[dict]:
+def speaker_adaptive_training(
+    model: FmllrModel, by_speaker: dict[str, list[str]], normalised: dict[str, np.ndarray], cfg: Any, jobs: int = 1
+) -> list[dict]:
     """`cfg.sat_iters` rounds of: fMLLR per training speaker (split over `jobs` processes),
     then EM on the adapted frames."""
     with tempfile.TemporaryDirectory(prefix="sat.") as tmp:
@@ -199,8 +221,11 @@ def sat_round(model: FmllrModel, projected: "SatFrames", parts: list[list[str]],
     """fMLLR for every speaker, then EM on the adapted frames (round `number`); its report."""
     gmm = SatGmm.of(model.gmm)
     tasks = [SatTask(gmm, projected.subset(part), FmllrOptions.from_config(cfg)) for part in parts]
-    results = {spk: r for part in run_parts(tasks, desc="SAT speakers", total=len(projected.rows), work=estimate_part, unit="spk")
-               for spk, r in part.items()}
+    results = {
+        spk: r
+        for part in run_parts(tasks, desc="SAT speakers", total=len(projected.rows), work=estimate_part, unit="spk")
+        for spk, r in part.items()
+    }
     frames = model.gmm.means.new_empty(projected.total, model.dim)  # adapted in place, speaker by speaker
     for spk, (start, end) in projected.rows.items():
         frames[start:end] = transform_frames(torch.from_numpy(projected.of(spk)).to(frames), results[spk].transform)
@@ -209,13 +234,22 @@ def sat_round(model: FmllrModel, projected: "SatFrames", parts: list[list[str]],
     model.gmm = gmm_lib.em(model.gmm, frames, cfg.em_iters, floor, em_report)
     updated = sum(r.updated for r in results.values())
     gains = [r.objective[-1] - r.objective[0] for r in results.values()]
-    report = {"speakers_adapted": updated, "speakers": len(results),
-              "mean_objective_gain_per_frame": float(np.mean(gains)) if gains else 0.0,
-              "mean_em_iterations": float(np.mean([len(r.objective) - 1 for r in results.values() if r.updated] or [0])),
-              "gmm_loglike_per_frame": em_report.loglike_per_frame}
-    log.info("SAT round %d: %d of %d speakers adapted, objective +%.3f per frame; GMM log-likelihood %.3f -> %.3f",
-             number, updated, len(results), report["mean_objective_gain_per_frame"],
-             em_report.loglike_per_frame[0], em_report.loglike_per_frame[-1])
+    report = {
+        "speakers_adapted": updated,
+        "speakers": len(results),
+        "mean_objective_gain_per_frame": float(np.mean(gains)) if gains else 0.0,
+        "mean_em_iterations": float(np.mean([len(r.objective) - 1 for r in results.values() if r.updated] or [0])),
+        "gmm_loglike_per_frame": em_report.loglike_per_frame,
+    }
+    log.info(
+        "SAT round %d: %d of %d speakers adapted, objective +%.3f per frame; GMM log-likelihood %.3f -> %.3f",
+        number,
+        updated,
+        len(results),
+        report["mean_objective_gain_per_frame"],
+        em_report.loglike_per_frame[0],
+        em_report.loglike_per_frame[-1],
+    )
     return report
 
 
@@ -266,8 +300,9 @@ class SatFrames:
     rows: dict[str, tuple[int, int]]  # speaker -> its rows [start, end)
 
     @classmethod
-    def write(cls, path: Path, model: FmllrModel, by_speaker: dict[str, list[str]],
-              normalised: dict[str, np.ndarray]) -> "SatFrames":
+    def write(
+        cls, path: Path, model: FmllrModel, by_speaker: dict[str, list[str]], normalised: dict[str, np.ndarray]
+    ) -> "SatFrames":
         rows, total = {}, 0
         for spk, utts in by_speaker.items():
             rows[spk] = (total, total + sum(normalised[u].shape[0] for u in utts))
@@ -276,7 +311,7 @@ class SatFrames:
         for spk, utts in by_speaker.items():
             start = rows[spk][0]
             for utt in utts:
-                out[start: start + normalised[utt].shape[0]] = model.project(normalised[utt])
+                out[start : start + normalised[utt].shape[0]] = model.project(normalised[utt])
                 start += normalised[utt].shape[0]
         out.flush()
         del out

@@ -46,12 +46,28 @@ import torch
 from asr.data import commands
 from asr.data.datadir import Lookup, c_sort_key, sorted_table
 from asr.features import cmvn
-from asr.features.extract import SetSummary, _add_stats, _log_summary, merge_stats, non_finite_problem, repoint_scp, run_parts
+from asr.features.extract import (
+    SetSummary,
+    _add_stats,
+    _log_summary,
+    merge_stats,
+    non_finite_problem,
+    repoint_scp,
+    run_parts,
+)
 from asr.features.fbank import FbankOptions
 from asr.features.featureset import FeatureLayout, FeatureWriter, LoadDeltas
 from asr.features.fmllr import FmllrResult, transform_frames
-from asr.features.fmllr_model import (FmllrModel, FmllrOptions, SpeakerFrames, read_logmel, single_thread, speaker_cmvn,
-                                      train_fmllr_model, write_report)
+from asr.features.fmllr_model import (
+    FmllrModel,
+    FmllrOptions,
+    SpeakerFrames,
+    read_logmel,
+    single_thread,
+    speaker_cmvn,
+    train_fmllr_model,
+    write_report,
+)
 from asr.features.ivector_recipe import IvectorReader, ivector_sets, make_base_sets
 from asr.features.parts import in_key_order, join_parts, merge_part_tables, merge_skipped
 from asr.features.provenance import CHECKSUM_FILE, checksum, complete, plain, source_checksum
@@ -85,19 +101,33 @@ def make_fmllr_features(cfg: Any) -> list[SetSummary]:
     fcfg = cfg.features
     if fcfg.kind not in KINDS:
         raise InputError(f"features.kind={fcfg.kind!r} is not an fMLLR recipe {KINDS}")
-    if fcfg.fmllr.lda and fcfg.fmllr.dim > FbankOptions.from_config(fcfg).dim * (fcfg.fmllr.splice_left + 1 + fcfg.fmllr.splice_right):
+    if fcfg.fmllr.lda and fcfg.fmllr.dim > FbankOptions.from_config(fcfg).dim * (
+        fcfg.fmllr.splice_left + 1 + fcfg.fmllr.splice_right
+    ):
         raise InputError(f"features.fmllr.dim={fcfg.fmllr.dim} exceeds the spliced log-mel dimension")
     root = Path(fcfg.feats_dir) / fcfg.name
     sets = (cfg.data.train_set, cfg.data.dev_set, cfg.data.eval_set)
     base = make_base_sets(cfg, root)
     if fcfg.split.index >= 0:
         return base  # one cluster share of the log-mel: the model and adaptation run after the merge
-    model_checksum = ensure_model(root / "gmm", root / "fbank" / cfg.data.train_set,
-                                  Path(cfg.data.data_dir) / cfg.data.train_set, fcfg)
-    ivectors = ivector_sets(cfg, root, root / "ivector", write_feats=False) if fcfg.kind == "fmllr_ivector_fbank" else {}
-    return [adapt_set(root / "gmm", model_checksum, root / "fbank" / s, Path(cfg.data.data_dir) / s, root / s, fcfg,
-                      ivectors[s][0] if s in ivectors else None)
-            for s in sets]
+    model_checksum = ensure_model(
+        root / "gmm", root / "fbank" / cfg.data.train_set, Path(cfg.data.data_dir) / cfg.data.train_set, fcfg
+    )
+    ivectors = (
+        ivector_sets(cfg, root, root / "ivector", write_feats=False) if fcfg.kind == "fmllr_ivector_fbank" else {}
+    )
+    return [
+        adapt_set(
+            root / "gmm",
+            model_checksum,
+            root / "fbank" / s,
+            Path(cfg.data.data_dir) / s,
+            root / s,
+            fcfg,
+            ivectors[s][0] if s in ivectors else None,
+        )
+        for s in sets
+    ]
 
 
 # ------------------------------------------------------------------------ model
@@ -112,7 +142,9 @@ def ensure_model(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any) -> 
         return expected
     log.info("fMLLR model: training on %s into %s", base_dir, model_dir)
     started = time.perf_counter()
-    subset = streamed_subset(utt2spk_of(data_dir), base_dir / "utt2num_frames", fcfg.fmllr.max_train_frames, fcfg.fmllr.min_count)
+    subset = streamed_subset(
+        utt2spk_of(data_dir), base_dir / "utt2num_frames", fcfg.fmllr.max_train_frames, fcfg.fmllr.min_count
+    )
     frames = SpeakerFrames(base_dir, subset.speaker_of, fcfg.fmllr.base_norm_vars)
     model, report = train_fmllr_model(frames, subset, fcfg.fmllr, fcfg.device, fcfg.jobs)
     report["seconds"] = round(time.perf_counter() - started, 1)
@@ -120,7 +152,9 @@ def ensure_model(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any) -> 
         model.save(tmp)
         write_report(tmp / "report.json", report)
         (tmp / CHECKSUM_FILE).write_text(expected)
-    log.info("fMLLR model: %d Gaussians of dim %d trained in %.1f s", model.gmm.num_components, model.dim, report["seconds"])
+    log.info(
+        "fMLLR model: %d Gaussians of dim %d trained in %.1f s", model.gmm.num_components, model.dim, report["seconds"]
+    )
     return expected
 
 
@@ -154,9 +188,16 @@ class AdaptOptions:
         deltas = None
         if fcfg.kind in WITH_LOGMEL and fcfg.delta_order > 0:
             deltas = LoadDeltas(fcfg.delta_order, fcfg.delta_window, first + ivector, first + ivector + logmel)
-        return cls(fcfg.kind, fcfg.cmvn, FmllrOptions.from_config(fcfg.fmllr), fcfg.device,
-                   FeatureLayout(feature_dim(fcfg), deltas), (first, first + ivector),
-                   str(ivector_dir) if ivector_dir is not None else "", fcfg.compress)
+        return cls(
+            fcfg.kind,
+            fcfg.cmvn,
+            FmllrOptions.from_config(fcfg.fmllr),
+            fcfg.device,
+            FeatureLayout(feature_dim(fcfg), deltas),
+            (first, first + ivector),
+            str(ivector_dir) if ivector_dir is not None else "",
+            fcfg.compress,
+        )
 
 
 @dataclass
@@ -181,16 +222,33 @@ class AdaptResult:
     stats: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def adapt_set(model_dir: Path, model_checksum: str, base_dir: Path, data_dir: Path, out_dir: Path, fcfg: Any,
-              ivector_dir: Path | None = None) -> SetSummary:
+def adapt_set(
+    model_dir: Path,
+    model_checksum: str,
+    base_dir: Path,
+    data_dir: Path,
+    out_dir: Path,
+    fcfg: Any,
+    ivector_dir: Path | None = None,
+) -> SetSummary:
     """Per-speaker fMLLR of one set and the recipe's per-frame composition (with the i-vectors
     in `ivector_dir` for fmllr_ivector_fbank), the speakers split over `features.jobs` worker
     processes. Every process reads the set's tables in step, so none holds a line per utterance."""
     if fcfg.kind == "fmllr_ivector_fbank" and ivector_dir is None:
         raise ValueError("fmllr_ivector_fbank needs the set's i-vector directory")
     ivectors = (ivector_dir / CHECKSUM_FILE).read_text() if ivector_dir is not None else ""
-    expected = checksum(model_checksum, source_checksum(base_dir), fcfg.kind, fcfg.delta_order, fcfg.delta_window,
-                        fcfg.cmvn, plain(fcfg.fmllr), ivectors, STORED_LAYOUT, fcfg.compress)
+    expected = checksum(
+        model_checksum,
+        source_checksum(base_dir),
+        fcfg.kind,
+        fcfg.delta_order,
+        fcfg.delta_window,
+        fcfg.cmvn,
+        plain(fcfg.fmllr),
+        ivectors,
+        STORED_LAYOUT,
+        fcfg.compress,
+    )
     if not fcfg.force and complete(out_dir, SET_OUTPUTS, expected):
         log.info("%s: complete already (%s), skipping; features.force=true recomputes it", out_dir.name, out_dir)
         return SetSummary(out_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
@@ -202,8 +260,18 @@ def adapt_set(model_dir: Path, model_checksum: str, base_dir: Path, data_dir: Pa
     log.info("%s: fMLLR for %d speakers in %d part(s) into %s", out_dir.name, len(frames), len(parts), out_dir)
     options = AdaptOptions.from_config(fcfg, ivector_dir)
     with atomic_dir(out_dir) as tmp:
-        tasks = [AdaptTask(i, sorted(part, key=c_sort_key), str(model_dir), str(base_dir), str(data_dir / "utt2spk"),
-                           str(tmp), options) for i, part in enumerate(parts)]
+        tasks = [
+            AdaptTask(
+                i,
+                sorted(part, key=c_sort_key),
+                str(model_dir),
+                str(base_dir),
+                str(data_dir / "utt2spk"),
+                str(tmp),
+                options,
+            )
+            for i, part in enumerate(parts)
+        ]
         results = run_parts(tasks, desc=out_dir.name, total=len(frames), work=adapt_part, unit="spk")
         summary = _finish_set(results, tmp, out_dir, base_dir, fcfg, options, expected, len(frames))
     summary.wall_seconds = time.perf_counter() - started
@@ -254,16 +322,24 @@ def part_utterances(task: AdaptTask) -> Iterator[tuple[str, list[tuple[str, str]
                 yield current, entries
                 done.add(current)
             if speaker in done:
-                raise InputError(f"{task.utt2spk}: the utterances of speaker {speaker!r} are not together in sorted order; "
-                                 "speaker ids must be prefixes of utterance ids (python -m asr.data.validate)")
+                raise InputError(
+                    f"{task.utt2spk}: the utterances of speaker {speaker!r} are not together in sorted order; "
+                    "speaker ids must be prefixes of utterance ids (python -m asr.data.validate)"
+                )
             current, entries = speaker, []
         entries.append((utt, entry))
     if current is not None:
         yield current, entries
 
 
-def adapt_speaker(model: FmllrModel, utts: list[str], raw: list[np.ndarray], normalised: list[np.ndarray],
-                  opts: AdaptOptions, ivectors: IvectorReader | None = None) -> tuple[FmllrResult, list[tuple[str, np.ndarray]]]:
+def adapt_speaker(
+    model: FmllrModel,
+    utts: list[str],
+    raw: list[np.ndarray],
+    normalised: list[np.ndarray],
+    opts: AdaptOptions,
+    ivectors: IvectorReader | None = None,
+) -> tuple[FmllrResult, list[tuple[str, np.ndarray]]]:
     """One speaker's transform, and (utt, stored features) for its utterances."""
     projected = [model.project(n) for n in normalised]
     device = model.gmm.means.device
@@ -288,9 +364,15 @@ class PartOutputs:
     def __init__(self, out: Path, index: int, opts: AdaptOptions):
         self.opts, self.result = opts, AdaptResult()
         self.files = contextlib.ExitStack()
-        self.feats = self.files.enter_context(FeatureWriter(out / f"feats.{index}.ark", out / f"feats.{index}.scp", opts.compress))
-        self.transforms = self.files.enter_context(kaldiio.WriteHelper(f"ark,scp:{out / f'trans.{index}.ark'},{out / f'trans.{index}.scp'}"))
-        self.tables = {name: self.files.enter_context(open(out / f"{name}.{index}", "w", encoding="utf-8")) for name in PART_TABLES}
+        self.feats = self.files.enter_context(
+            FeatureWriter(out / f"feats.{index}.ark", out / f"feats.{index}.scp", opts.compress)
+        )
+        self.transforms = self.files.enter_context(
+            kaldiio.WriteHelper(f"ark,scp:{out / f'trans.{index}.ark'},{out / f'trans.{index}.scp'}")
+        )
+        self.tables = {
+            name: self.files.enter_context(open(out / f"{name}.{index}", "w", encoding="utf-8")) for name in PART_TABLES
+        }
         self.utterance_stats = None
         if opts.cmvn == "utterance":
             spec = f"ark,scp:{out / f'cmvn.{index}.ark'},{out / f'cmvn.{index}.scp'}"
@@ -300,9 +382,11 @@ class PartOutputs:
         self.transforms(speaker, np.ascontiguousarray(fmllr.transform, dtype=np.float32))
         # frames, adapted|identity, log-likelihood per frame before/after, and the same plus
         # log|det A| (the objective fMLLR maximises) before/after
-        self.tables["fmllr_speakers"].write(f"{speaker} {fmllr.count:.0f} {'adapted' if fmllr.updated else 'identity'} "
-                                            f"{fmllr.loglike_before:.4f} {fmllr.loglike_after:.4f} "
-                                            f"{fmllr.objective[0]:.4f} {fmllr.objective[-1]:.4f}\n")
+        self.tables["fmllr_speakers"].write(
+            f"{speaker} {fmllr.count:.0f} {'adapted' if fmllr.updated else 'identity'} "
+            f"{fmllr.loglike_before:.4f} {fmllr.loglike_after:.4f} "
+            f"{fmllr.objective[0]:.4f} {fmllr.objective[-1]:.4f}\n"
+        )
         self.result.adapted_speakers += bool(fmllr.updated)
 
     def utterance(self, utt: str, speaker: str, feats: np.ndarray) -> None:
@@ -317,8 +401,10 @@ class PartOutputs:
         if self.opts.cmvn == "none":
             return
         # statistics of what the reader normalises: deltas included
-        stats = with_identity_columns(cmvn.compute_stats(self.opts.cmvn, {utt: self.opts.layout.expand(stored)}, {utt: speaker}),
-                                      self.opts.ivector_columns)
+        stats = with_identity_columns(
+            cmvn.compute_stats(self.opts.cmvn, {utt: self.opts.layout.expand(stored)}, {utt: speaker}),
+            self.opts.ivector_columns,
+        )
         if self.utterance_stats is not None:
             self.utterance_stats(utt, stats[utt])
         else:
@@ -341,8 +427,16 @@ def with_identity_columns(stats: dict[str, np.ndarray], columns: tuple[int, int]
     return stats
 
 
-def _finish_set(results: list[AdaptResult], tmp: Path, out_dir: Path, base_dir: Path, fcfg: Any, options: AdaptOptions,
-                expected: str, speakers: int) -> SetSummary:
+def _finish_set(
+    results: list[AdaptResult],
+    tmp: Path,
+    out_dir: Path,
+    base_dir: Path,
+    fcfg: Any,
+    options: AdaptOptions,
+    expected: str,
+    speakers: int,
+) -> SetSummary:
     """The parts joined, and everything beside them: dimension, layout, CMVN, skipped utterances."""
     parts = len(results)
     join_parts(tmp, out_dir, parts)
@@ -366,6 +460,13 @@ def _finish_set(results: list[AdaptResult], tmp: Path, out_dir: Path, base_dir: 
     if (base_dir / "fbank.conf").is_file():
         shutil.copyfile(base_dir / "fbank.conf", tmp / "fbank.conf")
     (tmp / CHECKSUM_FILE).write_text(expected)
-    log.info("%s: %d of %d speakers adapted (the others had fewer than %g frames: identity)",
-             out_dir.name, sum(r.adapted_speakers for r in results), speakers, fcfg.fmllr.min_count)
-    return SetSummary(out_dir.name, sum(r.utterances for r in results), sum(r.frames for r in results), 0.0, 0.0, skipped)
+    log.info(
+        "%s: %d of %d speakers adapted (the others had fewer than %g frames: identity)",
+        out_dir.name,
+        sum(r.adapted_speakers for r in results),
+        speakers,
+        fcfg.fmllr.min_count,
+    )
+    return SetSummary(
+        out_dir.name, sum(r.utterances for r in results), sum(r.frames for r in results), 0.0, 0.0, skipped
+    )

@@ -86,7 +86,9 @@ class FullGmm:
         return log_posteriors.masked_fill(log_posteriors < MIN_LOG_POSTERIOR, -math.inf).exp(), total
 
     def save(self, path: str | os.PathLike) -> None:
-        kaldi_io.write_full_gmm(path, *(t.detach().cpu().double().numpy() for t in (self.weights, self.means, self.covariances)))
+        kaldi_io.write_full_gmm(
+            path, *(t.detach().cpu().double().numpy() for t in (self.weights, self.means, self.covariances))
+        )
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: torch.device | str = "cpu") -> "FullGmm":
@@ -101,7 +103,7 @@ def _pairs_by_component(components: Tensor):
     start = 0
     for component, count in enumerate(counts.tolist()):
         if count:
-            yield component, order[start: start + count]
+            yield component, order[start : start + count]
             start += count
 
 
@@ -139,16 +141,22 @@ def accumulate(gmm: FullGmm, x: Tensor, selection: Tensor) -> FullGmmStats:
     return stats
 
 
-def maximize(gmm: FullGmm, stats: FullGmmStats, min_occupancy: float = MIN_OCCUPANCY,
-             variance_floor: float = VARIANCE_FLOOR, max_condition: float = MAX_CONDITION) -> FullGmm:
+def maximize(
+    gmm: FullGmm,
+    stats: FullGmmStats,
+    min_occupancy: float = MIN_OCCUPANCY,
+    variance_floor: float = VARIANCE_FLOOR,
+    max_condition: float = MAX_CONDITION,
+) -> FullGmm:
     """M-step (Kaldi's MleFullGmmUpdate): covariance eigenvalues floored at max(variance_floor,
     largest / max_condition); components with less than `min_occupancy` keep their parameters."""
     trained = stats.occupancy >= min_occupancy
     safe = stats.occupancy.clamp(min=1e-10)
     means = torch.where(trained[:, None], stats.first / safe[:, None], gmm.means)
     covariances = stats.second / safe[:, None, None] - means[:, :, None] * means[:, None, :]
-    covariances = torch.where(trained[:, None, None], _floor_eigenvalues(covariances, variance_floor, max_condition),
-                              gmm.covariances)
+    covariances = torch.where(
+        trained[:, None, None], _floor_eigenvalues(covariances, variance_floor, max_condition), gmm.covariances
+    )
     weights = torch.where(trained, stats.occupancy / stats.occupancy.sum(), gmm.weights)
     return FullGmm(weights / weights.sum(), means, covariances)
 
@@ -166,8 +174,9 @@ class FullUbmReport:
     loglike_per_frame: list[float] = field(default_factory=list)  # before each M-step
 
 
-def train_full_ubm(diag: DiagGmm, x: Tensor, iters: int = 4, num_gselect: int = NUM_GSELECT,
-                   min_occupancy: float = MIN_OCCUPANCY) -> tuple[FullGmm, FullUbmReport]:
+def train_full_ubm(
+    diag: DiagGmm, x: Tensor, iters: int = 4, num_gselect: int = NUM_GSELECT, min_occupancy: float = MIN_OCCUPANCY
+) -> tuple[FullGmm, FullUbmReport]:
     """A full-covariance UBM from a diagonal one (Kaldi's train_full_ubm.sh: 4 iterations, 20
     components selected once per frame by the diagonal UBM)."""
     x = x.to(device=diag.means.device, dtype=torch.float64)

@@ -55,8 +55,10 @@ class DiagGmm:
         return int(self.means.shape[1])
 
     def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "DiagGmm":
-        return DiagGmm(*(t.to(device=device, dtype=dtype) for t in (self.weights, self.means, self.variances)),
-                       precision=self.precision)
+        return DiagGmm(
+            *(t.to(device=device, dtype=dtype) for t in (self.weights, self.means, self.variances)),
+            precision=self.precision,
+        )
 
     def with_precision(self, precision: torch.dtype) -> "DiagGmm":
         return DiagGmm(self.weights, self.means, self.variances, precision)
@@ -64,8 +66,11 @@ class DiagGmm:
     def _estep_terms(self) -> tuple[Tensor, Tensor]:
         """gconst (M,) and the (2D, M) matrix with which [x, x^2] @ matrix + gconst = loglikes."""
         inv_vars = 1.0 / self.variances
-        gconst = (self.weights.log() - 0.5 * self.dim * math.log(2 * math.pi)
-                  - 0.5 * (self.variances.log() + self.means * self.means * inv_vars).sum(dim=1))
+        gconst = (
+            self.weights.log()
+            - 0.5 * self.dim * math.log(2 * math.pi)
+            - 0.5 * (self.variances.log() + self.means * self.means * inv_vars).sum(dim=1)
+        )
         matrix = torch.cat([self.means * inv_vars, -0.5 * inv_vars], dim=1).T
         return gconst.to(self.precision), matrix.to(self.precision).contiguous()
 
@@ -95,7 +100,9 @@ class DiagGmm:
         return torch.cat([self.posteriors(chunk)[1] for chunk in x.split(CHUNK_FRAMES)])
 
     def save(self, path: str | os.PathLike) -> None:
-        kaldi_io.write_diag_gmm(path, *(t.detach().cpu().double().numpy() for t in (self.weights, self.means, self.variances)))
+        kaldi_io.write_diag_gmm(
+            path, *(t.detach().cpu().double().numpy() for t in (self.weights, self.means, self.variances))
+        )
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: torch.device | str = "cpu") -> "DiagGmm":
@@ -159,10 +166,10 @@ def split(gmm: DiagGmm, target: int) -> DiagGmm:
         heaviest = int(weights.argmax())
         offset = SPLIT_PERTURBATION * variances[heaviest].sqrt()
         weights[heaviest] /= 2
-        weights = torch.cat([weights, weights[heaviest: heaviest + 1]])
+        weights = torch.cat([weights, weights[heaviest : heaviest + 1]])
         means = torch.cat([means, (means[heaviest] - offset)[None]])
         means[heaviest] += offset
-        variances = torch.cat([variances, variances[heaviest: heaviest + 1]])
+        variances = torch.cat([variances, variances[heaviest : heaviest + 1]])
     return DiagGmm(weights, means, variances, gmm.precision)
 
 
@@ -194,9 +201,16 @@ def em(gmm: DiagGmm, x: Tensor, iters: int, var_floor: Tensor, report: EmReport 
     return gmm
 
 
-def train_gmm(x: Tensor | np.ndarray, num_components: int, iters_per_split: int = 2, final_iters: int = 5,
-              var_floor_ratio: float = 0.01, device: str | torch.device = "cpu",
-              dtype: torch.dtype = torch.float64, precision: torch.dtype = torch.float32) -> tuple[DiagGmm, EmReport]:
+def train_gmm(
+    x: Tensor | np.ndarray,
+    num_components: int,
+    iters_per_split: int = 2,
+    final_iters: int = 5,
+    var_floor_ratio: float = 0.01,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float64,
+    precision: torch.dtype = torch.float32,
+) -> tuple[DiagGmm, EmReport]:
     """A diagonal GMM of `num_components` trained on frames `x` (T, D) from one Gaussian up,
     doubling the number of components between rounds of EM."""
     x = torch.as_tensor(np.asarray(x) if not isinstance(x, Tensor) else x).to(device=device, dtype=dtype)
@@ -209,6 +223,12 @@ def train_gmm(x: Tensor | np.ndarray, num_components: int, iters_per_split: int 
         gmm = split(gmm, min(2 * gmm.num_components, num_components))
         gmm = em(gmm, x, iters_per_split, floor, report)
     gmm = em(gmm, x, final_iters, floor, report)
-    log.info("GMM: %d components, %d frames of dim %d, log-likelihood per frame %.3f -> %.3f",
-             gmm.num_components, x.shape[0], x.shape[1], report.loglike_per_frame[0], report.loglike_per_frame[-1])
+    log.info(
+        "GMM: %d components, %d frames of dim %d, log-likelihood per frame %.3f -> %.3f",
+        gmm.num_components,
+        x.shape[0],
+        x.shape[1],
+        report.loglike_per_frame[0],
+        report.loglike_per_frame[-1],
+    )
     return gmm, report

@@ -89,7 +89,9 @@ class IvectorExtractor:
         return cls(ubm.weights.double(), projections, torch.linalg.inv(ubm.covariances.double()), PRIOR_OFFSET)
 
     def to(self, device: torch.device | str) -> "IvectorExtractor":
-        return IvectorExtractor(*(t.to(device) for t in (self.weights, self.projections, self.inv_covars)), self.prior_offset)
+        return IvectorExtractor(
+            *(t.to(device) for t in (self.weights, self.projections, self.inv_covars)), self.prior_offset
+        )
 
     def derived(self) -> tuple[Tensor, Tensor]:
         """(U, Sigma^-1 M): U_c = M_c^T Sigma_c^-1 M_c (C, R, R) and Sigma_c^-1 M_c (C, D, R)."""
@@ -103,9 +105,11 @@ class IvectorExtractor:
         return 0.5 * torch.linalg.slogdet(self.inv_covars)[1] - 0.5 * self.feat_dim * math.log(2 * math.pi)
 
     def save(self, path: str | os.PathLike) -> None:
-        kaldi_io.write_ivector_extractor(path, *(t.detach().cpu().double().numpy()
-                                                 for t in (self.weights, self.projections, self.inv_covars)),
-                                         self.prior_offset)
+        kaldi_io.write_ivector_extractor(
+            path,
+            *(t.detach().cpu().double().numpy() for t in (self.weights, self.projections, self.inv_covars)),
+            self.prior_offset,
+        )
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: torch.device | str = "cpu") -> "IvectorExtractor":
@@ -152,8 +156,9 @@ def _nonzero(indices: Tensor, weights: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return frames[kept], components[kept], flat[kept]
 
 
-def zeroth_first_order(x: Tensor, indices: Tensor, weights: Tensor, num_components: int,
-                       groups: Tensor | None = None, num_groups: int = 1) -> tuple[Tensor, Tensor]:
+def zeroth_first_order(
+    x: Tensor, indices: Tensor, weights: Tensor, num_components: int, groups: Tensor | None = None, num_groups: int = 1
+) -> tuple[Tensor, Tensor]:
     """Counts (G, C) and first-order statistics (G, C, D) of frames `x` (T, D) with sparse
     posteriors (T, k); frame t belongs to group groups[t] (all to group 0 by default)."""
     frames, components, gamma = _nonzero(indices, weights)
@@ -174,7 +179,7 @@ def second_order(x: Tensor, indices: Tensor, weights: Tensor, num_components: in
     start = 0
     for component, count in enumerate(torch.bincount(components, minlength=num_components).tolist()):
         if count:
-            pairs = order[start: start + count]
+            pairs = order[start : start + count]
             frame = x[frames[pairs]]
             out[component] += (frame * gamma[pairs, None]).T @ frame
             start += count
@@ -192,8 +197,13 @@ class Posterior:
     variance: Tensor | None = None
 
 
-def posterior(extractor: IvectorExtractor, counts: Tensor, first: Tensor, prior_scale: Tensor | None = None,
-              with_variance: bool = False) -> Posterior:
+def posterior(
+    extractor: IvectorExtractor,
+    counts: Tensor,
+    first: Tensor,
+    prior_scale: Tensor | None = None,
+    with_variance: bool = False,
+) -> Posterior:
     """The i-vector posterior of every session from its statistics (S, C) and (S, C, D).
 
     prior_scale (S,): the prior's weight per session (1 without --max-count)."""
@@ -224,8 +234,14 @@ def extract(extractor: IvectorExtractor, counts: Tensor, first: Tensor, max_coun
     return ivectors
 
 
-def extract_online(extractor: IvectorExtractor, x: Tensor, indices: Tensor, weights: Tensor,
-                   period: int = PERIOD, max_count: float = MAX_COUNT) -> Tensor:
+def extract_online(
+    extractor: IvectorExtractor,
+    x: Tensor,
+    indices: Tensor,
+    weights: Tensor,
+    period: int = PERIOD,
+    max_count: float = MAX_COUNT,
+) -> Tensor:
     """An utterance's online i-vectors (ceil(T / period), R): row i from frames 0..i * period."""
     frames = x.shape[0]
     if frames == 0:
@@ -273,8 +289,12 @@ def auxiliary(extractor: IvectorExtractor, stats: TrainingStats, post: Posterior
     acoustic = (post.mean * linear).sum() - 0.5 * (quadratic * scatter).sum()
     offset = post.mean.clone()
     offset[:, 0] -= extractor.prior_offset
-    prior = -0.5 * ((offset * offset).sum() + post.variance.diagonal(dim1=1, dim2=2).sum()
-                    - s * r - torch.linalg.slogdet(post.variance)[1].sum())
+    prior = -0.5 * (
+        (offset * offset).sum()
+        + post.variance.diagonal(dim1=1, dim2=2).sum()
+        - s * r
+        - torch.linalg.slogdet(post.variance)[1].sum()
+    )
     return constant + float(acoustic) + float(prior)
 
 
@@ -285,8 +305,12 @@ class EmIteration:
     skipped_components: int  # below the minimum count: parameters kept
 
 
-def em_iteration(extractor: IvectorExtractor, stats: TrainingStats, min_count: float = GAUSSIAN_MIN_COUNT,
-                 floor_factor: float = VARIANCE_FLOOR_FACTOR) -> tuple[IvectorExtractor, EmIteration]:
+def em_iteration(
+    extractor: IvectorExtractor,
+    stats: TrainingStats,
+    min_count: float = GAUSSIAN_MIN_COUNT,
+    floor_factor: float = VARIANCE_FLOOR_FACTOR,
+) -> tuple[IvectorExtractor, EmIteration]:
     """One E-step and M-step (ivector-extractor-acc-stats then ivector-extractor-est)."""
     post = posterior(extractor, stats.counts, stats.first, with_variance=True)
     aux = auxiliary(extractor, stats, post)
@@ -299,16 +323,27 @@ def em_iteration(extractor: IvectorExtractor, stats: TrainingStats, min_count: f
     rr = (stats.counts.T @ scatter).reshape(c, r, r)
     eye = torch.eye(r, dtype=rr.dtype, device=rr.device)
     rr = torch.where(trained[:, None, None], 0.5 * (rr + rr.transpose(1, 2)), eye)  # untrained: kept, not solved
-    projections = torch.where(trained[:, None, None], torch.linalg.solve(rr, y.transpose(1, 2)).transpose(1, 2),
-                              extractor.projections)
-    inv_covars, floored = _update_covariances(stats, y, rr, projections, gamma, trained, extractor.inv_covars, floor_factor)
+    projections = torch.where(
+        trained[:, None, None], torch.linalg.solve(rr, y.transpose(1, 2)).transpose(1, 2), extractor.projections
+    )
+    inv_covars, floored = _update_covariances(
+        stats, y, rr, projections, gamma, trained, extractor.inv_covars, floor_factor
+    )
     updated = IvectorExtractor(extractor.weights, projections, inv_covars, extractor.prior_offset)
     updated = update_prior(updated, post)
     return updated, EmIteration(aux / max(stats.frames, 1e-10), floored, int((~trained).sum()))
 
 
-def _update_covariances(stats: TrainingStats, y: Tensor, rr: Tensor, projections: Tensor, gamma: Tensor,
-                        trained: Tensor, old_inv_covars: Tensor, floor_factor: float) -> tuple[Tensor, int]:
+def _update_covariances(
+    stats: TrainingStats,
+    y: Tensor,
+    rr: Tensor,
+    projections: Tensor,
+    gamma: Tensor,
+    trained: Tensor,
+    old_inv_covars: Tensor,
+    floor_factor: float,
+) -> tuple[Tensor, int]:
     """Sigma_c = (S_c - Y_c M_c^T - M_c Y_c^T + M_c R_c M_c^T) / gamma_c, floored at `floor_factor`
     times the count-weighted average covariance (in the sense of matrices: eigenvalues of
     floor^-1/2 Sigma floor^-1/2 raised to 1)."""
@@ -366,9 +401,14 @@ def _sort_by_importance(extractor: IvectorExtractor, transform: Tensor) -> Tenso
     return rotation @ transform
 
 
-def train_extractor(extractor: IvectorExtractor, stats: TrainingStats, iters: int = 10,
-                    min_count: float = GAUSSIAN_MIN_COUNT, floor_factor: float = VARIANCE_FLOOR_FACTOR,
-                    report: list[EmIteration] | None = None) -> IvectorExtractor:
+def train_extractor(
+    extractor: IvectorExtractor,
+    stats: TrainingStats,
+    iters: int = 10,
+    min_count: float = GAUSSIAN_MIN_COUNT,
+    floor_factor: float = VARIANCE_FLOOR_FACTOR,
+    report: list[EmIteration] | None = None,
+) -> IvectorExtractor:
     """`iters` EM iterations (Kaldi's train_ivector_extractor.sh: 10)."""
     for _ in range(iters):
         extractor, iteration = em_iteration(extractor, stats, min_count, floor_factor)

@@ -83,22 +83,34 @@ class IvectorModel:
         write_text(out_dir / "splice_opts", splice_opts(self.splice_left, self.splice_right))
         self.ubm.diag.save(out_dir / "final.dubm")
         self.ubm.full.save(out_dir / "final.ubm")
-        write_text(out_dir / CONF_FILE, f"--num-gselect={self.ubm.num_gselect}\n--min-post={self.ubm.min_post}\n"
-                                        f"--posterior-scale={self.ubm.posterior_scale}\n")
+        write_text(
+            out_dir / CONF_FILE,
+            f"--num-gselect={self.ubm.num_gselect}\n--min-post={self.ubm.min_post}\n"
+            f"--posterior-scale={self.ubm.posterior_scale}\n",
+        )
         if self.extractor is not None:
             self.extractor.save(out_dir / "final.ie")
 
     @classmethod
-    def load(cls, model_dir: str | os.PathLike, device: str | torch.device = "cpu", with_extractor: bool = True) -> "IvectorModel":
+    def load(
+        cls, model_dir: str | os.PathLike, device: str | torch.device = "cpu", with_extractor: bool = True
+    ) -> "IvectorModel":
         model_dir = Path(model_dir)
         try:
             context = _options(model_dir / "splice_opts")
             options = _options(model_dir / CONF_FILE)
-            ubm = iv.Ubm(DiagGmm.load(model_dir / "final.dubm", device), FullGmm.load(model_dir / "final.ubm", device),
-                         int(options["num-gselect"]), float(options["min-post"]), float(options["posterior-scale"]))
+            ubm = iv.Ubm(
+                DiagGmm.load(model_dir / "final.dubm", device),
+                FullGmm.load(model_dir / "final.ubm", device),
+                int(options["num-gselect"]),
+                float(options["min-post"]),
+                float(options["posterior-scale"]),
+            )
             left, right = int(context["left-context"]), int(context["right-context"])
         except (OSError, KeyError, ValueError) as err:
-            raise InputError(f"{model_dir}: i-vector extractor files missing or unreadable ({err}); re-run the features stage") from None
+            raise InputError(
+                f"{model_dir}: i-vector extractor files missing or unreadable ({err}); re-run the features stage"
+            ) from None
         extractor = iv.IvectorExtractor.load(model_dir / "final.ie", device) if with_extractor else None
         return cls(left, right, read_matrix(model_dir / "final.mat"), ubm, extractor)
 
@@ -118,25 +130,40 @@ class LogmelFrames:
         try:
             return np.asarray(self.feats[utt])
         except Exception as err:
-            raise InputError(f"{self.base_dir / 'feats.scp'}: cannot read {utt!r} ({err}); re-run the features stage") from None
+            raise InputError(
+                f"{self.base_dir / 'feats.scp'}: cannot read {utt!r} ({err}); re-run the features stage"
+            ) from None
 
 
 # --------------------------------------------------------------------- training
 
 
-def train_ivector_model(base_dir: Path, utt2spk: dict[str, str], num_frames: dict[str, int], cfg: Any, out_dir: Path,
-                        device: str = "cpu", jobs: int = 1) -> dict:
+def train_ivector_model(
+    base_dir: Path,
+    utt2spk: dict[str, str],
+    num_frames: dict[str, int],
+    cfg: Any,
+    out_dir: Path,
+    device: str = "cpu",
+    jobs: int = 1,
+) -> dict:
     """Train the model on a log-mel set into `out_dir` (a temporary directory the caller
     renames); returns the training report. `cfg` is a features.ivector config."""
     report: dict[str, Any] = {}
     started = time.perf_counter()
     logmel = LogmelFrames(base_dir)
     subset = speaker_subset(num_frames, utt2spk, cfg.ubm_frames)
-    spliced = np.concatenate([splice(logmel(u)[: subset.frames_of[u]].astype(np.float64), cfg.splice_left, cfg.splice_right)
-                              for u in subset.utts])
+    spliced = np.concatenate(
+        [
+            splice(logmel(u)[: subset.frames_of[u]].astype(np.float64), cfg.splice_left, cfg.splice_right)
+            for u in subset.utts
+        ]
+    )
     if spliced.shape[0] < 2 * cfg.num_components:
-        raise InputError(f"{base_dir}: {spliced.shape[0]} training frames, fewer than the {2 * cfg.num_components} that "
-                         f"{cfg.num_components} Gaussians need; lower features.ivector.num_components")
+        raise InputError(
+            f"{base_dir}: {spliced.shape[0]} training frames, fewer than the {2 * cfg.num_components} that "
+            f"{cfg.num_components} Gaussians need; lower features.ivector.num_components"
+        )
     pca, eigenvalues = estimate_pca(spliced, cfg.pca_dim)
     projection = torch.from_numpy(pca)
     x = torch.addmm(projection[:, -1], torch.from_numpy(spliced), projection[:, :-1].T).to(device)
@@ -148,36 +175,63 @@ def train_ivector_model(base_dir: Path, utt2spk: dict[str, str], num_frames: dic
     ubm = iv.Ubm(diag, full, cfg.num_gselect, cfg.min_post, cfg.posterior_scale)
     model = IvectorModel(cfg.splice_left, cfg.splice_right, pca, ubm)
     model.save(out_dir)  # the workers read the front end and the UBMs from here
-    report["ubm"] = {"utterances": len(subset.utts), "frames": subset.total_frames,
-                     "pca_eigenvalues": [round(float(v), 4) for v in eigenvalues[: cfg.pca_dim + 1]],
-                     "diag_loglike_per_frame": diag_report.loglike_per_frame[-cfg.diag_iters:],
-                     "full_loglike_per_frame": full_report.loglike_per_frame,
-                     "seconds": round(time.perf_counter() - started, 1)}
-    log.info("i-vector UBMs: %d diagonal then full Gaussians on %d frames; full UBM log-likelihood %.3f -> %.3f per frame",
-             cfg.num_components, report["ubm"]["frames"], full_report.loglike_per_frame[0], full_report.loglike_per_frame[-1])
+    report["ubm"] = {
+        "utterances": len(subset.utts),
+        "frames": subset.total_frames,
+        "pca_eigenvalues": [round(float(v), 4) for v in eigenvalues[: cfg.pca_dim + 1]],
+        "diag_loglike_per_frame": diag_report.loglike_per_frame[-cfg.diag_iters :],
+        "full_loglike_per_frame": full_report.loglike_per_frame,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    log.info(
+        "i-vector UBMs: %d diagonal then full Gaussians on %d frames; full UBM log-likelihood %.3f -> %.3f per frame",
+        cfg.num_components,
+        report["ubm"]["frames"],
+        full_report.loglike_per_frame[0],
+        full_report.loglike_per_frame[-1],
+    )
     started = time.perf_counter()
     speakers = speaker_utterances(num_frames, utt2spk)
     stats = training_stats(out_dir, base_dir, speakers, num_frames, cfg.train_subsample, device, jobs)
     extractor = iv.IvectorExtractor.init_from_ubm(full, cfg.dim, cfg.seed).to(device)
     iterations: list[iv.EmIteration] = []
     with single_thread():  # batched small factorisations (C of D x D, S of R x R): threads only synchronise
-        extractor = iv.train_extractor(extractor, stats, cfg.em_iters, cfg.min_count, cfg.variance_floor_factor, iterations)
+        extractor = iv.train_extractor(
+            extractor, stats, cfg.em_iters, cfg.min_count, cfg.variance_floor_factor, iterations
+        )
         final = iv.final_auxiliary(extractor, stats)
     model.extractor = extractor
     extractor.save(out_dir / "final.ie")
-    report["extractor"] = {"speakers": len(speakers), "frames": int(sum(num_frames.values())),
-                           "count": round(stats.frames, 1), "ivector_dim": cfg.dim, "prior_offset": extractor.prior_offset,
-                           "auxiliary_per_frame": [round(i.auxiliary_per_frame, 5) for i in iterations] + [round(final, 5)],
-                           "floored_eigenvalues": [i.floored_eigenvalues for i in iterations],
-                           "skipped_components": iterations[-1].skipped_components if iterations else 0,
-                           "seconds": round(time.perf_counter() - started, 1)}
-    log.info("i-vector extractor: %d EM iterations on %d speakers, objective %.4f -> %.4f per (scaled) frame",
-             cfg.em_iters, len(speakers), report["extractor"]["auxiliary_per_frame"][0], final)
+    report["extractor"] = {
+        "speakers": len(speakers),
+        "frames": int(sum(num_frames.values())),
+        "count": round(stats.frames, 1),
+        "ivector_dim": cfg.dim,
+        "prior_offset": extractor.prior_offset,
+        "auxiliary_per_frame": [round(i.auxiliary_per_frame, 5) for i in iterations] + [round(final, 5)],
+        "floored_eigenvalues": [i.floored_eigenvalues for i in iterations],
+        "skipped_components": iterations[-1].skipped_components if iterations else 0,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    log.info(
+        "i-vector extractor: %d EM iterations on %d speakers, objective %.4f -> %.4f per (scaled) frame",
+        cfg.em_iters,
+        len(speakers),
+        report["extractor"]["auxiliary_per_frame"][0],
+        final,
+    )
     return report
 
 
-def training_stats(model_dir: Path, base_dir: Path, speakers: dict[str, list[str]], num_frames: dict[str, int],
-                   subsample: int, device: str, jobs: int) -> iv.TrainingStats:
+def training_stats(
+    model_dir: Path,
+    base_dir: Path,
+    speakers: dict[str, list[str]],
+    num_frames: dict[str, int],
+    subsample: int,
+    device: str,
+    jobs: int,
+) -> iv.TrainingStats:
     """Every training speaker's statistics (one session per speaker) from every `subsample`-th
     frame, posteriors scaled up by as much (Kaldi's --subsample), in `jobs` processes."""
     parts = split_speakers(speakers, num_frames, jobs)

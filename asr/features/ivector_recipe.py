@@ -58,13 +58,37 @@ from asr.utils.errors import InputError
 log = logging.getLogger("asr.features")
 
 MODES = ("speaker", "online")
-MODEL_OUTPUTS = ("final.mat", "splice_opts", "final.dubm", "final.ubm", "final.ie", CONF_FILE, "report.json", CHECKSUM_FILE)
+MODEL_OUTPUTS = (
+    "final.mat",
+    "splice_opts",
+    "final.dubm",
+    "final.ubm",
+    "final.ie",
+    CONF_FILE,
+    "report.json",
+    CHECKSUM_FILE,
+)
 IVECTOR_OUTPUTS = ("ivector_online.scp", "ivector_period", "ivector_report.json", CHECKSUM_FILE)
 FEATURE_OUTPUTS = IVECTOR_OUTPUTS + ("feats.ark", "feats.scp", "utt2num_frames", "feat_dim", "cmvn_type")
 # The options the extractor depends on (the others only change how sets are extracted).
-MODEL_OPTIONS = ("dim", "splice_left", "splice_right", "pca_dim", "num_components", "ubm_frames", "diag_iters",
-                 "full_iters", "num_gselect", "min_post", "posterior_scale", "em_iters", "train_subsample", "min_count",
-                 "variance_floor_factor", "seed")
+MODEL_OPTIONS = (
+    "dim",
+    "splice_left",
+    "splice_right",
+    "pca_dim",
+    "num_components",
+    "ubm_frames",
+    "diag_iters",
+    "full_iters",
+    "num_gselect",
+    "min_post",
+    "posterior_scale",
+    "em_iters",
+    "train_subsample",
+    "min_count",
+    "variance_floor_factor",
+    "seed",
+)
 EER_UTTERANCES = 2000  # the EER diagnostic scores at most this many utterances (spread over the set)
 
 
@@ -83,10 +107,21 @@ def make_base_sets(cfg: Any, root: Path) -> list[SetSummary]:
     or with features.split.index only that share of each."""
     fcfg = cfg.features
     options = FbankOptions.from_config(fcfg)
-    return [extract_set(Path(cfg.data.data_dir) / set_name, root / "fbank" / set_name, options, cmvn_unit="speaker",
-                        jobs=fcfg.jobs, device=fcfg.device, batch_seconds=fcfg.batch_seconds, force=fcfg.force,
-                        compress=fcfg.compress, split=(fcfg.split.index, fcfg.split.count))
-            for set_name in (cfg.data.train_set, cfg.data.dev_set, cfg.data.eval_set)]
+    return [
+        extract_set(
+            Path(cfg.data.data_dir) / set_name,
+            root / "fbank" / set_name,
+            options,
+            cmvn_unit="speaker",
+            jobs=fcfg.jobs,
+            device=fcfg.device,
+            batch_seconds=fcfg.batch_seconds,
+            force=fcfg.force,
+            compress=fcfg.compress,
+            split=(fcfg.split.index, fcfg.split.count),
+        )
+        for set_name in (cfg.data.train_set, cfg.data.dev_set, cfg.data.eval_set)
+    ]
 
 
 def check_options(fcfg: Any) -> None:
@@ -111,16 +146,37 @@ def ivector_sets(cfg: Any, root: Path, into: Path, write_feats: bool) -> dict[st
     out = {}
     if fcfg.ivector.kaldi_dir:
         for set_name in sets:
-            out[set_name] = (into / set_name, import_ivector_set(Path(fcfg.ivector.kaldi_dir), set_name, root / "fbank" / set_name,
-                                                                 Path(cfg.data.data_dir) / set_name, into / set_name, fcfg, write_feats))
+            out[set_name] = (
+                into / set_name,
+                import_ivector_set(
+                    Path(fcfg.ivector.kaldi_dir),
+                    set_name,
+                    root / "fbank" / set_name,
+                    Path(cfg.data.data_dir) / set_name,
+                    into / set_name,
+                    fcfg,
+                    write_feats,
+                ),
+            )
         return out
-    model_checksum = ensure_extractor(root / "extractor", root / "fbank" / cfg.data.train_set,
-                                      Path(cfg.data.data_dir) / cfg.data.train_set, fcfg)
+    model_checksum = ensure_extractor(
+        root / "extractor", root / "fbank" / cfg.data.train_set, Path(cfg.data.data_dir) / cfg.data.train_set, fcfg
+    )
     for set_name in sets:
         mode = fcfg.ivector.train if set_name == cfg.data.train_set else fcfg.ivector.test
-        out[set_name] = (into / set_name, extract_ivector_set(root / "extractor", model_checksum, root / "fbank" / set_name,
-                                                              Path(cfg.data.data_dir) / set_name, into / set_name, fcfg,
-                                                              mode, write_feats))
+        out[set_name] = (
+            into / set_name,
+            extract_ivector_set(
+                root / "extractor",
+                model_checksum,
+                root / "fbank" / set_name,
+                Path(cfg.data.data_dir) / set_name,
+                into / set_name,
+                fcfg,
+                mode,
+                write_feats,
+            ),
+        )
     return out
 
 
@@ -178,15 +234,32 @@ class ExtractResult:
     last_ivectors: dict[str, np.ndarray] = field(default_factory=dict)  # online: the EER sample's last rows
 
 
-def extract_ivector_set(model_dir: Path, model_checksum: str, base_dir: Path, data_dir: Path, out_dir: Path, fcfg: Any,
-                        mode: str, write_feats: bool) -> SetSummary:
+def extract_ivector_set(
+    model_dir: Path,
+    model_checksum: str,
+    base_dir: Path,
+    data_dir: Path,
+    out_dir: Path,
+    fcfg: Any,
+    mode: str,
+    write_feats: bool,
+) -> SetSummary:
     """One set's i-vectors (and, with `write_feats`, per-frame features), its speakers split
     over `features.jobs` worker processes."""
     icfg = fcfg.ivector
-    expected = checksum(model_checksum, source_checksum(base_dir), mode, icfg.period, icfg.max_count, write_feats,
-                        fcfg.compress if write_feats else None)
+    expected = checksum(
+        model_checksum,
+        source_checksum(base_dir),
+        mode,
+        icfg.period,
+        icfg.max_count,
+        write_feats,
+        fcfg.compress if write_feats else None,
+    )
     if not fcfg.force and complete(out_dir, FEATURE_OUTPUTS if write_feats else IVECTOR_OUTPUTS, expected):
-        log.info("%s: i-vectors complete already (%s), skipping; features.force=true recomputes them", out_dir.name, out_dir)
+        log.info(
+            "%s: i-vectors complete already (%s), skipping; features.force=true recomputes them", out_dir.name, out_dir
+        )
         return SetSummary(out_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
     started = time.perf_counter()
     utt2spk = read_data_dir(data_dir, tables=()).utt2spk
@@ -195,29 +268,68 @@ def extract_ivector_set(model_dir: Path, model_checksum: str, base_dir: Path, da
     if not speakers:
         raise InputError(f"{base_dir}: no features to extract i-vectors from; check the filterbank stage's log")
     parts = split_speakers(speakers, num_frames, fcfg.jobs)
-    log.info("%s: %s i-vectors for %d speakers in %d part(s) into %s", out_dir.name, mode, len(speakers), len(parts), out_dir)
+    log.info(
+        "%s: %s i-vectors for %d speakers in %d part(s) into %s", out_dir.name, mode, len(speakers), len(parts), out_dir
+    )
     with atomic_dir(out_dir) as tmp:
         eer_utts = frozenset(sorted(num_frames)[:: max(1, -(-len(num_frames) // EER_UTTERANCES))])
-        tasks = [ExtractTask(i, str(model_dir), str(base_dir), str(tmp), part, mode, icfg.period, icfg.max_count,
-                             fcfg.device, write_feats, fcfg.compress, eer_utts) for i, part in enumerate(parts)]
+        tasks = [
+            ExtractTask(
+                i,
+                str(model_dir),
+                str(base_dir),
+                str(tmp),
+                part,
+                mode,
+                icfg.period,
+                icfg.max_count,
+                fcfg.device,
+                write_feats,
+                fcfg.compress,
+                eer_utts,
+            )
+            for i, part in enumerate(parts)
+        ]
         results = run_parts(tasks, desc=f"{out_dir.name} i-vectors", total=len(speakers), work=extract_part, unit="spk")
         for name in ("ivector_online", "feats") if write_feats else ("ivector_online",):
             join_parts(tmp, out_dir, len(parts), name)
         speaker_ivectors = {s: v for r in results for s, v in r.speaker_ivectors.items()}
         if speaker_ivectors:
             write_vectors(tmp, out_dir, "ivectors_spk", speaker_ivectors)
-        report = {"mode": mode, "period": icfg.period, "max_count": icfg.max_count, "speakers": len(speakers),
-                  "utterances": len(num_frames), **eer_report({u: v for r in results for u, v in r.last_ivectors.items()}, utt2spk)}
-        _finish_set(tmp, out_dir, base_dir, {u: n for r in results for u, n in r.num_frames.items()}, icfg.dim,
-                    report, expected, write_feats)
+        report = {
+            "mode": mode,
+            "period": icfg.period,
+            "max_count": icfg.max_count,
+            "speakers": len(speakers),
+            "utterances": len(num_frames),
+            **eer_report({u: v for r in results for u, v in r.last_ivectors.items()}, utt2spk),
+        }
+        _finish_set(
+            tmp,
+            out_dir,
+            base_dir,
+            {u: n for r in results for u, n in r.num_frames.items()},
+            icfg.dim,
+            report,
+            expected,
+            write_feats,
+        )
     summary = SetSummary(out_dir.name, len(num_frames), sum(num_frames.values()), 0.0, time.perf_counter() - started, 0)
     summary.seconds = summary.frames * fcfg.frame_shift_ms / 1000.0
     _log_summary(summary)
     return summary
 
 
-def _finish_set(tmp: Path, out_dir: Path, base_dir: Path, num_frames: dict[str, int], dim: int, report: dict,
-                expected: str, write_feats: bool) -> None:
+def _finish_set(
+    tmp: Path,
+    out_dir: Path,
+    base_dir: Path,
+    num_frames: dict[str, int],
+    dim: int,
+    report: dict,
+    expected: str,
+    write_feats: bool,
+) -> None:
     (tmp / "ivector_period").write_text(f"{report['period']}\n")
     write_report(tmp / "ivector_report.json", report)
     if write_feats:
@@ -237,8 +349,12 @@ def eer_report(last_ivectors: dict[str, np.ndarray], utt2spk: dict[str, str]) ->
     utts = sorted(last_ivectors)
     speakers = [utt2spk[u] for u in utts]
     eer = iv.speaker_eer(np.stack([last_ivectors[u] for u in utts]), speakers)
-    log.info("i-vectors of %d utterances (%d speakers): equal error rate %.2f%% (cosine scoring, same vs different speaker)",
-             len(utts), len(set(speakers)), 100 * eer)
+    log.info(
+        "i-vectors of %d utterances (%d speakers): equal error rate %.2f%% (cosine scoring, same vs different speaker)",
+        len(utts),
+        len(set(speakers)),
+        100 * eer,
+    )
     return {"speaker_eer": round(eer, 4), "eer_utterances": len(utts), "eer_speakers": len(set(speakers))}
 
 
@@ -261,8 +377,14 @@ def _extract_part(task: ExtractTask, on_speaker_done: Callable[[], None]) -> Ext
     logmel = LogmelFrames(task.base_dir)
     result = ExtractResult()
     out = Path(task.out_dir)
-    online = kaldiio.WriteHelper(f"ark,scp:{out / f'ivector_online.{task.index}.ark'},{out / f'ivector_online.{task.index}.scp'}")
-    feats = FeatureWriter(out / f"feats.{task.index}.ark", out / f"feats.{task.index}.scp", task.compress) if task.write_feats else None
+    online = kaldiio.WriteHelper(
+        f"ark,scp:{out / f'ivector_online.{task.index}.ark'},{out / f'ivector_online.{task.index}.scp'}"
+    )
+    feats = (
+        FeatureWriter(out / f"feats.{task.index}.ark", out / f"feats.{task.index}.scp", task.compress)
+        if task.write_feats
+        else None
+    )
     try:
         for speaker, utts in task.speakers.items():
             for utt, rows, frames in speaker_ivectors(model, logmel, speaker, utts, task, result):
@@ -278,8 +400,9 @@ def _extract_part(task: ExtractTask, on_speaker_done: Callable[[], None]) -> Ext
     return result
 
 
-def speaker_ivectors(model: IvectorModel, logmel: LogmelFrames, speaker: str, utts: list[str], task: ExtractTask,
-                     result: ExtractResult) -> list[tuple[str, np.ndarray, int]]:
+def speaker_ivectors(
+    model: IvectorModel, logmel: LogmelFrames, speaker: str, utts: list[str], task: ExtractTask, result: ExtractResult
+) -> list[tuple[str, np.ndarray, int]]:
     """(utt, i-vector rows at the period, frames) for one speaker's utterances."""
     assert model.extractor is not None
     xs = [model.frames(logmel(u)) for u in utts]
@@ -336,27 +459,39 @@ class IvectorReader:
             raise InputError(f"{self.set_dir / 'ivector_online.scp'}: cannot read {utt!r} ({err})") from None
         needed = -(-frames // self.period)
         if rows.ndim != 2 or len(rows) < needed - 1:
-            raise InputError(f"{self.set_dir / 'ivector_online.scp'}: {utt!r} has {rows.shape[0] if rows.ndim else 0} "
-                             f"i-vectors, {frames} frames need {needed} at ivector_period {self.period}")
+            raise InputError(
+                f"{self.set_dir / 'ivector_online.scp'}: {utt!r} has {rows.shape[0] if rows.ndim else 0} "
+                f"i-vectors, {frames} frames need {needed} at ivector_period {self.period}"
+            )
         return per_frame(rows, frames, self.period).astype(np.float32)
 
 
 # ----------------------------------------------------------------- Kaldi import
 
 
-def import_ivector_set(kaldi_dir: Path, set_name: str, base_dir: Path, data_dir: Path, out_dir: Path, fcfg: Any,
-                       write_feats: bool) -> SetSummary:
+def import_ivector_set(
+    kaldi_dir: Path, set_name: str, base_dir: Path, data_dir: Path, out_dir: Path, fcfg: Any, write_feats: bool
+) -> SetSummary:
     """Kaldi's i-vectors of one set, used as they are (see the module's docstring)."""
     source = next((d for d in (kaldi_dir / set_name, kaldi_dir / f"ivectors_{set_name}") if d.is_dir()), None)
     if source is None:
-        raise InputError(f"features.ivector.kaldi_dir={kaldi_dir}: no {set_name}/ or ivectors_{set_name}/ directory "
-                         "(Kaldi's extract_ivectors_online.sh or steps/nnet/ivector/extract_ivectors.sh output)")
+        raise InputError(
+            f"features.ivector.kaldi_dir={kaldi_dir}: no {set_name}/ or ivectors_{set_name}/ directory "
+            "(Kaldi's extract_ivectors_online.sh or steps/nnet/ivector/extract_ivectors.sh output)"
+        )
     online, per_speaker = source / "ivector_online.scp", source / "ivectors_spk.scp"
     if not online.is_file() and not per_speaker.is_file():
         raise InputError(f"{source}: neither ivector_online.scp (with ivector_period) nor ivectors_spk.scp")
     recorded = (online if online.is_file() else per_speaker).read_text()
-    expected = checksum("kaldi", str(source), recorded, source_checksum(base_dir), write_feats, fcfg.ivector.period,
-                        fcfg.compress if write_feats else None)
+    expected = checksum(
+        "kaldi",
+        str(source),
+        recorded,
+        source_checksum(base_dir),
+        write_feats,
+        fcfg.ivector.period,
+        fcfg.compress if write_feats else None,
+    )
     if not fcfg.force and complete(out_dir, FEATURE_OUTPUTS if write_feats else IVECTOR_OUTPUTS, expected):
         log.info("%s: i-vectors complete already (%s), skipping", out_dir.name, out_dir)
         return SetSummary(out_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
@@ -387,8 +522,9 @@ def import_ivector_set(kaldi_dir: Path, set_name: str, base_dir: Path, data_dir:
     return SetSummary(out_dir.name, len(num_frames), sum(num_frames.values()), 0.0, 0.0, 0)
 
 
-def _repeat_speaker_ivectors(scp: Path, utt2spk: dict[str, str], num_frames: dict[str, int], period: int,
-                             tmp: Path) -> None:
+def _repeat_speaker_ivectors(
+    scp: Path, utt2spk: dict[str, str], num_frames: dict[str, int], period: int, tmp: Path
+) -> None:
     vectors = {k: np.asarray(v) for k, v in kaldiio.load_scp(str(scp)).items()}
     with kaldiio.WriteHelper(f"ark,scp:{tmp / 'ivector_online.ark'},{tmp / 'ivector_online.scp'}") as writer:
         for utt, frames in num_frames.items():
@@ -402,6 +538,8 @@ def _check_dim(reader: IvectorReader, num_frames: dict[str, int], expected: int)
     """Every utterance has i-vectors of the configured dimension (read them all once)."""
     dims = {reader(utt, frames).shape[1] for utt, frames in num_frames.items()}
     if dims != {expected}:
-        raise InputError(f"{reader.set_dir}: i-vectors of dimension {sorted(dims)}, but features.ivector.dim={expected}; "
-                         f"set features.ivector.dim to the Kaldi i-vectors' dimension")
+        raise InputError(
+            f"{reader.set_dir}: i-vectors of dimension {sorted(dims)}, but features.ivector.dim={expected}; "
+            f"set features.ivector.dim to the Kaldi i-vectors' dimension"
+        )
     return expected

@@ -81,8 +81,9 @@ def _read(feats, utt: str, scp: Path) -> np.ndarray:
         raise InputError(f"{scp}: cannot read {utt!r} ({err})") from None
 
 
-def _reference(kaldi_set: Path, feats, utt2spk: dict[str, str], tmp: Path, out_dir: Path,
-               cmvn_unit: str) -> tuple[dict[str, int], int]:
+def _reference(
+    kaldi_set: Path, feats, utt2spk: dict[str, str], tmp: Path, out_dir: Path, cmvn_unit: str
+) -> tuple[dict[str, int], int]:
     """Kaldi's feats.scp/cmvn.scp as they are; frame counts from utt2num_frames if present."""
     scp = kaldi_set / "feats.scp"
     shutil.copyfile(scp, tmp / "feats.scp")
@@ -96,8 +97,11 @@ def _reference(kaldi_set: Path, feats, utt2spk: dict[str, str], tmp: Path, out_d
         shutil.copyfile(kaldi_set / "cmvn.scp", tmp / "cmvn.scp")
         (tmp / "cmvn_type").write_text(_cmvn_unit_of(kaldi_set / "cmvn.scp", utt2spk) + "\n")
     else:
-        stats = cmvn.compute_stats(cmvn_unit, lambda: ((u, _read(feats, u, scp)) for u in feats), utt2spk) \
-            if cmvn_unit != "none" else {}
+        stats = (
+            cmvn.compute_stats(cmvn_unit, lambda: ((u, _read(feats, u, scp)) for u in feats), utt2spk)
+            if cmvn_unit != "none"
+            else {}
+        )
         _write_stats(stats, tmp, out_dir, cmvn_unit)
     return num_frames, dim
 
@@ -128,7 +132,9 @@ class _KaldiPipeline:
         speaker = self.utt2spk[utt]
         transform = self.transforms.get(speaker, self.transforms.get(utt))  # per speaker, or per utterance
         if transform is None:
-            raise InputError(f"{self.scp.parent / 'trans.scp'}: no transform for speaker {speaker!r} (nor utterance {utt!r})")
+            raise InputError(
+                f"{self.scp.parent / 'trans.scp'}: no transform for speaker {speaker!r} (nor utterance {utt!r})"
+            )
         mat = _read(self.feats, utt, self.scp).astype(np.float64)
         if self.cmvn is not None:
             mat = self.cmvn(utt, mat).astype(np.float64)
@@ -137,8 +143,9 @@ class _KaldiPipeline:
         return apply_transform(mat, transform)
 
 
-def _materialise(kaldi_dir: Path, kaldi_set: Path, feats, utt2spk: dict[str, str], tmp: Path, out_dir: Path,
-                 cmvn_unit: str) -> tuple[dict[str, int], int]:
+def _materialise(
+    kaldi_dir: Path, kaldi_set: Path, feats, utt2spk: dict[str, str], tmp: Path, out_dir: Path, cmvn_unit: str
+) -> tuple[dict[str, int], int]:
     """Kaldi's adapted features written as an ark, with CMVN statistics per `cmvn_unit`."""
     pipeline = _KaldiPipeline(kaldi_dir, kaldi_set, feats, utt2spk)
     num_frames, stats, dim, skipped = {}, {}, 0, {}
@@ -158,8 +165,13 @@ def _materialise(kaldi_dir: Path, kaldi_set: Path, feats, utt2spk: dict[str, str
     _write_stats(stats, tmp, out_dir, cmvn_unit)
     if skipped:
         write_table(tmp / "skipped", skipped)
-        log.warning("%s: %d utterances skipped for non-finite values, listed in %s: %s", out_dir.name, len(skipped),
-                    out_dir / "skipped", " ".join(list(skipped)[:10]))
+        log.warning(
+            "%s: %d utterances skipped for non-finite values, listed in %s: %s",
+            out_dir.name,
+            len(skipped),
+            out_dir / "skipped",
+            " ".join(list(skipped)[:10]),
+        )
     return num_frames, dim
 
 

@@ -62,8 +62,10 @@ def apply_transform(feats: np.ndarray, transform: np.ndarray) -> np.ndarray:
     elif transform.shape[1] == dim + 1:
         out = feats @ transform[:, :dim].T + transform[:, dim]
     else:
-        raise InputError(f"transform of shape {transform.shape} does not apply to {dim}-dim features "
-                         f"(expected {dim} or {dim + 1} columns)")
+        raise InputError(
+            f"transform of shape {transform.shape} does not apply to {dim}-dim features "
+            f"(expected {dim} or {dim + 1} columns)"
+        )
     return out.astype(np.float32)
 
 
@@ -97,8 +99,11 @@ def read_transforms(scp: str | os.PathLike) -> dict[str, np.ndarray]:
 def gconsts(weights: np.ndarray, means: np.ndarray, variances: np.ndarray) -> np.ndarray:
     """Kaldi's per-component constant: log w - D/2 log 2pi - 1/2 sum(log var + mean^2/var)."""
     dim = means.shape[1]
-    return (np.log(weights) - 0.5 * dim * np.log(2 * np.pi)
-            - 0.5 * (np.log(variances) + means * means / variances).sum(axis=1))
+    return (
+        np.log(weights)
+        - 0.5 * dim * np.log(2 * np.pi)
+        - 0.5 * (np.log(variances) + means * means / variances).sum(axis=1)
+    )
 
 
 def _token(name: str) -> bytes:
@@ -120,7 +125,11 @@ def _packed(symmetric: np.ndarray, double: bool = False) -> bytes:
     """A Kaldi SpMatrix: the lower triangle, row by row."""
     rows = symmetric.shape[0]
     lower = np.asarray(symmetric)[np.tril_indices(rows)]
-    return (b"DP " if double else b"FP ") + _int32(rows) + np.ascontiguousarray(lower, dtype="<f8" if double else "<f4").tobytes()
+    return (
+        (b"DP " if double else b"FP ")
+        + _int32(rows)
+        + np.ascontiguousarray(lower, dtype="<f8" if double else "<f4").tobytes()
+    )
 
 
 def _int32(value: int) -> bytes:
@@ -134,14 +143,21 @@ def _double(value: float) -> bytes:
 def diag_gmm_bytes(weights: np.ndarray, means: np.ndarray, variances: np.ndarray) -> bytes:
     """A DiagGmm in Kaldi's binary form (what DiagGmm::Write(binary=true) emits)."""
     inv_vars = 1.0 / variances
-    return b"".join([
-        BINARY_MARK, _token("<DiagGMM>"),
-        _token("<GCONSTS>"), _vector(gconsts(weights, means, variances)),
-        _token("<WEIGHTS>"), _vector(weights),
-        _token("<MEANS_INVVARS>"), _matrix(means * inv_vars),
-        _token("<INV_VARS>"), _matrix(inv_vars),
-        _token("</DiagGMM>"),
-    ])
+    return b"".join(
+        [
+            BINARY_MARK,
+            _token("<DiagGMM>"),
+            _token("<GCONSTS>"),
+            _vector(gconsts(weights, means, variances)),
+            _token("<WEIGHTS>"),
+            _vector(weights),
+            _token("<MEANS_INVVARS>"),
+            _matrix(means * inv_vars),
+            _token("<INV_VARS>"),
+            _matrix(inv_vars),
+            _token("</DiagGMM>"),
+        ]
+    )
 
 
 def write_diag_gmm(path: str | os.PathLike, weights: np.ndarray, means: np.ndarray, variances: np.ndarray) -> None:
@@ -186,16 +202,27 @@ def full_gmm_bytes(weights: np.ndarray, means: np.ndarray, covariances: np.ndarr
     means_invcovars = np.einsum("cij,cj->ci", inv_covars, means)
     logdet = np.linalg.slogdet(inv_covars)[1]
     dim = means.shape[1]
-    gconst = (np.log(weights) + 0.5 * logdet - 0.5 * dim * np.log(2 * np.pi)
-              - 0.5 * np.einsum("ci,ci->c", means, means_invcovars))
-    return b"".join([
-        BINARY_MARK, _token("<FullGMM>"),
-        _token("<GCONSTS>"), _vector(gconst),
-        _token("<WEIGHTS>"), _vector(weights),
-        _token("<MEANS_INVCOVARS>"), _matrix(means_invcovars),
-        _token("<INV_COVARS>"), *(_packed(p) for p in inv_covars),
-        _token("</FullGMM>"),
-    ])
+    gconst = (
+        np.log(weights)
+        + 0.5 * logdet
+        - 0.5 * dim * np.log(2 * np.pi)
+        - 0.5 * np.einsum("ci,ci->c", means, means_invcovars)
+    )
+    return b"".join(
+        [
+            BINARY_MARK,
+            _token("<FullGMM>"),
+            _token("<GCONSTS>"),
+            _vector(gconst),
+            _token("<WEIGHTS>"),
+            _vector(weights),
+            _token("<MEANS_INVCOVARS>"),
+            _matrix(means_invcovars),
+            _token("<INV_COVARS>"),
+            *(_packed(p) for p in inv_covars),
+            _token("</FullGMM>"),
+        ]
+    )
 
 
 def write_full_gmm(path: str | os.PathLike, weights: np.ndarray, means: np.ndarray, covariances: np.ndarray) -> None:
@@ -216,7 +243,10 @@ def read_full_gmm(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.n
     reader.expect("<INV_COVARS>")
     inv_covars = np.stack([reader.packed() for _ in range(len(weights))]) if len(weights) else np.zeros((0, 0, 0))
     reader.expect("</FullGMM>", "<FullGMMEnd>")
-    if not (len(weights) == means_invcovars.shape[0] == inv_covars.shape[0] and means_invcovars.shape[1] == inv_covars.shape[1]):
+    if not (
+        len(weights) == means_invcovars.shape[0] == inv_covars.shape[0]
+        and means_invcovars.shape[1] == inv_covars.shape[1]
+    ):
         raise reader.fail("inconsistent sizes")
     covariances = np.linalg.inv(inv_covars)
     return weights, np.einsum("cij,cj->ci", covariances, means_invcovars), covariances
@@ -225,23 +255,35 @@ def read_full_gmm(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.n
 # ------------------------------------------------------------ IvectorExtractor I/O
 
 
-def ivector_extractor_bytes(weights: np.ndarray, projections: np.ndarray, inv_covars: np.ndarray, prior_offset: float) -> bytes:
+def ivector_extractor_bytes(
+    weights: np.ndarray, projections: np.ndarray, inv_covars: np.ndarray, prior_offset: float
+) -> bytes:
     """An IvectorExtractor without log-weight regression (ivector-extractor-init
     --use-weights=false) in Kaldi's binary form: `projections` (C, D, R) are the M_c,
     `inv_covars` (C, D, D) the Sigma_c^-1, `weights` the UBM's (w_vec)."""
-    return b"".join([
-        BINARY_MARK, _token("<IvectorExtractor>"),
-        _token("<w>"), _matrix(np.zeros((0, 0)), double=True),
-        _token("<w_vec>"), _vector(weights, double=True),
-        _token("<M>"), _int32(len(projections)), *(_matrix(m, double=True) for m in projections),
-        _token("<SigmaInv>"), *(_packed(p, double=True) for p in inv_covars),
-        _token("<IvectorOffset>"), _double(prior_offset),
-        _token("</IvectorExtractor>"),
-    ])
+    return b"".join(
+        [
+            BINARY_MARK,
+            _token("<IvectorExtractor>"),
+            _token("<w>"),
+            _matrix(np.zeros((0, 0)), double=True),
+            _token("<w_vec>"),
+            _vector(weights, double=True),
+            _token("<M>"),
+            _int32(len(projections)),
+            *(_matrix(m, double=True) for m in projections),
+            _token("<SigmaInv>"),
+            *(_packed(p, double=True) for p in inv_covars),
+            _token("<IvectorOffset>"),
+            _double(prior_offset),
+            _token("</IvectorExtractor>"),
+        ]
+    )
 
 
-def write_ivector_extractor(path: str | os.PathLike, weights: np.ndarray, projections: np.ndarray, inv_covars: np.ndarray,
-                            prior_offset: float) -> None:
+def write_ivector_extractor(
+    path: str | os.PathLike, weights: np.ndarray, projections: np.ndarray, inv_covars: np.ndarray, prior_offset: float
+) -> None:
     with atomic_path(path) as tmp:
         tmp.write_bytes(ivector_extractor_bytes(weights, projections, inv_covars, prior_offset))
 

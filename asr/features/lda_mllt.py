@@ -127,7 +127,9 @@ def accumulate_mllt(gmm: DiagGmm, z: Tensor) -> tuple[MlltStats, GmmStats]:
 
 
 def mllt_aux(transform: np.ndarray, stats: MlltStats) -> float:
-    return stats.beta * float(np.linalg.slogdet(transform)[1]) - 0.5 * float(np.einsum("ij,ijk,ik->", transform, stats.G, transform))
+    return stats.beta * float(np.linalg.slogdet(transform)[1]) - 0.5 * float(
+        np.einsum("ij,ijk,ik->", transform, stats.G, transform)
+    )
 
 
 def update_mllt(stats: MlltStats, passes: int = 10, trace: list[float] | None = None) -> np.ndarray:
@@ -157,8 +159,16 @@ class FrontEnd:
     loglike_per_frame: list[float] = field(default_factory=list)  # of the GMM, per EM iteration
 
 
-def train_front_end(base: Tensor, spliced: Iterable[Tensor | np.ndarray], dim: int, num_components: int, mllt_iters: int = 4,
-                    em_iters: int = 2, final_iters: int = 4, var_floor_ratio: float = 0.01) -> FrontEnd:
+def train_front_end(
+    base: Tensor,
+    spliced: Iterable[Tensor | np.ndarray],
+    dim: int,
+    num_components: int,
+    mllt_iters: int = 4,
+    em_iters: int = 2,
+    final_iters: int = 4,
+    var_floor_ratio: float = 0.01,
+) -> FrontEnd:
     """LDA (classes: a UBM's components on `base`), then MLLT alternated with EM.
 
     base: (T, D) frames the class UBM is trained on; spliced: the same frames spliced, (T, K)
@@ -172,8 +182,14 @@ def train_front_end(base: Tensor, spliced: Iterable[Tensor | np.ndarray], dim: i
         lda_stats = accumulate_lda(posteriors, torch.as_tensor(context), lda_stats)
     assert lda_stats is not None
     lda, eigenvalues = estimate_lda(lda_stats, dim)
-    log.info("LDA %d -> %d: eigenvalues %.2f .. %.2f (kept), %.3f (first dropped)",
-             lda.shape[1], dim, eigenvalues[0], eigenvalues[dim - 1], eigenvalues[dim] if len(eigenvalues) > dim else float("nan"))
+    log.info(
+        "LDA %d -> %d: eigenvalues %.2f .. %.2f (kept), %.3f (first dropped)",
+        lda.shape[1],
+        dim,
+        eigenvalues[0],
+        eigenvalues[dim - 1],
+        eigenvalues[dim] if len(eigenvalues) > dim else float("nan"),
+    )
     release_freed_memory()
     matrix = torch.as_tensor(lda, dtype=class_ubm.means.dtype, device=class_ubm.means.device)
     z = project(spliced, matrix, base.shape[0])
@@ -188,11 +204,17 @@ def train_front_end(base: Tensor, spliced: Iterable[Tensor | np.ndarray], dim: i
         for part in z.split(OUTER_PRODUCT_CHUNK):  # in place: z @ mllt.T would hold z twice
             part.copy_(part @ mllt.T)
         matrix = mllt @ matrix
-        gmm = DiagGmm(gmm.weights, gmm.means @ mllt.T, gmm.variances, gmm.precision)  # variances: re-estimated by EM next
+        gmm = DiagGmm(
+            gmm.weights, gmm.means @ mllt.T, gmm.variances, gmm.precision
+        )  # variances: re-estimated by EM next
         floor = gmm_lib.variance_floor(z, var_floor_ratio)
     gmm = gmm_lib.em(gmm, z, final_iters, floor, report)
-    log.info("LDA+MLLT GMM: log-likelihood per frame %.3f -> %.3f over %d EM iterations",
-             report.loglike_per_frame[0], report.loglike_per_frame[-1], len(report.loglike_per_frame))
+    log.info(
+        "LDA+MLLT GMM: log-likelihood per frame %.3f -> %.3f over %d EM iterations",
+        report.loglike_per_frame[0],
+        report.loglike_per_frame[-1],
+        len(report.loglike_per_frame),
+    )
     return FrontEnd(matrix.cpu().numpy(), gmm, eigenvalues, report.loglike_per_frame)
 
 
@@ -203,7 +225,7 @@ def project(spliced: Iterable[Tensor | np.ndarray], matrix: Tensor, frames: int)
     start = 0
     for block in spliced:
         for part in torch.as_tensor(block).split(OUTER_PRODUCT_CHUNK):
-            torch.matmul(part.to(matrix), matrix.T, out=z[start: start + part.shape[0]])
+            torch.matmul(part.to(matrix), matrix.T, out=z[start : start + part.shape[0]])
             start += part.shape[0]
     if start != frames:
         raise ValueError(f"{start} spliced frames for {frames} frames")
@@ -212,10 +234,17 @@ def project(spliced: Iterable[Tensor | np.ndarray], matrix: Tensor, frames: int)
 
 def _gmm_from_class_posteriors(class_ubm: DiagGmm, base: Tensor, z: Tensor, floor: Tensor) -> DiagGmm:
     """The projected space's GMM: one M-step with the class UBM's posteriors."""
-    stats = GmmStats.zeros(DiagGmm(class_ubm.weights, z.new_zeros(class_ubm.num_components, z.shape[1]),
-                                   z.new_ones(class_ubm.num_components, z.shape[1])))
+    stats = GmmStats.zeros(
+        DiagGmm(
+            class_ubm.weights,
+            z.new_zeros(class_ubm.num_components, z.shape[1]),
+            z.new_ones(class_ubm.num_components, z.shape[1]),
+        )
+    )
     for frames, projected in zip(base.split(CHUNK_FRAMES), z.split(CHUNK_FRAMES)):
         posteriors, loglikes = class_ubm.posteriors(frames.to(class_ubm.means))
         stats.add(posteriors, projected, loglikes)
-    start = DiagGmm(class_ubm.weights, z.new_zeros(stats.first.shape), z.new_ones(stats.first.shape), class_ubm.precision)
+    start = DiagGmm(
+        class_ubm.weights, z.new_zeros(stats.first.shape), z.new_ones(stats.first.shape), class_ubm.precision
+    )
     return gmm_lib.maximize(start, stats, floor, min_occupancy=1e-3)

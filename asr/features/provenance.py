@@ -30,8 +30,11 @@ def source_checksum(base_dir: Path) -> str:
 
 def complete(out_dir: Path, outputs: tuple[str, ...], expected: str) -> bool:
     """True when `out_dir` has all `outputs` and was made from inputs with checksum `expected`."""
-    return (out_dir.is_dir() and all((out_dir / f).is_file() for f in outputs)
-            and (out_dir / CHECKSUM_FILE).read_text() == expected)
+    return (
+        out_dir.is_dir()
+        and all((out_dir / f).is_file() for f in outputs)
+        and (out_dir / CHECKSUM_FILE).read_text() == expected
+    )
 
 
 def plain(cfg: Any) -> dict:

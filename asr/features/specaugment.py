@@ -44,11 +44,11 @@ class SpecAugment:
             out = warp_frequency(out, alpha)
         for _ in range(self.freq_masks):
             start, width = _band(dim, self.freq_width, generator)
-            out[:, start:start + width] = 0.0
+            out[:, start : start + width] = 0.0
         longest = min(self.time_width, int(self.time_ratio * frames))
         for _ in range(self.time_masks):
             start, width = _band(frames, longest, generator)
-            out[start:start + width, :] = 0.0
+            out[start : start + width, :] = 0.0
         return out
 
 

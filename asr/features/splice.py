@@ -43,7 +43,7 @@ class SplicedBlocks:
                 if out is None:
                     out, filled = np.empty((self.block, spliced.shape[1]), spliced.dtype), 0
                 take = min(self.block - filled, spliced.shape[0] - start)
-                out[filled: filled + take] = spliced[start: start + take]
+                out[filled : filled + take] = spliced[start : start + take]
                 filled, start = filled + take, start + take
                 if filled == self.block:
                     yield out

@@ -39,8 +39,9 @@ class FrameSubset:
         return sum(self.frames_of.values())
 
 
-def speaker_subset(num_frames: dict[str, int], utt2spk: dict[str, str], max_frames: int,
-                   min_frames: float = 0.0) -> FrameSubset:
+def speaker_subset(
+    num_frames: dict[str, int], utt2spk: dict[str, str], max_frames: int, min_frames: float = 0.0
+) -> FrameSubset:
     """The first frames of speakers spread over the set, at most `max_frames` in all.
 
     Speakers with at least `min_frames` frames qualify (all of them if none does). Each chosen
@@ -49,7 +50,9 @@ def speaker_subset(num_frames: dict[str, int], utt2spk: dict[str, str], max_fram
     transform does not fall as the corpus grows: more speakers than the budget holds means
     fewer chosen, not thinner ones."""
     by_speaker = speaker_utterances(num_frames, utt2spk)
-    quotas = speaker_quotas({s: sum(num_frames[u] for u in utts) for s, utts in by_speaker.items()}, max_frames, min_frames)
+    quotas = speaker_quotas(
+        {s: sum(num_frames[u] for u in utts) for s, utts in by_speaker.items()}, max_frames, min_frames
+    )
     rows = ((u, utt2spk[u], num_frames[u]) for u in sorted(num_frames, key=c_sort_key) if u in utt2spk)
     return take_frames(rows, quotas)
 

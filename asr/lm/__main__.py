@@ -4,7 +4,9 @@ from asr.stage import stage_main
 
 
 @stage_main(
-    "lm", groups=["lm"], uses=["data", "tokenizer"],
+    "lm",
+    groups=["lm"],
+    uses=["data", "tokenizer"],
     reads="the training transcripts (data.data_dir/<data.train_set>/text)",
     writes="lm.dir/: <N>gram.bin KenLM n-grams, words.txt",
 )

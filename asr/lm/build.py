@@ -37,7 +37,19 @@ def binary_path(lm_dir: str | Path, order: int) -> Path:
 
 
 def lmplz_command(lm_cfg, order: int, text: Path, arpa: Path, tmp_dir: str) -> list:
-    command = [kenlm_tool("lmplz", lm_cfg.kenlm_bin), "-o", order, "--text", text, "--arpa", arpa, "-S", lm_cfg.memory, "-T", tmp_dir]
+    command = [
+        kenlm_tool("lmplz", lm_cfg.kenlm_bin),
+        "-o",
+        order,
+        "--text",
+        text,
+        "--arpa",
+        arpa,
+        "-S",
+        lm_cfg.memory,
+        "-T",
+        tmp_dir,
+    ]
     if lm_cfg.discount_fallback:
         command.append("--discount_fallback")
     if lm_cfg.prune:
@@ -62,7 +74,9 @@ def train_lm(lm_cfg, order: int, text: Path) -> Path:
 def reference_sentences(data_dir: str | Path, set_name: str) -> list[str]:
     text = Path(data_dir) / set_name / "text"
     if not text.is_file():
-        raise InputError(f"{text}: reference text for the perplexity not found; run the prepare stage or fix lm.perplexity_sets")
+        raise InputError(
+            f"{text}: reference text for the perplexity not found; run the prepare stage or fix lm.perplexity_sets"
+        )
     return [t for t in read_table(text, allow_empty_value=True).values() if t.strip()]
 
 
@@ -74,7 +88,12 @@ def report_perplexities(cfg, binaries: dict[int, Path]) -> dict:
             report.setdefault(f"{order}gram", {})[set_name] = ppl.as_dict()
             log.info(
                 "%d-gram perplexity on %s: %.1f (%.1f without the %d OOVs of %d tokens)",
-                order, set_name, ppl.perplexity, ppl.perplexity_without_oovs, ppl.oovs, ppl.tokens,
+                order,
+                set_name,
+                ppl.perplexity,
+                ppl.perplexity_without_oovs,
+                ppl.oovs,
+                ppl.tokens,
             )
     write_text(Path(cfg.lm.dir) / PERPLEXITY_JSON, json.dumps(report, indent=2) + "\n")
     return report

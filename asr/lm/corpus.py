@@ -31,7 +31,9 @@ def read_sentences(path: str | os.PathLike, has_ids: bool) -> Iterator[list[str]
         words = line.split()[1:] if has_ids else line.split()
         reserved = RESERVED.intersection(words)
         if reserved:
-            raise InputError(f"{path}:{lineno}: the words {sorted(reserved)} are reserved by the LM toolkit; remove them")
+            raise InputError(
+                f"{path}:{lineno}: the words {sorted(reserved)} are reserved by the LM toolkit; remove them"
+            )
         if words:
             yield words
 

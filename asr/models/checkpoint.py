@@ -172,17 +172,25 @@ class CheckpointDir:
         if choice in ("last", "best"):
             path = self.last if choice == "last" else self.best
             if not path.is_file():
-                raise InputError(f"{path}: no {choice} checkpoint; finish training first (python -m asr.train) or set decode.checkpoint=<path>")
+                raise InputError(
+                    f"{path}: no {choice} checkpoint; "
+                    "finish training first (python -m asr.train) or set decode.checkpoint=<path>"
+                )
             return path
         named = self.dir / f"{choice}.pt"
         if "/" not in choice and not choice.endswith(".pt"):
             if named.is_file():
                 return named
             if choice.startswith("avg-"):
-                raise InputError(f"{named}: no such average; make it with python -m asr.average (decode.checkpoint={choice})")
+                raise InputError(
+                    f"{named}: no such average; make it with python -m asr.average (decode.checkpoint={choice})"
+                )
         path = Path(choice)
         if not path.is_file():
-            raise InputError(f"{path}: checkpoint not found (decode.checkpoint is last, best, a name in {self.dir} such as avg-last5, or a path)")
+            raise InputError(
+                f"{path}: checkpoint not found (decode.checkpoint is last, best, "
+                f"a name in {self.dir} such as avg-last5, or a path)"
+            )
         return path
 
 
@@ -195,5 +203,7 @@ def model_from_checkpoint(state: dict, path: str | os.PathLike = "<checkpoint>")
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as err:
-        raise CorruptCheckpoint(f"{path}: weights do not match the model it describes ({str(err).splitlines()[0]})") from None
+        raise CorruptCheckpoint(
+            f"{path}: weights do not match the model it describes ({str(err).splitlines()[0]})"
+        ) from None
     return model.eval()

@@ -20,7 +20,13 @@ class ModelConfig:
     num_pdfs: int = 0  # frame_ce: outputs; 0 = from the transition model, else the alignments' largest pdf id + 1
 
     CHECKS: ClassVar[dict[str, Check]] = {
-        "name": one_of("blstm"), "num_layers": AT_LEAST_ONE, "hidden_size": AT_LEAST_ONE, "bottleneck": NON_NEGATIVE,
-        "stack_frames": AT_LEAST_ONE, "subsample": AT_LEAST_ONE, "dropout": between(0.0, 1.0, high_open=True),
-        "head": one_of("ctc", "frame_ce"), "num_pdfs": NON_NEGATIVE,
+        "name": one_of("blstm"),
+        "num_layers": AT_LEAST_ONE,
+        "hidden_size": AT_LEAST_ONE,
+        "bottleneck": NON_NEGATIVE,
+        "stack_frames": AT_LEAST_ONE,
+        "subsample": AT_LEAST_ONE,
+        "dropout": between(0.0, 1.0, high_open=True),
+        "head": one_of("ctc", "frame_ce"),
+        "num_pdfs": NON_NEGATIVE,
     }

@@ -27,7 +27,9 @@ def read_pdf_counts(path: str | os.PathLike) -> np.ndarray:
     """A Kaldi text vector of counts (brackets optional)."""
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"{path}: pdf counts not found; train with train.objective=frame_ce first, or set decode.pdf_counts")
+        raise InputError(
+            f"{path}: pdf counts not found; train with train.objective=frame_ce first, or set decode.pdf_counts"
+        )
     fields = path.read_text().replace("[", " ").replace("]", " ").split()
     try:
         counts = np.array([float(v) for v in fields], dtype=np.float64)

@@ -31,8 +31,12 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], train_cfg) -> torch.op
     if train_cfg.optimizer == "sgd":
         nesterov = bool(getattr(train_cfg, "nesterov", False))
         if nesterov and train_cfg.momentum <= 0:
-            raise InputError(f"train.nesterov=true needs a momentum; train.momentum={train_cfg.momentum} (the paper's: 0.9)")
-        return torch.optim.SGD(params, lr=train_cfg.lr, momentum=train_cfg.momentum, nesterov=nesterov, weight_decay=train_cfg.weight_decay)
+            raise InputError(
+                f"train.nesterov=true needs a momentum; train.momentum={train_cfg.momentum} (the paper's: 0.9)"
+            )
+        return torch.optim.SGD(
+            params, lr=train_cfg.lr, momentum=train_cfg.momentum, nesterov=nesterov, weight_decay=train_cfg.weight_decay
+        )
     raise ValueError(f"unknown train.optimizer {train_cfg.optimizer!r}; choose adam or sgd")
 
 
@@ -69,8 +73,13 @@ def final_lr_ratio(train_cfg) -> float:
 
 class LrSchedule:
     def __init__(
-        self, optimizer: torch.optim.Optimizer, base_lr: float, warmup_steps: int = 0, decay: float = 1.0,
-        final_ratio: float = 0.0, total_steps: int = 0,
+        self,
+        optimizer: torch.optim.Optimizer,
+        base_lr: float,
+        warmup_steps: int = 0,
+        decay: float = 1.0,
+        final_ratio: float = 0.0,
+        total_steps: int = 0,
     ):
         if final_ratio > 0 and total_steps < 1:
             raise ValueError("an lr that decays to a final value needs the number of updates (total_steps)")

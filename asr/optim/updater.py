@@ -80,8 +80,14 @@ def create_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
 class Updater:
     decentralized = False  # learners keep their own weights (ADPSGD, H-ADPSGD)
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, schedule: LrSchedule, grad_clip: float = 0.0,
-                 scaler: torch.amp.GradScaler | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        schedule: LrSchedule,
+        grad_clip: float = 0.0,
+        scaler: torch.amp.GradScaler | None = None,
+    ):
         self.model = model
         self.optimizer = optimizer
         self.schedule = schedule
@@ -194,8 +200,13 @@ class Updater:
 
 
 def build_updater(
-    model: torch.nn.Module, train_cfg, learners: int = 1, cls: type[Updater] = Updater, total_steps: int = 0,
-    scaler: torch.amp.GradScaler | None = None, **extra
+    model: torch.nn.Module,
+    train_cfg,
+    learners: int = 1,
+    cls: type[Updater] = Updater,
+    total_steps: int = 0,
+    scaler: torch.amp.GradScaler | None = None,
+    **extra,
 ) -> Updater:
     """train.optimizer with the warm-up/annealing schedule, its peak scaled to `learners`
     learners' global batch (train.final_lr: annealed over `total_steps` updates); `cls` (a
@@ -203,7 +214,11 @@ def build_updater(
     optimizer = build_optimizer(model.parameters(), train_cfg)
     create_optimizer_state(optimizer)
     schedule = LrSchedule(
-        optimizer, scaled_lr(train_cfg, learners), train_cfg.warmup_steps, train_cfg.lr_decay,
-        final_ratio=final_lr_ratio(train_cfg), total_steps=total_steps,
+        optimizer,
+        scaled_lr(train_cfg, learners),
+        train_cfg.warmup_steps,
+        train_cfg.lr_decay,
+        final_ratio=final_lr_ratio(train_cfg),
+        total_steps=total_steps,
     )
     return cls(model, optimizer, schedule, train_cfg.grad_clip, scaler=scaler, **extra)

@@ -31,7 +31,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             experiments.append(experiment)
     if not experiments:
-        log.error("none of the %d directories has decode_%s/wer.json; run decode and score first", len(args.exp_dirs), args.eval_set)
+        log.error(
+            "none of the %d directories has decode_%s/wer.json; run decode and score first",
+            len(args.exp_dirs),
+            args.eval_set,
+        )
         return 2
     table = write_report(experiments, f"{args.out}.md", f"{args.out}.png")
     print(table, end="")

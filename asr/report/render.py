@@ -27,10 +27,19 @@ def markdown_table(experiments: list[Experiment]) -> str:
     header = "| Experiment | Config | Epochs | Training time | Decoding | Scorer | WER SWB | WER CH | WER total |"
     rule = "|---|---|---:|---:|---|---|---:|---:|---:|"
     rows = [
-        "| " + " | ".join([
-            e.name, e.config, _cell(e.epochs, "d"), _hours(e.train_seconds), e.decoding, e.scorer,
-            *(_cell(e.wer.get(s), ".2f") for s in SUBSETS),
-        ]) + " |"
+        "| "
+        + " | ".join(
+            [
+                e.name,
+                e.config,
+                _cell(e.epochs, "d"),
+                _hours(e.train_seconds),
+                e.decoding,
+                e.scorer,
+                *(_cell(e.wer.get(s), ".2f") for s in SUBSETS),
+            ]
+        )
+        + " |"
         for e in experiments
     ]
     return "\n".join([header, rule, *rows]) + "\n"

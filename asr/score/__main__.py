@@ -6,7 +6,9 @@ from asr.stage import stage_main
 
 
 @stage_main(
-    "score", groups=["score"], uses=["data", "decode"],
+    "score",
+    groups=["score"],
+    uses=["data", "decode"],
     reads="exp_dir/decode_<set>/hyp.{txt,ctm}, the references (text, or stm and glm)",
     writes="exp_dir/decode_<set>/wer.json, wer.md",
 )

@@ -46,8 +46,14 @@ def score_set(cfg: DictConfig, set_name: str) -> ScoreResult:
     for name, counts in result.subsets.items():
         log.info(
             "%s %s: WER %.2f%% (sub %d, del %d, ins %d; %d words, %d sentences)",
-            set_name, name, counts.wer, counts.substitutions, counts.deletions, counts.insertions,
-            counts.words, counts.sentences,
+            set_name,
+            name,
+            counts.wer,
+            counts.substitutions,
+            counts.deletions,
+            counts.insertions,
+            counts.words,
+            counts.sentences,
         )
     log.info("%s: reports in %s", set_name, out_dir)
     return result

@@ -74,7 +74,10 @@ def log_missing_hypotheses(missing: list[str], total: int, hyp_source: str) -> N
     if missing:
         log.warning(
             "%s: %d of %d reference utterances have no hypothesis; scored as all deletions (%s)",
-            hyp_source, len(missing), total, _first_ids(missing),
+            hyp_source,
+            len(missing),
+            total,
+            _first_ids(missing),
         )
 
 

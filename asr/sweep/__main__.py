@@ -11,7 +11,9 @@ log = logging.getLogger("asr.sweep")
 
 
 @stage_main(
-    "sweep", groups=["sweep"], uses=["data", "features", "tokenizer", "model", "train"],
+    "sweep",
+    groups=["sweep"],
+    uses=["data", "features", "tokenizer", "model", "train"],
     reads="the features of the training and dev sets, the tokenizer",
     writes="sweep.out_dir/sweep.json, sweep.md, sweep.png",
 )

@@ -39,8 +39,10 @@ def parse_algorithm(name: str) -> Variant:
         if rest.endswith(suffix):
             rest, topology = rest[: -len(suffix)], value
     if rest not in BASES or (rest == "ssgd" and (delay or topology != "ring")) or factor <= 0:
-        raise ValueError(f"{name!r}: choose ssgd, or adpsgd/hadpsgd, each optionally followed by _random_ring or _exponential "
-                         "and then _delay_by_one; any of them may end in _lr_x<factor> (a control)")
+        raise ValueError(
+            f"{name!r}: choose ssgd, or adpsgd/hadpsgd, each optionally followed by _random_ring or _exponential "
+            "and then _delay_by_one; any of them may end in _lr_x<factor> (a control)"
+        )
     return Variant(rest, topology, delay, factor)
 
 
@@ -62,14 +64,27 @@ def geometric(values) -> str | None:
     if problem := ascending(values) or each(POSITIVE)(values):
         return problem
     ratios = [b / a for a, b in zip(values, values[1:])]
-    return None if all(math.isclose(r, ratios[0], rel_tol=1e-6) for r in ratios) else "give a geometric grid (e.g. each lr 2x the last)"
+    return (
+        None
+        if all(math.isclose(r, ratios[0], rel_tol=1e-6) for r in ratios)
+        else "give a geometric grid (e.g. each lr 2x the last)"
+    )
 
 
 @dataclass
 class SweepConfig:
     # Which algorithms, with how many simulated learners (asr/distributed/timed.py).
-    algorithms: list = field(default_factory=lambda: ["ssgd", "adpsgd", "adpsgd_random_ring", "adpsgd_exponential", "adpsgd_delay_by_one",
-                                                      "hadpsgd", "ssgd_lr_x4"])
+    algorithms: list = field(
+        default_factory=lambda: [
+            "ssgd",
+            "adpsgd",
+            "adpsgd_random_ring",
+            "adpsgd_exponential",
+            "adpsgd_delay_by_one",
+            "hadpsgd",
+            "ssgd_lr_x4",
+        ]
+    )
     learners: int = 16
     learners_per_node: int = 4  # hadpsgd
     # Every run trains `epochs` epochs, whatever its batch: the same data seen, so a larger batch
@@ -89,8 +104,17 @@ class SweepConfig:
     lr_scaling: str = "linear"  # linear | sqrt | none
     # Each run's training config is `train` with these overrides (any train.* key: the regime,
     # e.g. the objective, is a train setting); the lr and its warm-up are the sweep's.
-    train: dict = field(default_factory=lambda: {
-        "optimizer": "sgd", "momentum": 0.9, "nesterov": True, "weight_decay": 0.0, "lr_decay": 0.5, "final_lr": 0.0, "grad_clip": 0.0})
+    train: dict = field(
+        default_factory=lambda: {
+            "optimizer": "sgd",
+            "momentum": 0.9,
+            "nesterov": True,
+            "weight_decay": 0.0,
+            "lr_decay": 0.5,
+            "final_lr": 0.0,
+            "grad_clip": 0.0,
+        }
+    )
     warmup_epochs: float = 0.5  # a linear warm-up to each run's lr over this many epochs
     # The model: model.* with these sizes (0 = model.*'s own).
     num_layers: int = 1
@@ -119,11 +143,27 @@ class SweepConfig:
     out_dir: str = "${exp_dir}/sweep"
 
     CHECKS: ClassVar[dict[str, Check]] = {
-        "algorithms": each(algorithm_name), "learners": AT_LEAST_ONE, "learners_per_node": AT_LEAST_ONE,
-        "epochs": AT_LEAST_ONE, "base_batch": AT_LEAST_ONE, "baseline_lrs": lambda v: ascending(v) or each(POSITIVE)(v), "critical_batch": AT_LEAST_ONE,
-        "critical_lrs": geometric, "global_batches": lambda v: ascending(v) or each(AT_LEAST_ONE)(v), "lr_scaling": one_of("none", "linear", "sqrt"),
-        "warmup_epochs": NON_NEGATIVE, "num_layers": NON_NEGATIVE, "hidden_size": NON_NEGATIVE, "speeds": each(POSITIVE),
-        "speed_spread": between(0.0, 1.0, high_open=True), "jitter": between(0.0, 1.0, high_open=True), "exchange_time": NON_NEGATIVE,
-        "seeds": each(NON_NEGATIVE), "extra_seeds": each(NON_NEGATIVE), "close_margin": NON_NEGATIVE, "tolerance": NON_NEGATIVE,
-        "max_train_utts": NON_NEGATIVE, "jobs": AT_LEAST_ONE,
+        "algorithms": each(algorithm_name),
+        "learners": AT_LEAST_ONE,
+        "learners_per_node": AT_LEAST_ONE,
+        "epochs": AT_LEAST_ONE,
+        "base_batch": AT_LEAST_ONE,
+        "baseline_lrs": lambda v: ascending(v) or each(POSITIVE)(v),
+        "critical_batch": AT_LEAST_ONE,
+        "critical_lrs": geometric,
+        "global_batches": lambda v: ascending(v) or each(AT_LEAST_ONE)(v),
+        "lr_scaling": one_of("none", "linear", "sqrt"),
+        "warmup_epochs": NON_NEGATIVE,
+        "num_layers": NON_NEGATIVE,
+        "hidden_size": NON_NEGATIVE,
+        "speeds": each(POSITIVE),
+        "speed_spread": between(0.0, 1.0, high_open=True),
+        "jitter": between(0.0, 1.0, high_open=True),
+        "exchange_time": NON_NEGATIVE,
+        "seeds": each(NON_NEGATIVE),
+        "extra_seeds": each(NON_NEGATIVE),
+        "close_margin": NON_NEGATIVE,
+        "tolerance": NON_NEGATIVE,
+        "max_train_utts": NON_NEGATIVE,
+        "jobs": AT_LEAST_ONE,
     }

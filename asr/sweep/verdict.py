@@ -129,7 +129,9 @@ def calibrate(results: list[dict], tolerance: float) -> Baseline:
     return Baseline(grid, best, improvements, tolerance)
 
 
-def judge(results: list[dict], baseline: Baseline, name: str, axis: str, wanted: dict[str, list[tuple[int, float]]]) -> Measurement:
+def judge(
+    results: list[dict], baseline: Baseline, name: str, axis: str, wanted: dict[str, list[tuple[int, float]]]
+) -> Measurement:
     """`wanted`: per algorithm, the (global batch, lr) of its points in the order of the axis;
     points without runs are left out."""
     points = collect([r for r in results if r["algorithm"] != BASELINE])
@@ -137,20 +139,43 @@ def judge(results: list[dict], baseline: Baseline, name: str, axis: str, wanted:
     series: dict[str, list[Point]] = defaultdict(list)
     for algorithm, coordinates in wanted.items():
         for batch, lr in coordinates:
-            point = next((p for (a, b, l), p in points.items() if a == algorithm and b == batch and math.isclose(l, lr, rel_tol=1e-9)), None)
+            point = next(
+                (
+                    p
+                    for (a, b, rate), p in points.items()
+                    if a == algorithm and b == batch and math.isclose(rate, lr, rel_tol=1e-9)
+                ),
+                None,
+            )
             if point is None:
                 continue
             missing = [seed for seed in point.seeds if seed not in by_seed]
             if missing:
-                raise ValueError(f"{algorithm} at batch {batch}, lr {lr:g}: seeds {missing} have no baseline run at the best lr")
-            point.excesses = [None if loss is None else loss / by_seed[seed] - 1 for loss, seed in zip(point.losses, point.seeds)]
+                raise ValueError(
+                    f"{algorithm} at batch {batch}, lr {lr:g}: seeds {missing} have no baseline run at the best lr"
+                )
+            point.excesses = [
+                None if loss is None else loss / by_seed[seed] - 1 for loss, seed in zip(point.losses, point.seeds)
+            ]
             series[algorithm].append(point)
-    largest = {a: max((getattr(p, axis) for p in series.get(a, []) if converges(p, baseline.tolerance)), default=None) for a in wanted}
+    largest = {
+        a: max((getattr(p, axis) for p in series.get(a, []) if converges(p, baseline.tolerance)), default=None)
+        for a in wanted
+    }
     reference = largest.get(REFERENCE)
-    ratio = {a: (value / reference if value is not None and reference else None) for a, value in largest.items() if a != REFERENCE}
+    ratio = {
+        a: (value / reference if value is not None and reference else None)
+        for a, value in largest.items()
+        if a != REFERENCE
+    }
     return Measurement(name, axis, dict(series), largest, ratio)
 
 
 def close_points(measurement: Measurement, tolerance: float, margin: float) -> list[Point]:
     """Points whose excess lies within `margin` of the tolerance (diverged ones never)."""
-    return [p for series in measurement.points.values() for p in series if p.excess is not None and abs(p.excess - tolerance) <= margin]
+    return [
+        p
+        for series in measurement.points.values()
+        for p in series
+        if p.excess is not None and abs(p.excess - tolerance) <= margin
+    ]

@@ -6,7 +6,9 @@ from asr.stage import stage_main
 
 
 @stage_main(
-    "tokenizer", groups=["tokenizer"], uses=["data"],
+    "tokenizer",
+    groups=["tokenizer"],
+    uses=["data"],
     reads="data.data_dir/<data.train_set>/text",
     writes="tokenizer.lang_dir/: the sentencepiece model and tokens.txt",
 )

@@ -16,6 +16,7 @@ class TokenizerConfig:
     user_symbols: list = field(default_factory=lambda: ["[noise]", "[laughter]", "[vocalized-noise]"])
 
     CHECKS: ClassVar[dict[str, Check]] = {
-        "model_type": one_of("bpe", "unigram", "char", "word"), "vocab_size": AT_LEAST_ONE,
+        "model_type": one_of("bpe", "unigram", "char", "word"),
+        "vocab_size": AT_LEAST_ONE,
         "character_coverage": between(0.5, 1.0),
     }

@@ -102,9 +102,13 @@ class Tokenizer:
         try:
             self.sp.load(str(self.path))
         except (OSError, RuntimeError) as err:
-            raise InputError(f"{self.path}: not a readable sentencepiece model ({err}); delete it and re-run the tokenizer stage") from None
+            raise InputError(
+                f"{self.path}: not a readable sentencepiece model ({err}); delete it and re-run the tokenizer stage"
+            ) from None
         if self.sp.piece_to_id(BLANK_PIECE) != BLANK_ID or not self.sp.is_control(BLANK_ID):
-            raise InputError(f"{self.path}: id {BLANK_ID} is not the CTC blank {BLANK_PIECE!r}; train it with `python -m asr.text`")
+            raise InputError(
+                f"{self.path}: id {BLANK_ID} is not the CTC blank {BLANK_PIECE!r}; train it with `python -m asr.text`"
+            )
 
     def check_integrity(self) -> None:
         """The model is what the tokenizer stage wrote (its size and sha1 in the record beside
@@ -119,8 +123,11 @@ class Tokenizer:
             raise InputError(f"{record}: unreadable record of the tokenizer model; {fix}") from None
         got = integrity(self.path.read_bytes())
         if got != expected:
-            raise InputError(f"{self.path}: damaged or truncated ({got['bytes']} bytes, sha1 {got['sha1'][:12]}; the tokenizer stage "
-                             f"wrote {expected.get('bytes')} bytes, sha1 {str(expected.get('sha1'))[:12]}); {fix}")
+            raise InputError(
+                f"{self.path}: damaged or truncated ({got['bytes']} bytes, sha1 {got['sha1'][:12]}; "
+                "the tokenizer stage "
+                f"wrote {expected.get('bytes')} bytes, sha1 {str(expected.get('sha1'))[:12]}); {fix}"
+            )
 
     @classmethod
     def from_bytes(cls, proto: bytes) -> "Tokenizer":
@@ -219,10 +226,17 @@ def build_tokenizer(text_file: str | os.PathLike, tokenizer_cfg) -> Path:
         f.write(proto)
     if tok.vocab_size < tokenizer_cfg.vocab_size:
         log.warning(
-            "%s: the %d transcripts support only %d pieces (asked for %d)", model_path, len(texts), tok.vocab_size, tokenizer_cfg.vocab_size
+            "%s: the %d transcripts support only %d pieces (asked for %d)",
+            model_path,
+            len(texts),
+            tok.vocab_size,
+            tokenizer_cfg.vocab_size,
         )
     log.info(
         "trained %s tokenizer with %d tokens (blank = 0) on %d transcripts -> %s",
-        tokenizer_cfg.model_type, tok.vocab_size, len(texts), model_path,
+        tokenizer_cfg.model_type,
+        tok.vocab_size,
+        len(texts),
+        model_path,
     )
     return model_path

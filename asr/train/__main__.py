@@ -4,9 +4,14 @@ from asr.stage import stage_main
 
 
 @stage_main(
-    "train", groups=["train", "model", "distributed"], uses=["data", "features", "tokenizer"],
+    "train",
+    groups=["train", "model", "distributed"],
+    uses=["data", "features", "tokenizer"],
     reads="the features of data.train_set and data.dev_set, the tokenizer",
-    writes="exp_dir/: checkpoints/ (step-*, epoch-*, best.pt, last.pt), train_log.csv, loss.png, tensorboard/, log/train.log",
+    writes=(
+        "exp_dir/: checkpoints/ (step-*, epoch-*, best.pt, last.pt), train_log.csv, loss.png, tensorboard/, "
+        "log/train.log"
+    ),
 )
 def main(cfg) -> None:
     from asr.train.loop import train  # here, not above: --help answers without importing torch

@@ -74,11 +74,16 @@ def alignment_files(spec: str) -> list[Path]:
     elif path.is_dir():
         files = [p for p in path.iterdir() if KALDI_ALI_NAME.match(p.name)]
         if not files:
-            raise InputError(f"{path}: no ali.N.gz in this directory; point train.alignments at the alignment files (a glob, .ark or .scp)")
+            raise InputError(
+                f"{path}: no ali.N.gz in this directory; "
+                "point train.alignments at the alignment files (a glob, .ark or .scp)"
+            )
     elif path.is_file():
         files = [path]
     else:
-        raise InputError(f"{path}: alignments not found (train.alignments is a directory, a glob, an .ark/.gz or an .scp file)")
+        raise InputError(
+            f"{path}: alignments not found (train.alignments is a directory, a glob, an .ark/.gz or an .scp file)"
+        )
     return sorted(files, key=natural_key)
 
 
@@ -92,7 +97,9 @@ def read_archive_bytes(path: Path) -> bytes:
         raise InputError(f"{path}: cannot decompress ({err}); the file is truncated or not gzip") from None
 
 
-def parse_int_vector_archive(data: bytes, where: str, keep: Container[str] | None = None) -> Iterator[tuple[str, np.ndarray]]:
+def parse_int_vector_archive(
+    data: bytes, where: str, keep: Container[str] | None = None
+) -> Iterator[tuple[str, np.ndarray]]:
     """(key, int32 vector) for each entry of a Kaldi archive (binary or text) whose key is in
     `keep` (all when None); the others are skipped undecoded.
 
@@ -160,7 +167,14 @@ def write_int_vector_archive(path: Path, items: Iterator[tuple[str, np.ndarray]]
                 raise ValueError(f"archive key {key!r} must be one word")
             records = np.empty(len(vector), dtype=[("size", "u1"), ("value", "<i4")])
             records["size"], records["value"] = 4, vector
-            f.write(key.encode("utf-8") + b" " + BINARY_HEADER + b"\x04" + struct.pack("<i", len(vector)) + records.tobytes())
+            f.write(
+                key.encode("utf-8")
+                + b" "
+                + BINARY_HEADER
+                + b"\x04"
+                + struct.pack("<i", len(vector))
+                + records.tobytes()
+            )
             count += 1
     return count
 
@@ -222,7 +236,9 @@ class TransitionModel:
         return pdfs
 
 
-def transition_ids_to_pdfs(topology: dict[int, list[HmmState]], tuples: list[tuple[int, int, int, int]], source: str) -> TransitionModel:
+def transition_ids_to_pdfs(
+    topology: dict[int, list[HmmState]], tuples: list[tuple[int, int, int, int]], source: str
+) -> TransitionModel:
     """Number transition ids as Kaldi's TransitionModel::ComputeDerived does.
 
     Transition states are the (phone, hmm_state, forward_pdf, self_loop_pdf) tuples in file
@@ -398,7 +414,9 @@ def read_transition_model(path: str | os.PathLike) -> TransitionModel:
     """A Kaldi model (binary or text) or a two-column table: see the module docstring."""
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"{path}: transition model not found (train.transition_model: a final.mdl, a `tid pdf` table, auto or none)")
+        raise InputError(
+            f"{path}: transition model not found (train.transition_model: a final.mdl, a `tid pdf` table, auto or none)"
+        )
     with open(path, "rb") as f:
         if f.read(2) == BINARY_HEADER:
             model = read_binary_transition_model(f, str(path))
@@ -435,8 +453,10 @@ class AlignmentArchives:
         model = self.files[0].parent / "final.mdl"
         if not model.is_file():
             raise InputError(
-                f"{self.files[0]}: Kaldi ali.N.gz files hold transition ids, but there is no {model} to map them to pdf ids; "
-                "set train.transition_model=<final.mdl or a `tid pdf` table>, or train.transition_model=none if they are pdf ids"
+                f"{self.files[0]}: Kaldi ali.N.gz files hold transition ids, "
+                f"but there is no {model} to map them to pdf ids; "
+                "set train.transition_model=<final.mdl or a `tid pdf` table>, "
+                "or train.transition_model=none if they are pdf ids"
             )
         return read_transition_model(model)
 

@@ -32,7 +32,9 @@ class TrainConfig:
     grad_clip: float = 5.0  # global gradient-norm clipping; 0 = off
     checkpoint_every_steps: int = 200  # plus one at every epoch end
     keep_checkpoints: int = 3  # periodic checkpoints kept (best.pt and last.pt are extra)
-    keep_epoch_checkpoints: int = 5  # copies of the newest epoch ends kept (epoch-<E>.pt, for python -m asr.average); 0 = none
+    keep_epoch_checkpoints: int = (
+        5  # copies of the newest epoch ends kept (epoch-<E>.pt, for python -m asr.average); 0 = none
+    )
     log_every_steps: int = 50  # a train_log.csv row (and TensorBoard scalars) every this many steps
     tensorboard: bool = True  # <exp_dir>/tensorboard/learner-<rank>/: loss, lr, frames/s, waiting for data and others
     # <exp_dir>/trained/learner-<rank>.txt: the utterances of every step (asr/train/record.py)
@@ -63,13 +65,32 @@ class TrainConfig:
     batch_samples: int = 128  # chunk_frames > 0: samples per learner and batch (not max_frames/max_utts)
 
     CHECKS: ClassVar[dict[str, Check]] = {
-        "epochs": AT_LEAST_ONE, "max_frames": AT_LEAST_ONE, "max_utts": AT_LEAST_ONE,
-        "optimizer": one_of("adam", "sgd"), "lr": POSITIVE, "lr_scaling": one_of("none", "linear", "sqrt"),
-        "lr_reference_frames": NON_NEGATIVE, "momentum": between(0.0, 1.0, high_open=True), "weight_decay": NON_NEGATIVE,
-        "warmup_steps": NON_NEGATIVE, "lr_decay": POSITIVE, "final_lr": NON_NEGATIVE, "grad_clip": NON_NEGATIVE,
-        "checkpoint_every_steps": AT_LEAST_ONE, "keep_checkpoints": AT_LEAST_ONE, "keep_epoch_checkpoints": NON_NEGATIVE, "log_every_steps": AT_LEAST_ONE,
-        "num_workers": NON_NEGATIVE, "prefetch_batches": AT_LEAST_ONE, "shuffle_window_utts": NON_NEGATIVE, "threads": AT_LEAST_ONE, "precision": one_of("fp32", "bf16", "fp16", "auto"),
-        "max_steps": NON_NEGATIVE, "max_train_utts": NON_NEGATIVE,
-        "objective": one_of("ctc", "frame_ce"), "ali_length_tolerance": NON_NEGATIVE,
-        "chunk_frames": NON_NEGATIVE, "batch_samples": AT_LEAST_ONE,
+        "epochs": AT_LEAST_ONE,
+        "max_frames": AT_LEAST_ONE,
+        "max_utts": AT_LEAST_ONE,
+        "optimizer": one_of("adam", "sgd"),
+        "lr": POSITIVE,
+        "lr_scaling": one_of("none", "linear", "sqrt"),
+        "lr_reference_frames": NON_NEGATIVE,
+        "momentum": between(0.0, 1.0, high_open=True),
+        "weight_decay": NON_NEGATIVE,
+        "warmup_steps": NON_NEGATIVE,
+        "lr_decay": POSITIVE,
+        "final_lr": NON_NEGATIVE,
+        "grad_clip": NON_NEGATIVE,
+        "checkpoint_every_steps": AT_LEAST_ONE,
+        "keep_checkpoints": AT_LEAST_ONE,
+        "keep_epoch_checkpoints": NON_NEGATIVE,
+        "log_every_steps": AT_LEAST_ONE,
+        "num_workers": NON_NEGATIVE,
+        "prefetch_batches": AT_LEAST_ONE,
+        "shuffle_window_utts": NON_NEGATIVE,
+        "threads": AT_LEAST_ONE,
+        "precision": one_of("fp32", "bf16", "fp16", "auto"),
+        "max_steps": NON_NEGATIVE,
+        "max_train_utts": NON_NEGATIVE,
+        "objective": one_of("ctc", "frame_ce"),
+        "ali_length_tolerance": NON_NEGATIVE,
+        "chunk_frames": NON_NEGATIVE,
+        "batch_samples": AT_LEAST_ONE,
     }

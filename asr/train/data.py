@@ -53,8 +53,15 @@ class CtcDataset(Dataset):
     exists (learners other than the first wait for it to be built).
     """
 
-    def __init__(self, feats_set_dir: Path, data_dir: Path, tokenizer: Tokenizer, subsample: int, norm_vars: bool = True,
-                 build: bool = True):
+    def __init__(
+        self,
+        feats_set_dir: Path,
+        data_dir: Path,
+        tokenizer: Tokenizer,
+        subsample: int,
+        norm_vars: bool = True,
+        build: bool = True,
+    ):
         if not Path(data_dir).is_dir():
             raise InputError(f"{data_dir}: data directory not found; run the prepare stage first")
         self.set_dir = Path(feats_set_dir)
@@ -63,7 +70,10 @@ class CtcDataset(Dataset):
         sources = IndexSources.of(Path(data_dir), self.set_dir, tokenizer.path)
         index = load_index(sources, tokenizer, self.set_dir, build)
         if index is None:
-            raise InputError(f"{self.set_dir}: the training index is missing (learner 0 builds it); is {self.set_dir} on a file system every learner sees?")
+            raise InputError(
+                f"{self.set_dir}: the training index is missing (learner 0 builds it); "
+                f"is {self.set_dir} on a file system every learner sees?"
+            )
         self.index = index
         self.norm_vars = norm_vars
         self.augment = None  # training-time masking (asr.features.specaugment), set by the trainer
@@ -76,13 +86,26 @@ class CtcDataset(Dataset):
     def _report(self, data_dir: Path, too_short: int) -> None:
         meta = self.index.meta
         if not len(self.rows):
-            raise InputError(f"{data_dir}: no utterance has both features ({self.set_dir}) and a transcript long enough for CTC")
+            raise InputError(
+                f"{data_dir}: no utterance has both features ({self.set_dir}) and a transcript long enough for CTC"
+            )
         if meta["empty_transcripts"]:
-            log.warning("%s: %d utterances with an empty transcript left out (python -m asr.data.fix drops them): %s",
-                        data_dir, meta["empty_transcripts"], " ".join(meta["empty_examples"]) + (" ..." if meta["empty_transcripts"] > 10 else ""))
+            log.warning(
+                "%s: %d utterances with an empty transcript left out (python -m asr.data.fix drops them): %s",
+                data_dir,
+                meta["empty_transcripts"],
+                " ".join(meta["empty_examples"]) + (" ..." if meta["empty_transcripts"] > 10 else ""),
+            )
         with_feats = len(self.index) + meta["empty_transcripts"]
-        log.info("%s: kept %d of %d utterances with features and a transcript (%d too short for their transcript, %d with an empty one)",
-                 data_dir, len(self.rows), with_feats, too_short, meta["empty_transcripts"])
+        log.info(
+            "%s: kept %d of %d utterances with features and a transcript (%d too short for their transcript, "
+            "%d with an empty one)",
+            data_dir,
+            len(self.rows),
+            with_feats,
+            too_short,
+            meta["empty_transcripts"],
+        )
 
     @property
     def reader(self) -> "CtcDataset":
@@ -97,8 +120,13 @@ class CtcDataset(Dataset):
 
     def features(self, index: int) -> Tensor:
         row = int(self.rows[index])
-        feats = checked_features(self.set_dir, self.index.utt(row), self.layout, lambda: self.index.features(row),
-                                 lambda mat: self._normalise(row, mat))
+        feats = checked_features(
+            self.set_dir,
+            self.index.utt(row),
+            self.layout,
+            lambda: self.index.features(row),
+            lambda mat: self._normalise(row, mat),
+        )
         return self.augment(feats, index) if self.augment is not None else feats
 
     def _normalise(self, row: int, mat: np.ndarray) -> np.ndarray:
@@ -125,7 +153,13 @@ class Batch:
     def pin_memory(self) -> "Batch":
         """Page-locked copies (the DataLoader calls this with pin_memory=True): a copy to the GPU
         from them can run asynchronously (non_blocking=True)."""
-        return Batch(self.utts, self.feats.pin_memory(), self.feat_lens.pin_memory(), self.targets.pin_memory(), self.target_lens.pin_memory())
+        return Batch(
+            self.utts,
+            self.feats.pin_memory(),
+            self.feat_lens.pin_memory(),
+            self.targets.pin_memory(),
+            self.target_lens.pin_memory(),
+        )
 
     def subset(self, keep: Sequence[bool]) -> "Batch":
         """The batch without the utterances whose `keep` is False (padding cut to the longest kept)."""
@@ -135,8 +169,13 @@ class Batch:
         starts = torch.cumsum(self.target_lens, 0) - self.target_lens
         targets = [self.targets[int(starts[i]) : int(starts[i] + self.target_lens[i])] for i in rows]
         longest = int(feat_lens.max()) if rows else 0
-        return Batch([self.utts[i] for i in rows], self.feats[index, :longest], feat_lens,
-                     torch.cat(targets) if targets else self.targets[:0], self.target_lens[index])
+        return Batch(
+            [self.utts[i] for i in rows],
+            self.feats[index, :longest],
+            feat_lens,
+            torch.cat(targets) if targets else self.targets[:0],
+            self.target_lens[index],
+        )
 
 
 def collate(items: list[tuple[str, Tensor, Tensor]]) -> Batch:
@@ -150,7 +189,9 @@ def collate(items: list[tuple[str, Tensor, Tensor]]) -> Batch:
     )
 
 
-def make_buckets(lengths: Sequence[int], order: Sequence[int], max_frames: int, max_utts: int, min_utts: int = 1) -> list[list[int]]:
+def make_buckets(
+    lengths: Sequence[int], order: Sequence[int], max_frames: int, max_utts: int, min_utts: int = 1
+) -> list[list[int]]:
     """Cut `order` (ascending length) into batches whose padded size fits max_frames.
 
     Padded size = utterances x longest utterance. An utterance longer than max_frames on its
@@ -195,15 +236,24 @@ class BucketBatchSampler(Sampler[list[int]]):
     """
 
     def __init__(
-        self, lengths: Sequence[int], max_frames: int, max_utts: int, seed: int = 0, shuffle: bool = True,
-        num_replicas: int = 1, rank: int = 0, window: int = 0,
+        self,
+        lengths: Sequence[int],
+        max_frames: int,
+        max_utts: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        num_replicas: int = 1,
+        rank: int = 0,
+        window: int = 0,
     ):
         if max_frames < 1 or max_utts < 1:
             raise ValueError(f"max_frames ({max_frames}) and max_utts ({max_utts}) must be >= 1")
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is not one of {num_replicas} learners")
         if len(lengths) < num_replicas:
-            raise InputError(f"{len(lengths)} utterances cannot give a batch to each of {num_replicas} learners; use fewer processes")
+            raise InputError(
+                f"{len(lengths)} utterances cannot give a batch to each of {num_replicas} learners; use fewer processes"
+            )
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.max_frames = max_frames
         self.max_utts = max_utts
@@ -252,7 +302,11 @@ class BucketBatchSampler(Sampler[list[int]]):
             members = self._remaining(range(start, min(start + self.window, len(lengths))), done)
             shuffled = [members[i] for i in rng.permutation(len(members))]
             order = sorted(shuffled, key=lambda i: lengths[i])
-            cut = make_buckets(lengths, order, self.max_frames * n, self.max_utts * n, min_utts=n) if len(order) >= n else []
+            cut = (
+                make_buckets(lengths, order, self.max_frames * n, self.max_utts * n, min_utts=n)
+                if len(order) >= n
+                else []
+            )
             batches += [cut[i] for i in rng.permutation(len(cut))]
         return batches
 

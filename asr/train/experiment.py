@@ -58,7 +58,11 @@ def config_changes(saved: dict, current: dict) -> tuple[list[str], list[str]]:
     the keys only one side has: options the toolkit gained or lost since the snapshot)."""
     old, new = flatten(saved), flatten(current)
     missing = "(absent)"
-    keys = [key for key in sorted(set(old) | set(new)) if key not in IGNORED_KEYS and old.get(key, missing) != new.get(key, missing)]
+    keys = [
+        key
+        for key in sorted(set(old) | set(new))
+        if key not in IGNORED_KEYS and old.get(key, missing) != new.get(key, missing)
+    ]
     lines = {key: f"{key}: {old.get(key, missing)!r} -> {new.get(key, missing)!r}" for key in keys}
     return [lines[k] for k in keys if k in old and k in new], [lines[k] for k in keys if (k in old) != (k in new)]
 
@@ -73,8 +77,11 @@ def check_config(exp_dir: str | Path, cfg, force: bool = False) -> list[str]:
     saved = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     changes, toolkit = config_changes(saved, guarded_config(cfg))  # type: ignore[arg-type]
     if toolkit:
-        log.warning("%s: options added or removed by the toolkit since this experiment started (continuing):\n  %s",
-                    path, "\n  ".join(toolkit))
+        log.warning(
+            "%s: options added or removed by the toolkit since this experiment started (continuing):\n  %s",
+            path,
+            "\n  ".join(toolkit),
+        )
     if changes and not force:
         raise InputError(
             f"{path}: this experiment was trained with a different model/data config:\n  "
@@ -91,7 +98,15 @@ def save_config(exp_dir: str | Path, cfg) -> None:
     write_text(Path(exp_dir) / SNAPSHOT_NAME, OmegaConf.to_yaml(OmegaConf.create(guarded_config(cfg))))
 
 
-TRAINING_OUTPUTS = ("checkpoints", "train_log.csv", "loss.png", "timing", "bad_utterances.txt", RECORD_DIR, SNAPSHOT_NAME)
+TRAINING_OUTPUTS = (
+    "checkpoints",
+    "train_log.csv",
+    "loss.png",
+    "timing",
+    "bad_utterances.txt",
+    RECORD_DIR,
+    SNAPSHOT_NAME,
+)
 
 
 def training_history(exp_dir: str | Path) -> list[str]:

@@ -71,7 +71,9 @@ class FrameCeDataset(Dataset):
                 log.debug("%s: %d alignment frames for %d feature frames; left out", utt, len(pdfs), wanted[utt])
                 continue
             check_pdf_range(pdfs, num_pdfs, alignments, utt)
-            targets[utt] = subsample_targets(pdfs, wanted[utt], subsample).astype(compact_dtype(num_pdfs or int(pdfs.max()) + 1))
+            targets[utt] = subsample_targets(pdfs, wanted[utt], subsample).astype(
+                compact_dtype(num_pdfs or int(pdfs.max()) + 1)
+            )
         self.utts = sorted(targets, key=c_sort_key)
         self.targets = [targets[u] for u in self.utts]
         self.num_frames = [wanted[u] for u in self.utts]
@@ -81,12 +83,20 @@ class FrameCeDataset(Dataset):
         unaligned = with_feats - len(self.utts) - mismatched
         if not self.utts:
             raise InputError(
-                f"{data_dir}: none of its {with_feats} utterances with features ({self.reader.set_dir}) has an alignment in "
+                f"{data_dir}: "
+                f"none of its {with_feats} utterances with features ({self.reader.set_dir}) has an alignment in "
                 f"{self.alignments.description} within {tolerance} frames of its length; are they of this data set?"
             )
         log.info(
-            "%s: kept %d of %d utterances with features (%d without alignment, %d with lengths more than %d frames apart); alignments %s",
-            data_dir, len(self.utts), with_feats, unaligned, mismatched, tolerance, self.alignments.description,
+            "%s: kept %d of %d utterances with features (%d without alignment, "
+            "%d with lengths more than %d frames apart); alignments %s",
+            data_dir,
+            len(self.utts),
+            with_feats,
+            unaligned,
+            mismatched,
+            tolerance,
+            self.alignments.description,
         )
 
     @property
@@ -114,6 +124,7 @@ def check_pdf_range(pdfs: np.ndarray, num_pdfs: int, alignments: AlignmentArchiv
     low, high = int(pdfs.min()), int(pdfs.max())
     if low < 0 or (num_pdfs and high >= num_pdfs):
         raise InputError(
-            f"{alignments.spec}: {utt!r} has pdf id {low if low < 0 else high}, outside 0..{num_pdfs - 1 if num_pdfs else 'inf'}; "
+            f"{alignments.spec}: {utt!r} has pdf id {low if low < 0 else high}, "
+            f"outside 0..{num_pdfs - 1 if num_pdfs else 'inf'}; "
             "check model.num_pdfs and train.transition_model (transition ids read as pdf ids?)"
         )

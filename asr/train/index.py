@@ -47,11 +47,23 @@ from asr.utils.errors import InputError, error_detail
 log = logging.getLogger(__name__)
 
 INDEX_VERSION = 1
-COLUMN_TYPES = {"utt_bytes": np.uint8, "utt_offsets": np.int64, "frames": np.int32, "tokens": np.int32, "token_offsets": np.int64,
-                "min_frames": np.int32, "feat_file": np.int32, "feat_offset": np.int64, "cmvn_of": np.int32,
-                "cmvn_file": np.int32, "cmvn_offset": np.int64}
+COLUMN_TYPES = {
+    "utt_bytes": np.uint8,
+    "utt_offsets": np.int64,
+    "frames": np.int32,
+    "tokens": np.int32,
+    "token_offsets": np.int64,
+    "min_frames": np.int32,
+    "feat_file": np.int32,
+    "feat_offset": np.int64,
+    "cmvn_of": np.int32,
+    "cmvn_file": np.int32,
+    "cmvn_offset": np.int64,
+}
 ARRAYS = tuple(COLUMN_TYPES)
-ENCODE_CHUNK = 4096  # utterances per chunk: transcripts tokenized per call (sentencepiece encodes a list in C++), arrays written
+ENCODE_CHUNK = (
+    4096  # utterances per chunk: transcripts tokenized per call (sentencepiece encodes a list in C++), arrays written
+)
 
 
 def fingerprint(paths: list[Path], tokenizer_model: Path) -> str:
@@ -97,8 +109,15 @@ class IndexSources:
 
     @classmethod
     def of(cls, data_dir: Path, feats_dir: Path, tokenizer_model: Path) -> "IndexSources":
-        return cls(data_dir / "text", data_dir / "utt2spk", feats_dir / "feats.scp", feats_dir / "utt2num_frames",
-                   feats_dir / "cmvn.scp", feats_dir / "cmvn_type", tokenizer_model)
+        return cls(
+            data_dir / "text",
+            data_dir / "utt2spk",
+            feats_dir / "feats.scp",
+            feats_dir / "utt2num_frames",
+            feats_dir / "cmvn.scp",
+            feats_dir / "cmvn_type",
+            tokenizer_model,
+        )
 
     def paths(self) -> list[Path]:
         return [self.text, self.utt2spk, self.feats_scp, self.utt2num_frames, self.cmvn_scp, self.cmvn_type]
@@ -129,7 +148,11 @@ class NpyColumns:
     def _write_header(self, name: str) -> int:
         f = self.files[name]
         f.seek(0)
-        header = {"descr": np.lib.format.dtype_to_descr(self.dtypes[name]), "fortran_order": False, "shape": (self.counts[name],)}
+        header = {
+            "descr": np.lib.format.dtype_to_descr(self.dtypes[name]),
+            "fortran_order": False,
+            "shape": (self.counts[name],),
+        }
         np.lib.format.write_array_header_1_0(f, header)
         size = f.tell()
         f.seek(0, os.SEEK_END)
@@ -170,7 +193,9 @@ class IndexBuilder:
         commands.check_table(s.feats_scp, commands.scp_command)
         texts, speakers, lengths = Lookup(s.text), Lookup(s.utt2spk), Lookup(s.utt2num_frames)
         if not s.utt2num_frames.is_file():
-            raise InputError(f"{s.utt2num_frames}: missing; re-run the features stage (it writes each utterance's frame count)")
+            raise InputError(
+                f"{s.utt2num_frames}: missing; re-run the features stage (it writes each utterance's frame count)"
+            )
         try:
             for lineno, utt, entry in sorted_table(s.feats_scp):
                 text = texts.get(utt)
@@ -179,7 +204,10 @@ class IndexBuilder:
                     continue
                 frames = lengths.get(utt)
                 if frames is None:
-                    raise InputError(f"{s.utt2num_frames}: no frame count for {utt!r} (feats.scp line {lineno}); re-run the features stage")
+                    raise InputError(
+                        f"{s.utt2num_frames}: no frame count for {utt!r} (feats.scp line {lineno}); "
+                        "re-run the features stage"
+                    )
                 self.pending.append((utt, int(frames), entry, speakers.get(utt) or utt))
                 self.pending_texts.append(text)
                 if len(self.pending) >= ENCODE_CHUNK:
@@ -223,10 +251,17 @@ class IndexBuilder:
         tokens = np.asarray(self.tokens, np.int32)
         token_offsets = np.concatenate([[0], np.cumsum(self.token_lengths, dtype=np.int64)])
         utt_ends = self.utt_end + np.cumsum(self.utt_lengths, dtype=np.int64)
-        for name, values in (("utt_bytes", np.frombuffer(bytes(self.utt_bytes), np.uint8)), ("utt_offsets", utt_ends),
-                             ("frames", self.frames), ("tokens", tokens), ("token_offsets", self.token_end + token_offsets[1:]),
-                             ("min_frames", ctc_min_frames(tokens, token_offsets)), ("feat_file", self.feat_file),
-                             ("feat_offset", self.feat_offset), ("cmvn_of", self.cmvn_of)):
+        for name, values in (
+            ("utt_bytes", np.frombuffer(bytes(self.utt_bytes), np.uint8)),
+            ("utt_offsets", utt_ends),
+            ("frames", self.frames),
+            ("tokens", tokens),
+            ("token_offsets", self.token_end + token_offsets[1:]),
+            ("min_frames", ctc_min_frames(tokens, token_offsets)),
+            ("feat_file", self.feat_file),
+            ("feat_offset", self.feat_offset),
+            ("cmvn_of", self.cmvn_of),
+        ):
             out.append(name, values)
         file_of, offset_of = self.cmvn.take_locations()
         out.append("cmvn_file", file_of)
@@ -236,9 +271,17 @@ class IndexBuilder:
         self._new_chunk()
 
     def _meta(self) -> dict:
-        return {"version": INDEX_VERSION, "feat_files": list(self.files), "raw_feats": {str(k): v for k, v in self.raw_feats.items()},
-                "without_text": self.without_text, "empty_transcripts": self.empty, "empty_examples": self.empty_examples,
-                "cmvn_unit": self.cmvn.unit, "cmvn_files": list(self.cmvn.files), "raw_cmvn": self.cmvn.raw}
+        return {
+            "version": INDEX_VERSION,
+            "feat_files": list(self.files),
+            "raw_feats": {str(k): v for k, v in self.raw_feats.items()},
+            "without_text": self.without_text,
+            "empty_transcripts": self.empty,
+            "empty_examples": self.empty_examples,
+            "cmvn_unit": self.cmvn.unit,
+            "cmvn_files": list(self.cmvn.files),
+            "raw_cmvn": self.cmvn.raw,
+        }
 
 
 class CmvnKeys:
@@ -337,8 +380,10 @@ class TrainingIndex:
         try:
             return read_ark(path, int(self.cmvn_offset[entry]))
         except Exception as err:  # kaldiio asserts, or raises assorted errors, on a truncated ark
-            raise InputError(f"{path}: unreadable CMVN statistics ({error_detail(err)}); "
-                             f"delete {Path(path).parent} and re-run the features stage") from None
+            raise InputError(
+                f"{path}: unreadable CMVN statistics ({error_detail(err)}); "
+                f"delete {Path(path).parent} and re-run the features stage"
+            ) from None
 
 
 def read_ark(path: str, offset: int) -> np.ndarray:
@@ -367,8 +412,13 @@ def load_index(sources: IndexSources, tokenizer, root: Path, build: bool) -> Tra
     for stale in root.glob("index.*"):
         if stale != directory and stale.is_dir() and not stale.name.startswith("."):
             _remove(stale)
-    log.info("%s: index of %d utterances (%d without a transcript, %d with an empty one)", directory,
-             builder.count, meta["without_text"], meta["empty_transcripts"])
+    log.info(
+        "%s: index of %d utterances (%d without a transcript, %d with an empty one)",
+        directory,
+        builder.count,
+        meta["without_text"],
+        meta["empty_transcripts"],
+    )
     return TrainingIndex(directory)
 
 

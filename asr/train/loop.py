@@ -56,7 +56,16 @@ from asr.models.blstm import build_model
 from asr.models.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, restore_rng_state, rng_state
 from asr.optim.updater import optimizer_moments
 from asr.train.chunks import FrameChunks, SampleBatchSampler, check_chunking, window_starts
-from asr.train.data import Batch, BucketBatchSampler, ClaimedBatchSampler, EpochAugment, Prefetcher, collate, pack_mask, unpack_mask
+from asr.train.data import (
+    Batch,
+    BucketBatchSampler,
+    ClaimedBatchSampler,
+    EpochAugment,
+    Prefetcher,
+    collate,
+    pack_mask,
+    unpack_mask,
+)
 from asr.train.experiment import check_config, restart_experiment, save_config
 from asr.train.objectives import build_objective, ctc_loss_sum  # noqa: F401  (ctc_loss_sum: re-exported)
 from asr.train.precision import autocast, grad_scaler, training_precision
@@ -75,6 +84,7 @@ log = logging.getLogger(__name__)
 def to_container(cfg) -> dict:
     """A plain dict of a config node, interpolations resolved (what checkpoints store)."""
     return OmegaConf.to_container(cfg, resolve=True)
+
 
 NAN = float("nan")
 LOCK_NAME = "train.lock"  # in the experiment dir, while a training runs there (asr/utils/lock.py)
@@ -103,7 +113,11 @@ class Progress:
         known = {f.name for f in fields(cls)}
         dropped = sorted(set(saved) - known)
         if dropped:
-            log.warning("%s: written by an earlier toolkit; its progress fields %s are no longer kept (ignored)", source, ", ".join(dropped))
+            log.warning(
+                "%s: written by an earlier toolkit; its progress fields %s are no longer kept (ignored)",
+                source,
+                ", ".join(dropped),
+            )
         return cls(**{k: v for k, v in saved.items() if k in known})
 
 
@@ -154,7 +168,9 @@ class StepTimes:
     def summary(self, skip: int = 3) -> dict:
         steady = self.steps[skip:] or self.steps
         return {
-            "steps": len(self.steps), "utterances": self.utterances, "train_seconds": round(sum(self.steps), 3),
+            "steps": len(self.steps),
+            "utterances": self.utterances,
+            "train_seconds": round(sum(self.steps), 3),
             "step_seconds_mean": round(statistics.fmean(steady), 5) if steady else None,
             "step_seconds_median": round(statistics.median(steady), 5) if steady else None,
             "data_wait_seconds": round(sum(self.data_wait), 3),
@@ -184,29 +200,50 @@ class Trainer:
         started = time.perf_counter()
         self.train_set, self.dev_set = self.datasets()
         if self.chunked:
-            self.train_set = FrameChunks(self.train_set, self.tcfg.chunk_frames, cfg.model.subsample, cfg.seed, self.tcfg.max_train_utts)
-        self.datasets_seconds = time.perf_counter() - started  # of the start-up: the sets' index built or mapped, then filtered
+            self.train_set = FrameChunks(
+                self.train_set, self.tcfg.chunk_frames, cfg.model.subsample, cfg.seed, self.tcfg.max_train_utts
+            )
+        self.datasets_seconds = (
+            time.perf_counter() - started
+        )  # of the start-up: the sets' index built or mapped, then filtered
         augment = SpecAugment.from_config(cfg.features.specaugment)  # None: off
         self.train_set.reader.augment = EpochAugment(augment, cfg.seed) if augment is not None else None
         if self.dev_set.feat_dim != self.train_set.feat_dim:
-            raise InputError(f"{self.dev_set.reader.set_dir}: feat_dim {self.dev_set.feat_dim} differs from the training set's {self.train_set.feat_dim}")
+            raise InputError(
+                f"{self.dev_set.reader.set_dir}: "
+                f"feat_dim {self.dev_set.feat_dim} differs from the training set's {self.train_set.feat_dim}"
+            )
         torch.manual_seed(cfg.seed)
         self.objective.write_training_files(self.exp_dir, self.train_set)
         self.dev_metrics: dict[str, float] = {}
         num_outputs = self.objective.num_outputs
-        self.model_info = {"config": to_container(cfg.model), "input_dim": self.train_set.feat_dim, "num_outputs": num_outputs}
+        self.model_info = {
+            "config": to_container(cfg.model),
+            "input_dim": self.train_set.feat_dim,
+            "num_outputs": num_outputs,
+        }
         self.model = build_model(cfg.model, self.train_set.feat_dim, num_outputs).to(self.device)
         self.group = step_group(self.dist, cfg)
         self.layout = RunLayout(self.group.layout is not None, self.dist.world_size, self.group.size)
         self.sampler = self.train_sampler()
-        self.num_train_utts = self.sampler.num_samples if self.chunked else len(self.sampler.lengths)  # items: samples when chunked
+        self.num_train_utts = (
+            self.sampler.num_samples if self.chunked else len(self.sampler.lengths)
+        )  # items: samples when chunked
         self.total_steps = math.ceil(self.sampler.num_batches() / self.group.count) * self.tcfg.epochs
-        self.updater = build_training_updater(self.model, cfg, self.dist, self.total_steps, grad_scaler(self.precision, self.device))
+        self.updater = build_training_updater(
+            self.model, cfg, self.dist, self.total_steps, grad_scaler(self.precision, self.device)
+        )
         self.train_model = self.updater.wrap(self.model)
         if self.dist.distributed:
             torch.manual_seed(cfg.seed + 1000 * self.dist.rank)  # same initial weights, own dropout masks
-        self.dev_sampler = BucketBatchSampler(self.dev_set.num_frames, self.tcfg.max_frames, self.tcfg.max_utts, shuffle=False,
-                                              num_replicas=self.dist.world_size, rank=self.dist.rank)
+        self.dev_sampler = BucketBatchSampler(
+            self.dev_set.num_frames,
+            self.tcfg.max_frames,
+            self.tcfg.max_utts,
+            shuffle=False,
+            num_replicas=self.dist.world_size,
+            rank=self.dist.rank,
+        )
         self.checkpoints = CheckpointDir(self.exp_dir / "checkpoints", self.tcfg.keep_checkpoints)
         self.claims = self._claims() if self.updater.decentralized else None
         self.node_checkpoints = self._node_checkpoints() if self.updater.decentralized else None
@@ -243,21 +280,45 @@ class Trainer:
         """The training plan's sampler: length-bucketed utterances, or fixed-length samples."""
         t, group = self.tcfg, self.group
         if self.chunked:
-            return SampleBatchSampler(len(self.train_set), t.batch_samples, seed=self.cfg.seed, num_replicas=group.size, rank=group.rank,
-                                      window_starts=window_starts(self.train_set, t.shuffle_window_utts))
+            return SampleBatchSampler(
+                len(self.train_set),
+                t.batch_samples,
+                seed=self.cfg.seed,
+                num_replicas=group.size,
+                rank=group.rank,
+                window_starts=window_starts(self.train_set, t.shuffle_window_utts),
+            )
         lengths = list(self.train_set.num_frames)[: t.max_train_utts or None]
-        return BucketBatchSampler(lengths, t.max_frames, t.max_utts, seed=self.cfg.seed, num_replicas=group.size, rank=group.rank,
-                                  window=t.shuffle_window_utts)
+        return BucketBatchSampler(
+            lengths,
+            t.max_frames,
+            t.max_utts,
+            seed=self.cfg.seed,
+            num_replicas=group.size,
+            rank=group.rank,
+            window=t.shuffle_window_utts,
+        )
 
     def _claims(self) -> BatchClaims:
         layout = self.group.layout
         control = self.updater.groups.node_claims
-        return BatchClaims(claims_store(), is_leader=layout.is_leader, leader=layout.leader_of(layout.node), control_group=control,
-                           rank=self.dist.rank, timeout_s=self.dist.timeout_s, limit=int(self.tcfg.max_steps))
+        return BatchClaims(
+            claims_store(),
+            is_leader=layout.is_leader,
+            leader=layout.leader_of(layout.node),
+            control_group=control,
+            rank=self.dist.rank,
+            timeout_s=self.dist.timeout_s,
+            limit=int(self.tcfg.max_steps),
+        )
 
     def _node_checkpoints(self) -> CheckpointDir | None:
         layout = self.group.layout
-        return CheckpointDir(node_dir(self.checkpoints, layout.node), self.tcfg.keep_checkpoints) if layout.is_leader else None
+        return (
+            CheckpointDir(node_dir(self.checkpoints, layout.node), self.tcfg.keep_checkpoints)
+            if layout.is_leader
+            else None
+        )
 
     # --- state -----------------------------------------------------------------------------
 
@@ -282,8 +343,19 @@ class Trainer:
             self._continue_in_new_plan(start)
         if self.dist.is_writer:
             self.trainlog.truncate_after(self.progress.step)
-        where = f"batch {self.progress.batches_done}" if start.kind == "exact" else f"{int(start.done.sum())} of its {'samples' if self.chunked else 'utterances'} trained"
-        log.info("resumed from step %d (epoch %d, %s; %s start from %s)", self.progress.step, self.progress.epoch + 1, where, start.kind, start.source)
+        where = (
+            f"batch {self.progress.batches_done}"
+            if start.kind == "exact"
+            else f"{int(start.done.sum())} of its {'samples' if self.chunked else 'utterances'} trained"
+        )
+        log.info(
+            "resumed from step %d (epoch %d, %s; %s start from %s)",
+            self.progress.step,
+            self.progress.epoch + 1,
+            where,
+            start.kind,
+            start.source,
+        )
         return True
 
     def _restore_rng(self, state: dict) -> None:
@@ -321,10 +393,17 @@ class Trainer:
         batches = self.claimed[: p.batches_done] if self.updater.decentralized else range(p.batches_done)
         trained = self.sampler.trained(p.epoch, self.plan_done, list(batches))
         done = self.plan_done if self.plan_done is not None else np.zeros(self.num_train_utts, dtype=bool)
-        return {"epoch": p.epoch, "batches_done": p.batches_done, "num_utts": self.num_train_utts,
-                "done": pack_mask(done), "trained": pack_mask(trained)}
+        return {
+            "epoch": p.epoch,
+            "batches_done": p.batches_done,
+            "num_utts": self.num_train_utts,
+            "done": pack_mask(done),
+            "trained": pack_mask(trained),
+        }
 
-    def state(self, model_state: dict | None = None, updater_state: dict | None = None, rngs: dict | None = None) -> dict:
+    def state(
+        self, model_state: dict | None = None, updater_state: dict | None = None, rngs: dict | None = None
+    ) -> dict:
         p = self.progress
         progress = asdict(p) | {"elapsed_s": self.elapsed()}
         return {
@@ -367,8 +446,14 @@ class Trainer:
         # Own generator: creating an iterator must not draw from the global RNG, or a resumed
         # run's dropout masks would differ from the uninterrupted run's.
         generator = torch.Generator().manual_seed(self.cfg.seed)
-        return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=self.tcfg.num_workers, generator=generator,
-                          pin_memory=self.device.type == "cuda")
+        return DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=collate,
+            num_workers=self.tcfg.num_workers,
+            generator=generator,
+            pin_memory=self.device.type == "cuda",
+        )
 
     def run(self) -> Path | None:
         epochs = self.tcfg.epochs
@@ -383,7 +468,10 @@ class Trainer:
         self.checkpoints.copy_to(self.checkpoints.periodic()[-1], self.checkpoints.last)
         log.info(
             "training complete after %d epochs: %s (best dev loss %.4f: %s)",
-            epochs, self.checkpoints.last, self.progress.best_dev_loss, self.checkpoints.best,
+            epochs,
+            self.checkpoints.last,
+            self.progress.best_dev_loss,
+            self.checkpoints.best,
         )
         return self.checkpoints.last
 
@@ -395,11 +483,23 @@ class Trainer:
             # Every learner's part is saved before any exits: torchrun ends the others when the
             # first worker exits, which must not cut a node's checkpoint short.
             self.dist.broadcast_object(None)
-            log.warning("stopped by %s at step %d, epoch %d, after saving a checkpoint; the same command goes on from here (exit %d)",
-                        self.stop.signal_name, self.progress.step, self.progress.epoch + 1, EXIT_PREEMPTED)
+            log.warning(
+                "stopped by %s at step %d, epoch %d, after saving a checkpoint; "
+                "the same command goes on from here (exit %d)",
+                self.stop.signal_name,
+                self.progress.step,
+                self.progress.epoch + 1,
+                EXIT_PREEMPTED,
+            )
             return None
-        log.info("stopped after %d steps of this run (train.max_steps=%d) at step %d, epoch %d; the same command goes on from here",
-                 self.run_steps, self.tcfg.max_steps, self.progress.step, self.progress.epoch + 1)
+        log.info(
+            "stopped after %d steps of this run (train.max_steps=%d) at step %d, epoch %d; "
+            "the same command goes on from here",
+            self.run_steps,
+            self.tcfg.max_steps,
+            self.progress.step,
+            self.progress.epoch + 1,
+        )
         return None
 
     def train_epoch(self) -> None:
@@ -461,7 +561,9 @@ class Trainer:
             self.run_steps += 1
             self.times.step_done(len(batch.utts))
             WATCHDOG.step_done(p.step, self.times.steps[-1])
-            self.telemetry.add_step(int(batch.feat_lens.sum()), self.times.data_wait[-1], self.updater.comm_wait_s - comm_before)
+            self.telemetry.add_step(
+                int(batch.feat_lens.sum()), self.times.data_wait[-1], self.updater.comm_wait_s - comm_before
+            )
             bar.update(self._claimed_so_far() - bar.n if self.claims is not None else 1)
             self.window_frames += int(batch.feat_lens.sum())
             if p.step % self.tcfg.log_every_steps == 0:
@@ -489,8 +591,17 @@ class Trainer:
         run_seconds = time.monotonic() - self.run_start
         left = max(self.total_steps - self.progress.step, 0)
         eta = run_seconds / self.run_steps * left if self.run_steps else NAN
-        log.info("step %d/%d epoch %d/%d: loss %.4f, lr %.3g, %.0f frames/s, ETA %s",
-                 self.progress.step, self.total_steps, row.epoch, self.tcfg.epochs, row.train_loss, row.lr, frames_per_s, duration(eta))
+        log.info(
+            "step %d/%d epoch %d/%d: loss %.4f, lr %.3g, %.0f frames/s, ETA %s",
+            self.progress.step,
+            self.total_steps,
+            row.epoch,
+            self.tcfg.epochs,
+            row.train_loss,
+            row.lr,
+            frames_per_s,
+            duration(eta),
+        )
 
     def stop_agreed(self) -> bool:
         """Whether every learner stops after this step. One learner: its own signal. SSGD: a
@@ -541,15 +652,22 @@ class Trainer:
         and name them so the data can be inspected."""
         names = [utt for utt, b in zip(batch.utts, bad.tolist()) if b]
         self.progress.bad_utterances += len(names)
-        line = f"step {self.progress.step} epoch {self.progress.epoch + 1}: non-finite loss, left out: {' '.join(names)}"
+        line = (
+            f"step {self.progress.step} epoch {self.progress.epoch + 1}: non-finite loss, left out: {' '.join(names)}"
+        )
         if not self.dist.is_writer:  # only rank 0 writes files; the ids go to this learner's log
             log.warning("learner %d: %s", self.dist.rank, line)
             return
         path = self.exp_dir / "bad_utterances.txt"
         with open(path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
-        log.warning("step %d: non-finite loss for %d of %d utterances, trained without them (ids in %s)",
-                    self.progress.step, len(names), len(batch.utts), path)
+        log.warning(
+            "step %d: non-finite loss for %d of %d utterances, trained without them (ids in %s)",
+            self.progress.step,
+            len(names),
+            len(batch.utts),
+            path,
+        )
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module | None = None) -> float:
@@ -568,7 +686,10 @@ class Trainer:
             losses, counts = self.objective.utterance_losses(log_probs, out_lens, batch)
             finite = torch.isfinite(losses)
             if not finite.all():
-                log.warning("dev set: non-finite loss for %s; left out of the dev loss", [u for u, ok in zip(batch.utts, finite.tolist()) if not ok])
+                log.warning(
+                    "dev set: non-finite loss for %s; left out of the dev loss",
+                    [u for u, ok in zip(batch.utts, finite.tolist()) if not ok],
+                )
             loss_sum += float(losses[finite].sum())
             tokens += int(counts[finite].sum())
             for key, value in self.objective.eval_stats(log_probs, out_lens, batch).items():
@@ -585,7 +706,9 @@ class Trainer:
         """A train_log.csv row for the steps since the previous one (`epoch` 1-based); the
         train loss is rank 0's own (no collective between epoch ends)."""
         p = self.progress
-        row = LogRow(p.step, epoch, mean(p.window_loss, p.window_tokens), dev_loss, self.updater.lr, round(self.elapsed(), 1))
+        row = LogRow(
+            p.step, epoch, mean(p.window_loss, p.window_tokens), dev_loss, self.updater.lr, round(self.elapsed(), 1)
+        )
         if self.dist.is_writer:
             self.trainlog.append(row)
         if dev_loss != dev_loss:  # a row of the steps, not an epoch end
@@ -615,7 +738,9 @@ class Trainer:
         p.best_dev_loss = min(p.best_dev_loss, dev_loss)
         self.plan_done, self.claimed = None, []
         self.log_row(epoch=p.epoch, dev_loss=dev_loss)
-        self.telemetry.epoch(p.step, {"train_loss": train_loss, "dev_loss": dev_loss, "weights_spread": spread, **self.dev_metrics})
+        self.telemetry.epoch(
+            p.step, {"train_loss": train_loss, "dev_loss": dev_loss, "weights_spread": spread, **self.dev_metrics}
+        )
         path = self.save_epoch_checkpoints(saved)
         self.times.restart()
         if path is None:
@@ -626,10 +751,18 @@ class Trainer:
         self.trainlog.plot()
         log.info(
             "epoch %d/%d: train loss %.4f, dev loss %.4f%s%s, lr %.3g, %d steps, %.0f s%s",
-            p.epoch, self.tcfg.epochs, train_loss, dev_loss, " (best)" if improved else "",
+            p.epoch,
+            self.tcfg.epochs,
+            train_loss,
+            dev_loss,
+            " (best)" if improved else "",
             "".join(f", dev {name.replace('_', ' ')} {value:.4f}" for name, value in self.dev_metrics.items()),
-            self.updater.lr, p.step, self.elapsed(),
-            f"; learners' spread before averaging {spread:.3g} (max |w_i - mean| / |mean|)" if self.updater.decentralized else "",
+            self.updater.lr,
+            p.step,
+            self.elapsed(),
+            f"; learners' spread before averaging {spread:.3g} (max |w_i - mean| / |mean|)"
+            if self.updater.decentralized
+            else "",
         )
 
     def save_epoch_checkpoints(self, saved: dict) -> Path | None:
@@ -659,7 +792,11 @@ class Trainer:
         return state
 
     def write_timing(self) -> None:
-        summary = self.times.summary() | {"rank": self.dist.rank, "algorithm": self.dist.algorithm, "world_size": self.dist.world_size}
+        summary = self.times.summary() | {
+            "rank": self.dist.rank,
+            "algorithm": self.dist.algorithm,
+            "world_size": self.dist.world_size,
+        }
         summary["exchanges"] = getattr(self.updater, "exchanges", 0)
         summary["communication_wait_seconds"] = round(self.updater.comm_wait_s, 3)
         summary["startup_datasets_seconds"] = round(self.datasets_seconds, 4)

@@ -41,11 +41,16 @@ from asr.utils.log import rank
 log = logging.getLogger(__name__)
 
 
-
 def ctc_loss_sum(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> Tensor:
     """Summed CTC loss; zero_infinity so one impossible alignment cannot poison the batch."""
     return F.ctc_loss(
-        log_probs.transpose(0, 1), batch.targets, out_lens, batch.target_lens, blank=BLANK_ID, reduction="sum", zero_infinity=True
+        log_probs.transpose(0, 1),
+        batch.targets,
+        out_lens,
+        batch.target_lens,
+        blank=BLANK_ID,
+        reduction="sum",
+        zero_infinity=True,
     )
 
 
@@ -63,8 +68,15 @@ def frame_ce_sum(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> Tensor:
 
 def ctc_utterance_losses(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> Tensor:
     """Each utterance's CTC loss (zero_infinity: an impossible alignment gives 0, not inf)."""
-    return F.ctc_loss(log_probs.transpose(0, 1), batch.targets, out_lens, batch.target_lens, blank=BLANK_ID,
-                      reduction="none", zero_infinity=True)
+    return F.ctc_loss(
+        log_probs.transpose(0, 1),
+        batch.targets,
+        out_lens,
+        batch.target_lens,
+        blank=BLANK_ID,
+        reduction="none",
+        zero_infinity=True,
+    )
 
 
 def frame_ce_utterance_losses(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> Tensor:
@@ -124,8 +136,14 @@ class CtcObjective(Objective):
 
     def dataset(self, set_name: str, build: bool = True) -> CtcDataset:
         cfg = self.cfg
-        return CtcDataset(feature_set_dir(cfg, set_name), data_set_dir(cfg, set_name), self.tokenizer, cfg.model.subsample,
-                          cfg.features.norm_vars, build=build)
+        return CtcDataset(
+            feature_set_dir(cfg, set_name),
+            data_set_dir(cfg, set_name),
+            self.tokenizer,
+            cfg.model.subsample,
+            cfg.features.norm_vars,
+            build=build,
+        )
 
     def utterance_losses(self, log_probs: Tensor, out_lens: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
         return ctc_utterance_losses(log_probs, out_lens, batch), batch.target_lens
@@ -142,10 +160,14 @@ class FrameCeObjective(Objective):
         super().__init__(cfg)
         tcfg = cfg.train
         if not tcfg.alignments:
-            raise InputError("train.objective=frame_ce needs train.alignments=<Kaldi alignment dir (ali.N.gz), glob, .ark or .scp>")
+            raise InputError(
+                "train.objective=frame_ce needs train.alignments=<Kaldi alignment dir (ali.N.gz), glob, .ark or .scp>"
+            )
         self.train_alignments = AlignmentArchives(tcfg.alignments, tcfg.transition_model)
         dev_spec = tcfg.dev_alignments or tcfg.alignments
-        self.dev_alignments = AlignmentArchives(dev_spec, tcfg.transition_model) if dev_spec != tcfg.alignments else self.train_alignments
+        self.dev_alignments = (
+            AlignmentArchives(dev_spec, tcfg.transition_model) if dev_spec != tcfg.alignments else self.train_alignments
+        )
         self.declared_pdfs = self._declared_num_pdfs()
         self.datasets: list[FrameCeDataset] = []
         self._num_outputs = self.declared_pdfs
@@ -154,7 +176,10 @@ class FrameCeObjective(Objective):
         from_model = self.train_alignments.mapping.num_pdfs if self.train_alignments.mapping else 0
         configured = self.cfg.model.num_pdfs
         if configured and from_model and configured != from_model:
-            raise InputError(f"model.num_pdfs={configured}, but {self.train_alignments.mapping.source} has {from_model} pdfs; leave model.num_pdfs=0 or fix it")
+            raise InputError(
+                f"model.num_pdfs={configured}, but {self.train_alignments.mapping.source} has {from_model} pdfs; "
+                "leave model.num_pdfs=0 or fix it"
+            )
         return configured or from_model
 
     @property
@@ -164,8 +189,10 @@ class FrameCeObjective(Objective):
                 raise RuntimeError("the number of pdfs comes from the alignments: read the datasets first")
             self._num_outputs = 1 + max(d.max_pdf() for d in self.datasets)
             log.warning(
-                "model.num_pdfs=0 and the alignments hold pdf ids: %d outputs from the largest pdf id seen; set model.num_pdfs "
-                "(Kaldi: tree-info <ali dir>/tree | grep num-pdfs) so pdfs absent from these alignments get outputs too",
+                "model.num_pdfs=0 and the alignments hold pdf ids: %d outputs from the largest pdf id seen; "
+                "set model.num_pdfs "
+                "(Kaldi: "
+                "tree-info <ali dir>/tree | grep num-pdfs) so pdfs absent from these alignments get outputs too",
                 self._num_outputs,
             )
         return self._num_outputs
@@ -186,7 +213,10 @@ class FrameCeObjective(Objective):
             )
         except InputError as err:
             if is_dev and not cfg.train.dev_alignments:
-                raise InputError(f"{err}\nKaldi's held-out set is usually aligned separately: set train.dev_alignments=<its alignments>") from None
+                raise InputError(
+                    f"{err}\nKaldi's held-out set is usually aligned separately: "
+                    "set train.dev_alignments=<its alignments>"
+                ) from None
             raise
         self.datasets.append(dataset)
         return dataset
@@ -209,7 +239,10 @@ class FrameCeObjective(Objective):
         write_pdf_counts(Path(exp_dir) / PDF_COUNTS_NAME, counts)
         log.info(
             "%s: counts of %d pdfs over %d training frames (%d pdfs never seen)",
-            Path(exp_dir) / PDF_COUNTS_NAME, len(counts), int(counts.sum()), int(np.sum(counts == 0)),
+            Path(exp_dir) / PDF_COUNTS_NAME,
+            len(counts),
+            int(counts.sum()),
+            int(np.sum(counts == 0)),
         )
 
 

@@ -58,8 +58,10 @@ def phone_inventory(ms98_dir: Path) -> dict[str, int]:
     sets, so train and dev ids agree however they are split."""
     files = sorted(ms98_dir.glob(f"*/*/*{SUFFIX}"))
     if not files:
-        raise InputError(f"{ms98_dir}: no */*/*{SUFFIX} phone timings; point --ms98-dir at the synthetic corpus' "
-                         "swb_ms98_transcriptions (python -m asr.data.synth synth.force=true rebuilds an older corpus)")
+        raise InputError(
+            f"{ms98_dir}: no */*/*{SUFFIX} phone timings; point --ms98-dir at the synthetic corpus' "
+            "swb_ms98_transcriptions (python -m asr.data.synth synth.force=true rebuilds an older corpus)"
+        )
     phones = {phone for path in files for _, _, phone in read_phone_lines(path)}
     phones.discard(SILENCE)
     return {SILENCE: 0, **{p: i for i, p in enumerate(sorted(phones, key=c_sort_key), 1)}}
@@ -72,8 +74,10 @@ def speed_and_side(recording: str) -> tuple[float, str]:
     if match:
         factor, side = float(Fraction(match.group("factor")).limit_denominator(1000)), match.group("recording")
     if not SWB_SIDE.match(side):
-        raise InputError(f"recording {recording!r}: only the synthetic Switchboard-1 sides (sw0NNNN-A/B, "
-                         "speed-perturbed sp<f>-sw0NNNN-A/B) have phone timings")
+        raise InputError(
+            f"recording {recording!r}: only the synthetic Switchboard-1 sides (sw0NNNN-A/B, "
+            "speed-perturbed sp<f>-sw0NNNN-A/B) have phone timings"
+        )
     return factor, side
 
 
@@ -93,7 +97,9 @@ class FrameLabeller:
             unknown = sorted(set(self._timeline.phones) - set(self.phone_ids))
             if unknown:
                 raise InputError(f"{path}: phones {unknown} are not in the inventory; rerun over the whole corpus")
-            self._ids = np.array([self.phone_ids[p] for p in self._timeline.phones] + [self.phone_ids[SILENCE]], np.int32)
+            self._ids = np.array(
+                [self.phone_ids[p] for p in self._timeline.phones] + [self.phone_ids[SILENCE]], np.int32
+            )
             self._side = side
 
     def frame_centres(self, start: float, end: float) -> np.ndarray:
@@ -130,7 +136,9 @@ def write_phone_alignments(ms98_dir: Path, data_dirs: list[Path], out: Path, opt
     """`<out>/phones.txt` and `<out>/<set>/pdf.1.gz` per data dir; returns utterances per set."""
     names = [d.name for d in data_dirs]
     if len(set(names)) != len(names):
-        raise InputError(f"data dirs {[str(d) for d in data_dirs]}: their names must differ (each becomes <out>/<name>/)")
+        raise InputError(
+            f"data dirs {[str(d) for d in data_dirs]}: their names must differ (each becomes <out>/<name>/)"
+        )
     phone_ids = phone_inventory(ms98_dir)
     labeller = FrameLabeller(ms98_dir, phone_ids, opts)
     written = {}
@@ -150,19 +158,32 @@ def _bool(text: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m asr.train.phone_ali", description=__doc__.split("\n\n")[0])
-    parser.add_argument("data_dirs", nargs="+", type=Path, help="Kaldi data dirs of the synthetic corpus, e.g. data/train data/train_dev")
-    parser.add_argument("--ms98-dir", type=Path, required=True, help="the corpus' swb_ms98_transcriptions (with the -phone.text files)")
+    parser.add_argument(
+        "data_dirs",
+        nargs="+",
+        type=Path,
+        help="Kaldi data dirs of the synthetic corpus, e.g. data/train data/train_dev",
+    )
+    parser.add_argument(
+        "--ms98-dir", type=Path, required=True, help="the corpus' swb_ms98_transcriptions (with the -phone.text files)"
+    )
     parser.add_argument("--out", type=Path, required=True, help="e.g. exp/phone_ali")
     defaults = FbankOptions()
     parser.add_argument("--sample-frequency", type=float, default=8000.0, help="Hz (default 8000, the corpus')")
     parser.add_argument("--frame-length-ms", type=float, default=defaults.frame_length_ms)
     parser.add_argument("--frame-shift-ms", type=float, default=defaults.frame_shift_ms)
-    parser.add_argument("--snip-edges", type=_bool, default=defaults.snip_edges, help="as features.snip_edges (default true)")
+    parser.add_argument(
+        "--snip-edges", type=_bool, default=defaults.snip_edges, help="as features.snip_edges (default true)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
     try:
-        opts = FbankOptions(sample_frequency=args.sample_frequency, frame_length_ms=args.frame_length_ms,
-                            frame_shift_ms=args.frame_shift_ms, snip_edges=args.snip_edges)
+        opts = FbankOptions(
+            sample_frequency=args.sample_frequency,
+            frame_length_ms=args.frame_length_ms,
+            frame_shift_ms=args.frame_shift_ms,
+            snip_edges=args.snip_edges,
+        )
         write_phone_alignments(args.ms98_dir, list(args.data_dirs), args.out, opts)
     except InputError as err:
         log.error("%s", err)

@@ -18,10 +18,14 @@ def training_precision(name: str, device: torch.device) -> str:
     if name not in ("fp32", "bf16", "fp16"):
         raise InputError(f"train.precision={name!r}; choose fp32, bf16, fp16 or auto")
     if name == "fp16" and device.type != "cuda":
-        raise InputError("train.precision=fp16 needs a CUDA device (CPUs' LSTM kernels have no float16); use bf16 or fp32")
+        raise InputError(
+            "train.precision=fp16 needs a CUDA device (CPUs' LSTM kernels have no float16); use bf16 or fp32"
+        )
     if name == "bf16" and device.type == "cpu" and not native_bf16(device):
-        raise InputError(f"train.precision=bf16: this CPU (kernels at {cpu_isa()}) has no bf16 LSTM kernel "
-                         "(oneDNN needs AVX512-BF16 or AMX); use train.precision=auto or train.precision=fp32")
+        raise InputError(
+            f"train.precision=bf16: this CPU (kernels at {cpu_isa()}) has no bf16 LSTM kernel "
+            "(oneDNN needs AVX512-BF16 or AMX); use train.precision=auto or train.precision=fp32"
+        )
     return name
 
 

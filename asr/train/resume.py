@@ -62,13 +62,21 @@ class RunLayout:
         return self.world_size // self.learners_per_node
 
     def as_dict(self) -> dict:
-        return {"decentralized": self.decentralized, "world_size": self.world_size, "learners_per_node": self.learners_per_node}
+        return {
+            "decentralized": self.decentralized,
+            "world_size": self.world_size,
+            "learners_per_node": self.learners_per_node,
+        }
 
     @classmethod
     def from_state(cls, state: dict) -> "RunLayout":
         saved = state.get("layout") or {}
         world = int(state.get("distributed", {}).get("world_size", 1))
-        return cls(bool(saved.get("decentralized", False)), int(saved.get("world_size", world)), int(saved.get("learners_per_node", world)))
+        return cls(
+            bool(saved.get("decentralized", False)),
+            int(saved.get("world_size", world)),
+            int(saved.get("learners_per_node", world)),
+        )
 
 
 @dataclass
@@ -94,12 +102,15 @@ def trained_mask(state: dict, num_utts: int) -> np.ndarray:
     saved = int(sampler.get("num_utts", num_utts))
     if saved != num_utts:
         raise InputError(
-            f"checkpoint of step {state['step']}: taken with {saved} training utterances, the training set now has {num_utts}; "
+            f"checkpoint of step {state['step']}: taken with {saved} training utterances, "
+            f"the training set now has {num_utts}; "
             "the data changed under the experiment: use a new exp_name"
         )
     if "trained" not in sampler:
-        raise InputError(f"checkpoint of step {state['step']}: saved by an older version without the epoch's progress; "
-                         "resume it with the same number of learners")
+        raise InputError(
+            f"checkpoint of step {state['step']}: saved by an older version without the epoch's progress; "
+            "resume it with the same number of learners"
+        )
     return unpack_mask(sampler["trained"], num_utts)
 
 
@@ -149,7 +160,9 @@ def _decide(checkpoints: CheckpointDir, current: RunLayout, num_utts: int) -> tu
         global_state, path = _last_resort(checkpoints, unreadable)
     else:
         path = str(checkpoints.dir / f"step-{global_state['step']:09d}.pt")
-    _remove_node_dirs(checkpoints, "superseded by " + (f"step {global_state['step']}" if global_state else "a fresh start"))
+    _remove_node_dirs(
+        checkpoints, "superseded by " + (f"step {global_state['step']}" if global_state else "a fresh start")
+    )
     _cut_records_to_state(checkpoints, global_state)
     if global_state is None:
         return "fresh", ""
@@ -160,7 +173,9 @@ def _decide(checkpoints: CheckpointDir, current: RunLayout, num_utts: int) -> tu
 def _cut_records_to_nodes(checkpoints: CheckpointDir, nodes: list[dict]) -> None:
     """Each node's learners' records (train.record_utterances) up to the node's own step."""
     steps = [int(s["progress"]["step"]) for s in nodes]
-    cut_records(checkpoints.dir.parent, int(nodes[0]["progress"]["epoch"]), _by_learner(steps, RunLayout.from_state(nodes[0])))
+    cut_records(
+        checkpoints.dir.parent, int(nodes[0]["progress"]["epoch"]), _by_learner(steps, RunLayout.from_state(nodes[0]))
+    )
 
 
 def _cut_records_to_state(checkpoints: CheckpointDir, state: dict | None) -> None:
@@ -189,8 +204,12 @@ def _last_resort(checkpoints: CheckpointDir, unreadable: str) -> tuple[dict | No
         try:
             state = load_checkpoint(checkpoints.best, map_location="cpu")
             reason = unreadable or f"{checkpoints.dir}: no periodic checkpoint"
-            log.warning("%s; going on from %s (end of epoch %d): the steps after it are trained again",
-                        reason, checkpoints.best, state["progress"]["epoch"])
+            log.warning(
+                "%s; going on from %s (end of epoch %d): the steps after it are trained again",
+                reason,
+                checkpoints.best,
+                state["progress"]["epoch"],
+            )
             return state, str(checkpoints.best)
         except InputError as err:
             unreadable = f"{unreadable}; {err}" if unreadable else str(err)
@@ -227,8 +246,14 @@ def _complete_node_set(checkpoints: CheckpointDir, num_utts: int) -> list[dict]:
     epochs = {int(s["progress"]["epoch"]) for s in states}
     nodes = sorted(int(s["layout"]["node"]) for s in states)
     if len(layouts) != 1 or len(epochs) != 1 or nodes != list(range(next(iter(layouts)).num_nodes)):
-        log.warning("%s: the node checkpoints are not one consistent set (layouts %s, epochs %s, nodes %s); "
-                    "going on from the last epoch end instead", checkpoints.dir, sorted(map(str, layouts)), sorted(epochs), nodes)
+        log.warning(
+            "%s: the node checkpoints are not one consistent set (layouts %s, epochs %s, nodes %s); "
+            "going on from the last epoch end instead",
+            checkpoints.dir,
+            sorted(map(str, layouts)),
+            sorted(epochs),
+            nodes,
+        )
         return []
     return sorted(states, key=lambda s: int(s["layout"]["node"]))
 
@@ -246,13 +271,22 @@ def merge_nodes(checkpoints: CheckpointDir, nodes: list[dict], num_utts: int) ->
     merged["updater"] = _merge_updaters([n["updater"] for n in nodes])
     trained = np.logical_or.reduce([trained_mask(s, num_utts) for s in nodes])
     merged["sampler"] = dict(nodes[0]["sampler"], trained=pack_mask(trained), done=pack_mask(trained), batches_done=0)
-    merged["progress"] = dict(nodes[0]["progress"], batches_done=0, elapsed_s=max(n["progress"]["elapsed_s"] for n in nodes))
+    merged["progress"] = dict(
+        nodes[0]["progress"], batches_done=0, elapsed_s=max(n["progress"]["elapsed_s"] for n in nodes)
+    )
     merged["layout"] = {k: v for k, v in nodes[0]["layout"].items() if k != "node"}
-    merged["distributed"] = dict(nodes[0]["distributed"], merged_from_nodes=len(nodes),
-                                 node_steps=[int(n["progress"]["step"]) for n in nodes])
+    merged["distributed"] = dict(
+        nodes[0]["distributed"], merged_from_nodes=len(nodes), node_steps=[int(n["progress"]["step"]) for n in nodes]
+    )
     path = checkpoints.save(merged)
-    log.info("merged the %d nodes' checkpoints (epoch %d, %d of %d utterances of it trained) into %s",
-             len(nodes), merged["progress"]["epoch"] + 1, int(trained.sum()), num_utts, path)
+    log.info(
+        "merged the %d nodes' checkpoints (epoch %d, %d of %d utterances of it trained) into %s",
+        len(nodes),
+        merged["progress"]["epoch"] + 1,
+        int(trained.sum()),
+        num_utts,
+        path,
+    )
     return merged
 
 
@@ -266,8 +300,14 @@ def _merge_updaters(states: list[dict]) -> dict:
     merged = dict(states[0])
     optimizer = dict(states[0]["optimizer"])
     optimizer["state"] = {
-        param: {key: (_mean([s["optimizer"]["state"][param][key] for s in states]) if torch.is_tensor(value) and value.dim() > 0 else value)
-                for key, value in entry.items()}
+        param: {
+            key: (
+                _mean([s["optimizer"]["state"][param][key] for s in states])
+                if torch.is_tensor(value) and value.dim() > 0
+                else value
+            )
+            for key, value in entry.items()
+        }
         for param, entry in states[0]["optimizer"]["state"].items()
     }
     merged["optimizer"] = optimizer

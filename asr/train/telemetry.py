@@ -41,8 +41,13 @@ class Telemetry:
         now = time.perf_counter()
         if self.writer is not None:
             seconds = max(now - self.mark, 1e-9)
-            scalars = {"train/loss": loss, "train/lr": lr, "speed/frames_per_second": self.frames / seconds,
-                       "wait/data_seconds": self.data_wait, "wait/communication_seconds": self.comm_wait}
+            scalars = {
+                "train/loss": loss,
+                "train/lr": lr,
+                "speed/frames_per_second": self.frames / seconds,
+                "wait/data_seconds": self.data_wait,
+                "wait/communication_seconds": self.comm_wait,
+            }
             for tag, value in scalars.items():
                 if value == value:  # NaN: no batch trained since the last row
                     self.writer.add_scalar(tag, value, step)

@@ -51,7 +51,9 @@ class TrainLog:
         if not self.csv_path.is_file():
             return []
         with open(self.csv_path, newline="") as f:
-            return [LogRow(**{k: _parse(row[k], INT_COLUMNS.get(k, float)) for k in COLUMNS}) for row in csv.DictReader(f)]
+            return [
+                LogRow(**{k: _parse(row[k], INT_COLUMNS.get(k, float)) for k in COLUMNS}) for row in csv.DictReader(f)
+            ]
 
     def truncate_after(self, step: int) -> None:
         """Forget rows for steps that will be trained again after a resume."""

@@ -21,19 +21,28 @@ audio at another sample rate is resampled to the model's.
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m asr.transcribe", description=__doc__.split("\n\n")[0],
-                                     epilog=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m asr.transcribe",
+        description=__doc__.split("\n\n")[0],
+        epilog=HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("exp_dir", help="the experiment (exp/<name>) trained with features.kind=fbank")
     parser.add_argument("audio", nargs="+", help="audio files (WAV, FLAC, SPHERE: what soundfile and the toolkit read)")
-    parser.add_argument("--checkpoint", default="last", help="last | best | avg-last5 | a path, as decode.checkpoint (default: last)")
+    parser.add_argument(
+        "--checkpoint", default="last", help="last | best | avg-last5 | a path, as decode.checkpoint (default: last)"
+    )
     parser.add_argument("--greedy", action="store_true", help="greedy CTC even when the experiment has a tuned LM")
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto (default: cpu)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s [%(name)s] %(message)s", stream=sys.stderr)
     missing = [a for a in args.audio if not Path(a).is_file()]
     if missing:
-        print(f"python -m asr.transcribe: error: {missing[0]}: no such audio file"
-              + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""), file=sys.stderr)
+        print(
+            f"python -m asr.transcribe: error: {missing[0]}: no such audio file"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
+            file=sys.stderr,
+        )
         return 2
 
     from asr.transcribe.transcribe import Transcriber  # here, not above: --help needs no torch

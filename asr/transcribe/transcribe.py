@@ -67,8 +67,11 @@ def experiment_config(exp_dir: Path, checkpoint: str):
     cfg = OmegaConf.create(load_checkpoint(path)["config"])
     kind = cfg.features.kind
     if kind != "fbank":
-        raise InputError(f"{exp_dir}: trained on features.kind={kind} features (speaker-adapted, i-vectors or Kaldi's); "
-                         "asr.transcribe computes log-mel (features.kind=fbank) only: decode a prepared data dir with python -m asr.decode")
+        raise InputError(
+            f"{exp_dir}: trained on features.kind={kind} features (speaker-adapted, i-vectors or Kaldi's); "
+            "asr.transcribe computes log-mel (features.kind=fbank) only: "
+            "decode a prepared data dir with python -m asr.decode"
+        )
     tuned = exp_dir / ".hydra" / "tune" / "config.yaml"
     if tuned.is_file():  # the LM and search the tune stage used (training's config predates them)
         saved = OmegaConf.load(tuned)
@@ -93,7 +96,7 @@ def recipe_root(exp_dir: Path, saved: str) -> Path | None:
     if saved_path.is_absolute():
         return None
     parts, tail = exp_dir.resolve().parts, saved_path.parts
-    if len(parts) > len(tail) and parts[-len(tail):] == tail:
+    if len(parts) > len(tail) and parts[-len(tail) :] == tail:
         return Path(*parts[: -len(tail)])
     return None
 
@@ -113,28 +116,48 @@ class Transcriber:
         self.options = FbankOptions.from_config(cfg.features)
         train_dir = feature_set_dir(cfg, cfg.data.train_set)
         if not (train_dir / "feat_dim").is_file():
-            raise InputError(f"{train_dir}: the training set's features are missing (their deltas and CMVN statistics are needed); "
-                             "run the features stage, or keep them beside the experiment")
+            raise InputError(
+                f"{train_dir}: the training set's features are missing (their deltas and CMVN statistics are needed); "
+                "run the features stage, or keep them beside the experiment"
+            )
         self.layout = FeatureLayout.read(train_dir)
         self.compressed = (train_dir / "compress").is_file() and (train_dir / "compress").read_text().strip() == "true"
         self.unit, self.norm_vars = str(cfg.features.cmvn), bool(cfg.features.norm_vars)
         self.global_stats = cmvn.read_stats(train_dir / "cmvn.scp")["global"] if self.unit == "global" else None
         tuned = Path(cfg.decode.tuning_file).is_file() and not greedy
-        self.pool = ParallelBeamSearch(beam_spec(cfg, Tokenizer(tokenizer_model_path(cfg.tokenizer))), 1) if tuned else None
+        self.pool = (
+            ParallelBeamSearch(beam_spec(cfg, Tokenizer(tokenizer_model_path(cfg.tokenizer))), 1) if tuned else None
+        )
         self.search = beam_search(self.pool, beam_options(cfg)) if self.pool is not None else greedy_search
-        self.model, state, path = load_model(cfg, "ctc", "not CTC: a frame_ce model's outputs are for Kaldi's decoder", self.device)
+        self.model, state, path = load_model(
+            cfg, "ctc", "not CTC: a frame_ce model's outputs are for Kaldi's decoder", self.device
+        )
         self.tokenizer = Tokenizer(tokenizer_model_path(cfg.tokenizer))
         if self.tokenizer.vocab_size != state["model_info"]["num_outputs"]:
-            raise InputError(f"{self.tokenizer.path}: {self.tokenizer.vocab_size} tokens, but {path} has {state['model_info']['num_outputs']} outputs")
-        log.info("%s: %s search, CMVN %s", path, "beam+LM (tuned)" if tuned else "greedy",
-                 {"utterance": "of each file", "speaker": "of each file (one speaker)", "global": "of the training set", "none": "none"}[self.unit])
+            raise InputError(
+                f"{self.tokenizer.path}: {self.tokenizer.vocab_size} tokens, "
+                f"but {path} has {state['model_info']['num_outputs']} outputs"
+            )
+        log.info(
+            "%s: %s search, CMVN %s",
+            path,
+            "beam+LM (tuned)" if tuned else "greedy",
+            {
+                "utterance": "of each file",
+                "speaker": "of each file (one speaker)",
+                "global": "of the training set",
+                "none": "none",
+            }[self.unit],
+        )
 
     def features(self, path: str) -> torch.Tensor:
         """The model's input for one file, as the features stage and the reader make it."""
         try:
             samples, rate = read_recording(path)
         except (OSError, ValueError, RuntimeError) as err:  # soundfile's errors for a file it cannot read
-            raise InputError(f"{path}: not audio the toolkit reads ({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
+            raise InputError(
+                f"{path}: not audio the toolkit reads ({str(err).splitlines()[0] if str(err) else type(err).__name__})"
+            ) from None
         want = int(self.options.sample_frequency)
         if rate != want:
             log.warning("%s: sampled at %d Hz, resampled to the model's %d Hz", path, rate, want)
@@ -145,7 +168,11 @@ class Transcriber:
             raise InputError(f"{path}: {len(samples)} samples, shorter than one frame")
         if self.compressed:  # what the reader of the training features got back
             record = io.BytesIO()
-            kaldiio.save_ark(record, {"x": np.ascontiguousarray(stored, dtype=np.float32)}, compression_method=KALDI_AUTOMATIC_COMPRESSION)
+            kaldiio.save_ark(
+                record,
+                {"x": np.ascontiguousarray(stored, dtype=np.float32)},
+                compression_method=KALDI_AUTOMATIC_COMPRESSION,
+            )
             record.seek(0)
             stored = next(iter(kaldiio.load_ark(record)))[1]
         feats = self.layout.expand(stored)
@@ -157,7 +184,9 @@ class Transcriber:
     @torch.no_grad()
     def __call__(self, path: str) -> Transcript:
         feats = self.features(path)
-        log_probs, out_lens = self.model(feats.unsqueeze(0).to(self.device), torch.tensor([feats.shape[0]], device=self.device))
+        log_probs, out_lens = self.model(
+            feats.unsqueeze(0).to(self.device), torch.tensor([feats.shape[0]], device=self.device)
+        )
         hyp = self.search(log_probs, out_lens)[0]
         return Transcript(path, [w.word for w in timed_words(hyp, self.tokenizer)])
 

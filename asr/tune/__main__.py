@@ -4,7 +4,9 @@ from asr.stage import stage_main
 
 
 @stage_main(
-    "tune", groups=["decode"], uses=["data", "features", "tokenizer", "lm", "model"],
+    "tune",
+    groups=["decode"],
+    uses=["data", "features", "tokenizer", "lm", "model"],
     reads="the checkpoint decode.checkpoint, the dev set's features, the LM",
     writes="decode.tuning_file (exp_dir/lm_tuning.json): the best LM weight and word score",
 )

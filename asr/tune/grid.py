@@ -42,8 +42,12 @@ def set_log_probs(cfg, set_name: str, model, device: torch.device) -> tuple[dict
     for batch in scored.batches(f"tune {set_name}"):
         arrays.update(zip(batch.utts, as_arrays(batch.log_probs, batch.out_lens)))
     if scored.skipped:
-        log.warning("%s: %d utterances with NaN/inf features left out of the tuning: %s", set_name, len(scored.skipped),
-                    " ".join(sorted(scored.skipped)[:10]))
+        log.warning(
+            "%s: %d utterances with NaN/inf features left out of the tuning: %s",
+            set_name,
+            len(scored.skipped),
+            " ".join(sorted(scored.skipped)[:10]),
+        )
     if not arrays:
         raise InputError(f"{data_set_dir(cfg, set_name)}: no utterance with finite features to tune on")
     return {u: scored.data.text[u] for u in arrays}, arrays
@@ -53,7 +57,9 @@ def best_point(grid: list[dict]) -> dict:
     return min(grid, key=lambda g: (g["wer"], g["lm_weight"], g["word_score"]))
 
 
-def sweep(cfg, pool: ParallelBeamSearch, tokenizer: Tokenizer, refs: dict[str, str], arrays: dict[str, np.ndarray]) -> list[dict]:
+def sweep(
+    cfg, pool: ParallelBeamSearch, tokenizer: Tokenizer, refs: dict[str, str], arrays: dict[str, np.ndarray]
+) -> list[dict]:
     utts = list(arrays)
     base = beam_options(cfg, use_tuned=False)
     grid = []
@@ -83,5 +89,12 @@ def tune(cfg) -> dict:
     result = {"set": cfg.decode.tune_set, "utterances": len(arrays), "grid": grid, "best": best_point(grid)}
     write_text(Path(cfg.decode.tuning_file), json.dumps(result, indent=2) + "\n")
     best = result["best"]
-    log.info("best on %s: lm_weight %g, word_score %g (WER %.2f%%) -> %s", cfg.decode.tune_set, best["lm_weight"], best["word_score"], best["wer"], cfg.decode.tuning_file)
+    log.info(
+        "best on %s: lm_weight %g, word_score %g (WER %.2f%%) -> %s",
+        cfg.decode.tune_set,
+        best["lm_weight"],
+        best["word_score"],
+        best["wer"],
+        cfg.decode.tuning_file,
+    )
     return result

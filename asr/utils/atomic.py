@@ -82,8 +82,12 @@ def remove_stale(path: str | os.PathLike) -> list[Path]:
         _remove(entry)
         removed.append(entry)
     if removed:
-        log.warning("removed %d temporary file(s) of %s left by a killed process: %s",
-                    len(removed), path, ", ".join(p.name for p in removed))
+        log.warning(
+            "removed %d temporary file(s) of %s left by a killed process: %s",
+            len(removed),
+            path,
+            ", ".join(p.name for p in removed),
+        )
     return removed
 
 
@@ -130,8 +134,10 @@ def disk_full_error(err: BaseException, path: Path, tmp: Path) -> DiskFull | Non
         free = _free_bytes(tmp.parent)
         if free is None or free >= FULL_BELOW_BYTES:
             return None
-    return DiskFull(f"{path}: no space left on device (ENOSPC) while writing it; free space on "
-                    f"{_mount_point(tmp.parent)} (or write elsewhere) and re-run: nothing was replaced")
+    return DiskFull(
+        f"{path}: no space left on device (ENOSPC) while writing it; free space on "
+        f"{_mount_point(tmp.parent)} (or write elsewhere) and re-run: nothing was replaced"
+    )
 
 
 @contextlib.contextmanager

@@ -22,9 +22,11 @@ def above(bound: float) -> Check:
 
 def between(low: float, high: float, high_open: bool = False) -> Check:
     """low <= v <= high (v < high when high_open)."""
+
     def check(v):
         inside = low <= v < high if high_open else low <= v <= high
         return None if inside else f"must be in [{low}, {high}{')' if high_open else ']'}"
+
     return check
 
 
@@ -34,12 +36,14 @@ def one_of(*choices: str) -> Check:
 
 def each(check: Check) -> Check:
     """A check applied to every element of a list."""
+
     def check_all(values: Iterable):
         for value in values:
             problem = check(value)
             if problem:
                 return f"{value!r}: {problem}"
         return None
+
     return check_all
 
 

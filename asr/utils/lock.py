@@ -40,8 +40,13 @@ class DirLock:
     def __init__(self, path: str | os.PathLike, what: str):
         self.path = Path(path)
         self.what = what  # for messages: "training of exp/x"
-        self.me = {"host": _HOST, "pid": os.getpid(), "process_start": process_start(os.getpid()),
-                   "started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"), "job": current_job()}
+        self.me = {
+            "host": _HOST,
+            "pid": os.getpid(),
+            "process_start": process_start(os.getpid()),
+            "started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+            "job": current_job(),
+        }
         self.held = False
 
     def holder(self) -> dict | None:
@@ -90,8 +95,14 @@ class DirLock:
                         f"(if that run is over, delete {self.path.name})"
                     )
                 if why != "this process":
-                    log.warning("%s: taking over the lock of pid %s on %s (since %s): %s",
-                                self.path, holder.get("pid"), holder.get("host"), holder.get("started"), why)
+                    log.warning(
+                        "%s: taking over the lock of pid %s on %s (since %s): %s",
+                        self.path,
+                        holder.get("pid"),
+                        holder.get("host"),
+                        holder.get("started"),
+                        why,
+                    )
                 self.path.unlink(missing_ok=True)
                 continue
             with os.fdopen(fd, "w") as f:

@@ -37,8 +37,10 @@ def read_text(path: str | os.PathLike) -> str:
     except UnicodeDecodeError as err:
         lineno = data.count(b"\n", 0, err.start) + 1
         line_start = data.rfind(b"\n", 0, err.start) + 1
-        line = data[line_start:data.find(b"\n", err.start) if b"\n" in data[err.start:] else len(data)]
-        raise _bad_byte(path, lineno, UnicodeDecodeError("utf-8", line, err.start - line_start, err.end - line_start, err.reason)) from None
+        line = data[line_start : data.find(b"\n", err.start) if b"\n" in data[err.start :] else len(data)]
+        raise _bad_byte(
+            path, lineno, UnicodeDecodeError("utf-8", line, err.start - line_start, err.end - line_start, err.reason)
+        ) from None
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:

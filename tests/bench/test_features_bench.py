@@ -12,9 +12,23 @@ pytestmark = pytest.mark.slow
 
 def test_benchmark_reports_every_recipe_beside_the_reference(tmp_path):
     out = tmp_path / "features.json"
-    assert main(["--minutes", "0.4", "--out", str(out), "features.fmllr.num_components=8",
-                 "features.fmllr.min_count=100", "features.ivector.num_components=8", "features.ivector.dim=10",
-                 "features.ivector.min_count=1", "features.ivector.em_iters=2"]) == 0
+    assert (
+        main(
+            [
+                "--minutes",
+                "0.4",
+                "--out",
+                str(out),
+                "features.fmllr.num_components=8",
+                "features.fmllr.min_count=100",
+                "features.ivector.num_components=8",
+                "features.ivector.dim=10",
+                "features.ivector.min_count=1",
+                "features.ivector.em_iters=2",
+            ]
+        )
+        == 0
+    )
     report = json.loads(out.read_text())
     assert report["benchmark"] == "features" and report["audio"]["data_dir"] == "synthetic"
     seconds = report["audio"]["seconds"]
@@ -25,17 +39,31 @@ def test_benchmark_reports_every_recipe_beside_the_reference(tmp_path):
         assert entry["seconds_per_hour"] == pytest.approx(entry["rtf"] * 3600, rel=1e-2, abs=0.1)
     assert list(report["recipes"]) == list(RECIPES)
     assert {name: r["feat_dim"] for name, r in report["recipes"].items()} == {
-        "logmel80": 80, "logmel40_deltas": 120, "fmllr40": 40, "fmllr40_logmel40_deltas": 160, "ivector100": 10,
-        "fmllr40_ivector100_logmel40_deltas": 170}
+        "logmel80": 80,
+        "logmel40_deltas": 120,
+        "fmllr40": 40,
+        "fmllr40_logmel40_deltas": 160,
+        "ivector100": 10,
+        "fmllr40_ivector100_logmel40_deltas": 170,
+    }
     for name in ("fmllr40_logmel40_deltas", "ivector100", "fmllr40_ivector100_logmel40_deltas"):
         recipe = report["recipes"][name]
         assert recipe["with_model_training"]["seconds"] == pytest.approx(
-            recipe["seconds"] + recipe["model_training"]["seconds"], rel=1e-3, abs=3e-3)
+            recipe["seconds"] + recipe["model_training"]["seconds"], rel=1e-3, abs=3e-3
+        )
     assert report["recipes"]["ivector100"]["speaker_ivectors"]["seconds"] > 0
     # The ratio is of the unrounded times; the reported seconds are rounded to 1 ms.
-    speedup, ref, ours = report["fbank_speedup_vs_reference"]["wall"], report["reference_fbank"]["seconds"], report["fbank"]["seconds"]
+    speedup, ref, ours = (
+        report["fbank_speedup_vs_reference"]["wall"],
+        report["reference_fbank"]["seconds"],
+        report["fbank"]["seconds"],
+    )
     assert (ref - 5e-4) / (ours + 5e-4) - 0.01 <= speedup <= (ref + 5e-4) / max(ours - 5e-4, 1e-6) + 0.01
-    cost, fp64, fp32 = report["fbank_float64_cost"]["cpu"], report["fbank"]["cpu_seconds"], report["fbank_float32"]["cpu_seconds"]
+    cost, fp64, fp32 = (
+        report["fbank_float64_cost"]["cpu"],
+        report["fbank"]["cpu_seconds"],
+        report["fbank_float32"]["cpu_seconds"],
+    )
     assert (fp64 - 5e-4) / (fp32 + 5e-4) - 0.01 <= cost <= (fp64 + 5e-4) / max(fp32 - 5e-4, 1e-6) + 0.01
     # Storage: compressed sets, deltas appended by the reader (not stored).
     stored = {name: r["feats_mb_per_hour"] for name, r in report["recipes"].items()}

@@ -7,6 +7,9 @@ Known contents (what the tests check against):
                side B is [silence] only
   sw02010.sph   5 s, no transcript
   sw2007A transcript without audio
+
+and a Fisher English tree (`fisher_tree`): two calls with audio and transcripts, one transcript
+without audio.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ MS98 = {
     "20/2001/sw2001A-ms98-a-trans.text": """\
 sw2001A-ms98-a-0001 0.000000 0.977625 [silence]
 sw2001A-ms98-a-0002 0.977625 11.561375 hi um yeah i'd like to talk about how you dress for work
-sw2001A-ms98-a-0003 11.561375 15.275500 [noise] well i [laughter-guess] it's ab[solute]- {yuppiedom} them_1 [vocalized-noise]
+sw2001A-ms98-a-0003 11.561375 15.275500 [noise] well i [laughter-guess] it's ab[solute]- \
+{yuppiedom} them_1 [vocalized-noise]
 sw2001A-ms98-a-0004 15.275500 19.500000 [silence]
 """,
     "20/2001/sw2001B-ms98-a-trans.text": """\
@@ -106,7 +110,9 @@ class LdcTree:
 
 
 def build_ldc_tree(root: Path) -> LdcTree:
-    tree = LdcTree(root, root / "LDC97S62", root / "swb_ms98_transcriptions", root / "LDC2002S09/hub5e_00", root / "LDC2002T43")
+    tree = LdcTree(
+        root, root / "LDC97S62", root / "swb_ms98_transcriptions", root / "LDC2002S09/hub5e_00", root / "LDC2002T43"
+    )
     write_sphere(tree.swbd_dir / "swb1_d1/data/sw02001.sph", 20.0, 1)
     write_sphere(tree.swbd_dir / "swb1_d2/data/SW02005.SPH", 12.0, 2)
     write_sphere(tree.swbd_dir / "swb1_d2/data/sw02010.sph", 5.0, 3)
@@ -132,8 +138,13 @@ def ldc_tree(tmp_path_factory) -> LdcTree:
 def ldc_copy(ldc_tree, tmp_path) -> LdcTree:
     root = tmp_path / "ldc"
     shutil.copytree(ldc_tree.root, root)
-    return LdcTree(root, *(root / p.relative_to(ldc_tree.root) for p in
-                           (ldc_tree.swbd_dir, ldc_tree.ms98_dir, ldc_tree.eval2000_dir, ldc_tree.eval2000_text_dir)))
+    return LdcTree(
+        root,
+        *(
+            root / p.relative_to(ldc_tree.root)
+            for p in (ldc_tree.swbd_dir, ldc_tree.ms98_dir, ldc_tree.eval2000_dir, ldc_tree.eval2000_text_dir)
+        ),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -248,7 +259,10 @@ def speaker_not_prefix(d: Path):
 
 
 def reco2file_and_channel_mismatch(d: Path):
-    set_lines(d / "reco2file_and_channel", [line.replace("sw02005-A", "sw02005-B") for line in lines(d / "reco2file_and_channel")])
+    set_lines(
+        d / "reco2file_and_channel",
+        [line.replace("sw02005-A", "sw02005-B") for line in lines(d / "reco2file_and_channel")],
+    )
     return "reco2file_and_channel", 3, "recording 'sw02005-B' is not in wav.scp"
 
 
@@ -257,10 +271,26 @@ def unused_recording(d: Path):
     return "wav.scp", 4, "recording 'sw02009-A' is used by no segment"
 
 
-BREAKAGES = {f.__name__: f for f in (
-    unsorted_text, duplicate_key, missing_text, empty_transcript, spk2utt_mismatch, segment_past_end, missing_audio,
-    truncated_sphere, transcript_without_audio, mismatched_ids, no_final_newline, empty_line, speaker_not_prefix,
-    reco2file_and_channel_mismatch, unused_recording)}
+BREAKAGES = {
+    f.__name__: f
+    for f in (
+        unsorted_text,
+        duplicate_key,
+        missing_text,
+        empty_transcript,
+        spk2utt_mismatch,
+        segment_past_end,
+        missing_audio,
+        truncated_sphere,
+        transcript_without_audio,
+        mismatched_ids,
+        no_final_newline,
+        empty_line,
+        speaker_not_prefix,
+        reco2file_and_channel_mismatch,
+        unused_recording,
+    )
+}
 
 
 def pytest_generate_tests(metafunc):
@@ -273,3 +303,45 @@ def pytest_generate_tests(metafunc):
 def break_dir(data_dir):
     """break_dir(name) applies one breakage to `data_dir` and returns (file, line, message) to expect."""
     return lambda name: BREAKAGES[name](data_dir)
+
+
+FISHER_TRANSCRIPTS = {
+    "LDC2004T19/fe_03_p1_tran/data/trans/000/fe_03_00001.txt": """\
+# fe_03_00001.sph
+# Transcribed at the LDC
+
+7.38 8.78 A: an- so the topic is
+9.29 11.45 B: [laugh] yeah it's [lipsmack] about (( holidays ))
+12.00 14.51 A: i'm [breath] not sure [cough] what
+15.10 16.20 B: [sigh] [mn] okay
+16.50 17.00 A:
+""",
+    "LDC2005T19/fe_03_p2_tran/data/trans/058/fe_03_05851.txt": """\
+# fe_03_05851.sph
+# Transcribed at the LDC
+
+0.50 2.25 A: hello this is mary
+2.70 4.00 B: hi i'm john
+""",
+    # audio of this call is missing: its sides are skipped and counted
+    "LDC2005T19/fe_03_p2_tran/data/trans/058/fe_03_05852.txt": """\
+# fe_03_05852.sph
+
+1.00 2.00 A: hello
+""",
+}
+FISHER_AUDIO = {
+    "LDC2004S13/fe_03_p1_sph1/audio/000/fe_03_00001.sph": 20.0,
+    "LDC2005S13/fisher_eng_tr_sp_d1/audio/058/fe_03_05851.sph": 5.0,  # part 2 under the later naming
+}
+
+
+@pytest.fixture
+def fisher_tree(tmp_path):
+    """A Fisher English tree in both LDC namings (part 1 and part 2); returns its four folders."""
+    for name, text in FISHER_TRANSCRIPTS.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    for i, (name, seconds) in enumerate(FISHER_AUDIO.items()):
+        write_sphere(tmp_path / name, seconds, 10 + i)
+    return [str(tmp_path / d) for d in ("LDC2004T19", "LDC2005T19", "LDC2004S13", "LDC2005S13")]

@@ -38,7 +38,9 @@ def shell_words(command: str, tmp_path) -> list[str]:
     fake.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
     fake.chmod(0o755)
     inner = command.rstrip().removesuffix("|").replace("/usr/bin/sph2pipe", "sph2pipe", 1)
-    proc = subprocess.run(["/bin/sh", "-c", inner], env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, capture_output=True, text=True)
+    proc = subprocess.run(
+        ["/bin/sh", "-c", inner], env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, capture_output=True, text=True
+    )
     return proc.stdout.splitlines()
 
 
@@ -68,7 +70,9 @@ def test_policy_runs_refuses_and_reports(tmp_path, caplog):
     marker = tmp_path / "ran"
     entry = f"touch {marker}; cat {wav} |"
     with commands.policy(run=False):
-        with pytest.raises(commands.CommandNotRun, match="the entry is a command .* not run: a data dir is trusted code"):
+        with pytest.raises(
+            commands.CommandNotRun, match="the entry is a command .* not run: a data dir is trusted code"
+        ):
             read_recording(entry)
     assert not marker.exists()
     samples, rate = read_recording(entry)  # the default: run, as Kaldi does
@@ -78,7 +82,10 @@ def test_policy_runs_refuses_and_reports(tmp_path, caplog):
 
     table = tmp_path / "wav.scp"
     table.write_text(f"a {wav}\nb {entry}\nc cat {wav} |\n")
-    with commands.policy(run=False), pytest.raises(commands.CommandNotRun, match=rf"{table}:2: entry b is a command .*\(2 such"):
+    with (
+        commands.policy(run=False),
+        pytest.raises(commands.CommandNotRun, match=rf"{table}:2: entry b is a command .*\(2 such"),
+    ):
         commands.check_table(table, shell_command)
     with caplog.at_level(logging.WARNING):
         assert commands.check_table(table, shell_command) == 2

@@ -12,47 +12,6 @@ import pytest
 from asr.data.datadir import Segment
 from asr.data.fisher import find_fisher_folders, missing_fisher_inputs, prepare_fisher, read_fisher_transcript
 from asr.utils.errors import InputError
-from tests.data.conftest import write_sphere
-
-TRANSCRIPTS = {
-    "LDC2004T19/fe_03_p1_tran/data/trans/000/fe_03_00001.txt": """\
-# fe_03_00001.sph
-# Transcribed at the LDC
-
-7.38 8.78 A: an- so the topic is
-9.29 11.45 B: [laugh] yeah it's [lipsmack] about (( holidays ))
-12.00 14.51 A: i'm [breath] not sure [cough] what
-15.10 16.20 B: [sigh] [mn] okay
-16.50 17.00 A:
-""",
-    "LDC2005T19/fe_03_p2_tran/data/trans/058/fe_03_05851.txt": """\
-# fe_03_05851.sph
-# Transcribed at the LDC
-
-0.50 2.25 A: hello this is mary
-2.70 4.00 B: hi i'm john
-""",
-    # audio of this call is missing: its sides are skipped and counted
-    "LDC2005T19/fe_03_p2_tran/data/trans/058/fe_03_05852.txt": """\
-# fe_03_05852.sph
-
-1.00 2.00 A: hello
-""",
-}
-AUDIO = {
-    "LDC2004S13/fe_03_p1_sph1/audio/000/fe_03_00001.sph": 20.0,
-    "LDC2005S13/fisher_eng_tr_sp_d1/audio/058/fe_03_05851.sph": 5.0,  # part 2 under the later naming
-}
-
-
-@pytest.fixture
-def fisher_tree(tmp_path):
-    for name, text in TRANSCRIPTS.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    for i, (name, seconds) in enumerate(AUDIO.items()):
-        write_sphere(tmp_path / name, seconds, 10 + i)
-    return [str(tmp_path / d) for d in ("LDC2004T19", "LDC2005T19", "LDC2004S13", "LDC2005S13")]
 
 
 def test_fisher_exact_ids_times_and_text(fisher_tree):
@@ -88,8 +47,10 @@ def test_fisher_skips_are_counted_and_named(fisher_tree, caplog):
 
 def test_fisher_folder_given_directly_or_below(fisher_tree, tmp_path):
     direct = find_fisher_folders([str(tmp_path / "LDC2004T19/fe_03_p1_tran"), str(tmp_path / "LDC2005S13")])
-    assert direct == {"fe_03_p1_tran": tmp_path / "LDC2004T19/fe_03_p1_tran",
-                      "fe_03_p2_sph1": tmp_path / "LDC2005S13/fisher_eng_tr_sp_d1"}
+    assert direct == {
+        "fe_03_p1_tran": tmp_path / "LDC2004T19/fe_03_p1_tran",
+        "fe_03_p2_sph1": tmp_path / "LDC2005S13/fisher_eng_tr_sp_d1",
+    }
 
 
 def test_fisher_transcript_of_another_call_is_an_error(fisher_tree, tmp_path):
@@ -106,7 +67,9 @@ def test_fisher_missing_side_skipped_or_refused(fisher_tree, tmp_path, caplog):
         d = prepare_fisher(fisher_tree, expected_files=3)
     assert "fe_03_05851-B" not in d.wav_scp
     assert "skipped 1 audio sides with no transcript: fe_03_05851-B" in caplog.text
-    with pytest.raises(InputError, match=r"1 conversation sides have audio but no transcript:\n  fe_03_05851-B: expected "):
+    with pytest.raises(
+        InputError, match=r"1 conversation sides have audio but no transcript:\n  fe_03_05851-B: expected "
+    ):
         prepare_fisher(fisher_tree, expected_files=3, missing_transcript="error")
 
 

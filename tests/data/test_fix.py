@@ -24,6 +24,7 @@ UTT = "sw02001-A_001156-001528"
 def replace_in(path: Path, old: str, new: str) -> None:
     path.write_text(path.read_text().replace(old, new))
 
+
 # breakage -> (utterances kept of 6, recordings kept, dropped reasons)
 EXPECTED = {
     "unsorted_text": (6, 3, {}),
@@ -72,11 +73,15 @@ def test_fixer_combined_counts(data_dir, break_dir):
     assert (report.utts_after, report.utts_before) == (2, 6)
     assert (report.recordings_after, report.recordings_before) == (2, 3)
     assert (report.speakers_after, report.speakers_before) == (2, 3)
-    assert report.dropped == Counter({"empty transcript": 1, "segment past the end of the audio": 1, "recording missing or unreadable": 2})
+    assert report.dropped == Counter(
+        {"empty transcript": 1, "segment past the end of the audio": 1, "recording missing or unreadable": 2}
+    )
     d = read_data_dir(data_dir)
     assert d.utts == ["sw02001-A_000098-001156", "sw02001-B_000613-000999"]
     assert sorted(d.wav_scp) == ["sw02001-A", "sw02001-B"] and sorted(d.utt2dur) == d.utts
-    assert (data_dir / "spk2utt").read_text() == "sw02001-A sw02001-A_000098-001156\nsw02001-B sw02001-B_000613-000999\n"
+    assert (
+        data_dir / "spk2utt"
+    ).read_text() == "sw02001-A sw02001-A_000098-001156\nsw02001-B sw02001-B_000613-000999\n"
 
 
 def test_small_overshoot_clipped_not_dropped(data_dir):
@@ -128,7 +133,9 @@ def test_nothing_left_is_an_error_and_leaves_the_dir_alone(data_dir):
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "asr.data.fix", *args], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "asr.data.fix", *args], env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_cli(data_dir, break_dir, tmp_path):

@@ -57,7 +57,10 @@ def test_three_way_data_dirs_in_kaldis_form(data_dir, tmp_path):
     sph = tmp_path / "sw02001.sph"
     assert slow.wav_scp["sp0.9-sw02001-B"] == f"sph2pipe -f wav -p -c 2 {sph} | sox -t wav - -t wav - speed 0.9 |"
     assert slow.wav_scp["sp0.9-x-extra"] == f"sox -t wav {tmp_path / 'extra.wav'} -t wav - speed 0.9 |"
-    assert read_table(tmp_path / "data" / "train_sp1.1" / "utt2uniq")["sp1.1-x-extra_000000-000150"] == "x-extra_000000-000150"
+    assert (
+        read_table(tmp_path / "data" / "train_sp1.1" / "utt2uniq")["sp1.1-x-extra_000000-000150"]
+        == "x-extra_000000-000150"
+    )
 
     combined = read_data_dir(tmp_path / "data" / "train_sp")
     assert len(combined.utt2spk) == 3 * 5

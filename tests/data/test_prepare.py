@@ -21,7 +21,6 @@ from asr.data.swbd import prepare_swbd
 from asr.data.validate import validate_data_dir
 from asr.utils.errors import InputError
 from tests.data.conftest import LdcTree
-from tests.data.test_fisher import fisher_tree  # noqa: F401  (fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -64,7 +63,11 @@ def test_swbd_utterances_exact(ldc_tree):
     sph = (ldc_tree.swbd_dir / "swb1_d1/data/sw02001.sph").resolve()
     assert d.wav_scp["sw02001-A"] == f"sph2pipe -f wav -p -c 1 {sph} |"
     assert d.wav_scp["sw02001-B"] == f"sph2pipe -f wav -p -c 2 {sph} |"
-    assert d.reco2file_and_channel == {"sw02001-A": ("sw02001", "A"), "sw02001-B": ("sw02001", "B"), "sw02005-A": ("sw02005", "A")}
+    assert d.reco2file_and_channel == {
+        "sw02001-A": ("sw02001", "A"),
+        "sw02001-B": ("sw02001", "B"),
+        "sw02005-A": ("sw02005", "A"),
+    }
 
 
 def test_swbd_times_round_half_up_as_kaldi(ldc_tree):
@@ -114,7 +117,12 @@ def test_swbd_malformed_transcript_line_names_file_and_line(ldc_copy):
 def test_eval2000_exact(ldc_tree):
     d = prepare_eval2000(ldc_tree.eval2000_dir, ldc_tree.eval2000_text_dir)
     # 2.30 s * 100 = 229.999..., truncated by Kaldi's awk %06d to 229: we give the same id.
-    assert d.utts == ["en_4156-A_030185-030248", "en_4156-B_010000-010150", "sw_4390-A_000050-000229", "sw_4390-A_000240-000400"]
+    assert d.utts == [
+        "en_4156-A_030185-030248",
+        "en_4156-B_010000-010150",
+        "sw_4390-A_000050-000229",
+        "sw_4390-A_000240-000400",
+    ]
     assert d.text == {
         "en_4156-A_030185-030248": "he is a police officer",
         "en_4156-B_010000-010150": "oh really",
@@ -152,12 +160,19 @@ def test_extend_segments_matches_kaldi_examples():
     # the three examples at the end of Kaldi's local/extend_segments.pl, extended by 1.0 s
     segs = {"a1": Segment("A", 0, 1), "a2": Segment("A", 3, 4), "b1": Segment("B", 0, 1), "b2": Segment("B", 2, 3)}
     assert extend_segments(segs, 1.0) == {
-        "a1": Segment("A", 0.0, 2.0), "a2": Segment("A", 2.0, 5.0), "b1": Segment("B", 0.0, 1.5), "b2": Segment("B", 1.5, 4.0)}
+        "a1": Segment("A", 0.0, 2.0),
+        "a2": Segment("A", 2.0, 5.0),
+        "b1": Segment("B", 0.0, 1.5),
+        "b2": Segment("B", 1.5, 4.0),
+    }
     overlapping = {"a1": Segment("A", 0, 2), "a2": Segment("A", 1, 3)}
     assert extend_segments(overlapping, 1.0) == {"a1": Segment("A", 0.0, 2.0), "a2": Segment("A", 1.0, 4.0)}
     unordered = {"a1": Segment("A", 0, 2), "a2": Segment("A", 5, 6), "a3": Segment("A", 3, 4)}
     assert extend_segments(unordered, 1.0) == {
-        "a1": Segment("A", 0.0, 2.5), "a2": Segment("A", 4.5, 7.0), "a3": Segment("A", 2.5, 4.5)}
+        "a1": Segment("A", 0.0, 2.5),
+        "a2": Segment("A", 4.5, 7.0),
+        "a3": Segment("A", 2.5, 4.5),
+    }
 
 
 def test_eval2000_pem_without_stm_line_is_an_error(ldc_copy):
@@ -199,13 +214,26 @@ def test_write_read_write_identical_bytes(ldc_tree, tmp_path, which):
 
 def test_prepare_data_writes_three_valid_sets(ldc_tree, tmp_path):
     written = prepare_data(data_config(ldc_tree, tmp_path / "data"))
-    assert written == {"train": tmp_path / "data/train", "dev": tmp_path / "data/train_dev", "eval": tmp_path / "data/eval2000"}
+    assert written == {
+        "train": tmp_path / "data/train",
+        "dev": tmp_path / "data/train_dev",
+        "eval": tmp_path / "data/eval2000",
+    }
     dev, train = read_data_dir(written["dev"]), read_data_dir(written["train"])
     assert dev.utts == ["sw02001-A_000098-001156", "sw02001-A_001156-001528"]  # the first dev_utts=2
-    assert train.utts == ["sw02001-B_000250-000613", "sw02001-B_000613-000999", "sw02005-A_000050-000400", "sw02005-A_001000-001230"]
+    assert train.utts == [
+        "sw02001-B_000250-000613",
+        "sw02001-B_000613-000999",
+        "sw02005-A_000050-000400",
+        "sw02005-A_001000-001230",
+    ]
     assert sorted(dev.wav_scp) == ["sw02001-A"] and sorted(train.wav_scp) == ["sw02001-B", "sw02005-A"]
-    assert train.utt2dur == {"sw02001-B_000250-000613": 3.63, "sw02001-B_000613-000999": 3.86,
-                             "sw02005-A_000050-000400": 3.5, "sw02005-A_001000-001230": 2.0}
+    assert train.utt2dur == {
+        "sw02001-B_000250-000613": 3.63,
+        "sw02001-B_000613-000999": 3.86,
+        "sw02005-A_000050-000400": 3.5,
+        "sw02005-A_001000-001230": 2.0,
+    }
     assert read_data_dir(written["eval"]).utt2dur["en_4156-A_030185-030248"] == 0.83
     assert (written["eval"] / "stm").is_file() and (written["eval"] / "glm").is_file()
     for path in written.values():
@@ -233,21 +261,36 @@ def test_preflight_lists_every_missing_path(tmp_path):
         preflight(cfg, ["train", "dev", "eval"])
     lines = [line.strip() for line in str(err.value).splitlines()]
     assert f"{tmp_path / 'LDC97S62'}: Switchboard-1 audio directory (LDC97S62) not found" in lines
-    assert f"{tmp_path / 'ms98/NN/NNNN/swNNNNA-ms98-a-trans.text'}: no MS98 *-trans.text files in {tmp_path / 'ms98'}" in lines
+    assert (
+        f"{tmp_path / 'ms98/NN/NNNN/swNNNNA-ms98-a-trans.text'}: no MS98 *-trans.text files in {tmp_path / 'ms98'}"
+        in lines
+    )
     assert any(line.startswith(f"{tmp_path / 'hub5e_00/english'}/*.sph: no Hub5-2000 audio") for line in lines)
     assert f"{tmp_path / 'hub5e_00/english/hub5e_00.pem'}: segment file not found" in lines
-    assert f"{tmp_path / 'LDC2002T43/reference/hub5e00.english.000405.stm'}: reference transcript (LDC2002T43) not found" in lines
+    assert (
+        f"{tmp_path / 'LDC2002T43/reference/hub5e00.english.000405.stm'}: reference transcript (LDC2002T43) not found"
+        in lines
+    )
     assert f"{tmp_path / 'LDC2002T43/reference/en20000405_hub5.glm'}: scoring GLM (LDC2002T43) not found" in lines
 
 
 def _run(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_prepare_cli_end_to_end_and_missing_corpus(ldc_tree, tmp_path):
-    ok = _run("asr.data.prepare", f"synth.out_dir={ldc_tree.root}", "data.dev_utts=2", "data.expected_sph_files=3",
-              f"data.data_dir={tmp_path / 'data'}", f"exp_dir={tmp_path / 'exp'}", cwd=tmp_path)
+    ok = _run(
+        "asr.data.prepare",
+        f"synth.out_dir={ldc_tree.root}",
+        "data.dev_utts=2",
+        "data.expected_sph_files=3",
+        f"data.data_dir={tmp_path / 'data'}",
+        f"exp_dir={tmp_path / 'exp'}",
+        cwd=tmp_path,
+    )
     assert ok.returncode == 0, ok.stderr
     assert f"{tmp_path / 'data/train'}: 4 utterances, 2 speakers" in ok.stderr
     assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["eval2000", "train", "train_dev"]
@@ -286,14 +329,29 @@ def test_swbd_unsorted_transcript_gives_the_same_data_dir(ldc_tree, ldc_copy, ca
 
 
 def test_prepare_swb2000_combines_fisher_and_writes_lm_text(ldc_tree, fisher_tree, tmp_path):
-    cfg = data_config(ldc_tree, tmp_path / "data", fisher_dirs=fisher_tree, expected_fisher_files=3,
-                      max_duplicates=300, lm_text=str(tmp_path / "data/lm/text"))
+    cfg = data_config(
+        ldc_tree,
+        tmp_path / "data",
+        fisher_dirs=fisher_tree,
+        expected_fisher_files=3,
+        max_duplicates=300,
+        lm_text=str(tmp_path / "data/lm/text"),
+    )
     written = prepare_data(cfg)
     train = read_data_dir(written["train"])
-    assert train.utts[:5] == ["fe_03_00001-A-000738-000877", "fe_03_00001-A-001200-001451", "fe_03_00001-B-001510-001620",
-                              "fe_03_05851-A-000050-000225", "fe_03_05851-B-000270-000400"]
-    assert train.utts[5:] == ["sw02001-B_000250-000613", "sw02001-B_000613-000999", "sw02005-A_000050-000400",
-                              "sw02005-A_001000-001230"]
+    assert train.utts[:5] == [
+        "fe_03_00001-A-000738-000877",
+        "fe_03_00001-A-001200-001451",
+        "fe_03_00001-B-001510-001620",
+        "fe_03_05851-A-000050-000225",
+        "fe_03_05851-B-000270-000400",
+    ]
+    assert train.utts[5:] == [
+        "sw02001-B_000250-000613",
+        "sw02001-B_000613-000999",
+        "sw02005-A_000050-000400",
+        "sw02005-A_001000-001230",
+    ]
     assert read_data_dir(written["dev"]).utts == ["sw02001-A_000098-001156", "sw02001-A_001156-001528"]
     lm = (tmp_path / "data/lm/text").read_text().splitlines()
     assert lm == [train.text[u] for u in train.utts] and lm[0] == "an- so the topic is"
@@ -311,8 +369,11 @@ def test_preflight_names_missing_fisher(ldc_tree, tmp_path):
 
 # --- memory ---
 
-SENTENCES = [f"so {a} i think that {b} is right" for a in ("yeah", "well", "um", "uh-huh")
-             for b in ("it", "she", "he", "this", "that")]
+SENTENCES = [
+    f"so {a} i think that {b} is right"
+    for a in ("yeah", "well", "um", "uh-huh")
+    for b in ("it", "she", "he", "this", "that")
+]
 
 
 def switchboard_of_size(ldc_tree, root: Path, conversations: int, lines_per_side: int = 50) -> LdcTree:
@@ -325,8 +386,13 @@ def switchboard_of_size(ldc_tree, root: Path, conversations: int, lines_per_side
         for side in "AB":
             path = tree.ms98_dir / f"{number // 100}/{number}/sw{number}{side}-ms98-a-trans.text"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("".join(f"sw{number}{side}-ms98-a-{i:04d} {0.3 * i:.6f} {0.3 * i + 0.25:.6f} "
-                                    f"{SENTENCES[(number + i) % len(SENTENCES)]}\n" for i in range(lines_per_side)))
+            path.write_text(
+                "".join(
+                    f"sw{number}{side}-ms98-a-{i:04d} {0.3 * i:.6f} {0.3 * i + 0.25:.6f} "
+                    f"{SENTENCES[(number + i) % len(SENTENCES)]}\n"
+                    for i in range(lines_per_side)
+                )
+            )
     return tree
 
 
@@ -348,11 +414,20 @@ def traced_peak(tree, out: Path, conversations: int, warm_up_tree) -> int:
     tests imported and left behind changed it in this one: 0.8 KB per utterance more after some)."""
     configs = []
     for name, source, size in (("warm-up", warm_up_tree, 3), ("measured", tree, conversations)):
-        cfg = data_config(source, out.with_name(f"{out.name}-{name}"), prepare_sets=["train", "dev"], dev_utts=100 if name == "measured" else 2,
-                          expected_sph_files=size, max_duplicates=300, lm_text=str(out.with_name(f"{out.name}-{name}") / "lm/text"))
+        cfg = data_config(
+            source,
+            out.with_name(f"{out.name}-{name}"),
+            prepare_sets=["train", "dev"],
+            dev_utts=100 if name == "measured" else 2,
+            expected_sph_files=size,
+            max_duplicates=300,
+            lm_text=str(out.with_name(f"{out.name}-{name}") / "lm/text"),
+        )
         configs.append(out.with_name(f"{out.name}-{name}.yaml"))
         OmegaConf.save(cfg, configs[-1])
-    proc = subprocess.run([sys.executable, "-c", MEASURE_PREPARE, *map(str, configs)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", MEASURE_PREPARE, *map(str, configs)], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return int(proc.stdout.split()[-1])
 

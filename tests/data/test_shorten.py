@@ -79,7 +79,9 @@ def test_ulaw_shorten_is_refused_with_a_conversion_hint(tmp_path):
     assert "".join(map(str, bits[40:46])) == "110111"
     patched = np.concatenate([bits[:40], np.ones(7, np.uint8), bits[46:]])
     path = tmp_path / "ulaw.sph"
-    path.write_bytes(sphere_header(1000, 2, RATE, "ulaw,embedded-shorten-v2.00", 1, "1") + np.packbits(patched).tobytes())
+    path.write_bytes(
+        sphere_header(1000, 2, RATE, "ulaw,embedded-shorten-v2.00", 1, "1") + np.packbits(patched).tobytes()
+    )
     with pytest.raises(InputError, match="u-law or other.*sph2pipe -f wav"):
         read_recording(str(path))
 
@@ -91,7 +93,7 @@ def test_other_compression_refused_and_truncated_stream_named(tmp_path, shortene
         read_recording(str(wavpack))
     path, _ = shortened
     cut = tmp_path / "cut.sph"
-    cut.write_bytes(path.read_bytes()[:1024 + 5000])
+    cut.write_bytes(path.read_bytes()[: 1024 + 5000])
     with pytest.raises(InputError, match="truncated"):
         read_recording(str(cut))
 

@@ -9,12 +9,16 @@ from asr.utils.errors import InputError
 
 
 def test_stm_is_fixed_parsed_and_sorted_for_scoring():
-    segments = scoring_order(parse_stm(fix_stm(
-        ";; comment line\n"
-        "sw_2 B sw_2_B 5.00 6.00 <O,sw,M> (( YEAH\n"
-        "sw_2 A sw_2_A 3.00 4.00 <O,sw,F> <B_ASIDE> HELLO <E_ASIDE> THERE\n"
-        "sw_2 A sw_2_A 1.00 2.00 IGNORE_TIME_SEGMENT_IN_SCORING\n"
-    )))
+    segments = scoring_order(
+        parse_stm(
+            fix_stm(
+                ";; comment line\n"
+                "sw_2 B sw_2_B 5.00 6.00 <O,sw,M> (( YEAH\n"
+                "sw_2 A sw_2_A 3.00 4.00 <O,sw,F> <B_ASIDE> HELLO <E_ASIDE> THERE\n"
+                "sw_2 A sw_2_A 1.00 2.00 IGNORE_TIME_SEGMENT_IN_SCORING\n"
+            )
+        )
+    )
     assert [(s.channel, s.start) for s in segments] == [("A", 1.0), ("A", 3.0), ("B", 5.0)]
     assert segments[0].ignored and segments[0].label == "" and not segments[1].ignored
     assert segments[1].label == "<O,sw,F>" and segments[1].text == "HELLO THERE"

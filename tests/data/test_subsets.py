@@ -41,8 +41,11 @@ def test_remove_duplicates_on_a_data_dir_and_bad_cap():
 
 
 def test_first_utterances_are_the_first_in_sorted_order():
-    d = DataDir(utt2spk={"b_2": "b", "a_1": "a", "a_2": "a"}, text={"b_2": "x", "a_1": "y", "a_2": "z"},
-                segments={u: Segment(u[0], 0.0, 1.0) for u in ("b_2", "a_1", "a_2")})
+    d = DataDir(
+        utt2spk={"b_2": "b", "a_1": "a", "a_2": "a"},
+        text={"b_2": "x", "a_1": "y", "a_2": "z"},
+        segments={u: Segment(u[0], 0.0, 1.0) for u in ("b_2", "a_1", "a_2")},
+    )
     with Spool(streamed(d)) as spool:
         assert [u.utt for u in spool.part(0, 2)] == ["a_1", "a_2"] and [u.utt for u in spool.part(2)] == ["b_2"]
         assert spool.part(0, 2).collect().wav_scp == {} and spool.part(2).collect().text == {"b_2": "x"}

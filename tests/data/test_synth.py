@@ -33,7 +33,8 @@ RATE = 8000
 MS98_LINE = re.compile(r"^sw(\d{4})([AB])-ms98-a-(\d{4}) (\d+\.\d{6}) (\d+\.\d{6}) (\S.*)$")
 MS98_WORD = re.compile(
     r"^(\[silence\]|\[noise\]|\[laughter\]|\[vocalized-noise\]|\[laughter-[a-z'-]+\]|[a-z]+\[[a-z]+\]-"
-    r"|\{[a-z-]+\}|[a-z]+_1|[a-z'-]+)$")
+    r"|\{[a-z-]+\}|[a-z]+_1|[a-z'-]+)$"
+)
 PEM_LINE = re.compile(r"^((?:sw|en)_4\d{3}) ([AB]) unknown_speaker (\d+\.\d{2}) (\d+\.\d{2})$")
 STM_LINE = re.compile(r"^((?:sw|en)_4\d{3}) ([AB]) \1_\2 (\d+\.\d{2}) (\d+\.\d{2}) <O,(sw|en),([MF]),\5-\6> (\S.*)$")
 STM_WORD = re.compile(r"^(\(\(?%HESITATION\)|\([A-Z]+-\)|<[BE]_ASIDE>|[A-Z'-]+)$")
@@ -52,8 +53,11 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def file_hashes(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def read_ms98(path: Path) -> list[tuple[str, float, float, list[str]]]:
@@ -85,6 +89,7 @@ def power_db(x: np.ndarray) -> float:
 
 # ---- the tree ---------------------------------------------------------------------------
 
+
 def test_tree_has_the_real_ldc_paths(corpus):
     files = set(file_hashes(corpus))
     swb = sorted(f for f in files if f.startswith("LDC97S62/"))
@@ -103,7 +108,9 @@ def test_tree_has_the_real_ldc_paths(corpus):
     assert len([f for f in english if re.fullmatch(r"LDC2002S09/hub5e_00/english/en_4\d{3}\.sph", f)]) == 2
     assert "LDC2002S09/hub5e_00/english/hub5e_00.pem" in files
     assert {f for f in files if f.startswith("LDC2002T43/")} == {
-        "LDC2002T43/reference/hub5e00.english.000405.stm", "LDC2002T43/reference/en20000405_hub5.glm"}
+        "LDC2002T43/reference/hub5e00.english.000405.stm",
+        "LDC2002T43/reference/en20000405_hub5.glm",
+    }
     assert [p.name for p in corpus.parent.iterdir()] == ["corpus"]  # no temporary dirs left behind
 
 
@@ -118,6 +125,7 @@ def test_sphere_files_are_two_channel_8k_mulaw(corpus):
 
 
 # ---- MS98 transcripts --------------------------------------------------------------------
+
 
 def test_ms98_segments_cover_each_side_in_order(corpus):
     for trans, words, audio, _ in ms98_sides(corpus):
@@ -155,6 +163,7 @@ def test_speech_segments_keep_a_margin_of_silence(corpus):
     # Transcribers' segments include some silence around the speech (as the eval segments get
     # 0.1 s more in data prep); segments cut at the first and last word would not.
     from asr.data.synth.conversation import SEGMENT_MARGIN_S
+
     leads, tails = [], []
     for trans, words, _, _ in ms98_sides(corpus):
         spans: dict[str, list[float]] = {}
@@ -178,14 +187,14 @@ def test_speech_is_far_louder_than_silence(corpus):
         x, _ = sf.read(str(audio))
         x = x[:, channel]
         for _, start, end, text in trans:
-            part = x[int(start * RATE):int(end * RATE)]
+            part = x[int(start * RATE) : int(end * RATE)]
             if text == ["[silence]"]:
                 silence.append(power_db(part))
             elif any(not w.startswith("[") for w in text):
                 speech.append(power_db(part))
         for _, start, end, (w,) in words:
             if w in (tk.NOISE, tk.LAUGHTER):
-                events.append(power_db(x[int(start * RATE):int(end * RATE)]))
+                events.append(power_db(x[int(start * RATE) : int(end * RATE)]))
     assert -30 < np.median(speech) < -14  # speech around -20 dBFS
     assert max(silence) < -50  # only the line noise floor
     assert min(speech) - max(silence) > 20
@@ -197,13 +206,23 @@ def test_training_text_has_ms98_phenomena(corpus):
     for trans, _, _, _ in ms98_sides(corpus):
         for _, _, _, text in trans:
             for w in text:
-                counts["silence" if w == tk.SILENCE else "tag" if w.startswith("[") and not w.startswith("[laughter-")
-                       else "filler" if w in gr.FILLERS else "contraction" if w in gr.CONTRACTIONS else "word"] += 1
+                counts[
+                    "silence"
+                    if w == tk.SILENCE
+                    else "tag"
+                    if w.startswith("[") and not w.startswith("[laughter-")
+                    else "filler"
+                    if w in gr.FILLERS
+                    else "contraction"
+                    if w in gr.CONTRACTIONS
+                    else "word"
+                ] += 1
     assert counts["silence"] > 40 and counts["tag"] >= 1
     assert counts["filler"] >= 5 and counts["contraction"] >= 10 and counts["word"] > 200
 
 
 # ---- phone timings -----------------------------------------------------------------------
+
 
 def loud_outside_phones(corpus: Path, shift: int = 0) -> float:
     """The fraction of the training sides' sound (10 ms power within 35 dB of the side's
@@ -215,10 +234,10 @@ def loud_outside_phones(corpus: Path, shift: int = 0) -> float:
         timeline = ph.read_timeline(ph.phone_path(corpus / layouts.MS98_DIR, number, side))
         x = sf.read(str(audio))[0][:, channel]
         power = smoothed_power(x, int(0.01 * RATE))
-        loud = power > power.max() * 10 ** -3.5
+        loud = power > power.max() * 10**-3.5
         covered = np.zeros(len(x), bool)
         for start, end in zip(timeline.starts, timeline.ends):
-            covered[max(0, round(start * RATE) + shift):max(0, round(end * RATE) + shift)] = True
+            covered[max(0, round(start * RATE) + shift) : max(0, round(end * RATE) + shift)] = True
         outside += int((loud & ~covered).sum())
         loud_total += int(loud.sum())
     return outside / loud_total
@@ -238,7 +257,9 @@ def test_phone_files_lie_inside_their_segments_in_time_order(corpus):
         number, side = int(trans[0][0][2:6]), "AB"[channel]
         segments = {sid: (start, end) for sid, start, end, text in trans if text != [tk.SILENCE]}
         path = ph.phone_path(corpus / layouts.MS98_DIR, number, side)
-        rows = [(line.split()[0], *ph_row) for line, ph_row in zip(path.read_text().splitlines(), ph.read_phone_lines(path))]
+        rows = [
+            (line.split()[0], *ph_row) for line, ph_row in zip(path.read_text().splitlines(), ph.read_phone_lines(path))
+        ]
         previous = 0.0
         for sid, start, end, phone in rows:
             assert segments[sid][0] <= start < end <= segments[sid][1], (sid, start, end)
@@ -255,6 +276,7 @@ def test_phone_files_lie_inside_their_segments_in_time_order(corpus):
 
 # ---- rendering details ------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def renderer() -> UtteranceRenderer:
     speaker = sp.Speaker("t", "en-us", "m3", "M", rate=170, pitch=50, intonation=50, gain_db=0.0)
@@ -270,15 +292,17 @@ def test_word_times_follow_the_audio(renderer):
     loud = power > power.max() * 1e-3
     for t in u.tokens:
         assert t.end - t.start > 0.03 * RATE, t
-        assert loud[t.start:t.end].mean() > 0.6, t  # mostly sound inside every word
+        assert loud[t.start : t.end].mean() > 0.6, t  # mostly sound inside every word
     covered = np.zeros(len(u.audio), bool)
     for t in u.tokens:
-        covered[t.start:t.end] = True
+        covered[t.start : t.end] = True
     assert loud[covered].sum() / loud.sum() > 0.97  # and almost no sound outside the words
 
 
 def test_phone_spans_follow_the_words(renderer):
-    u = renderer.render([tk.noise()] + [tk.word(w) for w in "we went camping in the mountains".split()] + [tk.laughter()])
+    u = renderer.render(
+        [tk.noise()] + [tk.word(w) for w in "we went camping in the mountains".split()] + [tk.laughter()]
+    )
     noise, *words, laugh = u.tokens
     spans = list(u.phones)
     assert spans[0] == ph.PhoneSpan(ph.NOISE, noise.start, noise.end)
@@ -291,11 +315,11 @@ def test_phone_spans_follow_the_words(renderer):
     vowels = [p for p in speech if p.phone in ("i:", "E", "a", "aU", "I")]
     assert len(vowels) >= 5
     for p in vowels:  # voiced vowels are loud all through
-        assert power[p.start:p.end].min() > power.max() * 10 ** -2.5, p
+        assert power[p.start : p.end].min() > power.max() * 10**-2.5, p
     stops = [p for p in speech if p.phone in ("t", "k", "p")]
     assert len(stops) >= 3
     for p in stops:  # a stop starts with its silent closure (eSpeak's pre-pause, emitted before its event)
-        assert power[p.start + int(0.01 * RATE):p.start + int(0.025 * RATE)].max() < power.max() * 1e-4, p
+        assert power[p.start + int(0.01 * RATE) : p.start + int(0.025 * RATE)].max() < power.max() * 1e-4, p
 
 
 def test_a_cut_word_keeps_the_phones_of_its_first_part(renderer):
@@ -320,10 +344,11 @@ def test_events_are_spliced_between_words(renderer):
     assert noise.end < yeah.start and right.end < laugh.start
     assert right.token.ms98 == "[laughter-right]" and right.token.stm == "RIGHT"
     assert (laugh.end - laugh.start) / RATE > 0.3  # several "ha" pulses
-    assert power_db(u.audio[laugh.start:laugh.end]) > -35
+    assert power_db(u.audio[laugh.start : laugh.end]) > -35
 
 
 # ---- Hub5 pem / stm / glm ---------------------------------------------------------------
+
 
 def read_lines(path: Path) -> list[str]:
     return [line for line in path.read_text().splitlines() if not line.startswith(";;")]
@@ -387,9 +412,14 @@ def test_stm_exercises_the_scoring_conventions(corpus):
 def test_glm_is_nist1(corpus):
     lines = layouts.glm_path(corpus).read_text().splitlines()
     header = [line for line in lines if line.startswith("*")]
-    assert header == ['* name "en20000405_hub5.glm"',
-                      '* desc "The Global Mapping File for the synthetic Hub5-E 2000 evaluation"',
-                      "* format = 'NIST1'", "* max_nrules = '1000'", "* copy_no_hit = 'T'", "* case_sensitive = 'F'"]
+    assert header == [
+        '* name "en20000405_hub5.glm"',
+        '* desc "The Global Mapping File for the synthetic Hub5-E 2000 evaluation"',
+        "* format = 'NIST1'",
+        "* max_nrules = '1000'",
+        "* copy_no_hit = 'T'",
+        "* case_sensitive = 'F'",
+    ]
     rules = [line for line in lines if line and not line.startswith((";;", "*"))]
     assert all(GLM_RULE.match(r) for r in rules)
     assert "UH => %HESITATION / [ ] __ [ ] ;; hesitation" in rules
@@ -397,6 +427,7 @@ def test_glm_is_nist1(corpus):
 
 
 # ---- speakers and text --------------------------------------------------------------------
+
 
 def test_eval_speakers_are_new_combinations_within_training_ranges():
     plan = plan_corpus(load_config(["synth=mini"]).synth)
@@ -443,8 +474,16 @@ def test_eval_sentences_are_held_out_of_training():
 
 
 def test_grammar_makes_ms98_forms():
-    style = gr.Style(filler=1.0, repetition=0.0, partial=1.0, laughter_word=0.0, laughter=1.0, noise=0.0,
-                     vocalized_noise=1.0, them_variant=1.0)
+    style = gr.Style(
+        filler=1.0,
+        repetition=0.0,
+        partial=1.0,
+        laughter_word=0.0,
+        laughter=1.0,
+        noise=0.0,
+        vocalized_noise=1.0,
+        them_variant=1.0,
+    )
     tokens = gr.Disfluencies(np.random.default_rng(1), style).apply(gr.Sentence(("i", "see", "them", "tomorrow")))
     forms = [t.ms98 for t in tokens]
     assert forms[0] == tk.VOCALIZED_NOISE and forms[-1] == tk.LAUGHTER
@@ -455,10 +494,12 @@ def test_grammar_makes_ms98_forms():
 
 # ---- config, entry point, determinism ---------------------------------------------------
 
+
 def test_the_eval_set_does_not_depend_on_the_training_size(tmp_path):
     def eval_specs(train_conversations):
         plan = plan_corpus(tiny_config(tmp_path, f"synth.train_conversations={train_conversations}"))
         return [c for c in plan.conversations if c.subset != "train"]
+
     assert eval_specs(4) == eval_specs(7)
     assert len(eval_specs(4)) == 4
 
@@ -473,8 +514,20 @@ def test_bad_config_is_an_input_error(tmp_path):
 def test_same_seed_gives_identical_files_with_any_number_of_processes(corpus, tmp_path):
     again = tmp_path / "again"
     proc = subprocess.run(
-        [sys.executable, "-m", "asr.data.synth", "synth=tiny", "synth.jobs=1", f"synth.out_dir={again}",
-         f"exp_dir={tmp_path / 'exp'}"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "asr.data.synth",
+            "synth=tiny",
+            "synth.jobs=1",
+            f"synth.out_dir={again}",
+            f"exp_dir={tmp_path / 'exp'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert re.search(r"train\s+4\s+8\s+0\.0\d+", proc.stdout)  # the summary table is printed
     assert file_hashes(again) == file_hashes(corpus)
@@ -495,15 +548,25 @@ def test_a_conversation_renders_the_same_in_every_process():
     """A demo-corpus conversation (1.2 minutes) in two fresh processes: the same samples. eSpeak
     NG's own noise generator, left unseeded, gave 612,884 / 612,888 / 612,890 samples in three
     processes, and two syntheses of the demo corpus differed in 298 files."""
-    outputs = [subprocess.run([sys.executable, "-c", RENDER_ONE], capture_output=True, text=True, timeout=300) for _ in range(2)]
+    outputs = [
+        subprocess.run([sys.executable, "-c", RENDER_ONE], capture_output=True, text=True, timeout=300)
+        for _ in range(2)
+    ]
     assert all(out.returncode == 0 for out in outputs), outputs[0].stderr[-2000:]
     assert outputs[0].stdout == outputs[1].stdout and outputs[0].stdout.strip()
 
 
 def test_another_seed_gives_other_audio_and_text(corpus, tmp_path):
     other = tmp_path / "other"
-    synthesize_corpus(tiny_config(other, "synth.seed=2", "synth.train_conversations=1",
-                                  "synth.eval_swb_conversations=0", "synth.eval_callhome_conversations=0"))
+    synthesize_corpus(
+        tiny_config(
+            other,
+            "synth.seed=2",
+            "synth.train_conversations=1",
+            "synth.eval_swb_conversations=0",
+            "synth.eval_callhome_conversations=0",
+        )
+    )
     first = "LDC97S62/swb1_d1/data/sw02001.sph"
     trans = "swb_ms98_transcriptions/20/2001/sw2001A-ms98-a-trans.text"
     mine, theirs = file_hashes(corpus), file_hashes(other)

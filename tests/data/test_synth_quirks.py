@@ -22,10 +22,18 @@ def corpus():
 
 
 def config(root, out, **overrides):
-    cfg = DataConfig(name="quirky", swbd_dir=str(root / "LDC97S62"), ms98_dir=str(root / "swb_ms98_transcriptions"),
-                     eval2000_dir=str(root / "LDC2002S09/hub5e_00"), eval2000_text_dir=str(root / "LDC2002T43"),
-                     data_dir=str(out), dev_utts=20, expected_sph_files=4, prepare_sets=["train", "dev"],
-                     fisher_dirs=[])
+    cfg = DataConfig(
+        name="quirky",
+        swbd_dir=str(root / "LDC97S62"),
+        ms98_dir=str(root / "swb_ms98_transcriptions"),
+        eval2000_dir=str(root / "LDC2002S09/hub5e_00"),
+        eval2000_text_dir=str(root / "LDC2002T43"),
+        data_dir=str(out),
+        dev_utts=20,
+        expected_sph_files=4,
+        prepare_sets=["train", "dev"],
+        fisher_dirs=[],
+    )
     for key, value in overrides.items():
         setattr(cfg, key, value)
     return OmegaConf.structured(cfg)

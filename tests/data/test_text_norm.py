@@ -132,7 +132,14 @@ def test_fisher_uncertain_line_dropped_whole():
 
 def test_fisher_tags_mapped_as_kaldi():
     assert map_fisher_tags(["[laugh]", "[sigh]", "[cough]", "[mn]", "[breath]", "[lipsmack]", "[noise]"]) == [
-        "[laughter]", "[noise]", "[noise]", "[noise]", "[noise]", "[noise]", "[noise]"]
+        "[laughter]",
+        "[noise]",
+        "[noise]",
+        "[noise]",
+        "[noise]",
+        "[noise]",
+        "[noise]",
+    ]
     assert normalize_fisher_text("[lipsmack] an- so the topic is [laugh]") == "[noise] an- so the topic is [laughter]"
 
 

@@ -9,7 +9,6 @@ import sys
 import tracemalloc
 from pathlib import Path
 
-import pytest
 
 from asr.data.sphere import read_sphere_header
 from asr.data.validate import full_read_sample, validate_data_dir
@@ -73,7 +72,12 @@ def test_many_problems_of_one_kind_are_capped(data_dir):
 
 def test_sphere_header_read_directly(data_dir):
     header = read_sphere_header(sph_of(data_dir))
-    assert (header.sample_count, header.sample_rate, header.channel_count, header.sample_coding) == (160000, 8000, 2, "ulaw")
+    assert (header.sample_count, header.sample_rate, header.channel_count, header.sample_coding) == (
+        160000,
+        8000,
+        2,
+        "ulaw",
+    )
     assert header.duration == 20.0 and header.expected_file_bytes == 1024 + 320000
 
 
@@ -86,7 +90,9 @@ def test_full_read_sample_is_spread_and_deterministic():
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "asr.data.validate", *args], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "asr.data.validate", *args], env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_cli_exit_status_and_messages(data_dir, break_dir, tmp_path):
@@ -103,7 +109,9 @@ def test_cli_exit_status_and_messages(data_dir, break_dir, tmp_path):
 def _sorted_data_dir(path: Path, utterances: int, per_speaker: int = 100) -> Path:
     """A valid data dir of `utterances` (its audio is not read): one recording per speaker."""
     path.mkdir()
-    utts = [(f"spk{i // per_speaker:05d}", f"spk{i // per_speaker:05d}-{i % per_speaker:05d}") for i in range(utterances)]
+    utts = [
+        (f"spk{i // per_speaker:05d}", f"spk{i // per_speaker:05d}-{i % per_speaker:05d}") for i in range(utterances)
+    ]
     speakers = sorted({spk for spk, _ in utts})
     tables = {
         "utt2spk": (f"{utt} {spk}" for spk, utt in utts),

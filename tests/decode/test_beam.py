@@ -22,10 +22,10 @@ from asr.text.tokenizer import Tokenizer, train_sentencepiece
 from asr.utils.errors import InputError
 
 PIECES = ["<blk>", "<unk>", "\u2581the", "\u2581ca", "t", "s", "\u2581t", "o"]
-BLANK, THE, CA, T, S, T_, O = 0, 2, 3, 4, 5, 6, 7
+BLANK, THE, CA, T, S, T_, OH = 0, 2, 3, 4, 5, 6, 7
 LEXICON = Lexicon(
     words=("<unk>", "the", "cat", "cats", "to", "too"),
-    spellings=((), (THE,), (CA, T), (CA, T, S), (T_, O), (T_, O, O)),
+    spellings=((), (THE,), (CA, T), (CA, T, S), (T_, OH), (T_, OH, OH)),
 )
 # A hand-written bigram LM over the lexicon's words (log10).
 ARPA = """\\data\\
@@ -71,9 +71,9 @@ def arpa(tmp_path_factory):
 
 CLEAR_PATHS = [
     # the cat too: multi-frame runs, a word-final token over two frames, 'o _ o' for a double letter
-    [BLANK, THE, THE, BLANK, CA, CA, T, T, BLANK, T_, O, BLANK, O, O, BLANK],
-    [CA, T, S, S, T_, T_, O, O],  # no blanks at all between words
-    [BLANK, BLANK, T_, O, BLANK, BLANK],
+    [BLANK, THE, THE, BLANK, CA, CA, T, T, BLANK, T_, OH, BLANK, OH, OH, BLANK],
+    [CA, T, S, S, T_, T_, OH, OH],  # no blanks at all between words
+    [BLANK, BLANK, T_, OH, BLANK, BLANK],
 ]
 
 
@@ -104,8 +104,16 @@ def brute_force(log_probs: np.ndarray, score_words) -> tuple[int, ...]:
             if not tokens:
                 ll = float(lp[:, 0, BLANK].sum())
             else:
-                ll = -float(torch.nn.functional.ctc_loss(
-                    lp, torch.tensor([tokens]), torch.tensor([frames]), torch.tensor([len(tokens)]), reduction="sum", zero_infinity=False))
+                ll = -float(
+                    torch.nn.functional.ctc_loss(
+                        lp,
+                        torch.tensor([tokens]),
+                        torch.tensor([frames]),
+                        torch.tensor([len(tokens)]),
+                        reduction="sum",
+                        zero_infinity=False,
+                    )
+                )
             score = ll + score_words(words)
             if score > best:
                 best, best_tokens = score, tuple(tokens)
@@ -187,5 +195,7 @@ def test_lm_path_and_tuned_values_from_the_config(tmp_path, caplog):
         assert tuned_values(cfg) is None
     assert "lm_tuning.json not found" in caplog.text
     (tmp_path / "exp").mkdir()
-    (tmp_path / "exp" / "lm_tuning.json").write_text(json.dumps({"best": {"lm_weight": 0.8, "word_score": 1.0, "wer": 2.0}}))
+    (tmp_path / "exp" / "lm_tuning.json").write_text(
+        json.dumps({"best": {"lm_weight": 0.8, "word_score": 1.0, "wer": 2.0}})
+    )
     assert tuned_values(cfg) == {"lm_weight": 0.8, "word_score": 1.0}

@@ -100,11 +100,18 @@ def expected_loglikes(root, prior_scale: float) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("upsampled", [True, False])
 def test_exported_loglikes_are_log_posteriors_minus_log_priors(exp, upsampled):
-    overrides = ["decode.sets=[eval]", "decode.batch_size=3", "decode.prior_scale=0.7", f"decode.upsample={str(upsampled).lower()}"]
+    overrides = [
+        "decode.sets=[eval]",
+        "decode.batch_size=3",
+        "decode.prior_scale=0.7",
+        f"decode.upsample={str(upsampled).lower()}",
+    ]
     (out_dir,) = decode(load_config(hybrid_overrides(exp, overrides)))
     got = kaldiio.load_scp(str(out_dir / "loglikes.scp"))
     expected = expected_loglikes(exp, prior_scale=0.7)
-    num_frames = dict(line.split() for line in (exp / "feats" / "hybrid" / "eval" / "utt2num_frames").read_text().splitlines())
+    num_frames = dict(
+        line.split() for line in (exp / "feats" / "hybrid" / "eval" / "utt2num_frames").read_text().splitlines()
+    )
     assert sorted(got) == sorted(expected)
     for utt, model_rate in expected.items():
         frames = int(num_frames[utt])
@@ -124,5 +131,11 @@ def test_export_refuses_ctc_models_and_mismatched_counts(exp, tmp_path):
     save_checkpoint(ctc_path, checkpoint_state(build_model(model_cfg, FEAT_DIM, 5), model_cfg))
     with pytest.raises(InputError, match="a model with a 'ctc' head; log-likelihoods need a frame_ce"):
         decode(load_config(hybrid_overrides(exp, ["decode.sets=[eval]", f"decode.checkpoint={ctc_path}"])))
-    with pytest.raises(InputError, match="a model with a 'frame_ce' head; not CTC; export a frame_ce model's log-likelihoods for Kaldi with decode=loglikes"):
+    with pytest.raises(
+        InputError,
+        match=(
+            "a model with a 'frame_ce' head; not CTC; "
+            "export a frame_ce model's log-likelihoods for Kaldi with decode=loglikes"
+        ),
+    ):
         decode(load_config(hybrid_overrides(exp, ["decode.sets=[eval]", "decode=greedy"])))

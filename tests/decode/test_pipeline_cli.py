@@ -75,7 +75,9 @@ def test_tokenizer_train_decode_cli(tmp_path):
     hyp = read_table(root / "exp" / "decode_eval" / "hyp.txt", allow_empty_value=True)
     greedy = read_table_text(greedy_eval)
     refs = [data.text[u] for u in data.utts]
-    assert jiwer.wer(refs, [hyp[u] or "<empty>" for u in data.utts]) <= jiwer.wer(refs, [greedy[u] or "<empty>" for u in data.utts])
+    assert jiwer.wer(refs, [hyp[u] or "<empty>" for u in data.utts]) <= jiwer.wer(
+        refs, [greedy[u] or "<empty>" for u in data.utts]
+    )
     ctm = (root / "exp" / "decode_eval" / "hyp.ctm").read_text().splitlines()
     assert len(ctm) == sum(len(h.split()) for h in hyp.values())
 

@@ -27,10 +27,21 @@ def worker_env(**extra) -> dict:
 
 
 def torchrun_command(nproc: int, module_args: list[str], *launcher: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *launcher, "-m", *module_args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        *launcher,
+        "-m",
+        *module_args,
+    ]
 
 
-def run_torchrun(nproc: int, module_args: list[str], *launcher: str, timeout: float = 300, cwd=None) -> subprocess.CompletedProcess:
+def run_torchrun(
+    nproc: int, module_args: list[str], *launcher: str, timeout: float = 300, cwd=None
+) -> subprocess.CompletedProcess:
     cmd = torchrun_command(nproc, module_args, *launcher)
     return subprocess.run(cmd, env=worker_env(), cwd=cwd or REPO, capture_output=True, text=True, timeout=timeout)
 

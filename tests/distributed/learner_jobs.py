@@ -47,12 +47,26 @@ def free_port() -> int:
 
 def config(spec: dict) -> SimpleNamespace:
     train = SimpleNamespace(
-        optimizer=spec.get("optimizer", "sgd"), lr=0.05, momentum=0.9, weight_decay=0.0, warmup_steps=0, lr_decay=1.0, grad_clip=0.0,
-        max_frames=1, lr_scaling="none", lr_reference_frames=0,
+        optimizer=spec.get("optimizer", "sgd"),
+        lr=0.05,
+        momentum=0.9,
+        weight_decay=0.0,
+        warmup_steps=0,
+        lr_decay=1.0,
+        grad_clip=0.0,
+        max_frames=1,
+        lr_scaling="none",
+        lr_reference_frames=0,
     )
     distributed = SimpleNamespace(
-        algorithm=spec["algorithm"], backend="gloo", learners_per_node=spec.get("per_node", 0), timeout_s=spec.get("timeout_s", 30.0),
-        bucket_cap_mb=25.0, restart_from_average=False, topology=spec.get("topology", "ring"), delay_by_one=spec.get("delay_by_one", False),
+        algorithm=spec["algorithm"],
+        backend="gloo",
+        learners_per_node=spec.get("per_node", 0),
+        timeout_s=spec.get("timeout_s", 30.0),
+        bucket_cap_mb=25.0,
+        restart_from_average=False,
+        topology=spec.get("topology", "ring"),
+        delay_by_one=spec.get("delay_by_one", False),
     )
     return SimpleNamespace(train=train, distributed=distributed, device="cpu", seed=spec.get("seed", 1))
 
@@ -134,8 +148,12 @@ def run_job(spec: dict) -> dict:
         pid = os.fork()
         if pid == 0:
             os.environ.update(
-                RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(spec["learners"]), LOCAL_WORLD_SIZE=str(spec["learners"]),
-                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                RANK=str(rank),
+                LOCAL_RANK=str(rank),
+                WORLD_SIZE=str(spec["learners"]),
+                LOCAL_WORLD_SIZE=str(spec["learners"]),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
             )
             err = os.open(out / f"stderr.{rank}", os.O_WRONLY | os.O_CREAT)
             os.dup2(err, 2)
@@ -160,7 +178,9 @@ def run_job(spec: dict) -> dict:
     for rank in range(spec["learners"]):
         report_path = out / f"report.{rank}.json"
         report = json.loads(report_path.read_text()) if report_path.is_file() else {}
-        learners.append(report | {"exit": status[rank], "seconds": seconds[rank], "stderr": (out / f"stderr.{rank}").read_text()})
+        learners.append(
+            report | {"exit": status[rank], "seconds": seconds[rank], "stderr": (out / f"stderr.{rank}").read_text()}
+        )
     shutil.rmtree(out, ignore_errors=True)  # everything the test needs is in the returned reports
     return {"learners": learners}
 

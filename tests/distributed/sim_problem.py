@@ -9,8 +9,19 @@ TARGET = torch.randn(6, 2, generator=torch.Generator().manual_seed(3))
 
 
 def train_cfg(**kw):
-    base = dict(optimizer="sgd", lr=0.05, momentum=0.9, nesterov=False, weight_decay=0.0, warmup_steps=3, lr_decay=1.0, grad_clip=1.0,
-                max_frames=1, lr_scaling="none", lr_reference_frames=0)
+    base = dict(
+        optimizer="sgd",
+        lr=0.05,
+        momentum=0.9,
+        nesterov=False,
+        weight_decay=0.0,
+        warmup_steps=3,
+        lr_decay=1.0,
+        grad_clip=1.0,
+        max_frames=1,
+        lr_scaling="none",
+        lr_reference_frames=0,
+    )
     return SimpleNamespace(**(base | kw))
 
 

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.fixtures.hybrid_corpus import hmm_system, hybrid_overrides, text_transition_model, write_ali_gz, write_hybrid_set
+from tests.fixtures.hybrid_corpus import (
+    hmm_system,
+    hybrid_overrides,
+    text_transition_model,
+    write_ali_gz,
+    write_hybrid_set,
+)
 
 from asr.config import load_config
 from asr.train import loop
@@ -40,9 +46,11 @@ def overrides(root: Path, name: str, *extra: str) -> list[str]:
 @pytest.fixture(scope="module")
 def runs(corpus) -> dict[str, str]:
     out = {}
-    for name, nproc, extra in (("ssgd", 2, ["distributed=ssgd", "train.batch_samples=8"]),
-                               ("adpsgd", 2, ["distributed=adpsgd", "train.batch_samples=8"]),
-                               ("hadpsgd", 4, ["distributed=hadpsgd", "distributed.learners_per_node=2", "train.batch_samples=4"])):
+    for name, nproc, extra in (
+        ("ssgd", 2, ["distributed=ssgd", "train.batch_samples=8"]),
+        ("adpsgd", 2, ["distributed=adpsgd", "train.batch_samples=8"]),
+        ("hadpsgd", 4, ["distributed=hadpsgd", "distributed.learners_per_node=2", "train.batch_samples=4"]),
+    ):
         proc = run_torchrun(nproc, ["asr.train", *overrides(corpus, name, *extra)])
         assert proc.returncode == 0, proc.stderr[-4000:]
         out[name] = proc.stderr + proc.stdout
@@ -89,5 +97,7 @@ def test_a_stopped_adpsgd_run_goes_on_from_the_samples_its_nodes_trained(corpus)
     assert not (corpus / "adpsgd_stopped" / "checkpoints" / "last.pt").exists()
     second = run_torchrun(2, args)
     assert second.returncode == 0, second.stderr[-4000:]
-    assert re.search(r"resumed from step \d+ \(epoch 1, 80 of its samples trained; own start", second.stderr + second.stdout)
+    assert re.search(
+        r"resumed from step \d+ \(epoch 1, 80 of its samples trained; own start", second.stderr + second.stdout
+    )
     assert last(corpus / "adpsgd_stopped")["epoch"] == 2

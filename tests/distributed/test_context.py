@@ -22,7 +22,10 @@ def test_backend_follows_the_device():
 
 
 def cfg(algorithm):
-    return SimpleNamespace(distributed=SimpleNamespace(algorithm=algorithm, backend="auto", learners_per_node=0, timeout_s=60.0), device="cpu")
+    return SimpleNamespace(
+        distributed=SimpleNamespace(algorithm=algorithm, backend="auto", learners_per_node=0, timeout_s=60.0),
+        device="cpu",
+    )
 
 
 def test_launch_without_torchrun_is_one_learner_and_collectives_are_no_ops(monkeypatch):
@@ -56,5 +59,8 @@ def test_a_collective_that_never_returns_ends_the_learner_with_the_message(tmp_p
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3  # asr.distributed.context.EXIT_DISTRIBUTED_ERROR
-    assert re.search(r"learner 3: gradient all-reduce got no answer for \d+ s \(limit 0.5 s: distributed.timeout_s=0.2 and a grace\)",
-                     proc.stderr), proc.stderr
+    assert re.search(
+        r"learner 3: gradient all-reduce got no answer for \d+ s \(limit 0.5 s: "
+        r"distributed.timeout_s=0.2 and a grace\)",
+        proc.stderr,
+    ), proc.stderr

@@ -22,7 +22,11 @@ def meta_adam() -> tuple[list[torch.nn.Parameter], torch.optim.Adam]:
     params = [torch.nn.Parameter(torch.empty(3, 2, device=META)), torch.nn.Parameter(torch.empty(4, device=META))]
     optimizer = torch.optim.Adam(params)
     for p in params:  # Adam's state as it is after a step: step on the CPU, moments on the device
-        optimizer.state[p] = {"step": torch.tensor(1.0), "exp_avg": torch.empty_like(p), "exp_avg_sq": torch.empty_like(p)}
+        optimizer.state[p] = {
+            "step": torch.tensor(1.0),
+            "exp_avg": torch.empty_like(p),
+            "exp_avg_sq": torch.empty_like(p),
+        }
     return params, optimizer
 
 

@@ -43,7 +43,9 @@ class Endpoint:
         return self.wire.headers.get(timeout=10)
 
     def swap(self, mine, theirs, peer, active):
-        out, into = (self.wire.to_passive, self.wire.to_active) if active else (self.wire.to_active, self.wire.to_passive)
+        out, into = (
+            (self.wire.to_passive, self.wire.to_active) if active else (self.wire.to_active, self.wire.to_passive)
+        )
         out.put(mine.clone())
         if not active:
             self.wire.in_swap.set()
@@ -153,10 +155,13 @@ def test_a_swap_posts_its_receive_before_its_send(monkeypatch, active):
         def record(tensor, peer, group=None, tag=0):
             posted.append((kind, tag))
             return Done()
+
         return record
 
     monkeypatch.setattr(exchange.dist, "irecv", post("recv"))
     monkeypatch.setattr(exchange.dist, "isend", post("send"))
     exchange.PointToPoint(group=None).swap(torch.zeros(3), torch.zeros(3), peer=1, active=active)
-    sent, received = (exchange.WEIGHTS_TAG, exchange.REPLY_TAG) if active else (exchange.REPLY_TAG, exchange.WEIGHTS_TAG)
+    sent, received = (
+        (exchange.WEIGHTS_TAG, exchange.REPLY_TAG) if active else (exchange.REPLY_TAG, exchange.WEIGHTS_TAG)
+    )
     assert posted == [("recv", received), ("send", sent)]

@@ -1,7 +1,7 @@
 """The real updaters in real processes (forked learners on gloo, tests/distributed/learner_jobs.py):
 ADPSGD/H-ADPSGD exchanges (exactly the average, the sum kept), straggler independence, clean shutdown (20 times,
-with the fixed and the randomized ring, the exponential graph), delay-by-one's average one step late, and a learner that stops answering
-hitting a timeout with a clear error instead of a hang."""
+with the fixed and the randomized ring, the exponential graph), delay-by-one's average one step late, and a learner
+that stops answering hitting a timeout with a clear error instead of a hang."""
 
 from __future__ import annotations
 
@@ -24,15 +24,69 @@ ABORT_SIGNS = ("terminate called", "Aborted", "core dumped", "Traceback", "Fatal
 JOB_SPECS = [
     {"name": "straggler", "learners": 4, "algorithm": "adpsgd", "steps": 12, "slow_rank": 1, "slow_s": 0.1},
     {"name": "shutdown", "learners": 2, "algorithm": "adpsgd", "steps": 4, "repeat": 20},
-    {"name": "shutdown-random-ring", "learners": 4, "algorithm": "adpsgd", "topology": "random_ring", "steps": 4, "repeat": 20},
-    {"name": "shutdown-exponential", "learners": 4, "algorithm": "adpsgd", "topology": "exponential", "steps": 4, "repeat": 10},
-    {"name": "mixing-random-ring-delayed", "learners": 4, "algorithm": "adpsgd", "topology": "random_ring", "delay_by_one": True,
-     "steps": 6, "own_start": True, "mix_only": True},
-    {"name": "one-exchange-delayed", "learners": 2, "algorithm": "adpsgd", "delay_by_one": True, "steps": 2, "own_start": True,
-     "mix_only": True, "trace": True},
-    {"name": "frozen-passive", "learners": 2, "algorithm": "adpsgd", "steps": 20, "freeze_rank": 1, "freeze_step": 5, "timeout_s": 3},
-    {"name": "frozen-active", "learners": 2, "algorithm": "adpsgd", "steps": 20, "freeze_rank": 0, "freeze_step": 5, "timeout_s": 3},
-    {"name": "frozen-ssgd", "learners": 2, "algorithm": "ssgd", "steps": 20, "freeze_rank": 1, "freeze_step": 5, "timeout_s": 3},
+    {
+        "name": "shutdown-random-ring",
+        "learners": 4,
+        "algorithm": "adpsgd",
+        "topology": "random_ring",
+        "steps": 4,
+        "repeat": 20,
+    },
+    {
+        "name": "shutdown-exponential",
+        "learners": 4,
+        "algorithm": "adpsgd",
+        "topology": "exponential",
+        "steps": 4,
+        "repeat": 10,
+    },
+    {
+        "name": "mixing-random-ring-delayed",
+        "learners": 4,
+        "algorithm": "adpsgd",
+        "topology": "random_ring",
+        "delay_by_one": True,
+        "steps": 6,
+        "own_start": True,
+        "mix_only": True,
+    },
+    {
+        "name": "one-exchange-delayed",
+        "learners": 2,
+        "algorithm": "adpsgd",
+        "delay_by_one": True,
+        "steps": 2,
+        "own_start": True,
+        "mix_only": True,
+        "trace": True,
+    },
+    {
+        "name": "frozen-passive",
+        "learners": 2,
+        "algorithm": "adpsgd",
+        "steps": 20,
+        "freeze_rank": 1,
+        "freeze_step": 5,
+        "timeout_s": 3,
+    },
+    {
+        "name": "frozen-active",
+        "learners": 2,
+        "algorithm": "adpsgd",
+        "steps": 20,
+        "freeze_rank": 0,
+        "freeze_step": 5,
+        "timeout_s": 3,
+    },
+    {
+        "name": "frozen-ssgd",
+        "learners": 2,
+        "algorithm": "ssgd",
+        "steps": 20,
+        "freeze_rank": 1,
+        "freeze_step": 5,
+        "timeout_s": 3,
+    },
     {"name": "one-exchange", "learners": 2, "algorithm": "adpsgd", "steps": 1, "own_start": True, "mix_only": True},
     {"name": "idle-learner", "learners": 4, "algorithm": "adpsgd", "optimizer": "adam", "steps": 3, "idle_rank": 0},
     {"name": "mixing", "learners": 4, "algorithm": "adpsgd", "steps": 6, "own_start": True, "mix_only": True},
@@ -41,7 +95,9 @@ JOB_SPECS = [
 
 @pytest.fixture(scope="module")
 def jobs() -> dict[str, list[list[dict]]]:
-    proc = subprocess.run([sys.executable, str(JOBS), json.dumps(JOB_SPECS)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(JOBS), json.dumps(JOB_SPECS)], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out: dict[str, list[list[dict]]] = {}
     for line in proc.stdout.splitlines():
@@ -62,10 +118,10 @@ def test_a_straggler_slows_nobody_under_adpsgd(jobs):
     [learners] = jobs["straggler"]
     assert_clean(learners)
     slow = learners[1]["train_s"]
-    fast = max(l["train_s"] for r, l in enumerate(learners) if r != 1)
+    fast = max(learner["train_s"] for r, learner in enumerate(learners) if r != 1)
     assert slow >= 1.2 and fast < 0.5 * slow, (fast, slow)
-    assert [l["exchanges"] for l in learners] == [12] * 4
-    assert all(l["weights"] == learners[0]["weights"] for l in learners)  # the consensus
+    assert [learner["exchanges"] for learner in learners] == [12] * 4
+    assert all(learner["weights"] == learners[0]["weights"] for learner in learners)  # the consensus
 
 
 def test_clean_shutdown_twenty_times(jobs):
@@ -73,7 +129,7 @@ def test_clean_shutdown_twenty_times(jobs):
     assert len(jobs["shutdown"]) == 20
     for learners in jobs["shutdown"]:
         assert_clean(learners)
-        assert [l["exchanges"] for l in learners] == [4, 4]
+        assert [learner["exchanges"] for learner in learners] == [4, 4]
 
 
 def test_random_ring_shuts_down_cleanly_twenty_times(jobs):
@@ -96,13 +152,31 @@ def test_exponential_graph_shuts_down_cleanly_ten_times(jobs):
         assert [learners[r]["exchanges"] for r in range(4)] == [4, 4, 4, 4]  # every step a perfect matching
 
 
-@pytest.mark.parametrize("job,frozen,message", [
-    ("frozen-passive", 1, r"learner 0: no answer from learner 1 to the ADPSGD weight exchange of step \d+ within distributed.timeout_s=3"),
-    # The passive learner trains on without waiting for its frozen active neighbour, until the
-    # epoch end, where every learner must take part in the average.
-    ("frozen-active", 0, r"learner 1: waiting for every learner at the epoch end failed \(.*Timed out.*\). Another learner died, hung or cannot be reached within distributed.timeout_s=3"),
-    ("frozen-ssgd", 1, r"learner 0: gradient all-reduce \(token counts\) failed \(.*Timed out.*\). Another learner died, hung or cannot be reached"),
-])
+@pytest.mark.parametrize(
+    "job,frozen,message",
+    [
+        (
+            "frozen-passive",
+            1,
+            r"learner 0: "
+            r"no answer from learner 1 to the ADPSGD weight exchange of step \d+ within distributed.timeout_s=3",
+        ),
+        # The passive learner trains on without waiting for its frozen active neighbour, until the
+        # epoch end, where every learner must take part in the average.
+        (
+            "frozen-active",
+            0,
+            r"learner 1: waiting for every learner at the epoch end failed \(.*Timed out.*\). Another learner died, "
+            r"hung or cannot be reached within distributed.timeout_s=3",
+        ),
+        (
+            "frozen-ssgd",
+            1,
+            r"learner 0: gradient all-reduce \(token counts\) failed \(.*Timed out.*\). Another learner died, "
+            r"hung or cannot be reached",
+        ),
+    ],
+)
 def test_a_learner_that_stops_answering_is_a_clear_error_not_a_hang(jobs, job, frozen, message):
     """The frozen learner (SIGSTOP) is killed by the driver once the other has exited."""
     [learners] = jobs[job]
@@ -123,7 +197,7 @@ def test_a_learner_that_took_no_step_still_averages_its_optimizer_moments(jobs):
     moments = torch.tensor(learners[0]["moments"])
     assert moments.numel() == 2 * (8 * 4 + 4)  # exp_avg and exp_avg_sq of the weight and the bias
     assert moments.abs().sum() > 0
-    assert all(l["moments"] == learners[0]["moments"] for l in learners)
+    assert all(learner["moments"] == learners[0]["moments"] for learner in learners)
 
 
 U = 2.0**-24  # float32's unit round-off
@@ -135,14 +209,14 @@ def test_one_exchange_leaves_both_learners_with_exactly_the_average(jobs):
     operations of w + (v - w) / 2."""
     [learners] = jobs["one-exchange"]
     assert_clean(learners)
-    a, b = (torch.tensor(l["initial"], dtype=torch.float64) for l in learners)
+    a, b = (torch.tensor(learner["initial"], dtype=torch.float64) for learner in learners)
     assert not torch.allclose(a, b)
     average = (a + b) / 2
     bound = 2 * U * (a.abs() + b.abs())
     for learner in learners:
         own = torch.tensor(learner["own"], dtype=torch.float64)
         assert ((own - average).abs() <= bound).all(), (own - average).abs().max()
-    both = sum(torch.tensor(l["own"], dtype=torch.float64) for l in learners)
+    both = sum(torch.tensor(learner["own"], dtype=torch.float64) for learner in learners)
     assert ((both - (a + b)).abs() <= 2 * bound).all()  # the sum is kept
 
 
@@ -152,7 +226,7 @@ def test_delay_by_one_applies_the_average_one_step_late(jobs):
     [learners] = jobs["one-exchange-delayed"]
     assert_clean(learners)
     active = learners[0]
-    a, b = (torch.tensor(l["initial"], dtype=torch.float64) for l in learners)
+    a, b = (torch.tensor(learner["initial"], dtype=torch.float64) for learner in learners)
     after = [torch.tensor(t, dtype=torch.float64) for t in active["trace"]]
     assert torch.equal(after[0], a)
     bound = 2 * U * (a.abs() + b.abs())
@@ -164,8 +238,8 @@ def test_delay_by_one_applies_the_average_one_step_late(jobs):
 def test_pairwise_averaging_keeps_the_sum_and_pulls_the_learners_together(jobs, job):
     [learners] = jobs[job]
     assert_clean(learners)
-    initial = torch.stack([torch.tensor(l["initial"], dtype=torch.float64) for l in learners])
-    own = torch.stack([torch.tensor(l["own"], dtype=torch.float64) for l in learners])
+    initial = torch.stack([torch.tensor(learner["initial"], dtype=torch.float64) for learner in learners])
+    own = torch.stack([torch.tensor(learner["own"], dtype=torch.float64) for learner in learners])
     steps = 6
     bound = steps * 4 * U * initial.abs().sum(0)  # each exchange rounds each side a few times
     assert ((own.sum(0) - initial.sum(0)).abs() <= bound).all()

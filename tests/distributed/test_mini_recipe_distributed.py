@@ -28,8 +28,15 @@ RUNS = {
     "ssgd4": (4, ["distributed=ssgd"]),
     "adpsgd4": (4, ["distributed=adpsgd"]),
     "hadpsgd4": (4, ["distributed=hadpsgd", "distributed.learners_per_node=2"]),  # 2 nodes x 2
-    "adpsgd4v": (4, ["distributed=adpsgd", "distributed.topology=random_ring", "distributed.delay_by_one=true",
-                     "train.checkpoint_every_steps=3"]),
+    "adpsgd4v": (
+        4,
+        [
+            "distributed=adpsgd",
+            "distributed.topology=random_ring",
+            "distributed.delay_by_one=true",
+            "train.checkpoint_every_steps=3",
+        ],
+    ),
 }
 
 
@@ -57,8 +64,23 @@ def runs(recipe) -> dict:
     out = {}
     for name, (nproc, overrides) in RUNS.items():
         stop = score if name == "hadpsgd4" else train
-        proc = recipe.run("--exp", name, "--stage", str(train), "--stop-stage", str(stop), "--nproc", str(nproc),
-                          "--decode", "greedy", "--score", "jiwer", *TINY, *PER_LEARNER, *overrides)
+        proc = recipe.run(
+            "--exp",
+            name,
+            "--stage",
+            str(train),
+            "--stop-stage",
+            str(stop),
+            "--nproc",
+            str(nproc),
+            "--decode",
+            "greedy",
+            "--score",
+            "jiwer",
+            *TINY,
+            *PER_LEARNER,
+            *overrides,
+        )
         out[name] = proc.stderr + proc.stdout
     return out
 
@@ -82,8 +104,13 @@ def test_every_algorithm_trains_under_torchrun(recipe, runs, name):
 @pytest.mark.parametrize("name,learners", [("ssgd2", 2), ("ssgd4", 4)])
 def test_ssgd_equals_one_learner_with_the_union_batch(recipe, runs, name, learners, monkeypatch):
     monkeypatch.chdir(recipe.dir)
-    single = [*TINY, "train.max_utts=%d" % (2 * learners), "train.max_frames=%d" % (20000 * learners), "model.dropout=0",
-              "exp_name=single%d" % learners]
+    single = [
+        *TINY,
+        "train.max_utts=%d" % (2 * learners),
+        "train.max_frames=%d" % (20000 * learners),
+        "model.dropout=0",
+        "exp_name=single%d" % learners,
+    ]
     loop.train(load_config(single))
     expected = last(recipe, f"single{learners}")
     got = last(recipe, name)
@@ -100,15 +127,22 @@ def test_hadpsgd_on_one_node_is_ssgd_bit_for_bit(recipe, runs):
         assert torch.equal(hadpsgd["model"][key], tensor), key
 
 
-@pytest.mark.parametrize("name,exchangers", [("adpsgd4", [0, 1, 2, 3]), ("hadpsgd4", [0, 1, 2, 3]), ("adpsgd4v", [0, 1, 2, 3])])
+@pytest.mark.parametrize(
+    "name,exchangers", [("adpsgd4", [0, 1, 2, 3]), ("hadpsgd4", [0, 1, 2, 3]), ("adpsgd4v", [0, 1, 2, 3])]
+)
 def test_decentralized_learners_exchange_every_step_and_stay_close(recipe, runs, name, exchangers):
     """Every learner exchanges (under H-ADPSGD each its half of the weights): an active one once
     per step of its own; the nodes' steps add up to the epochs' batches, which they claimed
     first come first served; the epoch ends average learners that drifted apart a little."""
     out = runs[name]
-    counts = {int(r): int(n) for r, n in re.findall(r"\[rank(\d+) asr.distributed.adpsgd\] learner \d+: (\d+) ADPSGD weight exchanges", out)}
+    counts = {
+        int(r): int(n)
+        for r, n in re.findall(r"\[rank(\d+) asr.distributed.adpsgd\] learner \d+: (\d+) ADPSGD weight exchanges", out)
+    }
     assert sorted(counts) == exchangers, out[-3000:]
-    timing = {r: json.loads((recipe.dir / "exp" / name / "timing" / f"learner-{r}.json").read_text()) for r in exchangers}
+    timing = {
+        r: json.loads((recipe.dir / "exp" / name / "timing" / f"learner-{r}.json").read_text()) for r in exchangers
+    }
     actives = [r for r in exchangers if (r // (2 if name == "hadpsgd4" else 1)) % 2 == 0]
     for rank in actives:
         assert counts[rank] == timing[rank]["steps"] > 0

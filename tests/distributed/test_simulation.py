@@ -35,7 +35,9 @@ def test_ssgd_learners_equal_one_learner_with_the_union_batch(optimizer, nestero
     for x, y in data:
         updater.step((single(x) - y).pow(2).sum() / len(x), weight=len(x))
     [node] = sim.models  # one node: the learners hold one model
-    torch.testing.assert_close(flat_parameters(list(node.parameters())), flat_parameters(list(single.parameters())), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        flat_parameters(list(node.parameters())), flat_parameters(list(single.parameters())), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_hadpsgd_degenerates_to_adpsgd_and_to_ssgd_exactly():

@@ -23,9 +23,19 @@ def test_sbatch_script_starts_torchrun_on_every_node_with_the_first_as_rendezvou
     bin_dir.mkdir()
     fake(bin_dir, "scontrol", 'printf "gpu-node07\\ngpu-node08\\ngpu-node09\\n"\n')
     fake(bin_dir, "srun", f'printf "%s\\n" "$@" > {tmp_path}/srun.args\n')
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_NODELIST="gpu-node[07-09]", SLURM_JOB_NUM_NODES="3",
-               SLURM_GPUS_ON_NODE="8", SLURM_JOB_ID="4242", SLURM_SUBMIT_DIR=str(REPO / "recipes" / "mini"), ASR_RDZV_PORT="29611")
-    proc = subprocess.run(["bash", str(SCRIPT), "distributed=hadpsgd", "exp_name=h3x8"], env=env, capture_output=True, text=True)
+    env = dict(
+        os.environ,
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        SLURM_JOB_NODELIST="gpu-node[07-09]",
+        SLURM_JOB_NUM_NODES="3",
+        SLURM_GPUS_ON_NODE="8",
+        SLURM_JOB_ID="4242",
+        SLURM_SUBMIT_DIR=str(REPO / "recipes" / "mini"),
+        ASR_RDZV_PORT="29611",
+    )
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "distributed=hadpsgd", "exp_name=h3x8"], env=env, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     args = (tmp_path / "srun.args").read_text().split("\n")
     line = " ".join(args)
@@ -36,8 +46,14 @@ def test_sbatch_script_starts_torchrun_on_every_node_with_the_first_as_rendezvou
 
 
 def test_sbatch_script_refuses_a_knob_that_is_not_an_integer(tmp_path):
-    env = dict(os.environ, SLURM_JOB_NODELIST="n1", SLURM_JOB_NUM_NODES="1", SLURM_JOB_ID="1", SLURM_SUBMIT_DIR=str(REPO / "recipes/mini"),
-               ASR_NPROC_PER_NODE="8 --rdzv-endpoint elsewhere")
+    env = dict(
+        os.environ,
+        SLURM_JOB_NODELIST="n1",
+        SLURM_JOB_NUM_NODES="1",
+        SLURM_JOB_ID="1",
+        SLURM_SUBMIT_DIR=str(REPO / "recipes/mini"),
+        ASR_NPROC_PER_NODE="8 --rdzv-endpoint elsewhere",
+    )
     proc = subprocess.run(["bash", str(SCRIPT), "exp_name=x"], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 2
     assert "processes per node '8 --rdzv-endpoint elsewhere': expected a non-negative integer" in proc.stderr
@@ -49,10 +65,20 @@ def test_sbatch_script_passes_a_signal_on_as_sigterm_and_requeues_the_job(tmp_pa
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake(bin_dir, "scontrol", f'if [[ $1 == requeue ]]; then echo "$@" > {tmp_path}/requeue; else echo n1; fi\n')
-    fake(bin_dir, "srun", f"trap 'echo TERM > {tmp_path}/srun.signal; exit 75' TERM\ntouch {tmp_path}/srun.started\n"
-                          "while true; do sleep 0.05; done\n")
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_NODELIST="n1", SLURM_JOB_NUM_NODES="1",
-               SLURM_JOB_ID="4243", SLURM_SUBMIT_DIR=str(REPO / "recipes" / "mini"))
+    fake(
+        bin_dir,
+        "srun",
+        f"trap 'echo TERM > {tmp_path}/srun.signal; exit 75' TERM\ntouch {tmp_path}/srun.started\n"
+        "while true; do sleep 0.05; done\n",
+    )
+    env = dict(
+        os.environ,
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        SLURM_JOB_NODELIST="n1",
+        SLURM_JOB_NUM_NODES="1",
+        SLURM_JOB_ID="4243",
+        SLURM_SUBMIT_DIR=str(REPO / "recipes" / "mini"),
+    )
     proc = subprocess.Popen(["bash", str(SCRIPT), "exp_name=x"], env=env, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 30
     while not (tmp_path / "srun.started").exists():

@@ -33,9 +33,17 @@ def snapshots(sim):
     return [n.snapshot() for n in sim.nodes]
 
 
-@pytest.mark.parametrize("algorithm,learners,per_node,topology", [
-    ("adpsgd", 4, 1, "ring"), ("adpsgd", 5, 1, "ring"), ("adpsgd", 6, 1, "random_ring"), ("adpsgd", 8, 1, "exponential"), ("hadpsgd", 8, 2, "ring"), ("ssgd", 4, 1, "ring"),
-])
+@pytest.mark.parametrize(
+    "algorithm,learners,per_node,topology",
+    [
+        ("adpsgd", 4, 1, "ring"),
+        ("adpsgd", 5, 1, "ring"),
+        ("adpsgd", 6, 1, "random_ring"),
+        ("adpsgd", 8, 1, "exponential"),
+        ("hadpsgd", 8, 2, "ring"),
+        ("ssgd", 4, 1, "ring"),
+    ],
+)
 def test_equal_speeds_and_no_delay_is_exactly_the_lockstep_simulator(algorithm, learners, per_node, topology):
     epochs = [plan(7, learners, seed=1), plan(7, learners, seed=2)]
     lockstep = Simulation(model(), train_cfg(nesterov=True), algorithm, learners, per_node, topology, seed=3)
@@ -79,7 +87,9 @@ def test_delay_by_one_applies_each_average_exactly_one_step_late():
         x, y = (w.double() for w in snapshots(sim))
         scale = x.abs() + y.abs()  # averages stay within it
         trace = []
-        sim.train_epoch(plan(4, 2), zero_loss, observer=lambda node, step: trace.append((node, step, snapshots(sim)[node].double())))
+        sim.train_epoch(
+            plan(4, 2), zero_loss, observer=lambda node, step: trace.append((node, step, snapshots(sim)[node].double()))
+        )
         previous = torch.zeros_like(x)
         for step in range(4):
             d = (y - x) / 2
@@ -108,9 +118,16 @@ def test_delay_by_one_hides_the_exchange_behind_a_whole_step(seed):
     assert waited[False] > 0 and waited[True] == 0
 
 
-@pytest.mark.parametrize("algorithm,per_node,topology,delay", [
-    ("adpsgd", 1, "ring", False), ("adpsgd", 1, "random_ring", True), ("adpsgd", 1, "ring", True), ("hadpsgd", 2, "random_ring", False), ("adpsgd", 1, "exponential", True),
-])
+@pytest.mark.parametrize(
+    "algorithm,per_node,topology,delay",
+    [
+        ("adpsgd", 1, "ring", False),
+        ("adpsgd", 1, "random_ring", True),
+        ("adpsgd", 1, "ring", True),
+        ("hadpsgd", 2, "random_ring", False),
+        ("adpsgd", 1, "exponential", True),
+    ],
+)
 def test_averaging_keeps_the_sum_whatever_the_timing(algorithm, per_node, topology, delay):
     """Drawn speeds, jitter, exchanges slower than some steps: pairwise averages move weight
     between learners and never create or lose any; the epoch end drains every delta."""
@@ -131,7 +148,9 @@ def test_averaging_keeps_the_sum_whatever_the_timing(algorithm, per_node, topolo
 def test_the_same_seed_gives_the_same_run():
     def final(seed):
         timing = Timing.drawn(4, spread=0.3, jitter=0.2, exchange_time=0.5, seed=seed)
-        sim = TimedSimulation(model(), train_cfg(), "adpsgd", 4, topology="random_ring", delay_by_one=True, timing=timing, seed=seed)
+        sim = TimedSimulation(
+            model(), train_cfg(), "adpsgd", 4, topology="random_ring", delay_by_one=True, timing=timing, seed=seed
+        )
         run = sim.train_epoch(plan(9, 4), loss_fn)
         return run.steps, torch.cat(snapshots(sim))
 

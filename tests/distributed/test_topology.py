@@ -4,8 +4,17 @@ averages with whom, at which step, and how fast each mixes."""
 import numpy as np
 import pytest
 
-from asr.distributed.topology import (Exponential, Layout, RandomRing, Ring, expected_mixing_matrix, make_ring, mixing_matrix, mixing_rate,
-                                      node_groups)
+from asr.distributed.topology import (
+    Exponential,
+    Layout,
+    RandomRing,
+    Ring,
+    expected_mixing_matrix,
+    make_ring,
+    mixing_matrix,
+    mixing_rate,
+    node_groups,
+)
 from asr.utils.errors import InputError
 
 
@@ -80,7 +89,9 @@ def test_random_ring_pairs_every_member_exactly_once_per_round(size):
         pairs = ring.pairs(step)
         members = [m for pair in pairs for m in pair]
         assert sorted(members) == list(range(size))  # a perfect matching
-        assert all(ring.is_active(a) and not ring.is_active(p) for a, p in pairs)  # bipartite: no two exchanges wait on each other
+        assert all(
+            ring.is_active(a) and not ring.is_active(p) for a, p in pairs
+        )  # bipartite: no two exchanges wait on each other
         assert all(ring.partner(a, step) == p for a, p in pairs)
         matchings.add(tuple(pairs))
     # Random: every active meets every passive over the rounds, and the matchings differ.
@@ -122,18 +133,24 @@ def test_exponential_pairs_each_member_with_the_peer_at_distance_two_to_the_k(si
         pairs = graph.pairs(step)
         assert sorted(m for pair in pairs for m in pair) == list(range(size))  # a perfect matching
         for active, passive in pairs:
-            assert graph.is_active(active) and not graph.is_active(passive)  # bipartite: no two exchanges wait on each other
+            assert graph.is_active(active) and not graph.is_active(
+                passive
+            )  # bipartite: no two exchanges wait on each other
             assert abs(active - passive) == 2 ** (step % dims)  # k cycles over log2(size)
     for passive in (m for m in range(size) if not graph.is_active(m)):
         # it serves (and waits for the goodbyes of) exactly the actives that ever pick it
-        assert sorted(graph.active_neighbours(passive)) == sorted(a for s in range(dims) for a, p in graph.pairs(s) if p == passive)
+        assert sorted(graph.active_neighbours(passive)) == sorted(
+            a for s in range(dims) for a, p in graph.pairs(s) if p == passive
+        )
 
 
 def test_exponential_roles_follow_the_parity_of_the_one_bits():
     assert [Exponential(8).is_active(m) for m in range(8)] == [True, False, False, True, False, True, True, False]
     assert Exponential(4).neighbours(0) == [1, 2] and Exponential(4).neighbours(3) == [2, 1]
     assert Layout(3, 4, 1, "exponential").role == "active" and Layout(2, 4, 1, "exponential").role == "passive"
-    with pytest.raises(InputError, match="distributed.topology=exponential needs a power-of-two number of nodes, not 6"):
+    with pytest.raises(
+        InputError, match="distributed.topology=exponential needs a power-of-two number of nodes, not 6"
+    ):
         make_ring(6, "exponential")
 
 
@@ -156,7 +173,9 @@ def test_mixing_rates_match_the_hand_computed_eigenvalues(size):
     assert mixing_rate(Ring(size)) == pytest.approx(np.cos(np.pi / size) ** 2)
     assert mixing_rate(Exponential(size)) == pytest.approx(1 - 1 / dims)
     assert mixing_rate(RandomRing(size, seed=1)) == pytest.approx(0.5)
-    drawn = sum(mixing_matrix(RandomRing(size, seed=1), step) for step in range(2000)) / 2000  # the same from drawn rounds
+    drawn = (
+        sum(mixing_matrix(RandomRing(size, seed=1), step) for step in range(2000)) / 2000
+    )  # the same from drawn rounds
     assert np.allclose(drawn, expected_mixing_matrix(RandomRing(size, seed=1)), atol=0.05)
     assert mixing_rate(Ring(1)) == 0.0 and mixing_rate(Exponential(2)) == pytest.approx(0.0)
 
@@ -164,7 +183,9 @@ def test_mixing_rates_match_the_hand_computed_eigenvalues(size):
 def test_the_numbers_for_sixteen_nodes():
     assert mixing_rate(Ring(16)) == pytest.approx(0.9619, abs=1e-4)
     assert mixing_rate(Exponential(16)) == pytest.approx(0.75)
-    assert 0 < mixing_rate(RandomRing(5, seed=1)) < mixing_rate(Ring(5)) == pytest.approx(0.875)  # odd: from drawn rounds; the path mixes slower
+    assert (
+        0 < mixing_rate(RandomRing(5, seed=1)) < mixing_rate(Ring(5)) == pytest.approx(0.875)
+    )  # odd: from drawn rounds; the path mixes slower
 
 
 def test_the_trainer_refuses_the_exponential_graph_on_six_nodes_before_any_exchange():

@@ -27,8 +27,16 @@ from .conftest import REPO, run_torchrun, torchrun_command, train_overrides, wor
 pytestmark = pytest.mark.slow
 
 # Enough steps that a learner can be killed mid-run: 10 global batches of 4 per epoch.
-KILL_RUN = ["train.max_utts=2", "train.max_frames=200", "train.epochs=5", "train.checkpoint_every_steps=4",
-            "train.log_every_steps=1", "model.dropout=0.2", "distributed=ssgd", "distributed.timeout_s=60"]
+KILL_RUN = [
+    "train.max_utts=2",
+    "train.max_frames=200",
+    "train.epochs=5",
+    "train.checkpoint_every_steps=4",
+    "train.log_every_steps=1",
+    "model.dropout=0.2",
+    "distributed=ssgd",
+    "distributed.timeout_s=60",
+]
 
 
 def workers_of(job: str) -> dict[int, int]:
@@ -38,7 +46,11 @@ def workers_of(job: str) -> dict[int, int]:
         if not proc.name.isdigit():
             continue
         try:
-            env = dict(kv.split("=", 1) for kv in (proc / "environ").read_bytes().decode(errors="replace").split("\0") if "=" in kv)
+            env = dict(
+                kv.split("=", 1)
+                for kv in (proc / "environ").read_bytes().decode(errors="replace").split("\0")
+                if "=" in kv
+            )
         except OSError:
             continue
         if env.get("ASR_TEST_JOB") == job and "RANK" in env and env.get("TORCHELASTIC_RESTART_COUNT") == "0":
@@ -62,7 +74,9 @@ def test_killed_learner_restarts_and_resumes_from_the_last_checkpoint(toy_corpus
 
     exp = tmp_path / "killed"
     job = uuid.uuid4().hex
-    cmd = torchrun_command(2, ["asr.train", *train_overrides(toy_corpus, *KILL_RUN, f"exp_dir={exp}")], "--max-restarts=1")
+    cmd = torchrun_command(
+        2, ["asr.train", *train_overrides(toy_corpus, *KILL_RUN, f"exp_dir={exp}")], "--max-restarts=1"
+    )
     log = tmp_path / "killed.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, env=worker_env(ASR_TEST_JOB=job), cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
@@ -93,13 +107,16 @@ def test_killed_learner_restarts_and_resumes_from_the_last_checkpoint(toy_corpus
     assert len(rngs) == 2 and not torch.equal(rngs[0]["torch"], rngs[1]["torch"])  # each learner its own dropout
 
 
-def kill_one_learner_and_resume(toy_corpus: Path, tmp_path: Path, overrides: list[str], nproc: int, victim: int,
-                                ready) -> tuple[Path, str]:
+def kill_one_learner_and_resume(
+    toy_corpus: Path, tmp_path: Path, overrides: list[str], nproc: int, victim: int, ready
+) -> tuple[Path, str]:
     """Start the job with --max-restarts=1, SIGKILL learner `victim` once `ready(checkpoints dir)`;
     the job must still finish. Returns (exp, log)."""
     exp = tmp_path / "killed"
     job = uuid.uuid4().hex
-    cmd = torchrun_command(nproc, ["asr.train", *train_overrides(toy_corpus, *overrides, f"exp_dir={exp}")], "--max-restarts=1")
+    cmd = torchrun_command(
+        nproc, ["asr.train", *train_overrides(toy_corpus, *overrides, f"exp_dir={exp}")], "--max-restarts=1"
+    )
     log = tmp_path / "killed.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, env=worker_env(ASR_TEST_JOB=job), cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
@@ -130,19 +147,35 @@ def both_nodes_past_the_first_epoch(checkpoints: Path) -> bool:
     return True
 
 
-DECENTRALIZED_KILL_RUN = ["train.max_utts=2", "train.max_frames=200", "train.epochs=4", "train.checkpoint_every_steps=3",
-                          "train.log_every_steps=1", "distributed.timeout_s=60"]
+DECENTRALIZED_KILL_RUN = [
+    "train.max_utts=2",
+    "train.max_frames=200",
+    "train.epochs=4",
+    "train.checkpoint_every_steps=3",
+    "train.log_every_steps=1",
+    "distributed.timeout_s=60",
+]
 
 
 @pytest.mark.parametrize("algorithm,nproc,victim", [("adpsgd", 2, 1), ("hadpsgd", 4, 3)])
-def test_decentralized_learners_resume_from_their_own_checkpoints_after_a_kill(toy_corpus, tmp_path, algorithm, nproc, victim):
+def test_decentralized_learners_resume_from_their_own_checkpoints_after_a_kill(
+    toy_corpus, tmp_path, algorithm, nproc, victim
+):
     """H-ADPSGD as 2 nodes x 2 (learner 3 is node 1's second learner), killed once the first
     epoch's average and both nodes' checkpoints are saved. After the restart every node goes on
     from its own node checkpoint, and what was left of the interrupted epoch is trained: every
     epoch ends with an average that is evaluated and saved."""
-    overrides = [*DECENTRALIZED_KILL_RUN, f"distributed={algorithm}"] + (["distributed.learners_per_node=2"] if algorithm == "hadpsgd" else [])
-    exp, text = kill_one_learner_and_resume(toy_corpus, tmp_path, overrides, nproc, victim, both_nodes_past_the_first_epoch)
-    resumed = re.findall(r"\[rank(\d+) asr\.train\.loop\] resumed from step (\d+) \(epoch (\d+), (\d+) of its utterances trained; own start", text)
+    overrides = [*DECENTRALIZED_KILL_RUN, f"distributed={algorithm}"] + (
+        ["distributed.learners_per_node=2"] if algorithm == "hadpsgd" else []
+    )
+    exp, text = kill_one_learner_and_resume(
+        toy_corpus, tmp_path, overrides, nproc, victim, both_nodes_past_the_first_epoch
+    )
+    resumed = re.findall(
+        r"\[rank(\d+) asr\.train\.loop\] resumed from step (\d+) \(epoch (\d+), (\d+) of its utterances trained; "
+        r"own start",
+        text,
+    )
     assert sorted(int(r) for r, *_ in resumed) == list(range(nproc)), text[-4000:]
     state = torch.load(exp / "checkpoints" / "last.pt", weights_only=True)
     assert state["progress"]["epoch"] == 4 and all(torch.isfinite(t).all() for t in state["model"].values())
@@ -157,11 +190,20 @@ def test_elastic_two_then_three_learners_then_one(toy_corpus, tmp_path):
     finished by one plain process: every change of the number of learners merges the nodes'
     checkpoints into their average and re-splits what is left of the epoch."""
     exp = tmp_path / "elastic"
-    common = train_overrides(toy_corpus, "train.max_utts=2", "train.max_frames=200", "train.epochs=2", "train.checkpoint_every_steps=100",
-                             "distributed.timeout_s=60", f"exp_dir={exp}")
+    common = train_overrides(
+        toy_corpus,
+        "train.max_utts=2",
+        "train.max_frames=200",
+        "train.epochs=2",
+        "train.checkpoint_every_steps=100",
+        "distributed.timeout_s=60",
+        f"exp_dir={exp}",
+    )
     first = run_torchrun(2, ["asr.train", *common, "distributed=adpsgd", "train.max_steps=26"])  # 20 batches per epoch
     assert first.returncode == 0, first.stderr[-4000:]
-    nodes = [torch.load(max((exp / "checkpoints" / f"node-{n:03d}").glob("step-*.pt")), weights_only=True) for n in range(2)]
+    nodes = [
+        torch.load(max((exp / "checkpoints" / f"node-{n:03d}").glob("step-*.pt")), weights_only=True) for n in range(2)
+    ]
     expected = {k: (nodes[0]["model"][k] + nodes[1]["model"][k]) / 2 for k in nodes[0]["model"]}
     trained = sum(int(unpack_mask(n["sampler"]["trained"], 40).sum()) for n in nodes)
     assert all(n["progress"]["epoch"] == 1 for n in nodes) and trained == 12  # 6 batches of 2 into epoch 2
@@ -176,7 +218,14 @@ def test_elastic_two_then_three_learners_then_one(toy_corpus, tmp_path):
         torch.testing.assert_close(merged["model"][key], value)
     assert sorted(p.name for p in (exp / "checkpoints").glob("node-*")) == ["node-000", "node-001", "node-002"]
 
-    third = subprocess.run([sys.executable, "-m", "asr.train", *common], env=worker_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
+    third = subprocess.run(
+        [sys.executable, "-m", "asr.train", *common],
+        env=worker_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert third.returncode == 0, third.stderr[-4000:]
     assert "merged the 3 nodes' checkpoints (epoch 2, 24 of 40 utterances of it trained)" in third.stderr
     state = torch.load(exp / "checkpoints" / "last.pt", weights_only=True)
@@ -184,6 +233,7 @@ def test_elastic_two_then_three_learners_then_one(toy_corpus, tmp_path):
 
 
 # --- two hosts --------------------------------------------------------------------------------
+
 
 def sh(*cmd: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True)
@@ -208,7 +258,10 @@ def two_hosts():
     subnet = f"10.231.{int(tag, 16) % 250 + 1}"
     made = sh("ip", "netns", "add", hosts[0])
     if made.returncode != 0:
-        pytest.skip(f"two-host test: cannot create network namespaces here ({made.stderr.strip()}); it needs root (CAP_SYS_ADMIN)")
+        pytest.skip(
+            f"two-host test: cannot create network namespaces here ({made.stderr.strip()}); "
+            "it needs root (CAP_SYS_ADMIN)"
+        )
     try:
         steps = [
             ["ip", "netns", "add", hosts[1]],
@@ -238,21 +291,42 @@ def tx_bytes(host: str, link: str) -> int:
 def test_hadpsgd_across_two_hosts_joined_by_a_veth_link(toy_corpus, tmp_path, two_hosts):
     exp = tmp_path / "two_hosts"
     endpoint = f"{two_hosts[0][2]}:29531"
-    args = ["asr.train", *train_overrides(toy_corpus, "train.max_utts=2", "train.max_frames=200", "train.epochs=1",
-                                          "train.checkpoint_every_steps=100", "distributed=hadpsgd", "distributed.timeout_s=60",
-                                          f"exp_dir={exp}")]
+    args = [
+        "asr.train",
+        *train_overrides(
+            toy_corpus,
+            "train.max_utts=2",
+            "train.max_frames=200",
+            "train.epochs=1",
+            "train.checkpoint_every_steps=100",
+            "distributed=hadpsgd",
+            "distributed.timeout_s=60",
+            f"exp_dir={exp}",
+        ),
+    ]
     before = tx_bytes(two_hosts[0][0], two_hosts[0][1])
     procs = []
     for node, (host, link, address) in enumerate(two_hosts):
         # The same command as on real machines (README), plus the host's own address: the
         # namespaces share this machine's hostname, which resolves to neither of them.
         launcher = ["ip", "netns", "exec", host, "env", f"GLOO_SOCKET_IFNAME={link}"]
-        cmd = torchrun_command(2, args, f"--nnodes=2", f"--node-rank={node}", "--rdzv-backend=c10d",
-                               f"--rdzv-endpoint={endpoint}", "--rdzv-id=two-hosts", f"--local-addr={address}",
-                               f"--rdzv-conf=is_host={int(node == 0)}")
+        cmd = torchrun_command(
+            2,
+            args,
+            "--nnodes=2",
+            f"--node-rank={node}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}",
+            "--rdzv-id=two-hosts",
+            f"--local-addr={address}",
+            f"--rdzv-conf=is_host={int(node == 0)}",
+        )
         cmd.remove("--standalone")
-        procs.append(subprocess.Popen(launcher + cmd, env=worker_env(), cwd=REPO, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
+        procs.append(
+            subprocess.Popen(
+                launcher + cmd, env=worker_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     for p, out in zip(procs, outputs):
         assert p.returncode == 0, out[-5000:]

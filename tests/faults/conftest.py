@@ -42,13 +42,30 @@ def write_wav_data_dir(root: Path, recordings: dict[str, np.ndarray], name: str 
 
 def features_overrides(root: Path, *extra: str) -> list[str]:
     """A features stage over <root>/data/{train,dev,eval} into <root>/feats, logs in <root>/exp."""
-    return [f"data.data_dir={root / 'data'}", "data.train_set=train", "data.dev_set=dev", "data.eval_set=eval",
-            f"features.feats_dir={root / 'feats'}", "features.jobs=1", f"exp_dir={root / 'exp'}", *extra]
+    return [
+        f"data.data_dir={root / 'data'}",
+        "data.train_set=train",
+        "data.dev_set=dev",
+        "data.eval_set=eval",
+        f"features.feats_dir={root / 'feats'}",
+        "features.jobs=1",
+        f"exp_dir={root / 'exp'}",
+        *extra,
+    ]
 
 
-def run_stage(module: str, overrides: list[str], cwd: Path, timeout: float = 300, **popen) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *overrides], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ, OMP_NUM_THREADS="1"), **popen)
+def run_stage(
+    module: str, overrides: list[str], cwd: Path, timeout: float = 300, **popen
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", module, *overrides],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        **popen,
+    )
 
 
 def fbank_options():
@@ -81,9 +98,17 @@ def on_small_tmpfs(mount_point: Path, size: str, script: str, timeout: float = 3
     if probe.returncode != 0:
         refused = any(word in probe.stderr for word in ("Operation not permitted", "Permission denied"))
         if refused:
-            pytest.skip(f"disk-full test: mounting a tmpfs is not allowed here ({probe.stderr.strip()}); "
-                        f"it needs root or unprivileged user namespaces ({os.strerror(errno.EPERM)})")
+            pytest.skip(
+                f"disk-full test: mounting a tmpfs is not allowed here ({probe.stderr.strip()}); "
+                f"it needs root or unprivileged user namespaces ({os.strerror(errno.EPERM)})"
+            )
         raise AssertionError(f"could not mount a tmpfs for the disk-full test: {probe.stderr.strip()}")
     command = " ".join(f"'{part}'" for part in (sys.executable, "-c", script.replace("'", "'\\''")))
-    return subprocess.run(_mount_command(mount_point, size, command), capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return subprocess.run(
+        _mount_command(mount_point, size, command),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )

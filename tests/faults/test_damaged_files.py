@@ -48,7 +48,10 @@ def test_a_truncated_feats_ark_names_the_cause(root):
 def test_a_truncated_tokenizer_model_is_refused_not_trained_on(root):
     model = root / "lang" / "bpe40.model"
     truncate(model, 0.6)
-    with pytest.raises(InputError, match=rf"^{model}: damaged or truncated \(\d+ bytes, sha1 \w+; the tokenizer stage wrote \d+ bytes.*"
-                                         rf"delete {model} and re-run the tokenizer stage"):
+    with pytest.raises(
+        InputError,
+        match=rf"^{model}: damaged or truncated \(\d+ bytes, sha1 \w+; the tokenizer stage wrote \d+ bytes.*"
+        rf"delete {model} and re-run the tokenizer stage",
+    ):
         loop.train(load_config(toy_overrides(root, ["train.epochs=1"])))
     assert not (root / "exp" / "checkpoints").exists()

@@ -65,8 +65,10 @@ def test_features_stage_runs_commands_as_kaldi_does_or_refuses_them(piped, tmp_p
         write_wav_data_dir(tmp_path, {f"{name}-A": tone(0.5)}, name)
     proc = run_stage("asr.features", features_overrides(tmp_path, "data.run_commands=false"), cwd=tmp_path)
     assert proc.returncode == 2 and not marker.exists()
-    assert (f"{data / 'wav.scp'}:2: entry sw02002-A is a command (\"touch" in proc.stderr
-            and "not run (1 such entries): a data dir is trusted code" in proc.stderr)
+    assert (
+        f'{data / "wav.scp"}:2: entry sw02002-A is a command ("touch' in proc.stderr
+        and "not run (1 such entries): a data dir is trusted code" in proc.stderr
+    )
     with caplog.at_level(logging.WARNING):  # the default, in-process: run, as Kaldi does
         summary = extract_set(data, tmp_path / "feats" / "train", fbank_options())
     assert marker.exists() and summary.utterances == 3
@@ -78,7 +80,9 @@ def test_feature_pipes_read_through_kaldiio_follow_the_same_policy(tmp_path, cap
     feats.mkdir()
     kaldiio.save_mat(str(feats / "u1.mat"), np.ones((5, 3), dtype=np.float32))
     marker = tmp_path / "PIPE RAN"
-    (feats / "feats.scp").write_text(f"u1 touch {shlex.quote(str(marker))}; cat {shlex.quote(str(feats / 'u1.mat'))} |\n")
+    (feats / "feats.scp").write_text(
+        f"u1 touch {shlex.quote(str(marker))}; cat {shlex.quote(str(feats / 'u1.mat'))} |\n"
+    )
     (feats / "feat_dim").write_text("3\n")
     (feats / "utt2num_frames").write_text("u1 5\n")
     (feats / "cmvn_type").write_text("none\n")
@@ -97,10 +101,19 @@ def test_our_writers_never_write_a_command(tmp_path):
 
     from asr.data.config import DataConfig
 
-    cfg = OmegaConf.structured(DataConfig(
-        name="t", swbd_dir=str(tree.swbd_dir), ms98_dir=str(tree.ms98_dir), eval2000_dir=str(tree.eval2000_dir),
-        eval2000_text_dir=str(tree.eval2000_text_dir), fisher_dirs=[], data_dir=str(tmp_path / "data"), dev_utts=2,
-        expected_sph_files=3))
+    cfg = OmegaConf.structured(
+        DataConfig(
+            name="t",
+            swbd_dir=str(tree.swbd_dir),
+            ms98_dir=str(tree.ms98_dir),
+            eval2000_dir=str(tree.eval2000_dir),
+            eval2000_text_dir=str(tree.eval2000_text_dir),
+            fisher_dirs=[],
+            data_dir=str(tmp_path / "data"),
+            dev_utts=2,
+            expected_sph_files=3,
+        )
+    )
     written = prepare_data(cfg)
     for path in written.values():
         d = read_data_dir(path)

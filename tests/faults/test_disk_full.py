@@ -32,8 +32,10 @@ def test_checkpoint_on_a_full_disk(tmp_path):
     result = json.loads(proc.stdout.splitlines()[-1])
     target = mnt / "exp/checkpoints/step-000000200.pt"
     # torch.save itself says "enforce fail at inline_container.cc ... unexpected pos"
-    assert result["error"] == (f"{target}: no space left on device (ENOSPC) while writing it; free space on {mnt} "
-                               "(or write elsewhere) and re-run: nothing was replaced")
+    assert result["error"] == (
+        f"{target}: no space left on device (ENOSPC) while writing it; free space on {mnt} "
+        "(or write elsewhere) and re-run: nothing was replaced"
+    )
     assert result["left"] == ["step-000000200.pt"]  # no temporary left behind
     assert result["kept"] == 1000.0  # the previous checkpoint, whole
 
@@ -55,12 +57,16 @@ def test_features_stage_on_a_full_disk(tmp_path):
     for name, seconds in (("train", 30.0), ("dev", 1.0), ("eval", 1.0)):
         write_wav_data_dir(tmp_path, {f"{name}{i}-A": tone(seconds, i) for i in range(3)}, name)
     mnt = tmp_path / "small"
-    overrides = features_overrides(tmp_path, f"features.feats_dir={mnt}")  # 3 x 120 kB of compressed features into 256 kB
+    overrides = features_overrides(
+        tmp_path, f"features.feats_dir={mnt}"
+    )  # 3 x 120 kB of compressed features into 256 kB
     proc = on_small_tmpfs(mnt, "256k", FEATURES.format(overrides=overrides, feats=str(mnt)))
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["code"] == 2, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
     assert len(errors) == 1 and "Traceback" not in proc.stderr
-    assert errors[0].endswith(f"{mnt}/logmel40/train: no space left on device (ENOSPC) while writing it; "
-                              f"free space on {mnt} (or write elsewhere) and re-run: nothing was replaced")
+    assert errors[0].endswith(
+        f"{mnt}/logmel40/train: no space left on device (ENOSPC) while writing it; "
+        f"free space on {mnt} (or write elsewhere) and re-run: nothing was replaced"
+    )
     assert result["left"] == [f"{mnt}/logmel40"]  # the partial set was removed, nothing looks complete

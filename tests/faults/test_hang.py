@@ -30,14 +30,29 @@ def test_the_limit_inside_the_steps_follows_the_slowest_step():
 
 @pytest.mark.slow
 def test_a_learner_hung_mid_epoch_is_named_within_seconds(toy_corpus, tmp_path):
-    overrides = train_overrides(toy_corpus, "train.max_utts=2", "train.max_frames=200", "train.epochs=1", "distributed=ssgd",
-                                "train.checkpoint_every_steps=100", f"exp_dir={tmp_path / 'exp'}")  # distributed.timeout_s: 1800
+    overrides = train_overrides(
+        toy_corpus,
+        "train.max_utts=2",
+        "train.max_frames=200",
+        "train.epochs=1",
+        "distributed=ssgd",
+        "train.checkpoint_every_steps=100",
+        f"exp_dir={tmp_path / 'exp'}",
+    )  # distributed.timeout_s: 1800
     started = time.monotonic()
-    proc = subprocess.run(torchrun_command(2, ["tests.faults.hung_train", *overrides]), env=worker_env(ASR_TEST_HANG="1:4"), cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        torchrun_command(2, ["tests.faults.hung_train", *overrides]),
+        env=worker_env(ASR_TEST_HANG="1:4"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0 and time.monotonic() - started < 100, text[-4000:]
-    line = next((l for l in text.splitlines() if "ERROR [rank0" in l and "got no answer" in l), None)
+    line = next((row for row in text.splitlines() if "ERROR [rank0" in row and "got no answer" in row), None)
     assert line is not None, text[-4000:]
-    assert re.search(r"learner 0: gradient all-reduce.* got no answer for \d+ s \(limit 3 s: 10 x the slowest step", line), line
+    assert re.search(
+        r"learner 0: gradient all-reduce.* got no answer for \d+ s \(limit 3 s: 10 x the slowest step", line
+    ), line
     assert "learner 1 is behind (step 5, computing (not in a collective))" in line, line

@@ -40,10 +40,19 @@ def test_non_utf8_transcript_in_a_data_dir(tmp_path):
     with pytest.raises(InputError, match=rf"^{data / 'text'}:2: not valid UTF-8 \(byte 0xe9 at column \d+\)"):
         read_data_dir(data)
     assert [str(p) for p in validate_data_dir(data, check_audio=False)] == [
-        f"{data / 'text'}:2: not valid UTF-8", f"{data / 'text'}: 1 utterances of utt2spk have no line here: sw02002-A"]
+        f"{data / 'text'}:2: not valid UTF-8",
+        f"{data / 'text'}: 1 utterances of utt2spk have no line here: sw02002-A",
+    ]
     # A stage reading it: one line, exit 2 (was a UnicodeDecodeError traceback).
-    proc = run_stage("asr.text", [f"data.data_dir={tmp_path / 'data'}", f"tokenizer.lang_dir={tmp_path / 'lang'}",
-                                  f"exp_dir={tmp_path / 'exp'}"], cwd=tmp_path)
+    proc = run_stage(
+        "asr.text",
+        [
+            f"data.data_dir={tmp_path / 'data'}",
+            f"tokenizer.lang_dir={tmp_path / 'lang'}",
+            f"exp_dir={tmp_path / 'exp'}",
+        ],
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"{data / 'text'}:2: not valid UTF-8 (byte 0xe9" in proc.stderr
 
@@ -74,11 +83,14 @@ def damage_header(path, field: bytes, value: bytes) -> None:
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("field, value, message", [
-    (b"sample_rate", b"0", "damaged SPHERE header: sample_rate 0 (must be at least 1)"),
-    (b"channel_count", b"0", "damaged SPHERE header: channel_count 0 (must be at least 1)"),
-    (b"sample_count", b"-5", "damaged SPHERE header: sample_count -5 (must be at least 0)"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        (b"sample_rate", b"0", "damaged SPHERE header: sample_rate 0 (must be at least 1)"),
+        (b"channel_count", b"0", "damaged SPHERE header: channel_count 0 (must be at least 1)"),
+        (b"sample_count", b"-5", "damaged SPHERE header: sample_count -5 (must be at least 0)"),
+    ],
+)
 def test_sphere_header_with_impossible_numbers(ldc, tmp_path, field, value, message):
     sph = tmp_path / "sw02001.sph"
     shutil.copy(ldc.swbd_dir / "swb1_d1/data/sw02001.sph", sph)
@@ -90,5 +102,7 @@ def test_sphere_header_with_impossible_numbers(ldc, tmp_path, field, value, mess
     data = write_wav_data_dir(tmp_path, {"sw02001-A": tone(1.0)})
     (data / "wav.scp").write_text(f"sw02001-A sph2pipe -f wav -p -c 1 {sph} |\n")
     problems = [str(p) for p in validate_data_dir(data)]
-    assert problems == [f"{data / 'wav.scp'}:1: cannot read audio header of {sph}: {sph}: {message}; "
-                        "copy the file again from the corpus"]
+    assert problems == [
+        f"{data / 'wav.scp'}:1: cannot read audio header of {sph}: {sph}: {message}; "
+        "copy the file again from the corpus"
+    ]

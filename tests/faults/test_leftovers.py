@@ -37,8 +37,13 @@ def test_a_killed_features_stage_leaves_nothing_the_next_run_keeps(tmp_path, cap
     # The last recording takes a minute to arrive, so the stage is surely inside its temporary dir.
     (data / "wav.scp").write_text(wav_scp.replace(f"{key} {path}\n", f"{key} sleep 60; cat {shlex.quote(path)} |\n"))
     out = tmp_path / "feats" / "logmel40"
-    stage = subprocess.Popen([sys.executable, "-m", "asr.features", *features_overrides(tmp_path)], cwd=tmp_path,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    stage = subprocess.Popen(
+        [sys.executable, "-m", "asr.features", *features_overrides(tmp_path)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 120
         while not list(out.glob(".train.tmp.*")) and time.time() < deadline and stage.poll() is None:
@@ -66,15 +71,28 @@ def ldc_with_damage(tmp_path):
 
 
 def config(tree, out, **overrides):
-    cfg = DataConfig(name="t", swbd_dir=str(tree.swbd_dir), ms98_dir=str(tree.ms98_dir), eval2000_dir=str(tree.eval2000_dir),
-                     eval2000_text_dir=str(tree.eval2000_text_dir), fisher_dirs=[], data_dir=str(out), dev_utts=1,
-                     expected_sph_files=3, prepare_sets=["train", "dev"], **overrides)
+    cfg = DataConfig(
+        name="t",
+        swbd_dir=str(tree.swbd_dir),
+        ms98_dir=str(tree.ms98_dir),
+        eval2000_dir=str(tree.eval2000_dir),
+        eval2000_text_dir=str(tree.eval2000_text_dir),
+        fisher_dirs=[],
+        data_dir=str(out),
+        dev_utts=1,
+        expected_sph_files=3,
+        prepare_sets=["train", "dev"],
+        **overrides,
+    )
     return OmegaConf.structured(cfg)
 
 
 def test_prepare_fails_when_too_many_recordings_are_unreadable(ldc_with_damage, tmp_path, caplog):
-    with pytest.raises(InputError, match=r"^2 of 3 recordings are unreadable \(67%, more than data.max_unreadable=0.05\), "
-                                         r"the first sw02001-A: .*truncated"):
+    with pytest.raises(
+        InputError,
+        match=r"^2 of 3 recordings are unreadable \(67%, more than data.max_unreadable=0.05\), "
+        r"the first sw02001-A: .*truncated",
+    ):
         prepare_data(config(ldc_with_damage, tmp_path / "data"))
     assert not (tmp_path / "data").exists()
     with caplog.at_level(logging.WARNING):  # a share the user accepts: those are dropped, and named
@@ -96,4 +114,3 @@ def test_empty_transcripts_are_left_out_of_training_and_named(tmp_path, caplog):
     assert empty not in dataset.utts and len(dataset) == 11
     assert all(len(dataset[i][2]) > 0 for i in range(len(dataset)))
     assert f"1 utterances with an empty transcript left out (python -m asr.data.fix drops them): {empty}" in caplog.text
-

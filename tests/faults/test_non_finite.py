@@ -55,7 +55,9 @@ def write_features(feats_dir, mats: dict[str, np.ndarray]) -> None:
             writer(utt, mats[utt])
     (feats_dir / "feat_dim").write_text(f"{FEAT_DIM}\n")
     (feats_dir / "utt2num_frames").write_text("".join(f"{u} {len(m)}\n" for u, m in sorted(mats.items())))
-    finite = {u: np.nan_to_num(m, nan=0.0, posinf=0.0, neginf=0.0) for u, m in mats.items()}  # the statistics stay finite
+    finite = {
+        u: np.nan_to_num(m, nan=0.0, posinf=0.0, neginf=0.0) for u, m in mats.items()
+    }  # the statistics stay finite
     cmvn.write_stats(cmvn.compute_stats("utterance", finite, {u: u for u in mats}), feats_dir, "utterance")
 
 
@@ -98,7 +100,10 @@ def test_decoding_skips_a_non_finite_utterance_and_lists_it(toy, caplog):
     hyps = read_table(out / "hyp.txt", allow_empty_value=True)
     assert bad not in hyps and len(hyps) == 3  # scored as deletions, never an empty hypothesis
     assert list(read_table(out / "skipped")) == [bad]
-    assert f"eval: 1 utterances not decoded (NaN/inf features; scored as deletions), listed in {out / 'skipped'}" in caplog.text
+    assert (
+        f"eval: 1 utterances not decoded (NaN/inf features; scored as deletions), listed in {out / 'skipped'}"
+        in caplog.text
+    )
 
 
 def test_decoding_refuses_a_model_with_non_finite_outputs(toy):

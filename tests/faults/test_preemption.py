@@ -51,8 +51,9 @@ def signal_after(monkeypatch, batches: int, signum: int) -> None:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
-def test_a_signal_mid_epoch_saves_an_exact_checkpoint_and_the_rerun_equals_an_uninterrupted_run(reference, toy_corpus, tmp_path,
-                                                                                                 monkeypatch, caplog, signum):
+def test_a_signal_mid_epoch_saves_an_exact_checkpoint_and_the_rerun_equals_an_uninterrupted_run(
+    reference, toy_corpus, tmp_path, monkeypatch, caplog, signum
+):
     root = tmp_path / "toy"
     shutil.copytree(toy_corpus, root)
     per_epoch = load_checkpoint(reference / "exp" / "checkpoints" / "last.pt")["step"] // 2
@@ -84,8 +85,14 @@ def test_a_data_stage_signalled_mid_set_stops_at_once_and_keeps_nothing_half_wri
     # The last recording takes a while to arrive, so the stage is surely inside its temporary dir.
     (data / "wav.scp").write_text(wav_scp.replace(f"{key} {path}\n", f"{key} sleep 5; cat {shlex.quote(path)} |\n"))
     out = tmp_path / "feats" / "logmel40"
-    stage = subprocess.Popen([sys.executable, "-m", "asr.features", *features_overrides(tmp_path)], cwd=tmp_path,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    stage = subprocess.Popen(
+        [sys.executable, "-m", "asr.features", *features_overrides(tmp_path)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     try:
         deadline = time.time() + 120
         while not list(out.glob(".train.tmp.*")) and time.time() < deadline and stage.poll() is None:

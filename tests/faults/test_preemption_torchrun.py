@@ -19,15 +19,25 @@ from tests.distributed.conftest import REPO, run_torchrun, torchrun_command, tra
 
 pytestmark = pytest.mark.slow
 
-RUN = ["train.max_utts=2", "train.max_frames=200", "train.epochs=2", "train.checkpoint_every_steps=100", "train.log_every_steps=1",
-       "distributed.timeout_s=60"]
+RUN = [
+    "train.max_utts=2",
+    "train.max_frames=200",
+    "train.epochs=2",
+    "train.checkpoint_every_steps=100",
+    "train.log_every_steps=1",
+    "distributed.timeout_s=60",
+]
 
 
 def signal_one_learner(toy_corpus: Path, exp: Path, overrides: list[str], victim: int, after: int) -> str:
     """Run the job with learner `victim` alone sending itself SIGTERM in its batch `after` + 1
     (tests/faults/signalled_train.py); every learner must exit 75. Returns the job's output."""
-    cmd = torchrun_command(2, ["tests.faults.signalled_train", *train_overrides(toy_corpus, *RUN, *overrides, f"exp_dir={exp}")])
-    proc = subprocess.run(cmd, env=worker_env(ASR_TEST_SIGNAL=f"{victim}:{after}"), cwd=REPO, capture_output=True, text=True, timeout=240)
+    cmd = torchrun_command(
+        2, ["tests.faults.signalled_train", *train_overrides(toy_corpus, *RUN, *overrides, f"exp_dir={exp}")]
+    )
+    proc = subprocess.run(
+        cmd, env=worker_env(ASR_TEST_SIGNAL=f"{victim}:{after}"), cwd=REPO, capture_output=True, text=True, timeout=240
+    )
     text = proc.stdout + proc.stderr
     statuses = re.findall(r"exitcode\s*:\s*(-?\d+)", text)
     assert proc.returncode != 0 and statuses and {int(s) for s in statuses} == {EXIT_PREEMPTED}, text[-4000:]
@@ -37,7 +47,9 @@ def signal_one_learner(toy_corpus: Path, exp: Path, overrides: list[str], victim
 
 def test_ssgd_one_learner_signalled_all_stop_and_the_rerun_equals_the_uninterrupted_run(toy_corpus, tmp_path):
     reference = tmp_path / "reference"
-    done = run_torchrun(2, ["asr.train", *train_overrides(toy_corpus, *RUN, "distributed=ssgd", f"exp_dir={reference}")])
+    done = run_torchrun(
+        2, ["asr.train", *train_overrides(toy_corpus, *RUN, "distributed=ssgd", f"exp_dir={reference}")]
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     exp = tmp_path / "stopped"
     text = signal_one_learner(toy_corpus, exp, ["distributed=ssgd"], victim=1, after=12)  # 10 steps per epoch
@@ -58,7 +70,9 @@ ADPSGD = ["distributed=adpsgd", "train.epochs=4"]
 def test_adpsgd_one_learner_signalled_every_node_saves_and_each_utterance_is_trained_once(toy_corpus, tmp_path):
     exp = tmp_path / "stopped"
     signal_one_learner(toy_corpus, exp, [*ADPSGD], victim=1, after=5)
-    nodes = [torch.load(max((exp / "checkpoints" / f"node-{n:03d}").glob("step-*.pt")), weights_only=True) for n in range(2)]
+    nodes = [
+        torch.load(max((exp / "checkpoints" / f"node-{n:03d}").glob("step-*.pt")), weights_only=True) for n in range(2)
+    ]
     masks = [unpack_mask(n["sampler"]["trained"], 40) for n in nodes]
     epoch = nodes[0]["progress"]["epoch"]
     assert epoch < 4 and all(n["progress"]["epoch"] == epoch for n in nodes)
@@ -67,7 +81,9 @@ def test_adpsgd_one_learner_signalled_every_node_saves_and_each_utterance_is_tra
     assert trained < 40
     again = run_torchrun(2, ["asr.train", *train_overrides(toy_corpus, *RUN, *ADPSGD, f"exp_dir={exp}")])
     assert again.returncode == 0, again.stderr[-4000:]
-    resumed = re.findall(r"resumed from step \d+ \(epoch (\d+), (\d+) of its utterances trained; own start", again.stderr)
+    resumed = re.findall(
+        r"resumed from step \d+ \(epoch (\d+), (\d+) of its utterances trained; own start", again.stderr
+    )
     assert resumed == [(str(epoch + 1), str(trained))] * 2, again.stderr[-4000:]
     # What is left (the rest of the epoch, re-planned) is trained by the rerun, and the epoch ends.
     assert torch.load(exp / "checkpoints" / "last.pt", weights_only=True)["progress"]["epoch"] == 4

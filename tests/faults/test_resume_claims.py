@@ -24,8 +24,17 @@ pytestmark = pytest.mark.slow
 EPOCHS = 2
 # 20 batches of 2 utterances an epoch, claimed by 2 nodes of one learner; a node checkpoint
 # every 2 of a node's steps, so a kill almost always comes after one taken mid-epoch.
-RUN = ["distributed=adpsgd", "distributed.timeout_s=60", "train.max_utts=2", "train.max_frames=200", f"train.epochs={EPOCHS}",
-       "train.checkpoint_every_steps=2", "train.log_every_steps=100", "train.tensorboard=false", "train.record_utterances=true"]
+RUN = [
+    "distributed=adpsgd",
+    "distributed.timeout_s=60",
+    "train.max_utts=2",
+    "train.max_frames=200",
+    f"train.epochs={EPOCHS}",
+    "train.checkpoint_every_steps=2",
+    "train.log_every_steps=100",
+    "train.tensorboard=false",
+    "train.record_utterances=true",
+]
 
 
 def workers_of(job: str, attempt: int) -> dict[int, int]:
@@ -35,7 +44,11 @@ def workers_of(job: str, attempt: int) -> dict[int, int]:
         if not proc.name.isdigit():
             continue
         try:
-            env = dict(kv.split("=", 1) for kv in (proc / "environ").read_bytes().decode(errors="replace").split("\0") if "=" in kv)
+            env = dict(
+                kv.split("=", 1)
+                for kv in (proc / "environ").read_bytes().decode(errors="replace").split("\0")
+                if "=" in kv
+            )
         except OSError:
             continue
         if env.get("ASR_TEST_JOB") == job and "RANK" in env and env.get("TORCHELASTIC_RESTART_COUNT") == str(attempt):
@@ -56,15 +69,26 @@ def wait_for(condition, proc: subprocess.Popen, log: Path, what: str, seconds: f
         time.sleep(0.01)
 
 
-def kill_at_random_steps(proc: subprocess.Popen, job: str, exp: Path, log: Path, rng: random.Random, times: int) -> list[str]:
+def kill_at_random_steps(
+    proc: subprocess.Popen, job: str, exp: Path, log: Path, rng: random.Random, times: int
+) -> list[str]:
     """Each attempt, once both learners train (a resumed attempt has cut the records to its
     checkpoints): SIGKILL a random learner 1 to 4 steps of the two later."""
     kills = []
     for attempt in range(times):
-        wait_for(lambda: log.read_text().count("] training on ") >= 2 * (attempt + 1), proc, log, f"attempt {attempt}'s training")
+        wait_for(
+            lambda: log.read_text().count("] training on ") >= 2 * (attempt + 1),
+            proc,
+            log,
+            f"attempt {attempt}'s training",
+        )
         # Before every node has a checkpoint there is nothing to resume from (a separate issue).
-        wait_for(lambda: all(any((exp / "checkpoints" / f"node-00{n}").glob("step-*.pt")) for n in range(2)),
-                 proc, log, "both nodes' first checkpoints")
+        wait_for(
+            lambda: all(any((exp / "checkpoints" / f"node-00{n}").glob("step-*.pt")) for n in range(2)),
+            proc,
+            log,
+            "both nodes' first checkpoints",
+        )
         victim, target = rng.randrange(2), steps_recorded(exp) + rng.randint(1, 4)
         wait_for(lambda: steps_recorded(exp) >= target, proc, log, f"{target} steps recorded")
         os.kill(workers_of(job, attempt)[victim], signal.SIGKILL)
@@ -76,7 +100,9 @@ def kill_at_random_steps(proc: subprocess.Popen, job: str, exp: Path, log: Path,
 def test_killed_learners_resume_without_losing_or_repeating_a_batch(toy_corpus, tmp_path, seed, kills):
     exp = tmp_path / "exp"
     job = uuid.uuid4().hex
-    cmd = torchrun_command(2, ["asr.train", *train_overrides(toy_corpus, *RUN, f"exp_dir={exp}")], f"--max-restarts={kills}")
+    cmd = torchrun_command(
+        2, ["asr.train", *train_overrides(toy_corpus, *RUN, f"exp_dir={exp}")], f"--max-restarts={kills}"
+    )
     log = tmp_path / "job.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, env=worker_env(ASR_TEST_JOB=job), cwd=REPO, stdout=out, stderr=subprocess.STDOUT)

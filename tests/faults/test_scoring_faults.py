@@ -22,14 +22,19 @@ def scored(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["score.stm=data/eval2000/stm.typo"], "data/eval2000/stm.typo: no stm (score.stm); score=hub5 scores against a Hub5 stm"),
-    (["score.glm=none"], "score.glm=none: Hub5 scores are defined with the GLM"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["score.stm=data/eval2000/stm.typo"],
+            "data/eval2000/stm.typo: no stm (score.stm); score=hub5 scores against a Hub5 stm",
+        ),
+        (["score.glm=none"], "score.glm=none: Hub5 scores are defined with the GLM"),
+    ],
+)
 def test_hub5_without_its_references_exits_2(scored, overrides, message):
     proc = run_stage("asr.score", ["score=hub5", "data.data_dir=data", "exp_dir=exp", *overrides], cwd=scored)
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
     assert len(errors) == 1 and message in errors[0]
     assert not (scored / "exp/decode_eval2000/wer.json").exists()  # no WER of another metric
-

@@ -62,7 +62,9 @@ def test_history_without_any_checkpoint_refuses_until_restart(root, caplog):
     train(root, "train.epochs=1")
     rows_before = len(TrainLog(root / "exp").rows)
     shutil.rmtree(root / "exp" / "checkpoints")
-    with pytest.raises(InputError, match=r"an earlier run left train_log.csv but no checkpoint to go on from.*train.restart=true"):
+    with pytest.raises(
+        InputError, match=r"an earlier run left train_log.csv but no checkpoint to go on from.*train.restart=true"
+    ):
         train(root)
     with caplog.at_level("WARNING"):
         train(root, "train.restart=true")

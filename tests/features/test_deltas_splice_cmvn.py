@@ -98,5 +98,5 @@ def test_cmvn_scp_is_kaldi_double_matrix(tmp_path):
     raw = (tmp_path / "cmvn.ark").read_bytes()
     header = b"spk \0BDM \x04" + (2).to_bytes(4, "little") + b"\x04" + (3).to_bytes(4, "little")
     assert raw.startswith(header)
-    np.testing.assert_array_equal(np.frombuffer(raw[len(header):], "<f8").reshape(2, 3), stats["spk"])
+    np.testing.assert_array_equal(np.frombuffer(raw[len(header) :], "<f8").reshape(2, 3), stats["spk"])
     np.testing.assert_array_equal(kaldiio.load_scp(str(tmp_path / "cmvn.scp"))["spk"], stats["spk"])

@@ -65,8 +65,16 @@ OPTION_SETS = [
     dict(sample_frequency=8000, num_mel_bins=40, window_type="rectangular", use_energy=True),
     dict(sample_frequency=16000, num_mel_bins=80, window_type="blackman", use_energy=True, raw_energy=False),
     dict(sample_frequency=8000, num_mel_bins=80, window_type="sine", low_freq=64, high_freq=-200),
-    dict(sample_frequency=16000, num_mel_bins=40, low_freq=100, high_freq=7000, snip_edges=False,
-         use_energy=True, htk_compat=True, energy_floor=1.0),
+    dict(
+        sample_frequency=16000,
+        num_mel_bins=40,
+        low_freq=100,
+        high_freq=7000,
+        snip_edges=False,
+        use_energy=True,
+        htk_compat=True,
+        energy_floor=1.0,
+    ),
     dict(sample_frequency=8000, num_mel_bins=40, frame_length_ms=20, frame_shift_ms=8, round_to_power_of_two=False),
     dict(sample_frequency=8000, num_mel_bins=23, use_power=False, remove_dc_offset=False, preemphasis_coefficient=0.0),
 ]
@@ -176,7 +184,7 @@ def test_batch_equals_one_by_one(snip_edges):
         alone = fbank(w, opts)
         assert int(counts[row]) == alone.shape[0] == num_frames(len(w), opts)
         assert torch.allclose(feats[row, : alone.shape[0]], alone, atol=1e-5, rtol=0)
-        assert (feats[row, alone.shape[0]:] == 0).all()  # padding frames are zero
+        assert (feats[row, alone.shape[0] :] == 0).all()  # padding frames are zero
 
 
 def kaldi_frame_count(n: int, length: int, shift: int, snip_edges: bool) -> int:

@@ -30,7 +30,9 @@ def write_sphere(path: Path, seconds: float, seed: int) -> np.ndarray:
     return sf.read(path, dtype="float32")[0]
 
 
-def make_data_dir(root: Path, set_name: str = "train", bad_recording: bool = False) -> tuple[Path, dict[str, np.ndarray]]:
+def make_data_dir(
+    root: Path, set_name: str = "train", bad_recording: bool = False
+) -> tuple[Path, dict[str, np.ndarray]]:
     """3 conversations x 2 sides x 2 segments, in Kaldi's Switchboard naming.
 
     Returns the data dir and each recording's samples (for checking values).
@@ -85,7 +87,7 @@ def test_extracts_features_frames_dim_and_cmvn(tmp_path):
 
     # Side B is channel 2: its features are the filterbank of channel 2's samples.
     utt = "sw02002-B_000102-000197"
-    segment = audio["sw02002-B"][round(1.02 * RATE): round(1.97 * RATE)]
+    segment = audio["sw02002-B"][round(1.02 * RATE) : round(1.97 * RATE)]
     assert np.abs(feats[utt] - fbank(segment, OPTIONS).numpy()).max() < 1e-5
 
     stats = kaldiio.load_scp(str(out / "cmvn.scp"))
@@ -94,7 +96,9 @@ def test_extracts_features_frames_dim_and_cmvn(tmp_path):
     speaker_feats = np.concatenate([feats[u] for u in feats if u.startswith("sw02001-A")])
     assert stats["sw02001-A"][0, -1] == speaker_feats.shape[0]
     np.testing.assert_allclose(stats["sw02001-A"][0, :-1], speaker_feats.sum(axis=0), rtol=1e-6)
-    np.testing.assert_allclose(stats["sw02001-A"][1, :-1], (speaker_feats.astype(np.float64) ** 2).sum(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(
+        stats["sw02001-A"][1, :-1], (speaker_feats.astype(np.float64) ** 2).sum(axis=0), rtol=1e-6
+    )
     assert not list(out.parent.glob(".train.tmp.*"))  # nothing temporary left behind
 
 
@@ -171,7 +175,12 @@ def test_parallel_jobs_give_the_same_features(tmp_path):
     c, d = kaldiio.load_scp(str(tmp_path / "one" / "cmvn.scp")), kaldiio.load_scp(str(tmp_path / "two" / "cmvn.scp"))
     assert list(c) == list(d) == list(a) and all(np.array_equal(c[u], d[u]) for u in c)  # per utterance, sorted
     assert sorted(p.name for p in (tmp_path / "two").iterdir() if p.name.startswith(("feats", "cmvn"))) == [
-        "cmvn.ark", "cmvn.scp", "cmvn_type", "feats.ark", "feats.scp"]
+        "cmvn.ark",
+        "cmvn.scp",
+        "cmvn_type",
+        "feats.ark",
+        "feats.scp",
+    ]
 
 
 def test_features_do_not_depend_on_how_utterances_are_batched():
@@ -189,9 +198,17 @@ def test_cli_extracts_every_set(tmp_path):
     for set_name in ("train", "dev", "eval"):
         make_data_dir(tmp_path, set_name)
     args = [
-        sys.executable, "-m", "asr.features", "features=logmel40", "features.jobs=1",
-        f"data.data_dir={tmp_path / 'data'}", "data.train_set=train", "data.dev_set=dev", "data.eval_set=eval",
-        f"features.feats_dir={tmp_path / 'feats'}", f"exp_dir={tmp_path / 'exp'}",
+        sys.executable,
+        "-m",
+        "asr.features",
+        "features=logmel40",
+        "features.jobs=1",
+        f"data.data_dir={tmp_path / 'data'}",
+        "data.train_set=train",
+        "data.dev_set=dev",
+        "data.eval_set=eval",
+        f"features.feats_dir={tmp_path / 'feats'}",
+        f"exp_dir={tmp_path / 'exp'}",
     ]
     run = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
@@ -230,7 +247,9 @@ def test_a_share_made_from_other_inputs_is_made_again(tmp_path, caplog):
     extract_set(data_dir, tmp_path / "out", OPTIONS, jobs=1, split=(0, 2))
     extract_set(data_dir, tmp_path / "out", FbankOptions(sample_frequency=RATE, num_mel_bins=23), jobs=1, split=(1, 2))
     with caplog.at_level("INFO", logger="asr.features"):
-        extract_set(data_dir, tmp_path / "out", FbankOptions(sample_frequency=RATE, num_mel_bins=23), jobs=1, split=(-1, 2))
+        extract_set(
+            data_dir, tmp_path / "out", FbankOptions(sample_frequency=RATE, num_mel_bins=23), jobs=1, split=(-1, 2)
+        )
     assert "share 0-of-2 is from other inputs; computing it here" in caplog.text
     assert all(m.shape[1] == 23 for m in kaldiio.load_scp(str(tmp_path / "out" / "feats.scp")).values())
     with pytest.raises(InputError, match=r"features.split.index=2, features.split.count=2: give 0 <= index < count"):
@@ -243,11 +262,24 @@ def test_cli_shares_as_array_jobs_then_merge(tmp_path):
     then the same command without the index merges them: every set complete."""
     for set_name in ("train", "dev", "eval"):
         make_data_dir(tmp_path, set_name)
-    args = [sys.executable, "-m", "asr.features", "features=logmel40", "features.jobs=1", "features.split.count=2",
-            f"data.data_dir={tmp_path / 'data'}", "data.train_set=train", "data.dev_set=dev", "data.eval_set=eval",
-            f"features.feats_dir={tmp_path / 'feats'}", f"exp_dir={tmp_path / 'exp'}"]
+    args = [
+        sys.executable,
+        "-m",
+        "asr.features",
+        "features=logmel40",
+        "features.jobs=1",
+        "features.split.count=2",
+        f"data.data_dir={tmp_path / 'data'}",
+        "data.train_set=train",
+        "data.dev_set=dev",
+        "data.eval_set=eval",
+        f"features.feats_dir={tmp_path / 'feats'}",
+        f"exp_dir={tmp_path / 'exp'}",
+    ]
     for index in (0, 1):
-        job = subprocess.run([*args, f"features.split.index={index}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+        job = subprocess.run(
+            [*args, f"features.split.index={index}"], cwd=REPO, capture_output=True, text=True, timeout=300
+        )
         assert job.returncode == 0, job.stderr
     assert not (tmp_path / "feats" / "logmel40" / "train").exists()
     merge = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -292,8 +324,9 @@ def test_no_process_holds_a_line_per_utterance(tmp_path):
             tracemalloc.stop()
         assert summary.utterances == conversations * 100
     growth_per_utt = (peaks[1] - peaks[0]) / 2400
-    assert growth_per_utt < 100, (f"traced peak {peaks[0] / 2**20:.2f} -> {peaks[1] / 2**20:.2f} MB: "
-                                  f"{growth_per_utt:.0f} bytes per utterance")
+    assert growth_per_utt < 100, (
+        f"traced peak {peaks[0] / 2**20:.2f} -> {peaks[1] / 2**20:.2f} MB: {growth_per_utt:.0f} bytes per utterance"
+    )
 
 
 def test_a_recording_whose_utterances_are_apart_in_sorted_order(tmp_path):
@@ -308,7 +341,13 @@ def test_a_recording_whose_utterances_are_apart_in_sorted_order(tmp_path):
     apart_dir = write_data_dir(d, tmp_path / "data" / "apart")
     extract_set(data_dir, tmp_path / "plain", OPTIONS, cmvn_unit="speaker", jobs=1)
     extract_set(apart_dir, tmp_path / "apart", OPTIONS, cmvn_unit="speaker", jobs=1)
-    a, b = kaldiio.load_scp(str(tmp_path / "plain" / "feats.scp")), kaldiio.load_scp(str(tmp_path / "apart" / "feats.scp"))
+    a, b = (
+        kaldiio.load_scp(str(tmp_path / "plain" / "feats.scp")),
+        kaldiio.load_scp(str(tmp_path / "apart" / "feats.scp")),
+    )
     assert len(b) == 12 and all(np.array_equal(a[u], b[renamed[u]]) for u in a)
-    c, s = kaldiio.load_scp(str(tmp_path / "plain" / "cmvn.scp")), kaldiio.load_scp(str(tmp_path / "apart" / "cmvn.scp"))
+    c, s = (
+        kaldiio.load_scp(str(tmp_path / "plain" / "cmvn.scp")),
+        kaldiio.load_scp(str(tmp_path / "apart" / "cmvn.scp")),
+    )
     assert list(c) == list(s) and all(np.allclose(c[k], s[k], rtol=1e-12) for k in c)

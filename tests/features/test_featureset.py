@@ -38,7 +38,9 @@ def test_writer_is_kaldiio_readable_and_returns_what_is_read(tmp_path, compress)
         else:
             np.testing.assert_array_equal(read[key], mat)
     # The same bytes as kaldiio's own writer with Kaldi's automatic compression.
-    with kaldiio.WriteHelper(f"ark,scp:{tmp_path / 'ref.ark'},{tmp_path / 'ref.scp'}", compression_method=1 if compress else None) as ref:
+    with kaldiio.WriteHelper(
+        f"ark,scp:{tmp_path / 'ref.ark'},{tmp_path / 'ref.scp'}", compression_method=1 if compress else None
+    ) as ref:
         for key, mat in mats.items():
             ref(key, mat)
     assert (tmp_path / "ref.ark").read_bytes() == (tmp_path / "feats.ark").read_bytes()
@@ -77,7 +79,10 @@ def test_reader_refuses_a_stored_width_that_does_not_fit(tmp_path):
     (tmp_path / "feat_dim").write_text("30\n")
     assert FeatureReader(tmp_path, {"u1": "s1"})("u1").shape == (40, 30)
     (tmp_path / "feat_dim").write_text("40\n")
-    with pytest.raises(InputError, match=r"'u1' has shape \(40, 10\), expected \(T, 20\) from feat_dim less the deltas of delta_columns"):
+    with pytest.raises(
+        InputError,
+        match=r"'u1' has shape \(40, 10\), expected \(T, 20\) from feat_dim less the deltas of delta_columns",
+    ):
         FeatureReader(tmp_path, {"u1": "s1"})("u1")
     (tmp_path / "delta_opts").unlink()
     with pytest.raises(InputError, match="delta_opts: missing beside"):
@@ -93,7 +98,9 @@ def test_rows_read_alone_equal_the_whole_matrix_rows_deltas_included(tmp_path, c
     deltas' reach around them, equal the whole matrix's rows bit for bit."""
     rng = np.random.default_rng(0)
     mats = {f"u{i}": rng.normal(size=(int(rng.integers(20, 60)), 6)).astype(np.float32) for i in range(3)}
-    kind = {"text": True} if compression == "text" else {"compression_method": compression}  # text: read whole, then cut
+    kind = (
+        {"text": True} if compression == "text" else {"compression_method": compression}
+    )  # text: read whole, then cut
     kaldiio.save_ark(str(tmp_path / "feats.ark"), mats, scp=str(tmp_path / "feats.scp"), **kind)
     (tmp_path / "utt2num_frames").write_text("".join(f"{u} {len(m)}\n" for u, m in mats.items()))
     LoadDeltas(order=2, window=2, first=2, last=6).write(tmp_path)
@@ -113,7 +120,13 @@ def test_a_batch_of_samples_equals_their_rows_read_alone(tmp_path):
     compressed = {u: m for u, m in mats.items() if u != "u2"}
     kaldiio.save_ark(str(tmp_path / "a.ark"), compressed, scp=str(tmp_path / "a.scp"), compression_method=1)
     kaldiio.save_ark(str(tmp_path / "b.ark"), {"u2": mats["u2"]}, scp=str(tmp_path / "b.scp"))  # float: read alone
-    (tmp_path / "feats.scp").write_text("".join(sorted((tmp_path / "a.scp").read_text().splitlines(True) + (tmp_path / "b.scp").read_text().splitlines(True))))
+    (tmp_path / "feats.scp").write_text(
+        "".join(
+            sorted(
+                (tmp_path / "a.scp").read_text().splitlines(True) + (tmp_path / "b.scp").read_text().splitlines(True)
+            )
+        )
+    )
     (tmp_path / "utt2num_frames").write_text("".join(f"{u} {len(m)}\n" for u, m in mats.items()))
     LoadDeltas(order=2, window=2, first=2, last=6).write(tmp_path)
     (tmp_path / "feat_dim").write_text("14\n")

@@ -6,9 +6,24 @@ import scipy.optimize
 import scipy.stats
 import torch
 
-from asr.features.fmllr import accumulate, aux_function, estimate_fmllr, identity_transform, transform_frames, update_transform
+from asr.features.fmllr import (
+    accumulate,
+    aux_function,
+    estimate_fmllr,
+    identity_transform,
+    transform_frames,
+    update_transform,
+)
 from asr.features.gmm import CHUNK_FRAMES, DiagGmm, accumulate as gmm_accumulate, train_gmm
-from asr.features.lda_mllt import accumulate_lda, accumulate_mllt, estimate_lda, mllt_aux, project, train_front_end, update_mllt
+from asr.features.lda_mllt import (
+    accumulate_lda,
+    accumulate_mllt,
+    estimate_lda,
+    mllt_aux,
+    project,
+    train_front_end,
+    update_mllt,
+)
 
 
 class Mixture:
@@ -45,8 +60,12 @@ def trained(mixture):
 
 def test_gmm_loglikelihood_matches_scipy(mixture):
     gmm, x = mixture.gmm(), mixture.sample(50, seed=2)
-    reference = np.log(sum(w * scipy.stats.multivariate_normal(m, np.diag(v)).pdf(x)
-                           for w, m, v in zip(mixture.weights, mixture.means, mixture.vars)))
+    reference = np.log(
+        sum(
+            w * scipy.stats.multivariate_normal(m, np.diag(v)).pdf(x)
+            for w, m, v in zip(mixture.weights, mixture.means, mixture.vars)
+        )
+    )
     np.testing.assert_allclose(gmm.log_likelihood(torch.from_numpy(x)).numpy(), reference, rtol=1e-10)
     posteriors, _ = gmm.posteriors(torch.from_numpy(x))
     np.testing.assert_allclose(posteriors.sum(dim=1).numpy(), 1.0)
@@ -55,7 +74,7 @@ def test_gmm_loglikelihood_matches_scipy(mixture):
 def test_em_never_decreases_and_fits_the_data(mixture, trained):
     gmm, report = trained
     ll = report.loglike_per_frame
-    at_full_size = [l for l, m in zip(ll, report.components) if m == 16]
+    at_full_size = [loglike for loglike, m in zip(ll, report.components) if m == 16]
     assert all(b >= a - 1e-9 for a, b in zip(at_full_size, at_full_size[1:]))
     assert gmm.num_components == 16 and float(gmm.weights.sum()) == pytest.approx(1.0)
     held_out = torch.from_numpy(mixture.sample(4000, seed=3))
@@ -145,8 +164,9 @@ def test_row_updates_reach_the_optimum_scipy_finds(mixture, trained):
         gradient = stats.beta * cofactors + stats.K - np.einsum("ijk,ik->ij", stats.G, w)
         return -aux_function(w, stats), -gradient.ravel()
 
-    reference = scipy.optimize.minimize(negative_q, identity_transform(8).ravel(), jac=True, method="BFGS",
-                                        options={"gtol": 1e-8, "maxiter": 5000})
+    reference = scipy.optimize.minimize(
+        negative_q, identity_transform(8).ravel(), jac=True, method="BFGS", options={"gtol": 1e-8, "maxiter": 5000}
+    )
     assert aux_function(ours, stats) == pytest.approx(-reference.fun, rel=1e-9)
     np.testing.assert_allclose(ours, reference.x.reshape(8, 9), atol=1e-4)
 
@@ -227,8 +247,15 @@ def test_front_end_projects_to_the_requested_dimension():
     mixture = Mixture(dim=6, components=8, seed=7)
     base = mixture.sample(3000, seed=9)
     spliced = np.hstack([np.roll(base, shift, axis=0) for shift in (1, 0, -1)])
-    front = train_front_end(torch.from_numpy(base), torch.from_numpy(spliced).split(CHUNK_FRAMES), dim=5, num_components=8,
-                            mllt_iters=2, em_iters=2, final_iters=2)
+    front = train_front_end(
+        torch.from_numpy(base),
+        torch.from_numpy(spliced).split(CHUNK_FRAMES),
+        dim=5,
+        num_components=8,
+        mllt_iters=2,
+        em_iters=2,
+        final_iters=2,
+    )
     assert front.matrix.shape == (5, 18) and front.gmm.dim == 5 and front.gmm.num_components == 8
     assert front.loglike_per_frame[-1] > front.loglike_per_frame[0]
     projected = torch.from_numpy(spliced @ front.matrix.T)

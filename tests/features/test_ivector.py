@@ -61,8 +61,9 @@ def training(speakers):
 def trained(training):
     ubm, _, stats = training
     report = []
-    extractor = iv.train_extractor(iv.IvectorExtractor.init_from_ubm(ubm.full, 5, seed=0), stats, iters=10,
-                                   min_count=10, report=report)
+    extractor = iv.train_extractor(
+        iv.IvectorExtractor.init_from_ubm(ubm.full, 5, seed=0), stats, iters=10, min_count=10, report=report
+    )
     return extractor, report
 
 
@@ -78,7 +79,9 @@ def test_full_gmm_loglikelihoods_match_scipy(speakers):
     ours = gmm.selected_loglikes(torch.from_numpy(x), selection).numpy()
     for t in range(30):
         for j, c in enumerate(selection[t].tolist()):
-            reference = np.log(speakers.weights[c]) + scipy.stats.multivariate_normal(speakers.means[c], covariances[c]).logpdf(x[t])
+            reference = np.log(speakers.weights[c]) + scipy.stats.multivariate_normal(
+                speakers.means[c], covariances[c]
+            ).logpdf(x[t])
             assert ours[t, j] == pytest.approx(reference, rel=1e-10)
     posteriors, _ = gmm.posteriors(torch.from_numpy(x), selection)
     np.testing.assert_allclose(posteriors.sum(dim=1).numpy(), 1.0)
@@ -166,8 +169,13 @@ def test_prior_update_keeps_the_prior_standard(training, trained):
     old, new = (e.projections.reshape(-1, 5) for e in (extractor, updated))
     transform = torch.linalg.inv(torch.linalg.lstsq(old, new).solution)  # M_new = M_old V^-1, w_new = V w_old
     mean = (transform @ post.mean.mean(dim=0)).numpy()
-    assert mean[0] == pytest.approx(updated.prior_offset, rel=1e-6) and np.abs(mean[1:]).max() < 1e-6 * updated.prior_offset
-    scatter = (transform @ (post.variance + post.mean[:, :, None] * post.mean[:, None, :]).mean(dim=0) @ transform.T).numpy()
+    assert (
+        mean[0] == pytest.approx(updated.prior_offset, rel=1e-6)
+        and np.abs(mean[1:]).max() < 1e-6 * updated.prior_offset
+    )
+    scatter = (
+        transform @ (post.variance + post.mean[:, :, None] * post.mean[:, None, :]).mean(dim=0) @ transform.T
+    ).numpy()
     np.testing.assert_allclose(scatter - np.outer(mean, mean), np.eye(5), atol=1e-6)
 
 
@@ -256,7 +264,9 @@ def test_equal_error_rate():
     assert iv.equal_error_rate(np.arange(4.0), np.arange(4.0)) == pytest.approx(0.5)
     rng = np.random.default_rng(0)
     # two unit Gaussians 2 apart: EER = Phi(-1) = 0.1587; sampling error ~ 0.0012 for 1e5 each
-    assert iv.equal_error_rate(rng.normal(1, 1, 100_000), rng.normal(-1, 1, 100_000)) == pytest.approx(0.1587, abs=0.006)
+    assert iv.equal_error_rate(rng.normal(1, 1, 100_000), rng.normal(-1, 1, 100_000)) == pytest.approx(
+        0.1587, abs=0.006
+    )
 
 
 def test_pca_whitens_and_centres():

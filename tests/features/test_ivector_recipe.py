@@ -17,17 +17,28 @@ from asr.features.fmllr_model import FmllrModel
 from asr.features.kaldi_io import read_transforms
 from asr.features.recipes import feature_dim, make_features
 from asr.utils.errors import InputError
-from tests.features.test_recipes import SETS, SMALL_FMLLR, config, corpus, one_torch_thread  # noqa: F401 (fixtures)
+from tests.features.conftest import SETS
+from tests.features.test_recipes import SMALL_FMLLR, config, one_torch_thread  # noqa: F401 (autouse fixture)
 
 # 6 speakers x 2 utterances of ~90 frames per set: a tiny extractor.
-SMALL_IVECTOR = ["features.ivector.num_components=4", "features.ivector.dim=5", "features.ivector.pca_dim=10",
-                 "features.ivector.min_count=1", "features.ivector.em_iters=3", "features.fmllr.fmllr_iters=3", "features.jobs=1"]
+SMALL_IVECTOR = [
+    "features.ivector.num_components=4",
+    "features.ivector.dim=5",
+    "features.ivector.pca_dim=10",
+    "features.ivector.min_count=1",
+    "features.ivector.em_iters=3",
+    "features.fmllr.fmllr_iters=3",
+    "features.jobs=1",
+]
 
 
 def test_recipe_dimensions():
     from asr.config import load_config
-    dims = {name: feature_dim(load_config([f"features={name}"]).features)
-            for name in ("ivector100", "fmllr40_ivector100_logmel40_deltas")}
+
+    dims = {
+        name: feature_dim(load_config([f"features={name}"]).features)
+        for name in ("ivector100", "fmllr40_ivector100_logmel40_deltas")
+    }
     assert dims == {"ivector100": 100, "fmllr40_ivector100_logmel40_deltas": 260}
 
 
@@ -43,7 +54,15 @@ def test_ivector_recipe_writes_kaldi_ivectors_and_per_frame_features(ivector_run
     root, _, summaries = ivector_run
     out = root / "feats" / "ivector100"
     assert [s.utterances for s in summaries] == [12, 12, 12]
-    for name in ("final.mat", "splice_opts", "final.dubm", "final.ubm", "final.ie", "ivector_extractor.conf", "report.json"):
+    for name in (
+        "final.mat",
+        "splice_opts",
+        "final.dubm",
+        "final.ubm",
+        "final.ie",
+        "ivector_extractor.conf",
+        "report.json",
+    ):
         assert (out / "extractor" / name).is_file()
     for set_name in SETS:
         set_dir = out / set_name
@@ -87,10 +106,14 @@ def test_kaldi_ivector_dirs_are_used_as_they_are(ivector_run, tmp_path):
         (kaldi / f"ivectors_{set_name}").mkdir(parents=True)
         for name in ("ivector_online.scp", "ivector_period"):
             shutil.copy(ours / set_name / name, kaldi / f"ivectors_{set_name}" / name)
-    make_features(config(root, "ivector100", *SMALL_IVECTOR, f"features.ivector.kaldi_dir={kaldi}", "features.name=from_kaldi"))
+    make_features(
+        config(root, "ivector100", *SMALL_IVECTOR, f"features.ivector.kaldi_dir={kaldi}", "features.name=from_kaldi")
+    )
     imported = root / "feats" / "from_kaldi"
     for set_name in SETS:
-        assert (imported / set_name / "ivector_online.scp").read_text() == (ours / set_name / "ivector_online.scp").read_text()
+        assert (imported / set_name / "ivector_online.scp").read_text() == (
+            ours / set_name / "ivector_online.scp"
+        ).read_text()
         a, b = (kaldiio.load_scp(str(d / set_name / "feats.scp")) for d in (ours, imported))
         assert sorted(a) == sorted(b) and all(np.array_equal(a[u], b[u]) for u in a)
     assert not (imported / "extractor").exists()
@@ -99,12 +122,22 @@ def test_kaldi_ivector_dirs_are_used_as_they_are(ivector_run, tmp_path):
         shutil.rmtree(kaldi / f"ivectors_{set_name}")
         (kaldi / set_name).mkdir()
         shutil.copy(ours / "train" / "ivectors_spk.scp", kaldi / set_name / "ivectors_spk.scp")
-    make_features(config(root, "ivector100", *SMALL_IVECTOR, f"features.ivector.kaldi_dir={kaldi}", "features.name=spk_kaldi"))
+    make_features(
+        config(root, "ivector100", *SMALL_IVECTOR, f"features.ivector.kaldi_dir={kaldi}", "features.name=spk_kaldi")
+    )
     for utt, mat in kaldiio.load_scp(str(root / "feats" / "spk_kaldi" / "train" / "feats.scp")).items():
         np.testing.assert_array_equal(mat, kaldiio.load_scp(str(ours / "train" / "feats.scp"))[utt])
     with pytest.raises(InputError, match="features.ivector.dim=7"):
-        make_features(config(root, "ivector100", *SMALL_IVECTOR, f"features.ivector.kaldi_dir={kaldi}",
-                             "features.name=wrong_dim", "features.ivector.dim=7"))
+        make_features(
+            config(
+                root,
+                "ivector100",
+                *SMALL_IVECTOR,
+                f"features.ivector.kaldi_dir={kaldi}",
+                "features.name=wrong_dim",
+                "features.ivector.dim=7",
+            )
+        )
 
 
 @pytest.fixture(scope="module")

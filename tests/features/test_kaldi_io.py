@@ -9,8 +9,15 @@ import scipy.stats
 import torch
 
 from asr.features.gmm import DiagGmm
-from asr.features.kaldi_io import (apply_transform, diag_gmm_bytes, read_diag_gmm, read_matrix, read_transforms,
-                                   write_matrix, write_transforms)
+from asr.features.kaldi_io import (
+    apply_transform,
+    diag_gmm_bytes,
+    read_diag_gmm,
+    read_matrix,
+    read_transforms,
+    write_matrix,
+    write_transforms,
+)
 from asr.utils.errors import InputError
 
 
@@ -30,8 +37,10 @@ def test_transforms_round_trip_as_kaldi_matrices(tmp_path):
     ark = (tmp_path / "trans.ark").read_bytes()
     header = b"sw02001-A " + kaldi_binary_matrix(3, 4)
     assert ark.startswith(header)
-    np.testing.assert_array_equal(np.frombuffer(ark[len(header): len(header) + 48], "<f4").reshape(3, 4),
-                                  transforms["sw02001-A"].astype(np.float32))
+    np.testing.assert_array_equal(
+        np.frombuffer(ark[len(header) : len(header) + 48], "<f4").reshape(3, 4),
+        transforms["sw02001-A"].astype(np.float32),
+    )
     back = read_transforms(scp)
     assert sorted(back) == sorted(transforms)
     for key, value in transforms.items():
@@ -71,7 +80,7 @@ def test_diag_gmm_round_trip_and_kaldi_layout(tmp_path):
     assert raw.endswith(b"</DiagGMM> ")
     # GCONSTS: the log-likelihood of the zero vector, by scipy.
     offset = raw.index(b"FV ") + 8
-    gconsts = np.frombuffer(raw[offset: offset + 12], "<f4")
+    gconsts = np.frombuffer(raw[offset : offset + 12], "<f4")
     expected = np.log(weights) + scipy.stats.norm(means, np.sqrt(variances)).logpdf(0).sum(axis=1)
     np.testing.assert_allclose(gconsts, expected, rtol=1e-6)
     loaded = DiagGmm.load(tmp_path / "final.dubm")

@@ -25,7 +25,9 @@ def test_join_parts_moves_offsets_and_sorts_unsorted_parts(tmp_path):
     lines = (tmp / "feats.scp").read_text().splitlines()
     assert [line.split()[0] for line in lines] == ["u1", "u2", "u3", "u4", "u5", "u6"]
     assert all(line.split()[1].startswith(str(out.absolute() / "feats.ark") + ":") for line in lines)
-    reread = {line.split()[0]: kaldiio.load_mat(line.split()[1].replace(str(out.absolute()), str(tmp))) for line in lines}
+    reread = {
+        line.split()[0]: kaldiio.load_mat(line.split()[1].replace(str(out.absolute()), str(tmp))) for line in lines
+    }
     assert all(float(reread[key][0, 0]) == int(key[1:]) for key in reread)
     assert sorted(p.name for p in tmp.iterdir()) == ["feats.ark", "feats.scp"]
 
@@ -43,6 +45,7 @@ def test_merge_part_tables_in_key_order_with_extra_rows(tmp_path):
 def test_merging_sorted_parts_holds_no_line_per_key(tmp_path):
     """Parts written in key order are merged as they stream: 50,000 lines cost no more traced
     memory than 5,000 (a dict of them would take several MB)."""
+
     def peak(lines: int) -> int:
         for part in range(2):
             with open(tmp_path / f"utt2num_frames.{part}", "w") as f:

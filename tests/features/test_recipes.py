@@ -22,32 +22,46 @@ from asr.features.fmllr_recipe import adapt_set
 from asr.features.kaldi_io import read_transforms
 from asr.features.recipes import feature_dim, make_features
 from asr.features.subset import streamed_subset
-from tests.features.test_features_extract import make_data_dir
+from tests.features.conftest import SETS
 
-SETS = ("train", "dev", "eval")
 # Small enough for 12 utterances of ~0.9 s (about 180 frames per speaker).
-SMALL_FMLLR = ["features.fmllr.num_components=4", "features.fmllr.min_count=100", "features.fmllr.mllt_iters=2",
-               "features.fmllr.em_iters=2", "features.fmllr.fmllr_passes=4", "features.jobs=1"]
+SMALL_FMLLR = [
+    "features.fmllr.num_components=4",
+    "features.fmllr.min_count=100",
+    "features.fmllr.mllt_iters=2",
+    "features.fmllr.em_iters=2",
+    "features.fmllr.fmllr_passes=4",
+    "features.jobs=1",
+]
 
 
 def config(tmp_path, recipe: str, *extra: str):
-    return load_config([f"features={recipe}", f"data.data_dir={tmp_path / 'data'}", "data.train_set=train",
-                        "data.dev_set=dev", "data.eval_set=eval", f"features.feats_dir={tmp_path / 'feats'}",
-                        f"exp_dir={tmp_path / 'exp'}", *extra])
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    root = tmp_path_factory.mktemp("corpus")
-    for name in SETS:
-        make_data_dir(root, name)
-    return root
+    return load_config(
+        [
+            f"features={recipe}",
+            f"data.data_dir={tmp_path / 'data'}",
+            "data.train_set=train",
+            "data.dev_set=dev",
+            "data.eval_set=eval",
+            f"features.feats_dir={tmp_path / 'feats'}",
+            f"exp_dir={tmp_path / 'exp'}",
+            *extra,
+        ]
+    )
 
 
 def test_recipe_dimensions():
-    dims = {name: feature_dim(load_config([f"features={name}"]).features)
-            for name in ("logmel80", "logmel40", "logmel40_deltas", "fmllr40", "fmllr40_logmel40_deltas")}
-    assert dims == {"logmel80": 80, "logmel40": 40, "logmel40_deltas": 120, "fmllr40": 40, "fmllr40_logmel40_deltas": 160}
+    dims = {
+        name: feature_dim(load_config([f"features={name}"]).features)
+        for name in ("logmel80", "logmel40", "logmel40_deltas", "fmllr40", "fmllr40_logmel40_deltas")
+    }
+    assert dims == {
+        "logmel80": 80,
+        "logmel40": 40,
+        "logmel40_deltas": 120,
+        "fmllr40": 40,
+        "fmllr40_logmel40_deltas": 160,
+    }
 
 
 def test_logmel_with_deltas(tmp_path, corpus):
@@ -122,7 +136,9 @@ def test_fmllr_logmel_composition(fmllr_run):
         normalised = raw - base_cmvn[speaker][0, :-1] / base_cmvn[speaker][0, -1]
         expected = transform_frames(torch.from_numpy(model.project(normalised)), transforms[speaker]).numpy()
         np.testing.assert_allclose(mat[:, :40], expected, rtol=0, atol=np.ptp(expected) / 64)
-    assert (out / "eval" / "delta_columns").read_text() == "40 80\n" and (out / "eval" / "compress").read_text() == "true\n"
+    assert (out / "eval" / "delta_columns").read_text() == "40 80\n" and (
+        out / "eval" / "compress"
+    ).read_text() == "true\n"
     reader = FeatureReader(out / "eval", {utt: utt.split("_")[0] for utt in feats})
     assert all(reader(utt).shape == (mat.shape[0], 160) for utt, mat in feats.items())
 
@@ -135,7 +151,9 @@ def test_fmllr_rerun_skips_and_reuses_the_model(fmllr_run, caplog):
         assert all(s.skipped for s in make_features(config(root, "fmllr40_logmel40_deltas", *SMALL_FMLLR)))
     assert "fMLLR model: complete already" in caplog.text
     # A different composition of the same model: the sets are redone, the model is not.
-    fmllr_only = config(root, "fmllr40_logmel40_deltas", *SMALL_FMLLR, "features.kind=fmllr", "features.name=fmllr40_logmel40_deltas")
+    fmllr_only = config(
+        root, "fmllr40_logmel40_deltas", *SMALL_FMLLR, "features.kind=fmllr", "features.name=fmllr40_logmel40_deltas"
+    )
     summaries = make_features(fmllr_only)
     assert not any(s.skipped for s in summaries) and (out / "gmm" / "final.dubm").stat().st_mtime_ns == made
     assert (out / "eval" / "feat_dim").read_text() == "40\n"
@@ -145,8 +163,15 @@ def test_fmllr_rerun_skips_and_reuses_the_model(fmllr_run, caplog):
 def test_fmllr_without_lda_adapts_the_log_mel_frames(corpus, tmp_path):
     """features.fmllr.lda=false: the GMM and fMLLR work on the per-speaker CMN'd log-mel."""
     (tmp_path / "data").symlink_to(corpus / "data")
-    cfg = config(tmp_path, "fmllr40", *SMALL_FMLLR, "features.fmllr.lda=false", "features.num_mel_bins=23",
-                 "features.fmllr.sat_iters=0", "features.fmllr.fmllr_iters=2")
+    cfg = config(
+        tmp_path,
+        "fmllr40",
+        *SMALL_FMLLR,
+        "features.fmllr.lda=false",
+        "features.num_mel_bins=23",
+        "features.fmllr.sat_iters=0",
+        "features.fmllr.fmllr_iters=2",
+    )
     make_features(cfg)
     out = tmp_path / "feats" / "fmllr40"
     assert not (out / "gmm" / "final.mat").exists() and FmllrModel.load(out / "gmm").dim == 23
@@ -174,7 +199,9 @@ def test_kaldi_files_reproduce_the_fmllr_features(fmllr_run, tmp_path):
     make_features(cfg)
     imported = kaldiio.load_scp(str(root / "feats" / "from_kaldi" / "eval" / "feats.scp"))
     ours = kaldiio.load_scp(str(out / "eval" / "feats.scp"))
-    assert sorted(imported) == sorted(ours) and (root / "feats" / "from_kaldi" / "eval" / "feat_dim").read_text() == "40\n"
+    assert (
+        sorted(imported) == sorted(ours) and (root / "feats" / "from_kaldi" / "eval" / "feat_dim").read_text() == "40\n"
+    )
     for utt in ours:
         ours_fmllr = ours[utt][:, :40]  # ours stored compressed: at least 64 levels per column's range
         np.testing.assert_allclose(imported[utt], ours_fmllr, rtol=0, atol=np.ptp(ours_fmllr) / 64)
@@ -182,13 +209,23 @@ def test_kaldi_files_reproduce_the_fmllr_features(fmllr_run, tmp_path):
 
 def test_kaldi_feats_and_cmvn_used_as_they_are(corpus, tmp_path):
     """A Kaldi data dir's feats.scp and per-speaker cmvn.scp are referenced, not copied."""
-    logmel = extract_set(corpus / "data" / "train", tmp_path / "made_by_kaldi" / "train",
-                         FbankOptions(sample_frequency=8000, num_mel_bins=23), cmvn_unit="speaker", jobs=1)
+    logmel = extract_set(
+        corpus / "data" / "train",
+        tmp_path / "made_by_kaldi" / "train",
+        FbankOptions(sample_frequency=8000, num_mel_bins=23),
+        cmvn_unit="speaker",
+        jobs=1,
+    )
     for set_name in ("dev", "eval"):
         shutil.copytree(tmp_path / "made_by_kaldi" / "train", tmp_path / "made_by_kaldi" / set_name)
     (tmp_path / "data").symlink_to(corpus / "data")
-    cfg = config(tmp_path, "logmel40", "features.kind=kaldi", f"features.kaldi_dir={tmp_path / 'made_by_kaldi'}",
-                 "features.name=kaldi23")
+    cfg = config(
+        tmp_path,
+        "logmel40",
+        "features.kind=kaldi",
+        f"features.kaldi_dir={tmp_path / 'made_by_kaldi'}",
+        "features.name=kaldi23",
+    )
     make_features(cfg)
     out = tmp_path / "feats" / "kaldi23" / "train"
     assert (out / "feats.scp").read_text() == (tmp_path / "made_by_kaldi" / "train" / "feats.scp").read_text()
@@ -206,7 +243,9 @@ def test_parallel_adaptation_gives_the_same_features(fmllr_run, tmp_path):
     for jobs in (1, 2):
         fcfg = cfg.features.copy()
         fcfg.jobs = jobs
-        summary = adapt_set(out / "gmm", checksum, out / "fbank" / "eval", root / "data" / "eval", tmp_path / f"jobs{jobs}", fcfg)
+        summary = adapt_set(
+            out / "gmm", checksum, out / "fbank" / "eval", root / "data" / "eval", tmp_path / f"jobs{jobs}", fcfg
+        )
         assert summary.utterances == 12
     one = kaldiio.load_scp(str(tmp_path / "jobs1" / "feats.scp"))
     two = kaldiio.load_scp(str(tmp_path / "jobs2" / "feats.scp"))
@@ -225,10 +264,16 @@ def test_sat_split_over_two_jobs_trains_the_same_model(fmllr_run, tmp_path):
     root, cfg, _ = fmllr_run
     base = root / "feats" / "fmllr40_logmel40_deltas" / "fbank" / "train"
     fmllr = cfg.features.fmllr
-    subset = streamed_subset(root / "data" / "train" / "utt2spk", base / "utt2num_frames", fmllr.max_train_frames, fmllr.min_count)
-    models = [train_fmllr_model(SpeakerFrames(base, subset.speaker_of, False), subset, fmllr, jobs=jobs)[0] for jobs in (1, 2)]
+    subset = streamed_subset(
+        root / "data" / "train" / "utt2spk", base / "utt2num_frames", fmllr.max_train_frames, fmllr.min_count
+    )
+    models = [
+        train_fmllr_model(SpeakerFrames(base, subset.speaker_of, False), subset, fmllr, jobs=jobs)[0] for jobs in (1, 2)
+    ]
     for name in ("weights", "means", "variances"):
-        np.testing.assert_allclose(getattr(models[1].gmm, name).numpy(), getattr(models[0].gmm, name).numpy(), rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(
+            getattr(models[1].gmm, name).numpy(), getattr(models[0].gmm, name).numpy(), rtol=1e-9, atol=1e-9
+        )
 
 
 def test_sat_frames_are_each_speakers_projected_frames_end_to_end(tmp_path):
@@ -236,7 +281,9 @@ def test_sat_frames_are_each_speakers_projected_frames_end_to_end(tmp_path):
     rng = np.random.default_rng(5)
     gmm = DiagGmm(torch.ones(2) / 2, torch.zeros(2, 3, dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64))
     model = FmllrModel(1, 1, rng.normal(size=(3, 12)), gmm)
-    normalised = {utt: rng.normal(size=(n, 4)).astype(np.float32) for utt, n in (("a1", 5), ("a2", 0), ("a3", 7), ("b1", 4))}
+    normalised = {
+        utt: rng.normal(size=(n, 4)).astype(np.float32) for utt, n in (("a1", 5), ("a2", 0), ("a3", 7), ("b1", 4))
+    }
     by_speaker = {"a": ["a1", "a2", "a3"], "b": ["b1"]}
     frames = SatFrames.write(tmp_path / "projected.npy", model, by_speaker, normalised)
     assert frames.rows == {"a": (0, 12), "b": (12, 16)} and frames.total == 16 and frames.sizes() == {"a": 12, "b": 4}

@@ -45,14 +45,16 @@ def test_masks_bands_and_runs_within_their_limits():
         out = augment(feats, torch.Generator().manual_seed(seed))
         zero_cols = (out == 0).all(dim=0)
         zero_rows = (out == 0).all(dim=1)
-        unmasked = (out != 0)
+        unmasked = out != 0
         assert torch.equal(out[unmasked], feats[unmasked])  # everything else untouched
         assert torch.equal((out == 0), zero_cols[None, :] | zero_rows[:, None])  # whole bands and runs only
         widths_f.append(int(zero_cols.sum()))
         widths_t.append(int(zero_rows.sum()))
     assert max(widths_f) <= 2 * 5 and max(widths_t) <= 3 * 20  # runs limited to 10% of 200 frames
     assert np.mean(widths_f) > 2 and np.mean(widths_t) > 10
-    assert torch.equal(augment(feats, torch.Generator().manual_seed(7)), augment(feats, torch.Generator().manual_seed(7)))
+    assert torch.equal(
+        augment(feats, torch.Generator().manual_seed(7)), augment(feats, torch.Generator().manual_seed(7))
+    )
     assert feats.min() > 0  # the input is not modified
 
 

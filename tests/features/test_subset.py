@@ -63,7 +63,9 @@ def test_no_speaker_qualifying_falls_back_to_all_of_them():
 def test_streamed_subset_is_the_subset_of_the_tables(tmp_path):
     num_frames, utt2spk = corpus(231)
     for name, table in (("utt2spk", utt2spk), ("utt2num_frames", num_frames)):
-        (tmp_path / name).write_text("".join(f"{k} {v}\n" for k, v in sorted(table.items(), key=lambda kv: kv[0].encode())))
+        (tmp_path / name).write_text(
+            "".join(f"{k} {v}\n" for k, v in sorted(table.items(), key=lambda kv: kv[0].encode()))
+        )
     streamed = streamed_subset(tmp_path / "utt2spk", tmp_path / "utt2num_frames", 100_000, 500)
     assert streamed == speaker_subset(num_frames, utt2spk, 100_000, 500)
 

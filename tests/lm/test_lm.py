@@ -20,7 +20,9 @@ try:
     HAVE_KENLM = True
 except InputError:
     HAVE_KENLM = False
-needs_kenlm = pytest.mark.skipif(not HAVE_KENLM, reason="KenLM tools not built (make install runs scripts/build_kenlm.sh)")
+needs_kenlm = pytest.mark.skipif(
+    not HAVE_KENLM, reason="KenLM tools not built (make install runs scripts/build_kenlm.sh)"
+)
 
 # A bigram LM written by hand (log10 probabilities, back-off weights).
 ARPA = """\\data\\
@@ -60,7 +62,12 @@ def test_perplexity_matches_a_hand_computation(tmp_path):
 
 def test_query_summary_parse_and_errors():
     out = "Perplexity including OOVs:\t4.5\nPerplexity excluding OOVs:\t4.0\nOOVs:\t1\nTokens:\t7\n"
-    assert parse_query_summary(out).as_dict() == {"perplexity": 4.5, "perplexity_without_oovs": 4.0, "oovs": 1, "tokens": 7}
+    assert parse_query_summary(out).as_dict() == {
+        "perplexity": 4.5,
+        "perplexity_without_oovs": 4.0,
+        "oovs": 1,
+        "tokens": 7,
+    }
     with pytest.raises(InputError, match="no 'tokens' line"):
         parse_query_summary(out.replace("Tokens", "Toks"))
 
@@ -69,7 +76,14 @@ def _tiny_data(root):
     train, ev = root / "data" / "train", root / "data" / "eval2000"
     train.mkdir(parents=True)
     ev.mkdir(parents=True)
-    lines = ["i like the cat", "the cat likes me", "i like it", "you like the dog", "the dog likes you [noise]", "it is a dog"]
+    lines = [
+        "i like the cat",
+        "the cat likes me",
+        "i like it",
+        "you like the dog",
+        "the dog likes you [noise]",
+        "it is a dog",
+    ]
     (train / "text").write_text("".join(f"u{i:02d} {t}\n" for i, t in enumerate(lines * 3)))
     (ev / "text").write_text("e01 i like the dog\ne02 the cat is a cat\n")
     return root

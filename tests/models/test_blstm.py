@@ -32,7 +32,15 @@ def test_frame_stacker_never_reads_padding():
     [(1, 1, 0, True, 1), (3, 3, 0, True, 2), (2, 4, 16, False, 2), (5, 2, 8, True, 3)],
 )
 def test_shapes_and_lengths(stack, subsample, bottleneck, bidirectional, layers):
-    cfg = ModelConfig(num_layers=layers, hidden_size=12, bidirectional=bidirectional, bottleneck=bottleneck, stack_frames=stack, subsample=subsample, dropout=0.0)
+    cfg = ModelConfig(
+        num_layers=layers,
+        hidden_size=12,
+        bidirectional=bidirectional,
+        bottleneck=bottleneck,
+        stack_frames=stack,
+        subsample=subsample,
+        dropout=0.0,
+    )
     model = build_model(cfg, input_dim=5, num_outputs=7)
     lens = torch.tensor([23, 10, 1])
     log_probs, out_lens = model(torch.randn(3, 23, 5), lens)
@@ -47,7 +55,9 @@ def test_shapes_and_lengths(stack, subsample, bottleneck, bidirectional, layers)
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_padding_does_not_change_output(bidirectional):
     torch.manual_seed(0)
-    cfg = ModelConfig(num_layers=2, hidden_size=8, bidirectional=bidirectional, bottleneck=6, stack_frames=3, subsample=2, dropout=0.3)
+    cfg = ModelConfig(
+        num_layers=2, hidden_size=8, bidirectional=bidirectional, bottleneck=6, stack_frames=3, subsample=2, dropout=0.3
+    )
     model = build_model(cfg, input_dim=4, num_outputs=5).eval()
     short, long = torch.randn(1, 9, 4), torch.randn(1, 20, 4)
     alone, alone_len = model(short, torch.tensor([9]))
@@ -60,7 +70,9 @@ def test_padding_does_not_change_output(bidirectional):
 
 
 def test_config_from_dict_and_unknown_head():
-    model = build_model({"num_layers": 1, "hidden_size": 4, "stack_frames": 1, "subsample": 1, "unknown_future_key": 1}, 3, 4)
+    model = build_model(
+        {"num_layers": 1, "hidden_size": 4, "stack_frames": 1, "subsample": 1, "unknown_future_key": 1}, 3, 4
+    )
     assert len(model.encoder.layers) == 1
     with pytest.raises(ValueError, match="unknown model.head"):
         build_model(ModelConfig(head="nope"), 3, 4)

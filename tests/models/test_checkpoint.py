@@ -34,18 +34,22 @@ def trained_state(step=7, seed=0):
     for _ in range(2):
         log_probs, _ = model(torch.randn(2, 6, 3), torch.tensor([6, 4]))
         up.step(-log_probs[..., 1].mean())
-    return model, up, {
-        "format": CHECKPOINT_FORMAT,
-        "model": model.state_dict(),
-        "model_info": {"config": vars(MODEL_CFG), "input_dim": 3, "num_outputs": 5},
-        "updater": up.state_dict(),
-        "sampler": {"epoch": 1, "batches_done": 4},
-        "rng": rng_state(),
-        "step": step,
-        "epoch": 1,
-        "progress": {"step": step},
-        "config": {"seed": 1},
-    }
+    return (
+        model,
+        up,
+        {
+            "format": CHECKPOINT_FORMAT,
+            "model": model.state_dict(),
+            "model_info": {"config": vars(MODEL_CFG), "input_dim": 3, "num_outputs": 5},
+            "updater": up.state_dict(),
+            "sampler": {"epoch": 1, "batches_done": 4},
+            "rng": rng_state(),
+            "step": step,
+            "epoch": 1,
+            "progress": {"step": step},
+            "config": {"seed": 1},
+        },
+    )
 
 
 def test_round_trip_restores_weights_optimizer_and_rng(tmp_path):

@@ -68,12 +68,15 @@ def test_optimizers():
         build_optimizer(p, train_cfg(optimizer="lamb"))
 
 
-@pytest.mark.parametrize("cfg", [
-    train_cfg(weight_decay=0.01),
-    train_cfg(optimizer="sgd", weight_decay=0.01),
-    train_cfg(optimizer="sgd", nesterov=True),
-    train_cfg(optimizer="sgd", momentum=0.0),
-])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        train_cfg(weight_decay=0.01),
+        train_cfg(optimizer="sgd", weight_decay=0.01),
+        train_cfg(optimizer="sgd", nesterov=True),
+        train_cfg(optimizer="sgd", momentum=0.0),
+    ],
+)
 def test_state_created_up_front_changes_no_update(cfg):
     """Against torch's own lazily created state: the same weights and state, bit for bit,
     after each of five updates; before any update the moments exist, all zero, and the
@@ -98,7 +101,9 @@ def test_state_created_up_front_changes_no_update(cfg):
         assert all(torch.equal(a, b) for a, b in zip(optimizer_moments(lazy), optimizer_moments(eager)))
     lazy_state, eager_state = (o.state_dict() for o in (lazy, eager))
     assert str(lazy_state["param_groups"]) == str(eager_state["param_groups"])
-    assert str({k: v for k, v in lazy_state["state"].items() if v}) == str({k: v for k, v in eager_state["state"].items() if v})
+    assert str({k: v for k, v in lazy_state["state"].items() if v}) == str(
+        {k: v for k, v in eager_state["state"].items() if v}
+    )
 
 
 def make_updater(grad_clip=0.0):

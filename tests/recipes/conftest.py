@@ -37,22 +37,36 @@ class Recipe:
         self.dir.mkdir(parents=True)
         shutil.copy(REPO / "recipes" / name / "run.sh", self.dir / "run.sh")
         (root / "scripts").symlink_to(REPO / "scripts")
-        self.env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-                        OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        self.env = dict(
+            os.environ,
+            PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            OMP_NUM_THREADS="1",
+            PYTHONUNBUFFERED="1",
+        )
 
     def command(self, *args: str) -> list[str]:
         return ["bash", str(self.dir / "run.sh"), *args]
 
     def run(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
-        proc = subprocess.run(self.command(*args), cwd=self.dir, env=self.env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            self.command(*args), cwd=self.dir, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
         if check and proc.returncode != 0:
-            raise AssertionError(f"run.sh {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+            raise AssertionError(
+                f"run.sh {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+            )
         return proc
 
     def start(self, *args: str, log: Path) -> subprocess.Popen:
         """Start run.sh in its own process group (so the whole tree can be killed)."""
-        return subprocess.Popen(self.command(*args), cwd=self.dir, env=self.env, stdout=open(log, "w"),
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            self.command(*args),
+            cwd=self.dir,
+            env=self.env,
+            stdout=open(log, "w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 @pytest.fixture(scope="module")

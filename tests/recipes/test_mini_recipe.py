@@ -17,7 +17,18 @@ from tests.recipes.conftest import TINY
 
 pytestmark = pytest.mark.slow
 
-STAGES = ["0.synth", "1.prepare", "2.validate", "3.features", "4.tokenizer", "5.lm", "6.train", "7.tune", "8.decode", "9.score"]
+STAGES = [
+    "0.synth",
+    "1.prepare",
+    "2.validate",
+    "3.features",
+    "4.tokenizer",
+    "5.lm",
+    "6.train",
+    "7.tune",
+    "8.decode",
+    "9.score",
+]
 
 
 def test_stages_run_one_by_one_then_skip(mini_recipe):
@@ -48,7 +59,9 @@ def test_stages_run_one_by_one_then_skip(mini_recipe):
     assert set(wer) == {"swb", "callhome", "total"}
     for subset in wer.values():
         assert set(subset) >= {"wer", "sub", "del", "ins", "words", "sentences"}
-        assert subset["wer"] == pytest.approx(100 * (subset["sub"] + subset["del"] + subset["ins"]) / subset["words"], abs=0.01)
+        assert subset["wer"] == pytest.approx(
+            100 * (subset["sub"] + subset["del"] + subset["ins"]) / subset["words"], abs=0.01
+        )
     assert wer["total"]["words"] == wer["swb"]["words"] + wer["callhome"]["words"]
     assert (exp / "decode_eval2000/wer.md").read_text().startswith("|")
 
@@ -84,8 +97,18 @@ def _wait_for(predicate, timeout: float, what: str, proc, log) -> None:
 def test_killed_training_resumes_from_last_checkpoint(mini_recipe, tmp_path):
     r = mini_recipe
     r.run("--exp", "kill", "--stop-stage", "5", *TINY)
-    args = ["--exp", "kill", "--stage", "6", "--stop-stage", "6", *TINY,
-            "train.epochs=6", "train.checkpoint_every_steps=3", "train.log_every_steps=1"]
+    args = [
+        "--exp",
+        "kill",
+        "--stage",
+        "6",
+        "--stop-stage",
+        "6",
+        *TINY,
+        "train.epochs=6",
+        "train.checkpoint_every_steps=3",
+        "train.log_every_steps=1",
+    ]
     ckpt_dir = r.dir / "exp/kill/checkpoints"
     log = tmp_path / "first.log"
     proc = r.start(*args, log=log)
@@ -115,8 +138,9 @@ def test_killed_training_resumes_from_last_checkpoint(mini_recipe, tmp_path):
 
 
 def test_missing_corpus_fails_naming_the_path(mini_recipe):
-    proc = mini_recipe.run("--exp", "bad", "--stage", "1", "--stop-stage", "1", *TINY,
-                           "data.swbd_dir=/nonexistent/LDC97S62", check=False)
+    proc = mini_recipe.run(
+        "--exp", "bad", "--stage", "1", "--stop-stage", "1", *TINY, "data.swbd_dir=/nonexistent/LDC97S62", check=False
+    )
     assert proc.returncode != 0
     assert "/nonexistent/LDC97S62" in proc.stderr
     assert "stage 1 (prepare) failed" in proc.stderr

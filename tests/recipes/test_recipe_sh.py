@@ -19,8 +19,23 @@ from tests.recipes.conftest import REPO, Recipe
 
 # Values that broke the recipes: spaces (word splitting), quotes, $ and ${ (expansion and
 # OmegaConf interpolation), glob characters, backslashes next to quotes, Hydra's , [ ] =.
-AWKWARD = ["/corpora/LDC97S62 v2", "/a/it's here", '/x/"dq"', "a\\b", "ends\\", "a\\'b", "$HOME/x", "x${y}z",
-           "a\\${y}", "c,d [e] {f}", "tab\there", "/ü/ñ", "'", "*glob?", "=eq="]
+AWKWARD = [
+    "/corpora/LDC97S62 v2",
+    "/a/it's here",
+    '/x/"dq"',
+    "a\\b",
+    "ends\\",
+    "a\\'b",
+    "$HOME/x",
+    "x${y}z",
+    "a\\${y}",
+    "c,d [e] {f}",
+    "tab\there",
+    "/ü/ñ",
+    "'",
+    "*glob?",
+    "=eq=",
+]
 
 # A recipe whose stages only record what they were given: `stage.py NAME WORDS...` appends
 # NAME and its words to ran.txt; the stage named in FAIL exits 3.
@@ -35,7 +50,8 @@ usage() {{ echo usage; }}
 parse_options "$@"
 corpus_overrides "$here" data=swb2000
 record() {{ python3 -c 'import json, os, sys; name = sys.argv[1]
-open("ran.txt", "a").write(json.dumps(sys.argv[1:]) + "\n"); sys.exit(3 if os.environ.get("FAIL") == name else 0)' "$@"; }}
+open("ran.txt", "a").write(json.dumps(sys.argv[1:]) + "\n")
+sys.exit(3 if os.environ.get("FAIL") == name else 0)' "$@"; }}
 run_stage 0 prepare   record prepare "${{overrides[@]}}"
 run_stage 1 validate  record validate "$(override_value data.data_dir data)/train"
 run_stage 2 train     record train "${{overrides[@]}}"
@@ -56,8 +72,14 @@ def fake(tmp_path):
 
 
 def run(recipe_dir: Path, *args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(recipe_dir / "run.sh"), *args], cwd=cwd or recipe_dir, capture_output=True,
-                          text=True, timeout=60, env=env)
+    return subprocess.run(
+        ["bash", str(recipe_dir / "run.sh"), *args],
+        cwd=cwd or recipe_dir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def ran(recipe_dir: Path) -> list[list[str]]:
@@ -69,8 +91,10 @@ def ran(recipe_dir: Path) -> list[list[str]]:
 
 
 def test_hydra_quote_round_trips_through_hydra_and_omegaconf():
-    script = f". {shlex.quote(str(REPO / 'scripts/recipe.sh'))}; for v in \"$@\"; do hydra_quote \"$v\"; echo; done"
-    quoted = subprocess.run(["bash", "-c", script, "quote", *AWKWARD], capture_output=True, text=True, check=True).stdout
+    script = f'. {shlex.quote(str(REPO / "scripts/recipe.sh"))}; for v in "$@"; do hydra_quote "$v"; echo; done'
+    quoted = subprocess.run(
+        ["bash", "-c", script, "quote", *AWKWARD], capture_output=True, text=True, check=True
+    ).stdout
     for value, hydra_value in zip(AWKWARD, quoted.splitlines()):
         assert load_config([f"data.swbd_dir={hydra_value}"], check=False).data.swbd_dir == value, hydra_value
 
@@ -78,8 +102,20 @@ def test_hydra_quote_round_trips_through_hydra_and_omegaconf():
 def test_corpus_paths_reach_the_stage_whole(fake, tmp_path):
     start = tmp_path / "start here"
     start.mkdir()
-    proc = run(fake, "--exp", "q", "--swbd-dir", "rel dir/it's", "--fisher-dirs", "/f1 /f2*", "--fisher-dir", "/f 3",
-               "--stop-stage", "0", cwd=start)
+    proc = run(
+        fake,
+        "--exp",
+        "q",
+        "--swbd-dir",
+        "rel dir/it's",
+        "--fisher-dirs",
+        "/f1 /f2*",
+        "--fisher-dir",
+        "/f 3",
+        "--stop-stage",
+        "0",
+        cwd=start,
+    )
     assert proc.returncode == 0, proc.stderr
     (prepare,) = ran(fake)
     cfg = load_config([o for o in prepare[1:] if o.startswith("data.")], check=False)
@@ -87,9 +123,17 @@ def test_corpus_paths_reach_the_stage_whole(fake, tmp_path):
     assert list(cfg.data.fisher_dirs) == ["/f1", "/f2*", "/f 3"]  # split at white space, never globbed
 
 
-@pytest.mark.parametrize("option, value", [("--stage", "nproc[$(touch INJECTED)]"), ("--stop-stage", "1+1"),
-                                           ("--nproc", "a[$(touch INJECTED)]"), ("--max-restarts", "-1"),
-                                           ("--nnodes", "2x"), ("--node-rank", "")])
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("--stage", "nproc[$(touch INJECTED)]"),
+        ("--stop-stage", "1+1"),
+        ("--nproc", "a[$(touch INJECTED)]"),
+        ("--max-restarts", "-1"),
+        ("--nnodes", "2x"),
+        ("--node-rank", ""),
+    ],
+)
 def test_numeric_options_are_checked_never_evaluated(fake, option, value):
     proc = run(fake, "--exp", "n", option, value)
     assert proc.returncode == 2
@@ -97,11 +141,17 @@ def test_numeric_options_are_checked_never_evaluated(fake, option, value):
     assert not (fake / "INJECTED").exists() and not (fake / "ran.txt").exists()
 
 
-@pytest.mark.parametrize("args, message", [(["--stage", "3", "--stop-stage", "1"], "--stage 3 is after --stop-stage 1"),
-                                           (["--exp", "a/b"], "--exp 'a/b': a name, not a path"),
-                                           (["--nnodes", "2"], "--nnodes 2 needs --rdzv-endpoint"),
-                                           (["--bogus", "1"], "unknown option --bogus"), (["--stage"], "--stage needs a value"),
-                                           (["stray"], "unexpected argument 'stray'")])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--stage", "3", "--stop-stage", "1"], "--stage 3 is after --stop-stage 1"),
+        (["--exp", "a/b"], "--exp 'a/b': a name, not a path"),
+        (["--nnodes", "2"], "--nnodes 2 needs --rdzv-endpoint"),
+        (["--bogus", "1"], "unknown option --bogus"),
+        (["--stage"], "--stage needs a value"),
+        (["stray"], "unexpected argument 'stray'"),
+    ],
+)
 def test_option_mistakes_exit_2_before_any_stage(fake, args, message):
     proc = run(fake, *args)
     assert proc.returncode == 2 and message in proc.stderr
@@ -111,7 +161,7 @@ def test_option_mistakes_exit_2_before_any_stage(fake, args, message):
 def test_command_log_replays_the_same_run(fake, tmp_path):
     start = tmp_path / "from here"
     start.mkdir()
-    args = ["--exp", "r", "--swbd-dir", "it's a \"dir\"", "model.name='a b'", "--stop-stage", "0"]
+    args = ["--exp", "r", "--swbd-dir", 'it\'s a "dir"', "model.name='a b'", "--stop-stage", "0"]
     assert run(fake, *args, cwd=start).returncode == 0
     first = ran(fake)
     logged = (fake / "exp/r/commands.log").read_text().splitlines()[-1].split("\t", 1)[1]
@@ -126,7 +176,14 @@ def test_done_stage_reruns_when_its_options_change_and_the_later_stages_follow(f
     assert [r[0] for r in ran(fake)] == ALL
     # a side stage (decode_greedy, numbered like decode) leaves the score that ran before it done
     assert sorted(p.name for p in (fake / "exp/d/.done").iterdir() if p.suffix != ".cmd") == [
-        "0.prepare", "1.validate", "2.train", "3.decode", "3.decode_greedy", "4.score", "4.score_greedy"]
+        "0.prepare",
+        "1.validate",
+        "2.train",
+        "3.decode",
+        "3.decode_greedy",
+        "4.score",
+        "4.score_greedy",
+    ]
 
     proc = run(fake, "--exp", "d", "train.epochs=1")
     assert ran(fake) == [] and proc.stderr.count("done already") == len(ALL)
@@ -178,8 +235,10 @@ def test_a_second_run_of_the_same_experiment_is_refused_naming_the_first(fake):
     lock.parent.mkdir(parents=True)
     lock.touch()
     # What a running run.sh holds: the lock, with its pid, host and start in the file.
-    holder = subprocess.Popen(["flock", str(lock), "sh", "-c", f"echo 'pid 4242 on node7 since 2026-01-01 10:00:00' > '{lock}'; sleep 30"],
-                              start_new_session=True)
+    holder = subprocess.Popen(
+        ["flock", str(lock), "sh", "-c", f"echo 'pid 4242 on node7 since 2026-01-01 10:00:00' > '{lock}'; sleep 30"],
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 10
         while "4242" not in lock.read_text():

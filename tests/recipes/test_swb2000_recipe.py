@@ -25,8 +25,19 @@ def swb2000():
 
 def test_every_stage_done_and_its_output_valid(swb2000):
     done = sorted(p.name for p in (swb2000.dir / "exp/tiny/.done").iterdir() if not p.name.endswith(".cmd"))
-    assert done == ["0.prepare", "1.validate", "2.features", "3.tokenizer", "4.lm", "5.train", "6.tune", "7.decode",
-                    "7.decode_greedy", "8.score", "8.score_greedy"]
+    assert done == [
+        "0.prepare",
+        "1.validate",
+        "2.features",
+        "3.tokenizer",
+        "4.lm",
+        "5.train",
+        "6.tune",
+        "7.decode",
+        "7.decode_greedy",
+        "8.score",
+        "8.score_greedy",
+    ]
     for name in ("train_nodup", "train_dev", "eval2000"):
         assert validate_data_dir(swb2000.dir / "data" / name) == [], name
     wer = json.loads((swb2000.dir / "exp/tiny/decode_eval2000/wer.json").read_text())
@@ -59,9 +70,19 @@ def test_fisher_dir_options_become_one_list_override(swb2000):
 def test_missing_fisher_refused_before_any_work(tmp_path):
     recipe = Recipe(tmp_path, "swb2000")
     root = quirky_corpus()
-    proc = recipe.run("--exp", "x", "--swbd-dir", str(root / "LDC97S62"), "--ms98-dir", str(root / "swb_ms98_transcriptions"),
-                      "--eval2000-dir", str(root / "LDC2002S09/hub5e_00"), "--eval2000-text-dir", str(root / "LDC2002T43"),
-                      check=False)
+    proc = recipe.run(
+        "--exp",
+        "x",
+        "--swbd-dir",
+        str(root / "LDC97S62"),
+        "--ms98-dir",
+        str(root / "swb_ms98_transcriptions"),
+        "--eval2000-dir",
+        str(root / "LDC2002S09/hub5e_00"),
+        "--eval2000-text-dir",
+        str(root / "LDC2002T43"),
+        check=False,
+    )
     assert proc.returncode != 0
     assert "data.fisher_dirs: required for SWB-2000" in proc.stderr
     assert not (recipe.dir / "data").exists()

@@ -25,8 +25,19 @@ def swb300():
 
 def test_every_stage_done_and_its_output_valid(swb300):
     done = sorted(p.name for p in (swb300.dir / "exp/tiny/.done").iterdir() if not p.name.endswith(".cmd"))
-    assert done == ["0.prepare", "1.validate", "2.features", "3.tokenizer", "4.lm", "5.train", "6.tune", "7.decode",
-                    "7.decode_greedy", "8.score", "8.score_greedy"]
+    assert done == [
+        "0.prepare",
+        "1.validate",
+        "2.features",
+        "3.tokenizer",
+        "4.lm",
+        "5.train",
+        "6.tune",
+        "7.decode",
+        "7.decode_greedy",
+        "8.score",
+        "8.score_greedy",
+    ]
     for name in ("train_nodup", "train_dev", "eval2000"):
         assert validate_data_dir(swb300.dir / "data" / name) == [], name
     feats = (swb300.dir / "feats/logmel40/train_nodup/feats.scp").read_text().splitlines()
@@ -66,7 +77,14 @@ def test_corpus_options_become_data_overrides(swb300):
     assert all(path.startswith(str(quirky_corpus() / "LDC97S62")) for path in sources)  # read natively, whole
     replay = (swb300.dir / "exp/tiny/commands.log").read_text().splitlines()[0].split("\t", 1)[1]
     args = ["--exp", "tiny", *corpus_options(quirky_corpus(), fisher=False), *TINY_SWB]
-    assert shlex.split(replay) == ["cd", str(swb300.dir), "&&", "bash", str(swb300.dir / "run.sh"), *args]  # word for word
+    assert shlex.split(replay) == [
+        "cd",
+        str(swb300.dir),
+        "&&",
+        "bash",
+        str(swb300.dir / "run.sh"),
+        *args,
+    ]  # word for word
 
 
 def test_missing_corpus_refused_before_any_work(tmp_path):

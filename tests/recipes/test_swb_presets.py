@@ -12,8 +12,10 @@ from hydra.errors import HydraException
 from asr.config import CONF_DIR, load_config
 
 PRESETS = {
-    "swb300_ssgd": ("swb300", "ssgd", 4096), "swb300_adpsgd": ("swb300", "adpsgd", 12288),
-    "swb2000_ssgd": ("swb2000", "ssgd", 4096), "swb2000_adpsgd": ("swb2000", "adpsgd", 12288),
+    "swb300_ssgd": ("swb300", "ssgd", 4096),
+    "swb300_adpsgd": ("swb300", "adpsgd", 12288),
+    "swb2000_ssgd": ("swb2000", "ssgd", 4096),
+    "swb2000_adpsgd": ("swb2000", "adpsgd", 12288),
     "swb2000_hadpsgd": ("swb2000", "hadpsgd", 8192),
 }
 
@@ -28,7 +30,12 @@ def test_preset_composes_with_the_paper_model(preset):
         cfg = load_config([f"data={data}", f"experiment={preset}"])
     except HydraException as err:
         pytest.fail(f"{preset} does not compose: {err}")
-    assert (cfg.model.num_layers, cfg.model.hidden_size, cfg.model.bottleneck, cfg.model.bidirectional) == (6, 512, 256, True)
+    assert (cfg.model.num_layers, cfg.model.hidden_size, cfg.model.bottleneck, cfg.model.bidirectional) == (
+        6,
+        512,
+        256,
+        True,
+    )
     assert cfg.features.name == "fmllr40_ivector100_logmel40_deltas"  # 260 per frame: fMLLR, i-vector, log-mel
     assert cfg.train.epochs == 16 and cfg.train.lr == pytest.approx(0.1 * global_batch / 256)
     assert cfg.train.max_frames == global_batch // 64 * 21  # per learner on the paper's 64 learners
@@ -41,8 +48,7 @@ def test_data_groups_require_the_corpus_paths(data):
     assert "???" in str(cfg.data._get_node("swbd_dir")._value())
 
 
-HYBRID = {f"{data}_hybrid_{algorithm}": (data, algorithm, batch)
-          for data, algorithm, batch in PRESETS.values()}
+HYBRID = {f"{data}_hybrid_{algorithm}": (data, algorithm, batch) for data, algorithm, batch in PRESETS.values()}
 
 
 @pytest.mark.parametrize("preset", sorted(HYBRID))

@@ -14,31 +14,56 @@ def make_exp(root, name, wer, epochs=None, seconds=None, hub5=None, decode_kind=
     exp = root / name
     decode = exp / "decode_eval2000"
     decode.mkdir(parents=True)
-    (decode / "wer.json").write_text(json.dumps({k: {"wer": v, "sub": 0, "del": 0, "ins": 0, "words": 1, "sentences": 1} for k, v in wer.items()}))
+    (decode / "wer.json").write_text(
+        json.dumps({k: {"wer": v, "sub": 0, "del": 0, "ins": 0, "words": 1, "sentences": 1} for k, v in wer.items()})
+    )
     if hub5:
         (decode / "hub5").mkdir()
         (decode / "hub5" / "scorer.txt").write_text(hub5 + "\n")
     if epochs is not None:
-        (exp / "train_log.csv").write_text(f"step,epoch,train_loss,dev_loss,lr,elapsed_s\n10,1,2.0,,0.1,5.0\n20,{epochs},1.0,0.9,0.1,{seconds}\n")
-    (exp / "train_config.yaml").write_text(yaml.safe_dump({"model": {"name": "blstm", "num_layers": 2, "hidden_size": 64},
-                                                            "tokenizer": {"model_type": "bpe", "vocab_size": 300},
-                                                            "distributed": {"algorithm": "adpsgd"}}))
+        (exp / "train_log.csv").write_text(
+            f"step,epoch,train_loss,dev_loss,lr,elapsed_s\n10,1,2.0,,0.1,5.0\n20,{epochs},1.0,0.9,0.1,{seconds}\n"
+        )
+    (exp / "train_config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "model": {"name": "blstm", "num_layers": 2, "hidden_size": 64},
+                "tokenizer": {"model_type": "bpe", "vocab_size": 300},
+                "distributed": {"algorithm": "adpsgd"},
+            }
+        )
+    )
     (exp / ".hydra" / "score").mkdir(parents=True)
-    (exp / ".hydra" / "score" / "config.yaml").write_text(yaml.safe_dump({"score": {"kind": "hub5" if hub5 else "jiwer"}}))
+    (exp / ".hydra" / "score" / "config.yaml").write_text(
+        yaml.safe_dump({"score": {"kind": "hub5" if hub5 else "jiwer"}})
+    )
     (exp / ".hydra" / "decode").mkdir(parents=True)
-    (exp / ".hydra" / "decode" / "config.yaml").write_text(yaml.safe_dump({"decode": {"kind": decode_kind, "lm_weight": 0.5, "word_score": 1.0, "use_tuned": False}}))
+    (exp / ".hydra" / "decode" / "config.yaml").write_text(
+        yaml.safe_dump({"decode": {"kind": decode_kind, "lm_weight": 0.5, "word_score": 1.0, "use_tuned": False}})
+    )
     return exp
 
 
 def test_table_plot_and_skipped_dirs(tmp_path, capsys):
-    a = make_exp(tmp_path, "a", {"swb": 10.0, "callhome": 20.0, "total": 15.0}, epochs=4, seconds=7200.0, hub5="sctk", decode_kind="beam_lm")
+    a = make_exp(
+        tmp_path,
+        "a",
+        {"swb": 10.0, "callhome": 20.0, "total": 15.0},
+        epochs=4,
+        seconds=7200.0,
+        hub5="sctk",
+        decode_kind="beam_lm",
+    )
     b = make_exp(tmp_path, "b", {"total": 30.5}, epochs=2, seconds=90.0)
     (tmp_path / "untrained").mkdir()
     out = tmp_path / "cmp"
     assert main([str(a), str(b), str(tmp_path / "untrained"), "--out", str(out)]) == 0
     table = (tmp_path / "cmp.md").read_text().splitlines()
     assert table[0].startswith("| Experiment | Config | Epochs | Training time")
-    assert table[2] == "| a | blstm 2x64, bpe300, adpsgd | 4 | 2.00 h | beam+LM (0.5, 1.0) | hub5/sctk | 10.00 | 20.00 | 15.00 |"
+    assert (
+        table[2]
+        == "| a | blstm 2x64, bpe300, adpsgd | 4 | 2.00 h | beam+LM (0.5, 1.0) | hub5/sctk | 10.00 | 20.00 | 15.00 |"
+    )
     assert table[3] == "| b | blstm 2x64, bpe300, adpsgd | 2 | 1.5 min | greedy | jiwer |  |  | 30.50 |"
     assert len(table) == 4  # 'untrained' has no wer.json
     png = (tmp_path / "cmp.png").read_bytes()

@@ -46,8 +46,14 @@ def test_ctm_errors_name_the_file_and_line(tmp_path):
 
 
 def test_glm_rules_parse_with_brackets_comments_and_alternations(tmp_path):
-    assert parse_rule("[DON'T] => [{DON'T / DO NOT}] / [ ] __ [ ] ;; contraction", "g") == (("DON'T",), "{DON'T / DO NOT}")
-    assert parse_rule("all right => {ALL RIGHT / ALRIGHT} / [ ] __ [ ]", "g") == (("ALL", "RIGHT"), "{ALL RIGHT / ALRIGHT}")
+    assert parse_rule("[DON'T] => [{DON'T / DO NOT}] / [ ] __ [ ] ;; contraction", "g") == (
+        ("DON'T",),
+        "{DON'T / DO NOT}",
+    )
+    assert parse_rule("all right => {ALL RIGHT / ALRIGHT} / [ ] __ [ ]", "g") == (
+        ("ALL", "RIGHT"),
+        "{ALL RIGHT / ALRIGHT}",
+    )
     with pytest.raises(InputError, match="not supported by the native scorer"):
         parse_rule("A => B / C __ [ ]", "g:3")
     with pytest.raises(InputError, match="not a GLM rule"):
@@ -63,7 +69,14 @@ def test_glm_rules_parse_with_brackets_comments_and_alternations(tmp_path):
 
 
 def test_rules_longest_first_left_to_right_without_rescanning():
-    glm = Glm((GlmRule(("A", "B"), "AB", None), GlmRule(("B", "C"), "BC", None), GlmRule(("OK",), "OKAY", None), GlmRule(("OKAY",), "FINE", None)))
+    glm = Glm(
+        (
+            GlmRule(("A", "B"), "AB", None),
+            GlmRule(("B", "C"), "BC", None),
+            GlmRule(("OK",), "OKAY", None),
+            GlmRule(("OKAY",), "FINE", None),
+        )
+    )
     mapper = glm.for_input("stm", "ref")
     assert mapper.map_words("A B C".split()) == ["AB", "C"]  # as SCTK's rfilter1 does
     assert mapper.map_words("X B C".split()) == ["X", "BC"]
@@ -84,7 +97,13 @@ def test_csrfilt_processing_of_reference_text(tmp_path):
 def test_transcript_networks_align_with_optional_words_and_alternations():
     cost, columns = align_networks(parse_transcript("A (UH) {DON'T / DO NOT} @ B"), parse_transcript("A DO NOT B"))
     assert cost == 2  # only the optional UH is skipped (sclite -D: counted correct)
-    assert [(c.op, c.ref, c.hyp) for c in columns] == [("C", "A", "A"), ("C", "UH", None), ("C", "DO", "DO"), ("C", "NOT", "NOT"), ("C", "B", "B")]
+    assert [(c.op, c.ref, c.hyp) for c in columns] == [
+        ("C", "A", "A"),
+        ("C", "UH", None),
+        ("C", "DO", "DO"),
+        ("C", "NOT", "NOT"),
+        ("C", "B", "B"),
+    ]
     with pytest.raises(InputError, match="closing brace"):
         parse_transcript("{A / B")
 
@@ -95,16 +114,16 @@ Labels: <o,sw,m>
 File: sw_1
 Channel: a
 Scores: (#C #S #D #I) 3 1 0 1
-REF:  a * (%HESITATION) b (uh) 
-HYP:  a X Y             b      
-Eval:   I S                    
+REF:  a * (%HESITATION) b (uh)\x20
+HYP:  a X Y             b     \x20
+Eval:   I S                   \x20
 
 id: (sw_1_a-001)
 Labels: <o,sw,m>
 Scores: (#C #S #D #I) 0 0 1 0
-REF:  GONE 
-HYP:  **** 
-Eval: D    
+REF:  GONE\x20
+HYP:  ****\x20
+Eval: D   \x20
 """
 
 
@@ -112,7 +131,12 @@ def test_sclite_pra_report_is_read_column_by_column():
     first, second = parse_pra(PRA, "x.pra")
     assert first.utt == "sw_1_a-000" and first.speaker == "sw_1_a"
     assert [(c.op, c.ref, c.hyp) for c in first.words] == [
-        ("C", "a", "a"), ("I", None, "x"), ("S", "%hesitation", "y"), ("C", "b", "b"), ("C", "uh", None)]
+        ("C", "a", "a"),
+        ("I", None, "x"),
+        ("S", "%hesitation", "y"),
+        ("C", "b", "b"),
+        ("C", "uh", None),
+    ]
     assert (second.counts.deletions, second.words[0].hyp) == (1, None)
     with pytest.raises(InputError, match="could not read"):
         parse_pra(PRA.replace("3 1 0 1", "2 1 0 1"), "x.pra")

@@ -49,7 +49,9 @@ def crafted_inputs() -> tuple[str, list[CtmWord], list[tuple[int, int, int, int]
 
 
 def _counts(result) -> list[tuple[int, int, int, int]]:
-    return [(u.counts.correct, u.counts.substitutions, u.counts.deletions, u.counts.insertions) for u in result.utterances]
+    return [
+        (u.counts.correct, u.counts.substitutions, u.counts.deletions, u.counts.insertions) for u in result.utterances
+    ]
 
 
 def test_native_scorer_gives_sctks_counts(tmp_path):

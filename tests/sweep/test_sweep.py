@@ -17,14 +17,39 @@ from tests.fixtures.toy_corpus import make_toy_experiment, toy_config
 
 torch.set_num_threads(1)
 ALGORITHMS = ["ssgd", "adpsgd", "adpsgd_exponential_delay_by_one", "hadpsgd_random_ring"]
-SWEEP = ["sweep.learners=4", "sweep.learners_per_node=2", "sweep.global_batches=[4,8]", "sweep.base_batch=4", "sweep.epochs=2",
-         "sweep.baseline_lrs=[0.05,0.1]", "sweep.critical_batch=8", "sweep.critical_lrs=[0.1,0.2]", "sweep.num_layers=0",
-         "sweep.hidden_size=0", "sweep.jobs=1", "sweep.seeds=[1]", "sweep.extra_seeds=[2,3]", f"sweep.algorithms=[{','.join(ALGORITHMS)}]"]
+SWEEP = [
+    "sweep.learners=4",
+    "sweep.learners_per_node=2",
+    "sweep.global_batches=[4,8]",
+    "sweep.base_batch=4",
+    "sweep.epochs=2",
+    "sweep.baseline_lrs=[0.05,0.1]",
+    "sweep.critical_batch=8",
+    "sweep.critical_lrs=[0.1,0.2]",
+    "sweep.num_layers=0",
+    "sweep.hidden_size=0",
+    "sweep.jobs=1",
+    "sweep.seeds=[1]",
+    "sweep.extra_seeds=[2,3]",
+    f"sweep.algorithms=[{','.join(ALGORITHMS)}]",
+]
 # The control: at the baseline's batch SSGD is the baseline, which converges at its best lr and
 # nowhere else on this grid (lower: too slow in 6 epochs; higher: diverges or worse).
-CONTROL = ["sweep.learners=4", "sweep.global_batches=[4]", "sweep.base_batch=4", "sweep.epochs=6", "sweep.baseline_lrs=[0.2,0.4,0.8,1.6]",
-           "sweep.critical_batch=4", "sweep.critical_lrs=[0.05,0.1,0.2,0.4,0.8,1.6,3.2]", "sweep.num_layers=0", "sweep.hidden_size=0",
-           "sweep.jobs=1", "sweep.seeds=[1]", "sweep.extra_seeds=[2,3]", "sweep.algorithms=[ssgd,ssgd_lr_x4]"]
+CONTROL = [
+    "sweep.learners=4",
+    "sweep.global_batches=[4]",
+    "sweep.base_batch=4",
+    "sweep.epochs=6",
+    "sweep.baseline_lrs=[0.2,0.4,0.8,1.6]",
+    "sweep.critical_batch=4",
+    "sweep.critical_lrs=[0.05,0.1,0.2,0.4,0.8,1.6,3.2]",
+    "sweep.num_layers=0",
+    "sweep.hidden_size=0",
+    "sweep.jobs=1",
+    "sweep.seeds=[1]",
+    "sweep.extra_seeds=[2,3]",
+    "sweep.algorithms=[ssgd,ssgd_lr_x4]",
+]
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +83,11 @@ def test_a_run_per_point_of_both_measurements(swept):
     for r in result.runs:
         steps_per_epoch = 40 // r["global_batch"]  # 40 training utterances, every batch full
         nodes = {"baseline": 1, "ssgd": 1, "hadpsgd_random_ring": 2}.get(r["algorithm"], 4)
-        assert r["steps_per_epoch"] == steps_per_epoch and [e["epoch"] for e in r["epochs_log"]] == [1, 2] and not r["diverged"]
+        assert (
+            r["steps_per_epoch"] == steps_per_epoch
+            and [e["epoch"] for e in r["epochs_log"]] == [1, 2]
+            and not r["diverged"]
+        )
         for epoch in r["epochs_log"]:
             # every global batch's share is claimed by exactly one node, first come first served
             assert len(epoch["steps"]) == nodes and sum(epoch["steps"]) == steps_per_epoch * nodes
@@ -75,7 +104,9 @@ def test_the_json_holds_both_verdicts_every_point_and_the_mixing_rates(swept):
         assert written[key]["value"] == measurement.largest and set(measurement.largest) == set(ALGORITHMS)
         assert set(written[key]["ratio"]) == set(ALGORITHMS) - {"ssgd"}
         ssgd = measurement.largest["ssgd"]
-        assert written[key]["ratio"]["adpsgd"] == (measurement.largest["adpsgd"] / ssgd if ssgd and measurement.largest["adpsgd"] else None)
+        assert written[key]["ratio"]["adpsgd"] == (
+            measurement.largest["adpsgd"] / ssgd if ssgd and measurement.largest["adpsgd"] else None
+        )
         assert len(written[key]["points"]) == 2 * len(ALGORITHMS)
     baseline = written["baseline"]
     assert baseline["seeds"] == [1, 2, 3] and baseline["held_out_loss"] == pytest.approx(sum(baseline["losses"]) / 3)
@@ -88,7 +119,8 @@ def test_the_json_holds_both_verdicts_every_point_and_the_mixing_rates(swept):
         assert len(point["seeds"]) == 1 or len(point["seeds"]) == 3  # close to the line: 3 seeds
     # 4 ADPSGD nodes on a ring: cos^2(pi/4); on the hypercube 1 - 1/2; 2 nodes always average together.
     assert {a: m["consensus_rate"] for a, m in written["mixing"].items()} == pytest.approx(
-        {"ssgd": 0.0, "adpsgd": 0.5, "adpsgd_exponential_delay_by_one": 0.5, "hadpsgd_random_ring": 0.0})
+        {"ssgd": 0.0, "adpsgd": 0.5, "adpsgd_exponential_delay_by_one": 0.5, "hadpsgd_random_ring": 0.0}
+    )
     assert "same data seen" in written["budget"] and len(written["runs"]) == len(result.runs)
 
 
@@ -125,7 +157,10 @@ def test_the_control_with_4x_the_effective_lr_has_a_4x_lower_critical_lr(root):
 def test_runs_in_processes_give_the_same_numbers(root, swept):
     """Two worker processes: each run is deterministic from its settings, whichever finishes first."""
     _, result = swept
-    cfg = toy_config(root, SWEEP + ["sweep.jobs=2", "sweep.algorithms=[adpsgd]", "sweep.critical_lrs=[0.1]", f"sweep.out_dir={root}/jobs"])
+    cfg = toy_config(
+        root,
+        SWEEP + ["sweep.jobs=2", "sweep.algorithms=[adpsgd]", "sweep.critical_lrs=[0.1]", f"sweep.out_dir={root}/jobs"],
+    )
     runs = run_sweep(cfg).runs
     expected = {(r["algorithm"], r["global_batch"], r["lr"], r["seed"]): r["held_out_loss"] for r in result.runs}
     assert {r["algorithm"] for r in runs} == {"baseline", "adpsgd"}
@@ -133,16 +168,22 @@ def test_runs_in_processes_give_the_same_numbers(root, swept):
         assert r["held_out_loss"] == expected[(r["algorithm"], r["global_batch"], r["lr"], r["seed"])]
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (["sweep.global_batches=[6]"], "6 is not a multiple of sweep.learners=4"),
-    (["sweep.critical_batch=6"], "sweep.critical_batch: 6 is not a multiple of sweep.learners=4"),
-    (["sweep.speeds=[1,2]"], "sweep.speeds: 2 speeds for sweep.learners=4"),
-    (["sweep.learners_per_node=3"], "sweep.learners_per_node=3 does not divide sweep.learners=4"),
-    (["sweep.seeds=[]"], "sweep.seeds is empty"),
-    (["sweep.extra_seeds=[2]"], "sweep.extra_seeds: a point near the threshold needs at least 3 seeds"),
-    (["sweep.learners=6", "sweep.learners_per_node=3", "sweep.global_batches=[6]", "sweep.critical_batch=6"],
-     "adpsgd_exponential_delay_by_one on 6 nodes: distributed.topology=exponential needs a power-of-two number of nodes"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["sweep.global_batches=[6]"], "6 is not a multiple of sweep.learners=4"),
+        (["sweep.critical_batch=6"], "sweep.critical_batch: 6 is not a multiple of sweep.learners=4"),
+        (["sweep.speeds=[1,2]"], "sweep.speeds: 2 speeds for sweep.learners=4"),
+        (["sweep.learners_per_node=3"], "sweep.learners_per_node=3 does not divide sweep.learners=4"),
+        (["sweep.seeds=[]"], "sweep.seeds is empty"),
+        (["sweep.extra_seeds=[2]"], "sweep.extra_seeds: a point near the threshold needs at least 3 seeds"),
+        (
+            ["sweep.learners=6", "sweep.learners_per_node=3", "sweep.global_batches=[6]", "sweep.critical_batch=6"],
+            "adpsgd_exponential_delay_by_one on 6 nodes: "
+            "distributed.topology=exponential needs a power-of-two number of nodes",
+        ),
+    ],
+)
 def test_settings_that_do_not_fit_together_are_named(root, overrides, message):
     with pytest.raises(InputError, match=message):
         run_sweep(toy_config(root, SWEEP + overrides + [f"sweep.out_dir={root}/bad"]))
@@ -155,14 +196,17 @@ def test_sweep_train_overrides_train_but_not_the_sweeps_own_settings(root):
         run_sweep(toy_config(root, SWEEP + ["+sweep.train.epochz=1", f"sweep.out_dir={root}/bad"]))
 
 
-@pytest.mark.parametrize("override,message", [
-    ("sweep.algorithms=[adpsgd_ring]", "sweep.algorithms=.*'adpsgd_ring': choose ssgd, or adpsgd/hadpsgd"),
-    ("sweep.algorithms=[ssgd_delay_by_one]", "'ssgd_delay_by_one': choose ssgd, or adpsgd/hadpsgd"),
-    ("sweep.lr_scaling=cubic", "sweep.lr_scaling='cubic': choose one of none, linear, sqrt"),
-    ("sweep.jitter=1.5", r"sweep.jitter=1.5: must be in \[0.0, 1.0\)"),
-    ("sweep.critical_lrs=[0.1,0.3,0.5]", "sweep.critical_lrs=.*give a geometric grid"),
-    ("sweep.global_batches=[64,16]", "sweep.global_batches=.*list the values once each, ascending"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("sweep.algorithms=[adpsgd_ring]", "sweep.algorithms=.*'adpsgd_ring': choose ssgd, or adpsgd/hadpsgd"),
+        ("sweep.algorithms=[ssgd_delay_by_one]", "'ssgd_delay_by_one': choose ssgd, or adpsgd/hadpsgd"),
+        ("sweep.lr_scaling=cubic", "sweep.lr_scaling='cubic': choose one of none, linear, sqrt"),
+        ("sweep.jitter=1.5", r"sweep.jitter=1.5: must be in \[0.0, 1.0\)"),
+        ("sweep.critical_lrs=[0.1,0.3,0.5]", "sweep.critical_lrs=.*give a geometric grid"),
+        ("sweep.global_batches=[64,16]", "sweep.global_batches=.*list the values once each, ascending"),
+    ],
+)
 def test_bad_values_are_refused_by_the_schema(override, message):
     with pytest.raises(InputError, match=message):
         load_config([override])
@@ -171,6 +215,7 @@ def test_bad_values_are_refused_by_the_schema(override, message):
 def test_a_training_subset_that_cuts_a_partial_batch_is_warned_about(caplog):
     """One learner keeps a partial last batch, many merge it: the runs' epochs would differ."""
     from asr.sweep.sweep import check
+
     with caplog.at_level("WARNING"):
         check(load_config(["sweep.max_train_utts=3072"]))
         assert "not a multiple" not in caplog.text

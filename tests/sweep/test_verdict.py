@@ -10,13 +10,23 @@ from asr.utils.errors import InputError
 
 def run(algorithm, batch, seed, loss, lr=0.1, curve=None):
     curve = curve or [loss]
-    return {"algorithm": algorithm, "global_batch": batch, "seed": seed, "held_out_loss": loss, "lr": lr,
-            "epochs_log": [{"held_out_loss": value} for value in curve]}
+    return {
+        "algorithm": algorithm,
+        "global_batch": batch,
+        "seed": seed,
+        "held_out_loss": loss,
+        "lr": lr,
+        "epochs_log": [{"held_out_loss": value} for value in curve],
+    }
 
 
 # One learner at batch 16: lr 0.1 is best (1.0 with seed 1); seed 2 of it 1.2.
-BASELINE = [run("baseline", 16, 1, 1.4, lr=0.05), run("baseline", 16, 1, 1.0, lr=0.1, curve=[1.5, 1.02, 1.0]),
-            run("baseline", 16, 2, 1.2, lr=0.1, curve=[1.6, 1.3, 1.2]), run("baseline", 16, 1, None, lr=0.2)]
+BASELINE = [
+    run("baseline", 16, 1, 1.4, lr=0.05),
+    run("baseline", 16, 1, 1.0, lr=0.1, curve=[1.5, 1.02, 1.0]),
+    run("baseline", 16, 2, 1.2, lr=0.1, curve=[1.6, 1.3, 1.2]),
+    run("baseline", 16, 1, None, lr=0.2),
+]
 
 
 def batches(algorithm, points):
@@ -42,7 +52,11 @@ def test_the_baseline_takes_the_best_lr_of_its_grid_and_says_whether_it_settled(
 
 def test_the_best_lr_is_chosen_on_the_seeds_every_lr_has():
     """lr 0.2's seed 1 (0.95) beats lr 0.1's (1.0), though lr 0.1's mean over two seeds is lower."""
-    results = [run("baseline", 16, 1, 1.0, lr=0.1), run("baseline", 16, 2, 0.8, lr=0.1), run("baseline", 16, 1, 0.95, lr=0.2)]
+    results = [
+        run("baseline", 16, 1, 1.0, lr=0.1),
+        run("baseline", 16, 2, 0.8, lr=0.1),
+        run("baseline", 16, 1, 0.95, lr=0.2),
+    ]
     assert calibrate(results, 0.05).best.lr == 0.2
 
 
@@ -57,8 +71,12 @@ def test_each_seed_is_compared_with_its_own_baseline():
 
 def test_the_largest_converging_batch_is_the_largest_that_converges_not_the_end_of_a_run():
     """ADPSGD converges at 64 and 256 but not at 128 (nor 16, 32): 256. SSGD at 16 and 64: 64."""
-    results = BASELINE + batches("ssgd", [(16, 1.01), (32, 1.2), (64, 1.04), (128, 1.3), (256, None)]) + batches(
-        "adpsgd", [(16, 1.2), (32, 1.3), (64, 1.03), (128, 1.09), (256, 1.049)]) + batches("hadpsgd", [(16, 1.3), (32, None)])
+    results = (
+        BASELINE
+        + batches("ssgd", [(16, 1.01), (32, 1.2), (64, 1.04), (128, 1.3), (256, None)])
+        + batches("adpsgd", [(16, 1.2), (32, 1.3), (64, 1.03), (128, 1.09), (256, 1.049)])
+        + batches("hadpsgd", [(16, 1.3), (32, None)])
+    )
     verdict = batch_verdict(results, ["ssgd", "adpsgd", "hadpsgd"])
     assert verdict.largest == {"ssgd": 64, "adpsgd": 256, "hadpsgd": None}
     assert verdict.ratio == {"adpsgd": 4, "hadpsgd": None}
@@ -69,9 +87,18 @@ def test_a_critical_lr_two_points_lower_on_a_doubling_grid_is_a_ratio_of_four():
     grid = [0.025, 0.05, 0.1, 0.2, 0.4, 0.8]
     ssgd = [1.3, 1.02, 1.01, None, None, None]  # converges up to 0.1 (not at 0.025: too slow)
     adpsgd = [1.4, 1.2, 1.03, 1.04, 1.02, 1.5]  # up to 0.4
-    results = BASELINE + [run("ssgd", 64, 1, loss, lr=lr) for lr, loss in zip(grid, ssgd)] + [
-        run("adpsgd", 64, 1, loss, lr=lr) for lr, loss in zip(grid, adpsgd)]
-    verdict = judge(results, calibrate(results, 0.05), "critical_lr", "lr", {a: [(64, lr) for lr in grid] for a in ("ssgd", "adpsgd")})
+    results = (
+        BASELINE
+        + [run("ssgd", 64, 1, loss, lr=lr) for lr, loss in zip(grid, ssgd)]
+        + [run("adpsgd", 64, 1, loss, lr=lr) for lr, loss in zip(grid, adpsgd)]
+    )
+    verdict = judge(
+        results,
+        calibrate(results, 0.05),
+        "critical_lr",
+        "lr",
+        {a: [(64, lr) for lr in grid] for a in ("ssgd", "adpsgd")},
+    )
     assert verdict.largest == {"ssgd": 0.1, "adpsgd": 0.4}
     assert verdict.ratio["adpsgd"] == pytest.approx(4)
 
@@ -90,5 +117,7 @@ def test_close_points_lie_within_the_margin_of_the_tolerance():
 
 
 def test_a_baseline_diverged_everywhere_is_named():
-    with pytest.raises(InputError, match="sweep.baseline_lrs: the single-learner baseline diverged at every lr; lower them"):
+    with pytest.raises(
+        InputError, match="sweep.baseline_lrs: the single-learner baseline diverged at every lr; lower them"
+    ):
         calibrate([run("baseline", 16, 1, None, lr=0.1), run("baseline", 16, 1, None, lr=0.2)], tolerance=0.05)

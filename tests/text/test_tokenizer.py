@@ -24,7 +24,13 @@ def write_text(path, n=300, seed=0):
 
 
 def cfg(tmp_path, model_type="bpe", vocab_size=60):
-    return SimpleNamespace(lang_dir=str(tmp_path / "lang"), model_type=model_type, vocab_size=vocab_size, character_coverage=1.0, user_symbols=TAGS)
+    return SimpleNamespace(
+        lang_dir=str(tmp_path / "lang"),
+        model_type=model_type,
+        vocab_size=vocab_size,
+        character_coverage=1.0,
+        user_symbols=TAGS,
+    )
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from tests.fixtures.hybrid_corpus import hmm_system, hybrid_overrides, text_transition_model, write_ali_gz, write_hybrid_set
+from tests.fixtures.hybrid_corpus import (
+    hmm_system,
+    hybrid_overrides,
+    text_transition_model,
+    write_ali_gz,
+    write_hybrid_set,
+)
 
 from asr.config import load_config
 from asr.models.checkpoint import CheckpointDir, load_checkpoint
@@ -34,8 +40,17 @@ def corpus(tmp_path_factory):
 
 
 def chunk_overrides(root, *extra):
-    return hybrid_overrides(root, [f"train.chunk_frames={CHUNK}", "train.batch_samples=16", "train.epochs=2",
-                                   "train.checkpoint_every_steps=5", "train.precision=fp32", *extra])
+    return hybrid_overrides(
+        root,
+        [
+            f"train.chunk_frames={CHUNK}",
+            "train.batch_samples=16",
+            "train.epochs=2",
+            "train.checkpoint_every_steps=5",
+            "train.precision=fp32",
+            *extra,
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +99,9 @@ def test_a_sample_is_its_utterances_rows_with_their_targets(chunks):
         utt = utterances.utts[utt_index]
         assert name == f"{utt}@{start}" and feats.shape == (CHUNK, utterances.feat_dim)
         assert torch.equal(feats, utterances.reader(utt)[start : start + CHUNK])
-        assert torch.equal(targets, torch.from_numpy(utterances.targets[utt_index][start // 2 : (start + CHUNK) // 2].astype(np.int64)))
+        assert torch.equal(
+            targets, torch.from_numpy(utterances.targets[utt_index][start // 2 : (start + CHUNK) // 2].astype(np.int64))
+        )
 
 
 @pytest.mark.parametrize("learners", [1, 2, 3])
@@ -160,11 +177,15 @@ def test_resume_mid_epoch_with_samples_is_exact(corpus, tmp_path, monkeypatch, c
     for name, tensor in expected.items():
         assert torch.equal(got[name], tensor), name
     state = load_checkpoint(CheckpointDir(crashed / "exp" / "checkpoints").periodic()[0])
-    assert state["sampler"]["num_utts"] == len(loop.Trainer(load_config(chunk_overrides(crashed))).train_set)  # masks over samples
+    assert state["sampler"]["num_utts"] == len(
+        loop.Trainer(load_config(chunk_overrides(crashed))).train_set
+    )  # masks over samples
 
 
 def test_chunks_for_another_objective_or_frame_rate_are_refused(corpus):
-    with pytest.raises(InputError, match=r"train.chunk_frames=8 cuts frame-level samples, but train.objective=ctc; use"):
+    with pytest.raises(
+        InputError, match=r"train.chunk_frames=8 cuts frame-level samples, but train.objective=ctc; use"
+    ):
         loop.Trainer(load_config(chunk_overrides(corpus, "train.objective=ctc", "model.head=ctc")))
     with pytest.raises(InputError, match=r"train.chunk_frames=7 is not a multiple of model.subsample=2"):
         loop.Trainer(load_config(chunk_overrides(corpus, "train.chunk_frames=7")))

@@ -48,7 +48,9 @@ def test_short_utterances_and_missing_transcripts_are_dropped(toy, tmp_path):
     data = tmp_path / "train"
     shutil.copytree(root / "data" / "train", data)
     (data / "text").write_text("\n".join(text[:2]) + "\n")
-    assert CtcDataset(feature_set_dir(cfg, "train"), data, tok, subsample=1).utts == [line.split()[0] for line in text[:2]]
+    assert CtcDataset(feature_set_dir(cfg, "train"), data, tok, subsample=1).utts == [
+        line.split()[0] for line in text[:2]
+    ]
     (data / "text").write_text("")
     with pytest.raises(InputError, match="no utterance has both"):
         CtcDataset(feature_set_dir(cfg, "train"), data, tok, subsample=1)

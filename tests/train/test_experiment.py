@@ -31,7 +31,11 @@ def test_options_added_or_dropped_by_the_toolkit_are_a_warning(tmp_path, caplog)
     with caplog.at_level(logging.WARNING):
         assert check_config(tmp_path, now) == []
     assert "options added or removed by the toolkit since this experiment started" in caplog.text
-    for line in ("data.max_unreadable: '(absent)' -> 0.05", "features.fmllr.passes: 10 -> '(absent)'", "features.ivector.dim: '(absent)' -> 100"):
+    for line in (
+        "data.max_unreadable: '(absent)' -> 0.05",
+        "features.fmllr.passes: 10 -> '(absent)'",
+        "features.ivector.dim: '(absent)' -> 100",
+    ):
         assert line in caplog.text
 
 

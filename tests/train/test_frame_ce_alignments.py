@@ -125,7 +125,9 @@ def test_kaldi_alignment_dir_maps_through_its_final_mdl(tmp_path):
     got = dict(archives.read(keep))
     assert set(got) == keep
     table = np.array(HMM_PDF_OF_TID)
-    assert np.array_equal(got["utt02"], table[first["utt02"]]) and np.array_equal(got["xutt01"], table[second["xutt01"]])
+    assert np.array_equal(got["utt02"], table[first["utt02"]]) and np.array_equal(
+        got["xutt01"], table[second["xutt01"]]
+    )
     assert "transition ids -> pdfs by" in archives.description
 
 

@@ -75,7 +75,10 @@ def test_frame_ce_learns_from_chance_to_over_90_percent_in_40_updates():
         updater.step(frame_ce_sum(log_probs, out_lens, train) / train.targets.numel())
     elapsed = time.monotonic() - start
     final = frame_accuracy(model, held_out)
-    print(f"held-out frame accuracy {initial:.3f} -> {final:.3f} in {elapsed:.2f} s (chance {1 / NUM_PDFS:.2f}, majority {majority:.2f})")
+    print(
+        f"held-out frame accuracy {initial:.3f} -> {final:.3f} in {elapsed:.2f} s (chance {1 / NUM_PDFS:.2f}, "
+        f"majority {majority:.2f})"
+    )
     assert initial < max(0.3, majority + 0.05)
     assert final > 0.9
 
@@ -196,7 +199,9 @@ def test_dev_set_without_alignments_suggests_dev_alignments(corpus, tmp_path):
 def test_pdf_alignments_without_num_pdfs_use_the_largest_pdf_id(corpus, tmp_path, caplog):
     pdfs = {**corpus.train_pdfs, **corpus.dev_pdfs}
     write_ali_gz(tmp_path / "pdf.1.gz", {u: p.astype(np.int32) for u, p in pdfs.items()})
-    objective = build_objective(load_config(hybrid_overrides(corpus.root, [f"train.alignments={tmp_path / 'pdf.1.gz'}"])))
+    objective = build_objective(
+        load_config(hybrid_overrides(corpus.root, [f"train.alignments={tmp_path / 'pdf.1.gz'}"]))
+    )
     assert objective.train_alignments.mapping is None  # not Kaldi's ali.N.gz: pdf ids
     objective.dataset("train")
     objective.dataset("dev")

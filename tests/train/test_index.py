@@ -78,8 +78,20 @@ def test_a_few_bytes_per_utterance(toy):
     root, tokenizer = toy
     index = load_index(sources(root, tokenizer), tokenizer, root / "feats" / "toy" / "train", build=True)
     n = len(index)
-    stored = sum(np.asarray(getattr(index, name)).nbytes for name in
-                 ("utt_bytes", "utt_offsets", "frames", "tokens", "token_offsets", "min_frames", "feat_file", "feat_offset", "cmvn_of"))
+    stored = sum(
+        np.asarray(getattr(index, name)).nbytes
+        for name in (
+            "utt_bytes",
+            "utt_offsets",
+            "frames",
+            "tokens",
+            "token_offsets",
+            "min_frames",
+            "feat_file",
+            "feat_offset",
+            "cmvn_of",
+        )
+    )
     # The layout: the id's bytes, 4 per token, 8 + 4 + 4 + 8 + 4 + 4 + 8 for the per-utterance numbers.
     id_bytes, tokens = index.utt_offsets[-1] / n, index.token_offsets[-1] / n
     assert stored / n <= id_bytes + 4 * tokens + 40 + 16 / n
@@ -100,8 +112,10 @@ def fake_set(directory: Path, utterances: int) -> IndexSources:
     for name, lines in tables.items():
         (directory / name).write_text("\n".join(lines) + "\n")
     (directory / "cmvn_type").write_text("utterance\n")
-    return IndexSources(*(directory / name for name in ("text", "utt2spk", "feats.scp", "utt2num_frames", "cmvn.scp", "cmvn_type")),
-                        Path())
+    return IndexSources(
+        *(directory / name for name in ("text", "utt2spk", "feats.scp", "utt2num_frames", "cmvn.scp", "cmvn_type")),
+        Path(),
+    )
 
 
 def test_building_holds_a_chunk_not_the_set(toy, tmp_path, monkeypatch):

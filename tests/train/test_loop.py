@@ -212,6 +212,7 @@ def test_training_precision_choice(monkeypatch):
     from asr.train import precision as devices
     from asr.train.precision import autocast, grad_scaler, training_precision
     from asr.utils.device import native_bf16
+
     cpu = torch.device("cpu")
     assert training_precision("fp32", cpu) == "fp32"
     with pytest.raises(InputError, match="train.precision=fp16 needs a CUDA device"):
@@ -223,7 +224,9 @@ def test_training_precision_choice(monkeypatch):
     for native, expected in ((False, "fp16"), (True, "bf16")):
         monkeypatch.setattr(devices, "native_bf16", lambda device, native=native: native)
         assert training_precision("auto", torch.device("cuda")) == expected
-    assert grad_scaler("fp16", cpu) is not None and grad_scaler("bf16", cpu) is None and grad_scaler("fp32", cpu) is None
+    assert (
+        grad_scaler("fp16", cpu) is not None and grad_scaler("bf16", cpu) is None and grad_scaler("fp32", cpu) is None
+    )
     a = torch.randn(4, 4)
     with autocast(cpu, "bf16"):
         assert (a @ a).dtype == torch.bfloat16
@@ -238,6 +241,7 @@ def test_cpu_precision_follows_the_bf16_probe(monkeypatch, has_bf16_lstm):
     """The probe's answer, faked both ways, decides `auto` and whether `bf16` is refused."""
     from asr.train.precision import training_precision
     from asr.utils import device as devices
+
     monkeypatch.setattr(devices, "cpu_bf16_lstm", lambda: has_bf16_lstm)
     monkeypatch.setattr(devices.torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
     cpu = torch.device("cpu")
@@ -245,13 +249,16 @@ def test_cpu_precision_follows_the_bf16_probe(monkeypatch, has_bf16_lstm):
     if has_bf16_lstm:
         assert training_precision("bf16", cpu) == "bf16"
     else:
-        with pytest.raises(InputError, match=r"train.precision=bf16: this CPU .* no bf16 LSTM kernel.*train.precision=auto"):
+        with pytest.raises(
+            InputError, match=r"train.precision=bf16: this CPU .* no bf16 LSTM kernel.*train.precision=auto"
+        ):
             training_precision("bf16", cpu)
 
 
 def test_bf16_probe_agrees_with_a_real_bf16_lstm():
     """The probe says yes exactly when a model-sized BLSTM runs under bf16 autocast here."""
     from asr.utils.device import cpu_bf16_lstm
+
     lstm = torch.nn.LSTM(40, 32, num_layers=2, bidirectional=True, batch_first=True)
     try:
         with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -19,7 +19,15 @@ from asr.data.prepare import prepare_data
 from asr.data.synth.corpus import synthesize_corpus
 from asr.features.fbank import FbankOptions, fbank
 from asr.train.alignments import AlignmentArchives, read_int_vectors
-from asr.train.phone_ali import ARCHIVE, PHONES, FrameLabeller, main, phone_inventory, speed_and_side, write_phone_alignments
+from asr.train.phone_ali import (
+    ARCHIVE,
+    PHONES,
+    FrameLabeller,
+    main,
+    phone_inventory,
+    speed_and_side,
+    write_phone_alignments,
+)
 from asr.utils.errors import InputError
 
 OPTS = FbankOptions(sample_frequency=8000.0)  # the log-mel features' frames: 25 ms every 10 ms
@@ -28,8 +36,15 @@ OPTS = FbankOptions(sample_frequency=8000.0)  # the log-mel features' frames: 25
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("phone_ali")
-    cfg = load_config(["synth=tiny", f"synth.out_dir={root / 'corpus'}", f"data.data_dir={root / 'data'}", "data.dev_utts=20",
-                       "data.prepare_sets=[train,dev]"])
+    cfg = load_config(
+        [
+            "synth=tiny",
+            f"synth.out_dir={root / 'corpus'}",
+            f"data.data_dir={root / 'data'}",
+            "data.dev_utts=20",
+            "data.prepare_sets=[train,dev]",
+        ]
+    )
     synthesize_corpus(cfg.synth)
     prepare_data(cfg.data)
     speed_perturb(root / "data/train", [0.9, 1.1])
@@ -71,7 +86,7 @@ def test_archives_read_as_pdf_ids_with_one_phone_table(corpus):
 
 def frame_db(samples: np.ndarray, count: int) -> np.ndarray:
     """Log energy of each 25 ms frame, cut as the filterbank cuts them."""
-    frames = np.lib.stride_tricks.sliding_window_view(samples, OPTS.window_length)[::OPTS.window_shift][:count]
+    frames = np.lib.stride_tricks.sliding_window_view(samples, OPTS.window_length)[:: OPTS.window_shift][:count]
     return 10 * np.log10(np.mean(frames.astype(np.float64) ** 2, axis=1) + 1e-12)
 
 
@@ -90,7 +105,7 @@ def loud_silence(root: Path, ms98: Path, name: str, shift: float = 0.0, ignore_s
         targets = labeller.at(side, times)
         db = frame_db(samples, len(targets))
         is_loud = db > db.max() - 30
-        wrong += int(np.sum(is_loud & (targets[:len(db)] == 0)))
+        wrong += int(np.sum(is_loud & (targets[: len(db)] == 0)))
         loud += int(np.sum(is_loud))
     return wrong / loud
 
@@ -109,7 +124,10 @@ def test_speed_perturbed_targets_follow_the_perturbed_audio(corpus):
     root, ms98, _ = corpus
     assert loud_silence(root, ms98, "train_sp") < 0.025
     assert loud_silence(root, ms98, "train_sp", ignore_speed=True) > 0.2
-    assert archive(root, "train_sp")["sp1.1-" + min(archive(root, "train"))].size < archive(root, "train")[min(archive(root, "train"))].size
+    assert (
+        archive(root, "train_sp")["sp1.1-" + min(archive(root, "train"))].size
+        < archive(root, "train")[min(archive(root, "train"))].size
+    )
 
 
 def test_recordings_without_phone_timings_are_refused(corpus, tmp_path):
@@ -133,4 +151,7 @@ def test_the_command_line_writes_the_sets_and_exits_2_on_user_errors(corpus, tmp
     assert main(["--ms98-dir", str(ms98), "--out", str(tmp_path / "ali"), str(root / "data/train_dev")]) == 0
     ours, theirs = archive(tmp_path, "train_dev"), archive(root, "train_dev")
     assert ours.keys() == theirs.keys() and all(np.array_equal(ours[u], theirs[u]) for u in ours)
-    assert main(["--ms98-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "ali2"), str(root / "data/train_dev")]) == 2
+    assert (
+        main(["--ms98-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "ali2"), str(root / "data/train_dev")])
+        == 2
+    )

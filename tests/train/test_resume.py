@@ -27,16 +27,41 @@ def mask(*indices: int) -> np.ndarray:
     return m
 
 
-def state(step: int, epoch: int, trained: np.ndarray, layout: RunLayout, weight: float, node: int | None = None,
-          moment: float = 0.0) -> dict:
+def state(
+    step: int,
+    epoch: int,
+    trained: np.ndarray,
+    layout: RunLayout,
+    weight: float,
+    node: int | None = None,
+    moment: float = 0.0,
+) -> dict:
     layout_entry = layout.as_dict() | ({"node": node} if node is not None else {})
     return {
-        "format": CHECKPOINT_FORMAT, "model": {"w": torch.full((3,), weight)}, "model_info": {},
-        "updater": {"optimizer": {"state": {0: {"step": torch.tensor(float(step)), "exp_avg": torch.full((3,), moment)}},
-                                  "param_groups": []}, "schedule": {"steps": step, "epochs": epoch}},
-        "sampler": {"epoch": epoch, "batches_done": 0, "num_utts": UTTS, "done": pack_mask(mask()), "trained": pack_mask(trained)},
-        "rng": {}, "step": step, "epoch": epoch, "progress": {"epoch": epoch, "step": step, "elapsed_s": float(step), "batches_done": 3},
-        "config": {}, "layout": layout_entry, "distributed": {"world_size": layout.world_size},
+        "format": CHECKPOINT_FORMAT,
+        "model": {"w": torch.full((3,), weight)},
+        "model_info": {},
+        "updater": {
+            "optimizer": {
+                "state": {0: {"step": torch.tensor(float(step)), "exp_avg": torch.full((3,), moment)}},
+                "param_groups": [],
+            },
+            "schedule": {"steps": step, "epochs": epoch},
+        },
+        "sampler": {
+            "epoch": epoch,
+            "batches_done": 0,
+            "num_utts": UTTS,
+            "done": pack_mask(mask()),
+            "trained": pack_mask(trained),
+        },
+        "rng": {},
+        "step": step,
+        "epoch": epoch,
+        "progress": {"epoch": epoch, "step": step, "elapsed_s": float(step), "batches_done": 3},
+        "config": {},
+        "layout": layout_entry,
+        "distributed": {"world_size": layout.world_size},
     }
 
 
@@ -45,10 +70,14 @@ def checkpoints(tmp_path) -> CheckpointDir:
     return CheckpointDir(tmp_path / "checkpoints", keep=3)
 
 
-def save_nodes(checkpoints: CheckpointDir, layout: RunLayout, epoch: int, trained: list[np.ndarray], weights: list[float]) -> None:
+def save_nodes(
+    checkpoints: CheckpointDir, layout: RunLayout, epoch: int, trained: list[np.ndarray], weights: list[float]
+) -> None:
     for node, (t, w) in enumerate(zip(trained, weights)):
-        save_checkpoint(node_dir(checkpoints, node) / f"step-{10 + node:09d}.pt",
-                        state(10 + node, epoch, t, layout, w, node=node, moment=w / 10))
+        save_checkpoint(
+            node_dir(checkpoints, node) / f"step-{10 + node:09d}.pt",
+            state(10 + node, epoch, t, layout, w, node=node, moment=w / 10),
+        )
 
 
 def test_nothing_saved_is_a_fresh_start(checkpoints):
@@ -80,7 +109,9 @@ def test_another_layout_merges_the_nodes_into_one_checkpoint(checkpoints, caplog
     merged = load_checkpoint(start.source)
     assert torch.equal(merged["model"]["w"], torch.full((3,), 2.0))  # the nodes' mean
     moments = merged["updater"]["optimizer"]["state"][0]
-    assert torch.allclose(moments["exp_avg"], torch.full((3,), 0.2)) and float(moments["step"]) == 10.0  # counters: node 0's
+    assert (
+        torch.allclose(moments["exp_avg"], torch.full((3,), 0.2)) and float(moments["step"]) == 10.0
+    )  # counters: node 0's
     assert unpack_mask(merged["sampler"]["trained"], UTTS).tolist() == mask(0, 1, 5).tolist()
     assert not list(checkpoints.dir.glob("node-*"))  # merged, then removed
     assert "merged the 2 nodes' checkpoints (epoch 2, 3 of 20 utterances of it trained)" in caplog.text
@@ -115,7 +146,10 @@ def write_records(checkpoints: CheckpointDir) -> None:
 
 
 def recorded(checkpoints: CheckpointDir) -> dict[int, list[str]]:
-    return {rank: [u for _, _, utts in read_record(record_path(checkpoints.dir.parent, rank)) for u in utts] for rank in RECORDS}
+    return {
+        rank: [u for _, _, utts in read_record(record_path(checkpoints.dir.parent, rank)) for u in utts]
+        for rank in RECORDS
+    }
 
 
 def test_records_keep_the_steps_of_each_nodes_own_checkpoint(checkpoints):
@@ -140,10 +174,13 @@ def test_records_of_a_nodes_learners_keep_their_nodes_steps(checkpoints):
     assert kept == [["a"], ["a"], ["a", "b"], ["a", "b"]]
 
 
-@pytest.mark.parametrize("saved,expected", [
-    (state(10, 1, mask(0), SINGLE, 1.0), {0: ["a", "b", "c"], 1: ["e"]}),  # one model: its step
-    (state(5, 1, mask(), ADPSGD2, 0.5), {0: ["a"], 1: ["e"]}),  # a decentralized epoch end: none of epoch 2
-])
+@pytest.mark.parametrize(
+    "saved,expected",
+    [
+        (state(10, 1, mask(0), SINGLE, 1.0), {0: ["a", "b", "c"], 1: ["e"]}),  # one model: its step
+        (state(5, 1, mask(), ADPSGD2, 0.5), {0: ["a"], 1: ["e"]}),  # a decentralized epoch end: none of epoch 2
+    ],
+)
 def test_records_keep_the_steps_of_one_checkpoint(checkpoints, saved, expected):
     checkpoints.save(saved)
     write_records(checkpoints)
@@ -168,4 +205,7 @@ def test_progress_of_an_earlier_toolkits_checkpoint_drops_the_fields_it_no_longe
     with caplog.at_level("WARNING"):
         progress = Progress.from_checkpoint(saved, "exp/x/checkpoints/step-000001100.pt")
     assert (progress.step, progress.epoch, progress.batches_done, progress.bad_utterances) == (1100, 1, 285, 0)
-    assert "step-000001100.pt: written by an earlier toolkit; its progress fields bad_batches are no longer kept (ignored)" in caplog.text
+    assert (
+        "step-000001100.pt: written by an earlier toolkit; its progress fields bad_batches are no longer kept (ignored)"
+        in caplog.text
+    )

@@ -29,8 +29,15 @@ def scalars(exp) -> dict[str, list]:
 
 def test_every_log_row_and_epoch_end_is_in_tensorboard(trained):
     found = scalars(trained)
-    assert {"train/loss", "train/lr", "speed/frames_per_second", "wait/data_seconds", "wait/communication_seconds",
-            "epoch/train_loss", "epoch/dev_loss"} <= set(found)
+    assert {
+        "train/loss",
+        "train/lr",
+        "speed/frames_per_second",
+        "wait/data_seconds",
+        "wait/communication_seconds",
+        "epoch/train_loss",
+        "epoch/dev_loss",
+    } <= set(found)
     rows = TrainLog(trained).rows
     steps = [r for r in rows if r.dev_loss != r.dev_loss and r.train_loss == r.train_loss]
     assert [e.step for e in found["train/loss"]] == [r.step for r in steps]

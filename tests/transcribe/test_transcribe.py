@@ -49,12 +49,32 @@ def write_spoken_set(root: Path, name: str, voices: list[str]) -> None:
 
 def overrides(root: Path, *extra: str) -> list[str]:
     return [
-        f"data.data_dir={root / 'data'}", "data.train_set=train", "data.dev_set=dev", "data.eval_set=dev",
-        f"features.feats_dir={root / 'feats'}", "features=logmel40", "features.jobs=1", "features.cmvn=utterance",
-        f"tokenizer.lang_dir={root / 'lang'}", "tokenizer=bpe300", "tokenizer.vocab_size=30",
-        f"exp_dir={root / 'exp' / 'spoken'}", "model.num_layers=1", "model.hidden_size=64", "model.dropout=0.0",
-        "train.epochs=100", "train.max_utts=5", "train.lr=0.02", "train.warmup_steps=2", "train.final_lr=0.0",
-        "train.lr_decay=1.0", "train.threads=1", "train.tensorboard=false", "train.checkpoint_every_steps=1000", "device=cpu", *extra,
+        f"data.data_dir={root / 'data'}",
+        "data.train_set=train",
+        "data.dev_set=dev",
+        "data.eval_set=dev",
+        f"features.feats_dir={root / 'feats'}",
+        "features=logmel40",
+        "features.jobs=1",
+        "features.cmvn=utterance",
+        f"tokenizer.lang_dir={root / 'lang'}",
+        "tokenizer=bpe300",
+        "tokenizer.vocab_size=30",
+        f"exp_dir={root / 'exp' / 'spoken'}",
+        "model.num_layers=1",
+        "model.hidden_size=64",
+        "model.dropout=0.0",
+        "train.epochs=100",
+        "train.max_utts=5",
+        "train.lr=0.02",
+        "train.warmup_steps=2",
+        "train.final_lr=0.0",
+        "train.lr_decay=1.0",
+        "train.threads=1",
+        "train.tensorboard=false",
+        "train.checkpoint_every_steps=1000",
+        "device=cpu",
+        *extra,
     ]
 
 
@@ -72,7 +92,9 @@ def experiment(tmp_path_factory):
 
 def transcribe(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    return subprocess.run([sys.executable, "-m", "asr.transcribe", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "asr.transcribe", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120
+    )
 
 
 def test_a_wav_comes_out_as_words_the_recipes_decode_gives(experiment):
@@ -87,7 +109,9 @@ def test_a_wav_comes_out_as_words_the_recipes_decode_gives(experiment):
     wavs = [str(experiment / "audio" / f"{utt}.wav") for utt in utts]
     done = transcribe(str(experiment / "exp" / "spoken"), *wavs)
     assert done.returncode == 0, done.stderr
-    assert [line.split() for line in done.stdout.splitlines()] == [[wav, *recipe[utt].split()] for wav, utt in zip(wavs, utts)]
+    assert [line.split() for line in done.stdout.splitlines()] == [
+        [wav, *recipe[utt].split()] for wav, utt in zip(wavs, utts)
+    ]
     assert "greedy search, CMVN of each file" in done.stderr
     vocabulary = {w for s in SENTENCES for w in s.split()}
     said = [w for utt in utts for w in recipe[utt].split()]
@@ -102,9 +126,13 @@ def test_features_equal_those_the_recipe_trained_on(experiment):
     from asr.transcribe.transcribe import Transcriber
 
     transcriber = Transcriber(experiment / "exp" / "spoken")
-    reader = FeatureReader(experiment / "feats" / "logmel40" / "train", read_data_dir(experiment / "data" / "train").utt2spk)
+    reader = FeatureReader(
+        experiment / "feats" / "logmel40" / "train", read_data_dir(experiment / "data" / "train").utt2spk
+    )
     for utt in ("spk0-train00", "spk2-train03"):
-        torch.testing.assert_close(transcriber.features(str(experiment / "audio" / f"{utt}.wav")), reader(utt), atol=1e-4, rtol=0)
+        torch.testing.assert_close(
+            transcriber.features(str(experiment / "audio" / f"{utt}.wav")), reader(utt), atol=1e-4, rtol=0
+        )
     transcriber.close()
 
 
@@ -119,7 +147,10 @@ def test_cmvn_of_one_file_follows_the_training_unit(experiment):
     transcriber.unit = "none"
     raw = transcriber.features(wav).numpy()
     np.testing.assert_allclose(own, cmvn.apply(raw, cmvn.accumulate([raw])), atol=1e-5)
-    transcriber.unit, transcriber.global_stats = "global", cmvn.accumulate([raw[:20]])  # stand-in training-set statistics
+    transcriber.unit, transcriber.global_stats = (
+        "global",
+        cmvn.accumulate([raw[:20]]),
+    )  # stand-in training-set statistics
     np.testing.assert_allclose(transcriber.features(wav).numpy(), cmvn.apply(raw, transcriber.global_stats), atol=1e-5)
     assert not np.allclose(transcriber.features(wav).numpy(), own, atol=1e-2)
     transcriber.close()
@@ -161,16 +192,31 @@ def test_with_a_tuned_lm_the_search_is_beam_and_lm(experiment, tmp_path):
     except InputError:
         pytest.skip("KenLM tools not built (make install runs scripts/build_kenlm.sh)")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    lm = ["lm.orders=[2]", "lm.decode_order=2", "lm.perplexity_sets=[]", "decode=beam_lm", "decode.jobs=1",
-          "decode.tune_lm_weights=[0.5]", "decode.tune_word_scores=[0.0]"]
+    lm = [
+        "lm.orders=[2]",
+        "lm.decode_order=2",
+        "lm.perplexity_sets=[]",
+        "decode=beam_lm",
+        "decode.jobs=1",
+        "decode.tune_lm_weights=[0.5]",
+        "decode.tune_word_scores=[0.0]",
+    ]
     for stage in ("asr.lm", "asr.tune"):
-        done = subprocess.run([sys.executable, "-m", stage, *overrides(experiment, *lm)], capture_output=True, text=True, env=env, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-m", stage, *overrides(experiment, *lm)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
     wav = tmp_path / "said.wav"
     speak("yes okay", VOICES[0], wav)
     done = transcribe(str(experiment / "exp" / "spoken"), str(wav))
     assert done.returncode == 0, done.stderr
-    assert "beam+LM (tuned) search" in done.stderr and "LM weight 0.5, word score 0: tuned on the dev set" in done.stderr
+    assert (
+        "beam+LM (tuned) search" in done.stderr and "LM weight 0.5, word score 0: tuned on the dev set" in done.stderr
+    )
     words = done.stdout.split()[1:]
     assert words and set(words) <= {w for s in SENTENCES for w in s.split()}  # the lexicon's words only
     done = transcribe(str(experiment / "exp" / "spoken"), str(wav), "--greedy")

@@ -17,7 +17,9 @@ from asr.utils.errors import InputError
 
 def dead_pid() -> int:
     """The pid of a process that has exited (and been reaped)."""
-    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     return int(proc.stdout)
 
 

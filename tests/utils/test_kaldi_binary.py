@@ -38,22 +38,41 @@ def test_vectors_and_matrices_read_as_kaldiio_writes_them(dtype):
 
 def test_scalars_integer_vectors_and_packed_matrices():
     lower = np.array([1.0, 2.0, 3.0])  # [[1, 2], [2, 3]] as Kaldi packs it: row by row, lower triangle
-    data = (b"\4" + struct.pack("<i", -7) + b"\4" + struct.pack("<f", 0.5) + b"\10" + struct.pack("<d", 2.25)
-            + b"\4" + struct.pack("<i", 3) + struct.pack("<3i", 4, 5, 6) + b"DP \4" + struct.pack("<i", 2) + lower.tobytes())
+    data = (
+        b"\4"
+        + struct.pack("<i", -7)
+        + b"\4"
+        + struct.pack("<f", 0.5)
+        + b"\10"
+        + struct.pack("<d", 2.25)
+        + b"\4"
+        + struct.pack("<i", 3)
+        + struct.pack("<3i", 4, 5, 6)
+        + b"DP \4"
+        + struct.pack("<i", 2)
+        + lower.tobytes()
+    )
     r = reader(data)
     assert (r.int32(), r.float32(), r.double(), r.int_vector()) == (-7, 0.5, 2.25, [4, 5, 6])
     np.testing.assert_array_equal(r.packed(), [[1.0, 2.0], [2.0, 3.0]])
 
 
-@pytest.mark.parametrize("data, call, message", [
-    (b"<B> ", lambda r: r.expect("<A>"), r"model.bin: not a Kaldi binary DiagGmm \(expected <A>, got '<B>' at byte 4\)"),
-    (b"\4\1\0", lambda r: r.int32(), r"model.bin: ends inside the DiagGmm at byte 3; is it complete\?"),
-    (b"\10" + bytes(8), lambda r: r.int32(), r"expected an int32, got a 8-byte value"),
-    (b"\4" + bytes(4), lambda r: (r.float32(), r.float32()), r"ends inside"),
-    (b"x" * 100, lambda r: r.token(), r"expected a token, got binary data"),
-    (b"FV \4" + struct.pack("<i", 3) + bytes(8), lambda r: r.vector(), r"ends inside"),
-    (b"FM \4" + struct.pack("<i", 1), lambda r: r.vector(), r"expected FV or DV, got 'FM'"),
-])
+@pytest.mark.parametrize(
+    "data, call, message",
+    [
+        (
+            b"<B> ",
+            lambda r: r.expect("<A>"),
+            r"model.bin: not a Kaldi binary DiagGmm \(expected <A>, got '<B>' at byte 4\)",
+        ),
+        (b"\4\1\0", lambda r: r.int32(), r"model.bin: ends inside the DiagGmm at byte 3; is it complete\?"),
+        (b"\10" + bytes(8), lambda r: r.int32(), r"expected an int32, got a 8-byte value"),
+        (b"\4" + bytes(4), lambda r: (r.float32(), r.float32()), r"ends inside"),
+        (b"x" * 100, lambda r: r.token(), r"expected a token, got binary data"),
+        (b"FV \4" + struct.pack("<i", 3) + bytes(8), lambda r: r.vector(), r"ends inside"),
+        (b"FM \4" + struct.pack("<i", 1), lambda r: r.vector(), r"expected FV or DV, got 'FM'"),
+    ],
+)
 def test_defects_name_the_file_and_what_was_expected(data, call, message):
     with pytest.raises(InputError, match=message):
         call(reader(data))

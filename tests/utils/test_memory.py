@@ -57,8 +57,13 @@ for frames in [5, *range(6, 26), 5]:  # the first shape again after 20 others
 
 def rnn_kernels_reused(mode: str) -> int:
     env = {key: value for key, value in os.environ.items() if key != KERNEL_CACHE_VARIABLE}
-    out = subprocess.run([sys.executable, "-c", KERNEL_REUSE, mode], env=env | {"ONEDNN_VERBOSE": "profile_create"},
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", KERNEL_REUSE, mode],
+        env=env | {"ONEDNN_VERBOSE": "profile_create"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return sum(1 for line in out.splitlines() if ",create:cache_hit," in line and ",rnn," in line)
 
 

@@ -13,8 +13,9 @@ every missing path. As Kaldi's swbd/s5c and fisher_swbd/s5 recipes do:
 
 Each data dir gets utt2dur (segment lengths) and is validated, audio included, before it is
 renamed into place. Unreadable recordings are dropped with their utterances and named; more
-than `data.max_unreadable` of a corpus' recordings unreadable stops the stage. With `data.lm_text` set, the training transcripts before the duplicate
-cap (Switchboard train_nodev and Fisher, as fisher_swbd's LM text) are written there too.
+than `data.max_unreadable` of a corpus' recordings unreadable stops the stage. With
+`data.lm_text` set, the training transcripts before the duplicate cap (Switchboard train_nodev
+and Fisher, as fisher_swbd's LM text) are written there too.
 
 Memory does not grow with the corpus: Switchboard and Fisher are read one conversation side at
 a time into a temporary file (asr.data.prepare.spool), which each data dir is then written
@@ -31,8 +32,16 @@ from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-from asr.data.datadir import (DataDir, StreamedDataDir, Tally, Utterance, combine_streamed, streamed, tally,
-                              write_streamed)
+from asr.data.datadir import (
+    DataDir,
+    StreamedDataDir,
+    Tally,
+    Utterance,
+    combine_streamed,
+    streamed,
+    tally,
+    write_streamed,
+)
 from asr.data.fisher import LAYOUT as FISHER_LAYOUT
 from asr.data.fisher import fisher_corpus, missing_fisher_inputs
 from asr.data.hub5 import LAYOUT as EVAL2000_LAYOUT
@@ -73,22 +82,29 @@ def preflight(cfg: DictConfig, sets: list[str]) -> None:
     """Check every corpus input the requested sets need; one InputError lists all that is missing."""
     missing, layouts = [], []
     if {"train", "dev"} & set(sets):
-        swbd_missing = _required_paths(cfg, ("swbd_dir", "ms98_dir")) + missing_swbd_inputs(*_given(cfg, "swbd_dir", "ms98_dir"))
+        swbd_missing = _required_paths(cfg, ("swbd_dir", "ms98_dir")) + missing_swbd_inputs(
+            *_given(cfg, "swbd_dir", "ms98_dir")
+        )
         missing += swbd_missing
         layouts += [SWBD_LAYOUT] if swbd_missing else []
     if "train" in sets and OmegaConf.is_missing(cfg, "fisher_dirs"):
-        missing.append("data.fisher_dirs: required for SWB-2000 (pass data.fisher_dirs=[dir,...] or the recipe's --fisher-dirs)")
+        missing.append(
+            "data.fisher_dirs: required for SWB-2000 (pass data.fisher_dirs=[dir,...] or the recipe's --fisher-dirs)"
+        )
     elif "train" in sets and cfg.fisher_dirs:
         fisher_missing = missing_fisher_inputs(list(cfg.fisher_dirs))
         missing += fisher_missing
         layouts += [FISHER_LAYOUT] if fisher_missing else []
     if "eval" in sets:
         eval_missing = _required_paths(cfg, ("eval2000_dir", "eval2000_text_dir")) + missing_eval2000_inputs(
-            *_given(cfg, "eval2000_dir", "eval2000_text_dir"))
+            *_given(cfg, "eval2000_dir", "eval2000_text_dir")
+        )
         missing += eval_missing
         layouts += [EVAL2000_LAYOUT] if eval_missing else []
     if missing:
-        raise InputError("corpus inputs missing; fix the data.* paths:\n  " + "\n  ".join(missing) + "\n" + "\n".join(layouts))
+        raise InputError(
+            "corpus inputs missing; fix the data.* paths:\n  " + "\n  ".join(missing) + "\n" + "\n".join(layouts)
+        )
 
 
 def with_utt2dur(d: DataDir) -> DataDir:
@@ -103,15 +119,24 @@ def write_training_set(cfg: DictConfig, swbd_nodev: StreamedDataDir, path: Path)
     with contextlib.ExitStack() as stack:
         full = swbd_nodev
         if cfg.fisher_dirs:
-            fisher = stack.enter_context(Spool(fisher_corpus(list(cfg.fisher_dirs), cfg.expected_fisher_files,
-                                                             cfg.missing_transcript, cfg.max_unreadable))).part()
+            fisher = stack.enter_context(
+                Spool(
+                    fisher_corpus(
+                        list(cfg.fisher_dirs), cfg.expected_fisher_files, cfg.missing_transcript, cfg.max_unreadable
+                    )
+                )
+            ).part()
             full = combine_streamed(fisher, swbd_nodev)
             log.info("train: Fisher (%s) + Switchboard (%s)", tally(fisher), tally(swbd_nodev))
         train = remove_duplicates(full, cfg.max_duplicates) if cfg.max_duplicates else full
         written = write_validated(train, path)
         if cfg.max_duplicates:
-            log.info("train: kept %d of %d utterances with repeated transcripts capped at %d (Kaldi's train_nodup)",
-                     written.utterances, sum(1 for _ in full), cfg.max_duplicates)
+            log.info(
+                "train: kept %d of %d utterances with repeated transcripts capped at %d (Kaldi's train_nodup)",
+                written.utterances,
+                sum(1 for _ in full),
+                cfg.max_duplicates,
+            )
         log.info("%s: %s", path, written)
         if cfg.lm_text:
             write_lm_text(full, Path(cfg.lm_text))
@@ -150,8 +175,9 @@ def prepare_data(cfg: DictConfig) -> dict[str, Path]:
     data_dir = Path(cfg.data_dir)
     written = {}
     if {"train", "dev"} & set(sets):
-        with Spool(swbd_corpus(cfg.swbd_dir, cfg.ms98_dir, cfg.expected_sph_files, cfg.missing_transcript,
-                               cfg.max_unreadable)) as swbd:
+        with Spool(
+            swbd_corpus(cfg.swbd_dir, cfg.ms98_dir, cfg.expected_sph_files, cfg.missing_transcript, cfg.max_unreadable)
+        ) as swbd:
             check_first(cfg.dev_utts, len(swbd), "data.dev_utts", "Switchboard")
             if "dev" in sets:
                 write_set(swbd.part(0, cfg.dev_utts), data_dir / cfg.dev_set)

@@ -6,7 +6,8 @@ from asr.stage import stage_main
 
 
 @stage_main(
-    "prepare", groups=["data"],
+    "prepare",
+    groups=["data"],
     reads="the LDC corpus dirs data.swbd_dir, data.eval2000_dir, ...",
     writes="data.data_dir/<set>/: Kaldi data dirs; eval2000 stm and glm",
 )

@@ -15,12 +15,17 @@ log = logging.getLogger("asr.data.synth")
 
 
 @stage_main(
-    "synth", groups=["synth"],
+    "synth",
+    groups=["synth"],
     reads="nothing (espeak-ng speaks the sentences)",
     writes="synth.out_dir: an LDC-format corpus (Switchboard-1, Hub5-2000 SPHERE audio and transcripts)",
 )
 def main(cfg: DictConfig) -> None:
-    from asr.data.synth.corpus import format_summary, is_synthesized, synthesize_corpus  # here, not above: --help answers without importing torch
+    from asr.data.synth.corpus import (
+        format_summary,
+        is_synthesized,
+        synthesize_corpus,
+    )  # here, not above: --help answers without importing torch
 
     if not cfg.synth.force and is_synthesized(cfg.synth):
         log.info("%s: corpus already made with this config; keeping it (synth.force=true rebuilds)", cfg.synth.out_dir)

@@ -54,13 +54,31 @@ class ConversationStyle:
 
 
 STYLES = {
-    "swb": ConversationStyle(gr.SWITCHBOARD_STYLE, Timing(
-        turn_gap=(0.15, 0.9), overlap=0.15, overlap_seconds=(0.1, 0.5), pause=(0.25, 0.7),
-        backchannel=0.35, event=0.06, noise_floor_db=(-64.0, -58.0))),
+    "swb": ConversationStyle(
+        gr.SWITCHBOARD_STYLE,
+        Timing(
+            turn_gap=(0.15, 0.9),
+            overlap=0.15,
+            overlap_seconds=(0.1, 0.5),
+            pause=(0.25, 0.7),
+            backchannel=0.35,
+            event=0.06,
+            noise_floor_db=(-64.0, -58.0),
+        ),
+    ),
     # CallHome: family members, quicker exchanges, more talking over each other, worse lines.
-    "callhome": ConversationStyle(gr.CALLHOME_STYLE, Timing(
-        turn_gap=(0.05, 0.6), overlap=0.3, overlap_seconds=(0.1, 0.6), pause=(0.15, 0.5),
-        backchannel=0.45, event=0.1, noise_floor_db=(-54.0, -48.0))),
+    "callhome": ConversationStyle(
+        gr.CALLHOME_STYLE,
+        Timing(
+            turn_gap=(0.05, 0.6),
+            overlap=0.3,
+            overlap_seconds=(0.1, 0.6),
+            pause=(0.15, 0.5),
+            backchannel=0.45,
+            event=0.1,
+            noise_floor_db=(-54.0, -48.0),
+        ),
+    ),
 }
 BACKCHANNEL_MIN_SECONDS = 1.5
 
@@ -201,15 +219,20 @@ class _Dialogue:
         segments = []
         for (start, utterance), end, low, high in zip(placed, ends, lowest, highest):
             lead, tail = (int(rng.uniform(*SEGMENT_MARGIN_S) * RATE) for _ in range(2))
-            segments.append(Segment(max(start - lead, low), min(end + tail, high),
-                                    tuple(t.shifted(start) for t in utterance.tokens),
-                                    tuple(p.shifted(start) for p in utterance.phones)))
+            segments.append(
+                Segment(
+                    max(start - lead, low),
+                    min(end + tail, high),
+                    tuple(t.shifted(start) for t in utterance.tokens),
+                    tuple(p.shifted(start) for p in utterance.phones),
+                )
+            )
         return segments
 
     def channel(self, side: str, num_samples: int) -> np.ndarray:
         mix = np.zeros(num_samples, np.float32)
         for start, utterance in self.tracks[side].placed:
-            mix[start:start + len(utterance.audio)] += utterance.audio
+            mix[start : start + len(utterance.audio)] += utterance.audio
         noise_db = float(self.rng.uniform(*self.style.timing.noise_floor_db))
         return telephone_line(mix, self.rng, noise_db)
 

@@ -50,8 +50,16 @@ class CorpusPlan:
 
 
 def _validate(cfg: DictConfig) -> None:
-    counts = {k: int(cfg[k]) for k in ("train_conversations", "eval_swb_conversations", "eval_callhome_conversations",
-                                       "fisher_conversations", "jobs")}
+    counts = {
+        k: int(cfg[k])
+        for k in (
+            "train_conversations",
+            "eval_swb_conversations",
+            "eval_callhome_conversations",
+            "fisher_conversations",
+            "jobs",
+        )
+    }
     if any(v < 0 for v in counts.values()) or counts["jobs"] < 1:
         raise InputError(f"synth config: counts must be >= 0 and jobs >= 1, got {counts}")
     if cfg.train_speakers < 2:
@@ -59,7 +67,9 @@ def _validate(cfg: DictConfig) -> None:
     if cfg.conversation_minutes <= 0 or cfg.eval_conversation_minutes <= 0:
         raise InputError("synth.conversation_minutes and synth.eval_conversation_minutes must be > 0")
     if cfg.eval_swb_conversations + cfg.eval_callhome_conversations > 0 and cfg.train_conversations == 0:
-        raise InputError("synth: evaluation speakers are defined relative to training ones; set train_conversations > 0")
+        raise InputError(
+            "synth: evaluation speakers are defined relative to training ones; set train_conversations > 0"
+        )
     unknown = [q for q in cfg.quirks if q not in QUIRKS]
     if unknown:
         raise InputError(f"synth.quirks: unknown {unknown}; choose among {list(QUIRKS)}")
@@ -91,32 +101,54 @@ def _train_pairs(rng: np.random.Generator, pool: list[Speaker], count: int) -> l
     return pairs
 
 
-def _train_specs(cfg: DictConfig, rng: np.random.Generator, pool: list[Speaker]) -> dict[str, tuple[ConversationSpec, int, int]]:
+def _train_specs(
+    cfg: DictConfig, rng: np.random.Generator, pool: list[Speaker]
+) -> dict[str, tuple[ConversationSpec, int, int]]:
     """Switchboard-1 style conversations by name: (spec, number, disc), spread over 4 discs."""
     count = int(cfg.train_conversations)
     topics = sorted(gr.TOPICS)
     out = {}
     for i, (number, pair) in enumerate(zip(_swb_numbers(rng, count), _train_pairs(rng, pool, count))):
         name = f"sw0{number}"
-        spec = ConversationSpec(name, "train", pair, topics[int(rng.integers(len(topics)))],
-                                60.0 * float(cfg.conversation_minutes), _seed(cfg.seed, 0, i), "swb", held_out=False)
+        spec = ConversationSpec(
+            name,
+            "train",
+            pair,
+            topics[int(rng.integers(len(topics)))],
+            60.0 * float(cfg.conversation_minutes),
+            _seed(cfg.seed, 0, i),
+            "swb",
+            held_out=False,
+        )
         out[name] = (spec, number, 1 + i * DISCS // count)
     return out
 
 
-def _eval_specs(cfg: DictConfig, rng: np.random.Generator, code: int, prefix: str, pool: list[Speaker],
-                style: str) -> list[ConversationSpec]:
+def _eval_specs(
+    cfg: DictConfig, rng: np.random.Generator, code: int, prefix: str, pool: list[Speaker], style: str
+) -> list[ConversationSpec]:
     """Hub5-2000 style conversations (sw_4NNN or en_4NNN), a new pair of speakers for each."""
     subset = "eval_swb" if prefix == "sw" else "eval_callhome"
     topics = sorted(gr.TOPICS)
     numbers = sorted(int(n) for n in rng.choice(np.arange(*EVAL_NUMBERS), size=len(pool) // 2, replace=False))
-    return [ConversationSpec(f"{prefix}_{number}", subset, (pool[2 * i], pool[2 * i + 1]),
-                             topics[int(rng.integers(len(topics)))], 60.0 * float(cfg.eval_conversation_minutes),
-                             _seed(cfg.seed, code, i), style, held_out=True)
-            for i, number in enumerate(numbers)]
+    return [
+        ConversationSpec(
+            f"{prefix}_{number}",
+            subset,
+            (pool[2 * i], pool[2 * i + 1]),
+            topics[int(rng.integers(len(topics)))],
+            60.0 * float(cfg.eval_conversation_minutes),
+            _seed(cfg.seed, code, i),
+            style,
+            held_out=True,
+        )
+        for i, number in enumerate(numbers)
+    ]
 
 
-def _fisher_specs(cfg: DictConfig, rng: np.random.Generator, pool: list[Speaker]) -> dict[str, tuple[ConversationSpec, int, int]]:
+def _fisher_specs(
+    cfg: DictConfig, rng: np.random.Generator, pool: list[Speaker]
+) -> dict[str, tuple[ConversationSpec, int, int]]:
     """Fisher style calls by name: (spec, number, disc); the first half in part 1, the rest in part 2."""
     count = int(cfg.fisher_conversations)
     topics = sorted(gr.TOPICS)
@@ -125,8 +157,16 @@ def _fisher_specs(cfg: DictConfig, rng: np.random.Generator, pool: list[Speaker]
     for i, pair in enumerate(_train_pairs(rng, pool, count)):
         number = 1 + i if i < in_part1 else layouts.FISHER_PART2_FIRST + i - in_part1
         name = layouts.fisher_name(number)
-        spec = ConversationSpec(name, FISHER, pair, topics[int(rng.integers(len(topics)))],
-                                60.0 * float(cfg.conversation_minutes), _seed(cfg.seed, 3, i), "swb", held_out=False)
+        spec = ConversationSpec(
+            name,
+            FISHER,
+            pair,
+            topics[int(rng.integers(len(topics)))],
+            60.0 * float(cfg.conversation_minutes),
+            _seed(cfg.seed, 3, i),
+            "swb",
+            held_out=False,
+        )
         out[name] = (spec, number, 1 + i % layouts.FISHER_DISCS)
     return out
 
@@ -134,8 +174,9 @@ def _fisher_specs(cfg: DictConfig, rng: np.random.Generator, pool: list[Speaker]
 def plan_corpus(cfg: DictConfig) -> CorpusPlan:
     _validate(cfg)
     rng = np.random.default_rng(np.random.SeedSequence([int(cfg.seed), 99]))
-    speakers = make_speakers(rng, int(cfg.train_speakers), 2 * int(cfg.eval_swb_conversations),
-                             2 * int(cfg.eval_callhome_conversations))
+    speakers = make_speakers(
+        rng, int(cfg.train_speakers), 2 * int(cfg.eval_swb_conversations), 2 * int(cfg.eval_callhome_conversations)
+    )
     train = _train_specs(cfg, rng, speakers.train)
     conversations = [spec for spec, _, _ in train.values()]
     # The test set's own stream: the same evaluation conversations whatever the training size,
@@ -147,7 +188,9 @@ def plan_corpus(cfg: DictConfig) -> CorpusPlan:
     fisher = _fisher_specs(cfg, rng, speakers.train) if cfg.fisher_conversations else {}
     conversations += [spec for spec, _, _ in fisher.values()]
     fisher_numbers = {name: (number, disc) for name, (_, number, disc) in fisher.items()}
-    return CorpusPlan(conversations=conversations, speakers=speakers, train_numbers=numbers, fisher_numbers=fisher_numbers)
+    return CorpusPlan(
+        conversations=conversations, speakers=speakers, train_numbers=numbers, fisher_numbers=fisher_numbers
+    )
 
 
 def _audio_path(root: Path, plan: CorpusPlan, spec: ConversationSpec) -> Path:
@@ -177,6 +220,7 @@ def render_all(jobs: list[tuple[ConversationSpec, str]], processes: int) -> Iter
 
 # ---- summary ------------------------------------------------------------------------
 
+
 @dataclass
 class SubsetTally:
     """What a subset holds, counted one conversation at a time."""
@@ -203,10 +247,15 @@ class SubsetTally:
                     self.vocabulary.update(lexical)
 
     def summary(self) -> dict:
-        return {"conversations": self.conversations, "speakers": len(self.speakers),
-                "audio_hours": round(self.audio_samples / RATE / 3600, 4),
-                "speech_hours": round(self.speech_samples / RATE / 3600, 4),
-                "utterances": self.utterances, "words": self.words, "vocabulary": len(self.vocabulary)}
+        return {
+            "conversations": self.conversations,
+            "speakers": len(self.speakers),
+            "audio_hours": round(self.audio_samples / RATE / 3600, 4),
+            "speech_hours": round(self.speech_samples / RATE / 3600, 4),
+            "utterances": self.utterances,
+            "words": self.words,
+            "vocabulary": len(self.vocabulary),
+        }
 
 
 def subsets_of(specs: list[ConversationSpec]) -> tuple[str, ...]:
@@ -236,11 +285,16 @@ def _speaker_rows(plan: CorpusPlan) -> str:
             sides.setdefault(speaker.id, []).append(f"{spec.name}-{side}")
     header = "subset\tid\taccent\tvariant\tgender\trate\tpitch\tintonation\tgain_db\tsides"
     rows = [header]
-    for subset, pool in (("train", plan.speakers.train), ("eval_swb", plan.speakers.eval_swb),
-                         ("eval_callhome", plan.speakers.eval_callhome)):
+    for subset, pool in (
+        ("train", plan.speakers.train),
+        ("eval_swb", plan.speakers.eval_swb),
+        ("eval_callhome", plan.speakers.eval_callhome),
+    ):
         for s in pool:
-            rows.append(f"{subset}\t{s.id}\t{s.accent}\t{s.variant}\t{s.gender}\t{s.rate}\t{s.pitch}\t"
-                        f"{s.intonation}\t{s.gain_db}\t{' '.join(sides.get(s.id, []))}")
+            rows.append(
+                f"{subset}\t{s.id}\t{s.accent}\t{s.variant}\t{s.gender}\t{s.rate}\t{s.pitch}\t"
+                f"{s.intonation}\t{s.gain_db}\t{' '.join(sides.get(s.id, []))}"
+            )
     return "\n".join(rows) + "\n"
 
 
@@ -277,8 +331,9 @@ def is_synthesized(cfg: DictConfig) -> bool:
     return record.is_file() and record.read_text(encoding="ascii") == config_record(cfg)
 
 
-def render_and_write(root: Path, plan: CorpusPlan, jobs: list[tuple[ConversationSpec, str]], processes: int,
-                     keep_train: int) -> tuple[list[Conversation], dict]:
+def render_and_write(
+    root: Path, plan: CorpusPlan, jobs: list[tuple[ConversationSpec, str]], processes: int, keep_train: int
+) -> tuple[list[Conversation], dict]:
     """Render every conversation, writing each one's transcript as it comes, so that only the
     evaluation conversations (a fixed few) and the first `keep_train` training ones by name (for
     the quirks) stay in memory; returns those and the corpus summary."""
@@ -313,6 +368,11 @@ def synthesize_corpus(cfg: DictConfig) -> dict:
     elapsed = time.perf_counter() - started
     audio_hours = sum(summary[s]["audio_hours"] for s in subsets_of(plan.conversations))
     log.info("corpus summary:\n%s", format_summary(summary))
-    log.info("synthesised %.3f h of audio (2 channels) in %.1f s: %.1f s per hour of audio with %d processes",
-             audio_hours, elapsed, elapsed / max(audio_hours, 1e-9), cfg.jobs)
+    log.info(
+        "synthesised %.3f h of audio (2 channels) in %.1f s: %.1f s per hour of audio with %d processes",
+        audio_hours,
+        elapsed,
+        elapsed / max(audio_hours, 1e-9),
+        cfg.jobs,
+    )
     return {**summary, "seconds": elapsed}

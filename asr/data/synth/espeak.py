@@ -90,8 +90,14 @@ def _load_library() -> tuple[ctypes.CDLL, str]:
     library.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
     library.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
     library.espeak_Synth.argtypes = [
-        ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int, ctypes.c_uint, ctypes.c_uint,
-        ctypes.POINTER(ctypes.c_uint), ctypes.c_void_p,
+        ctypes.c_char_p,
+        ctypes.c_size_t,
+        ctypes.c_uint,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.c_uint,
+        ctypes.POINTER(ctypes.c_uint),
+        ctypes.c_void_p,
     ]
     # espeak_Initialize wants the directory that *contains* espeak-ng-data.
     return library, str(Path(data_dir).parent)
@@ -104,8 +110,9 @@ class Espeak:
 
     def __init__(self) -> None:
         self._lib, data_parent = _load_library()
-        self.rate = self._lib.espeak_Initialize(_AUDIO_OUTPUT_SYNCHRONOUS, 0, data_parent.encode(),
-                                                _INITIALIZE_PHONEME_EVENTS)
+        self.rate = self._lib.espeak_Initialize(
+            _AUDIO_OUTPUT_SYNCHRONOUS, 0, data_parent.encode(), _INITIALIZE_PHONEME_EVENTS
+        )
         if self.rate <= 0:
             raise InputError(f"libespeak-ng failed to initialise with data under {data_parent}")
         self._chunks: list[np.ndarray] = []
@@ -149,8 +156,13 @@ class Espeak:
         """
         if self._lib.espeak_SetVoiceByName(voice.encode()) != 0:
             raise InputError(f"eSpeak NG has no voice {voice!r}; check the synth speaker configuration")
-        for parameter, value in ((_PARAM_RATE, rate), (_PARAM_PITCH, pitch), (_PARAM_RANGE, pitch_range),
-                                 (_PARAM_VOLUME, 100), (_PARAM_WORDGAP, 0)):
+        for parameter, value in (
+            (_PARAM_RATE, rate),
+            (_PARAM_PITCH, pitch),
+            (_PARAM_RANGE, pitch_range),
+            (_PARAM_VOLUME, 100),
+            (_PARAM_WORDGAP, 0),
+        ):
             self._lib.espeak_SetParameter(parameter, int(value), 0)
         self._libc.srand(ctypes.c_uint(seed & 0xFFFFFFFF))
         self._lib.espeak_ng_SetRandSeed(seed & 0xFFFFFFFF)
@@ -160,5 +172,9 @@ class Espeak:
         if status != 0:
             raise RuntimeError(f"espeak_Synth failed with status {status} for {text!r}")
         samples = np.concatenate(self._chunks) if self._chunks else np.zeros(0, np.int16)
-        return Synthesis(samples=samples.astype(np.int16, copy=False), rate=self.rate, words=list(self._events),
-                         phonemes=list(self._phonemes))
+        return Synthesis(
+            samples=samples.astype(np.int16, copy=False),
+            rate=self.rate,
+            words=list(self._events),
+            phonemes=list(self._phonemes),
+        )

@@ -49,6 +49,7 @@ TYPO_EVERY = 12  # one segment with a hesitation in this many has a "((%HESITATI
 
 # ---- paths ----------------------------------------------------------------------------
 
+
 def swb_audio_path(root: Path, number: int, disc: int) -> Path:
     return root / SWB_DIR / f"swb1_d{disc}" / "data" / f"sw0{number}.sph"
 
@@ -94,6 +95,7 @@ def glm_path(root: Path) -> Path:
 
 # ---- audio ----------------------------------------------------------------------------
 
+
 def write_sphere(path: Path, audio: np.ndarray) -> None:
     """2-channel 8 kHz mu-law NIST SPHERE; column 0 is side A (channel 1)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,6 +103,7 @@ def write_sphere(path: Path, audio: np.ndarray) -> None:
 
 
 # ---- MS98 -----------------------------------------------------------------------------
+
 
 def _seconds6(samples: int) -> str:
     return f"{samples / RATE:.6f}"
@@ -120,7 +123,9 @@ def _timeline(segments: list[Segment], num_samples: int) -> list[tuple[int, int,
     return out
 
 
-def ms98_lines(number: int, side: str, segments: list[Segment], num_samples: int) -> tuple[list[str], list[str], list[str]]:
+def ms98_lines(
+    number: int, side: str, segments: list[Segment], num_samples: int
+) -> tuple[list[str], list[str], list[str]]:
     """Lines of swNNNN{side}-ms98-a-trans.text, -word.text and -phone.text (asr.data.synth.phones)."""
     trans, words, phones = [], [], []
     for i, (start, end, segment) in enumerate(_timeline(segments, num_samples), 1):
@@ -148,6 +153,7 @@ def write_ms98(root: Path, number: int, conversation: Conversation) -> None:
 
 # ---- Hub5 pem / stm / glm -------------------------------------------------------------
 
+
 def centiseconds(samples: int, round_up: bool) -> int:
     """2-decimal times that still enclose the segment: start rounded down, end up."""
     return -(-samples * 100 // RATE) if round_up else samples * 100 // RATE
@@ -167,7 +173,7 @@ def stm_words(segment: Segment) -> list[str]:
 def with_typo(words: list[str]) -> list[str]:
     """The real reference has a few "((" typos; preparers must cope with them."""
     i = words.index(tk.HESITATION)
-    return words[:i] + ["(" + tk.HESITATION] + words[i + 1:]
+    return words[:i] + ["(" + tk.HESITATION] + words[i + 1 :]
 
 
 def _segment_times(segment: Segment) -> tuple[str, str]:
@@ -247,11 +253,33 @@ GLM_HEADER = """;;
 * copy_no_hit = 'T'
 * case_sensitive = 'F'
 """
-GLM_HESITATIONS = ("ACH", "AH", "EEE", "EH", "ER", "EW", "HA", "HEE", "HM", "HMM", "HUH", "MM", "MMM",
-                   "OOF", "UH", "UHM", "UM")
+GLM_HESITATIONS = (
+    "ACH",
+    "AH",
+    "EEE",
+    "EH",
+    "ER",
+    "EW",
+    "HA",
+    "HEE",
+    "HM",
+    "HMM",
+    "HUH",
+    "MM",
+    "MMM",
+    "OOF",
+    "UH",
+    "UHM",
+    "UM",
+)
 GLM_SPELLINGS = (
-    ("OK", "OKAY"), ("ALRIGHT", "{ALL RIGHT / ALRIGHT}"), ("UHHUH", "UH-HUH"), ("MM-HMM", "UM-HUM"),
-    ("MHM", "UM-HUM"), ("GONNA", "{GONNA / GOING TO}"), ("KINDA", "{KINDA / KIND OF}"),
+    ("OK", "OKAY"),
+    ("ALRIGHT", "{ALL RIGHT / ALRIGHT}"),
+    ("UHHUH", "UH-HUH"),
+    ("MM-HMM", "UM-HUM"),
+    ("MHM", "UM-HUM"),
+    ("GONNA", "{GONNA / GOING TO}"),
+    ("KINDA", "{KINDA / KIND OF}"),
 )
 
 
@@ -269,14 +297,17 @@ def glm_text() -> str:
 
 
 def write_hub5_text(root: Path, conversations: list[Conversation]) -> None:
-    for path, text in ((pem_path(root), PEM_HEADER + "\n".join(pem_lines(conversations)) + "\n"),
-                       (stm_path(root), STM_HEADER + "\n".join(stm_lines(conversations)) + "\n"),
-                       (glm_path(root), glm_text())):
+    for path, text in (
+        (pem_path(root), PEM_HEADER + "\n".join(pem_lines(conversations)) + "\n"),
+        (stm_path(root), STM_HEADER + "\n".join(stm_lines(conversations)) + "\n"),
+        (glm_path(root), glm_text()),
+    ):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="ascii")
 
 
 # ---- Fisher ---------------------------------------------------------------------------
+
 
 def fisher_word(token: tk.Token, index: int) -> str:
     """A token as the Fisher transcribers wrote it: plain lower-case words, `an-` for a cut-off
@@ -294,8 +325,9 @@ def fisher_word(token: tk.Token, index: int) -> str:
 
 def fisher_lines(conversation: Conversation) -> list[str]:
     """`7.38 8.78 A: an- so the topic is` lines of both sides in time order."""
-    timed = sorted((segment.start, side, segment) for side, segments in conversation.segments.items()
-                   for segment in segments)
+    timed = sorted(
+        (segment.start, side, segment) for side, segments in conversation.segments.items() for segment in segments
+    )
     lines, events = [], 0
     for i, (_, side, segment) in enumerate(timed):
         words = []

@@ -124,8 +124,10 @@ def read_phone_lines(path: Path) -> Iterator[tuple[float, float, str]]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError(f"{path}: phone timings not found; they come with the synthetic corpus "
-                         "(python -m asr.data.synth synth.force=true rebuilds an older one)") from None
+        raise InputError(
+            f"{path}: phone timings not found; they come with the synthetic corpus "
+            "(python -m asr.data.synth synth.force=true rebuilds an older one)"
+        ) from None
     for lineno, line in enumerate(text.splitlines(), 1):
         fields = line.split()
         if not fields:
@@ -134,7 +136,9 @@ def read_phone_lines(path: Path) -> Iterator[tuple[float, float, str]]:
             _, start, end, phone = fields
             yield float(start), float(end), phone
         except ValueError:
-            raise InputError(f"{path}:{lineno}: expected '<segment> <start> <end> <phone>', got {line.strip()!r}") from None
+            raise InputError(
+                f"{path}:{lineno}: expected '<segment> <start> <end> <phone>', got {line.strip()!r}"
+            ) from None
 
 
 def read_timeline(path: Path) -> Timeline:

@@ -82,8 +82,13 @@ def past_end(root: Path, number: int, conversation: Conversation) -> dict:
     label, start, _, words = lines[last].split(maxsplit=3)
     end = conversation.num_samples / RATE + PAST_END_S
     _write(path, lines[:last] + [f"{label} {start} {end:.6f} {words}"])
-    return {"file": _rel(root, path), "side": f"sw0{number}-B", "start": float(start), "end": round(end, 6),
-            "audio_seconds": conversation.num_samples / RATE}
+    return {
+        "file": _rel(root, path),
+        "side": f"sw0{number}-B",
+        "start": float(start),
+        "end": round(end, 6),
+        "audio_seconds": conversation.num_samples / RATE,
+    }
 
 
 def shorten(root: Path, name: str) -> dict:
@@ -109,12 +114,18 @@ def stm_typos(root: Path) -> dict:
 
 # The quirks that edit one training conversation's transcripts, and which (by sorted name, modulo
 # their number): the first QUIRK_CONVERSATIONS are all a quirk can touch.
-ON_CONVERSATION = {"missing_side": (missing_side, 0), "asides": (asides, 1), "unsorted": (unsorted, 2), "past_end": (past_end, 3)}
+ON_CONVERSATION = {
+    "missing_side": (missing_side, 0),
+    "asides": (asides, 1),
+    "unsorted": (unsorted, 2),
+    "past_end": (past_end, 3),
+}
 QUIRK_CONVERSATIONS = len(ON_CONVERSATION)
 
 
-def apply_quirks(root: Path, quirks: list[str], conversations: list[Conversation],
-                 train_numbers: dict[str, tuple[int, int]]) -> dict:
+def apply_quirks(
+    root: Path, quirks: list[str], conversations: list[Conversation], train_numbers: dict[str, tuple[int, int]]
+) -> dict:
     """Apply the named quirks to the written tree; returns what each changed, by quirk."""
     train = sorted((c for c in conversations if c.spec.subset == "train"), key=lambda c: c.spec.name)
     evaluation = sorted(c.spec.name for c in conversations if c.spec.subset == "eval_swb")

@@ -104,8 +104,9 @@ def _split_group(power: np.ndarray, lo: int, hi: int, lengths: list[int]) -> lis
     return bounds
 
 
-def word_bounds(synthesis: Synthesis, offsets: list[int], lengths: list[int], speech: np.ndarray,
-                power: np.ndarray) -> list[int]:
+def word_bounds(
+    synthesis: Synthesis, offsets: list[int], lengths: list[int], speech: np.ndarray, power: np.ndarray
+) -> list[int]:
     """Start of each spoken word in `speech` (8 kHz), plus len(speech) at the end."""
     starts = _word_starts(synthesis, offsets)
     known = [i for i, s in enumerate(starts) if s is not None]
@@ -118,7 +119,7 @@ def word_bounds(synthesis: Synthesis, offsets: list[int], lengths: list[int], sp
         bounds[i] = lo
         if nxt - i > 1:
             hi = min(len(speech), max(hi, lo + nxt - i + 1))
-            bounds[i + 1:nxt] = _split_group(power, lo, hi, lengths[i:nxt])
+            bounds[i + 1 : nxt] = _split_group(power, lo, hi, lengths[i:nxt])
     return bounds + [len(speech)]
 
 
@@ -177,7 +178,9 @@ class UtteranceRenderer:
         base_f0 = 115.0 if speaker.gender == "M" else 205.0
         self.laugh_f0 = base_f0 * (0.8 + 0.4 * speaker.pitch / 100.0)
 
-    def _speak(self, spoken: list[tk.Token], question: bool) -> tuple[np.ndarray, list[int], np.ndarray, list[PhoneSpan]]:
+    def _speak(
+        self, spoken: list[tk.Token], question: bool
+    ) -> tuple[np.ndarray, list[int], np.ndarray, list[PhoneSpan]]:
         engine = self.engine or Espeak.instance()
         text, offsets = _spoken_text(spoken, question)
         s = self.speaker
@@ -231,7 +234,7 @@ class UtteranceRenderer:
                 piece_start = lo
             if token.cut < 1.0:
                 keep = a + max(int(0.06 * RATE), int(token.cut * (e - a)))
-                piece = _fade_out(speech[piece_start:min(keep, hi)])
+                piece = _fade_out(speech[piece_start : min(keep, hi)])
                 phones.speech(piece_start, min(keep, hi), pos)
                 word_end = pos + len(piece)
                 piece = np.concatenate([piece, _silence(self.rng.uniform(0.12, 0.3))])

@@ -79,7 +79,7 @@ def encode_shorten(samples: np.ndarray, block_size: int = BLOCK_SIZE) -> bytes:
     residuals = np.diff(previous, axis=0)  # first-order prediction, continuing across blocks
     size = block_size
     for start in range(0, frames, block_size):
-        block = residuals[start:start + block_size]
+        block = residuals[start : start + block_size]
         if len(block) < size:
             size = len(block)
             w.rice(FN_BLOCKSIZE, FN_SIZE)
@@ -94,9 +94,17 @@ def encode_shorten(samples: np.ndarray, block_size: int = BLOCK_SIZE) -> bytes:
 
 
 def sphere_header(frames: int, channels: int, rate: int, coding: str, sample_bytes: int, byte_format: str) -> bytes:
-    lines = ["NIST_1A", f"{SPHERE_HEADER_BYTES:7d}", f"sample_count -i {frames}", f"sample_rate -i {rate}",
-             f"channel_count -i {channels}", f"sample_byte_format -s{len(byte_format)} {byte_format}",
-             f"sample_n_bytes -i {sample_bytes}", f"sample_coding -s{len(coding)} {coding}", "end_head"]
+    lines = [
+        "NIST_1A",
+        f"{SPHERE_HEADER_BYTES:7d}",
+        f"sample_count -i {frames}",
+        f"sample_rate -i {rate}",
+        f"channel_count -i {channels}",
+        f"sample_byte_format -s{len(byte_format)} {byte_format}",
+        f"sample_n_bytes -i {sample_bytes}",
+        f"sample_coding -s{len(coding)} {coding}",
+        "end_head",
+    ]
     text = ("\n".join(lines) + "\n").encode("ascii")
     return text + b" " * (SPHERE_HEADER_BYTES - len(text))
 

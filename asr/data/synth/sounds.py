@@ -43,7 +43,7 @@ def _voiced_pulse(rng: np.random.Generator, rate: int, f0: float, seconds: float
     t = np.arange(n) / rate
     f0_track = f0 * (1.0 + 0.15 * (1.0 - t / seconds))
     phase = 2 * np.pi * np.cumsum(f0_track) / rate
-    voiced = sum(np.sin(k * phase) / k ** 1.2 for k in range(1, int(3400 / (1.3 * f0))))
+    voiced = sum(np.sin(k * phase) / k**1.2 for k in range(1, int(3400 / (1.3 * f0))))
     breath = signal.sosfilt(signal.butter(2, [600, 3000], btype="band", fs=rate, output="sos"), rng.standard_normal(n))
     attack = np.minimum(1.0, t / 0.015)
     envelope = attack * np.exp(-4.0 * t / seconds)
@@ -54,7 +54,7 @@ def laughter(rng: np.random.Generator, rate: int, f0: float, rms: float) -> np.n
     pulses = []
     for i in range(int(rng.integers(3, 7))):
         pulse = _voiced_pulse(rng, rate, f0 * rng.uniform(0.95, 1.15), rng.uniform(0.09, 0.15))
-        pulses.append(pulse * (0.85 ** i))  # laughs fade out
+        pulses.append(pulse * (0.85**i))  # laughs fade out
         pulses.append(np.zeros(int(rng.uniform(0.06, 0.11) * rate)))
     return _at_level(np.concatenate(pulses[:-1]), rms)
 

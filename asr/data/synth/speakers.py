@@ -22,10 +22,29 @@ STANDARD_VARIANTS = {
     **{f"f{i}": "F" for i in range(1, 6)},
 }
 NAMED_VARIANTS = {
-    "adam": "M", "benjamin": "M", "david": "M", "edward": "M", "iven": "M", "john": "M", "michel": "M",
-    "norbert": "M", "paul": "M", "quincy": "M", "rob": "M", "robert": "M", "travis": "M", "victor": "M",
-    "max": "M", "ed": "M",
-    "anika": "F", "Annie": "F", "aunty": "F", "belinda": "F", "linda": "F", "steph": "F", "shelby": "F",
+    "adam": "M",
+    "benjamin": "M",
+    "david": "M",
+    "edward": "M",
+    "iven": "M",
+    "john": "M",
+    "michel": "M",
+    "norbert": "M",
+    "paul": "M",
+    "quincy": "M",
+    "rob": "M",
+    "robert": "M",
+    "travis": "M",
+    "victor": "M",
+    "max": "M",
+    "ed": "M",
+    "anika": "F",
+    "Annie": "F",
+    "aunty": "F",
+    "belinda": "F",
+    "linda": "F",
+    "steph": "F",
+    "shelby": "F",
 }
 VARIANT_GENDER = {**STANDARD_VARIANTS, **NAMED_VARIANTS}
 
@@ -67,10 +86,19 @@ class SpeakerSets:
     eval_callhome: list[Speaker]
 
 
-def _draw(rng: np.random.Generator, speaker_id: str, accent: str, variant: str,
-          rate_range: tuple[float, float] = RATE_RANGE, pitch_range: tuple[int, int] = PITCH_RANGE) -> Speaker:
+def _draw(
+    rng: np.random.Generator,
+    speaker_id: str,
+    accent: str,
+    variant: str,
+    rate_range: tuple[float, float] = RATE_RANGE,
+    pitch_range: tuple[int, int] = PITCH_RANGE,
+) -> Speaker:
     return Speaker(
-        id=speaker_id, accent=accent, variant=variant, gender=VARIANT_GENDER[variant],
+        id=speaker_id,
+        accent=accent,
+        variant=variant,
+        gender=VARIANT_GENDER[variant],
         rate=int(rng.integers(round(rate_range[0]), round(rate_range[1]) + 1)),
         pitch=int(rng.integers(pitch_range[0], pitch_range[1] + 1)),
         intonation=int(rng.integers(INTONATION_RANGE[0], INTONATION_RANGE[1] + 1)),
@@ -95,8 +123,9 @@ def _training_combinations(rng: np.random.Generator, count: int) -> list[tuple[s
     raise AssertionError("unreachable")
 
 
-def _held_out_combinations(used: set[tuple[str, str]], variants: dict[str, str],
-                           rng: np.random.Generator) -> list[tuple[str, str]]:
+def _held_out_combinations(
+    used: set[tuple[str, str]], variants: dict[str, str], rng: np.random.Generator
+) -> list[tuple[str, str]]:
     """Pairs of a trained accent and a trained variant that no training speaker has."""
     accents = sorted({a for a, _ in used})
     trained_variants = sorted({v for _, v in used} & set(variants))
@@ -110,12 +139,15 @@ def make_speakers(rng: np.random.Generator, train_count: int, swb_count: int, ca
     train = [_draw(rng, f"train{i + 1:03d}", a, v) for i, (a, v) in enumerate(train_pairs)]
     used = set(train_pairs)
     swb_pairs = _held_out_combinations(used, STANDARD_VARIANTS, rng)[:swb_count]
-    callhome_pool = _held_out_combinations(used, NAMED_VARIANTS, rng) or _held_out_combinations(used, VARIANT_GENDER, rng)
+    callhome_pool = _held_out_combinations(used, NAMED_VARIANTS, rng) or _held_out_combinations(
+        used, VARIANT_GENDER, rng
+    )
     callhome_pairs = [p for p in callhome_pool if p not in swb_pairs][:callhome_count]
     if len(swb_pairs) < swb_count or len(callhome_pairs) < callhome_count:
         raise ValueError(
             f"{train_count} training speakers leave too few unseen accent/variant pairs for "
-            f"{swb_count}+{callhome_count} evaluation speakers; raise synth.train_speakers")
+            f"{swb_count}+{callhome_count} evaluation speakers; raise synth.train_speakers"
+        )
     # Evaluation rates and pitches stay inside what the training speakers actually cover.
     rates = (min(s.rate for s in train), max(s.rate for s in train))
     pitches = (min(s.pitch for s in train), max(s.pitch for s in train))
@@ -123,6 +155,7 @@ def make_speakers(rng: np.random.Generator, train_count: int, swb_count: int, ca
     return SpeakerSets(
         train=train,
         eval_swb=[_draw(rng, f"swbeval{i + 1:02d}", a, v, rates, pitches) for i, (a, v) in enumerate(swb_pairs)],
-        eval_callhome=[_draw(rng, f"cheval{i + 1:02d}", a, v, fast, pitches)
-                       for i, (a, v) in enumerate(callhome_pairs)],
+        eval_callhome=[
+            _draw(rng, f"cheval{i + 1:02d}", a, v, fast, pitches) for i, (a, v) in enumerate(callhome_pairs)
+        ],
     )

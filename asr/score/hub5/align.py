@@ -55,7 +55,12 @@ def align_networks(ref: Network, hyp: Network) -> tuple[int, tuple[AlignedWord, 
                     if h is not None:
                         match = words_match(r, h)
                         op = CORRECT if match else SUBSTITUTION
-                        relax(i2, j2, here + (0 if match else SUB_COST), (i, j, AlignedWord(op, r.text, h.text), r.optional))
+                        relax(
+                            i2,
+                            j2,
+                            here + (0 if match else SUB_COST),
+                            (i, j, AlignedWord(op, r.text, h.text), r.optional),
+                        )
                 if r.optional:
                     relax(i2, j, here + OPTIONAL_DEL_COST, (i, j, AlignedWord(CORRECT, r.text, None)))
                 else:

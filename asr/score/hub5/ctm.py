@@ -22,5 +22,3 @@ def is_scored_hyp_word(word: str) -> bool:
 
 def filter_ctm(words: list[CtmWord]) -> list[CtmWord]:
     return [w for w in words if is_scored_hyp_word(w.word)]
-
-

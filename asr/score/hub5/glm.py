@@ -42,7 +42,8 @@ class Glm:
     def for_input(self, input_type: str, purpose: str) -> "GlmMapper":
         """The rules that apply to `input_type` (stm|ctm) data used as `purpose` (ref|hyp)."""
         active = [
-            r for r in self.rules
+            r
+            for r in self.rules
             if r.applies_to is None or re.search(r.applies_to, input_type) or re.search(r.applies_to, purpose)
         ]
         return GlmMapper(active)

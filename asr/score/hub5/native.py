@@ -107,7 +107,10 @@ def score_native(segments: list[StmSegment], words: list[CtmWord], glm: Glm) -> 
     unknown = sorted(set(hyps) - set(sides))
     if unknown:
         shown = ", ".join(f"{f} {c}" for f, c in unknown[:5])
-        raise InputError(f"the hypothesis CTM has {len(unknown)} conversation sides that are not in the stm ({shown}); score the set that was decoded")
+        raise InputError(
+            f"the hypothesis CTM has {len(unknown)} conversation sides that are not in the stm ({shown}); "
+            "score the set that was decoded"
+        )
     utterances, per_speaker, ignored_words = [], defaultdict(int), 0
     for side in sorted(sides):
         for segment, items in zip(sides[side], assign_to_segments(sides[side], hyps.get(side, []))):
@@ -124,5 +127,7 @@ def score_native(segments: list[StmSegment], words: list[CtmWord], glm: Glm) -> 
             per_speaker[speaker] += 1
             utterances.append(UttAlignment(utt, speaker, tuple(lower_column(c) for c in columns)))
     if ignored_words:
-        log.info("%d hypothesis words fell in IGNORE_TIME_SEGMENT_IN_SCORING segments and were not scored", ignored_words)
+        log.info(
+            "%d hypothesis words fell in IGNORE_TIME_SEGMENT_IN_SCORING segments and were not scored", ignored_words
+        )
     return ScoreResult.from_utterances(utterances)

@@ -42,8 +42,10 @@ def reference_file(cfg, set_name: str, key: str) -> Path:
 
 def glm_text(cfg, set_name: str) -> str:
     if str(cfg.score.get("glm", "auto")) == "none":
-        raise InputError("score.glm=none: Hub5 scores are defined with the GLM (without it contractions and spellings "
-                         "count as errors, a different metric); point score.glm at the GLM, or score with score=jiwer")
+        raise InputError(
+            "score.glm=none: Hub5 scores are defined with the GLM (without it contractions and spellings "
+            "count as errors, a different metric); point score.glm at the GLM, or score with score=jiwer"
+        )
     path = reference_file(cfg, set_name, "glm")
     read_glm(path)  # a missing or unreadable GLM is an InputError here, for both backends
     return read_text(path)
@@ -53,15 +55,19 @@ def stm_text(cfg, set_name: str) -> tuple[Path, str]:
     path = reference_file(cfg, set_name, "stm")
     if not path.is_file():
         where = "score.stm" if str(cfg.score.get("stm", "auto")) != "auto" else f"the data dir of {set_name}"
-        raise InputError(f"{path}: no stm ({where}); score=hub5 scores against a Hub5 stm, so {set_name} "
-                         "cannot be scored that way; point score.stm at its stm, or score it with score=jiwer")
+        raise InputError(
+            f"{path}: no stm ({where}); score=hub5 scores against a Hub5 stm, so {set_name} "
+            "cannot be scored that way; point score.stm at its stm, or score it with score=jiwer"
+        )
     return path, read_text(path)
 
 
 def decoded_utterances(decode_dir: Path) -> int:
     """Utterances in the decode stage's hyp.txt (0 without one): evidence the decoder ran."""
     hyp_txt = decode_dir / "hyp.txt"
-    return sum(1 for line in hyp_txt.read_text(encoding="utf-8").splitlines() if line.strip()) if hyp_txt.is_file() else 0
+    return (
+        sum(1 for line in hyp_txt.read_text(encoding="utf-8").splitlines() if line.strip()) if hyp_txt.is_file() else 0
+    )
 
 
 def choose_backend(cfg):
@@ -70,9 +76,14 @@ def choose_backend(cfg):
         raise InputError(f"score.backend={backend!r}: choose one of {', '.join(BACKENDS)}")
     sctk_dir = find_sctk(str(cfg.score.get("sctk_bin", "")))
     if backend == "sctk" and sctk_dir is None:
-        raise InputError("score.backend=sctk but NIST SCTK (hubscr.pl, sclite) was not found; `make install` installs the Debian package sctk, or set score.sctk_bin")
+        raise InputError(
+            "score.backend=sctk but NIST SCTK (hubscr.pl, sclite) was not found; "
+            "`make install` installs the Debian package sctk, or set score.sctk_bin"
+        )
     if backend == "auto" and sctk_dir is None:
-        log.warning("NIST SCTK not found (Debian package sctk; `make install`): scoring with the native Python scorer instead")
+        log.warning(
+            "NIST SCTK not found (Debian package sctk; `make install`): scoring with the native Python scorer instead"
+        )
         return "native", None
     return ("native", None) if backend == "native" else ("sctk", sctk_dir)
 
@@ -83,9 +94,18 @@ def score_hub5(cfg, set_name: str) -> ScoreResult:
     out_dir = decode_dir(cfg, set_name)
     words = read_ctm(out_dir / "hyp.ctm", allow_empty=decoded_utterances(out_dir) > 0)
     if not words:
-        log.warning("%s: the decoder hypothesised no word for any of its %d utterances; scored as all deletions", out_dir, decoded_utterances(out_dir))
+        log.warning(
+            "%s: the decoder hypothesised no word for any of its %d utterances; scored as all deletions",
+            out_dir,
+            decoded_utterances(out_dir),
+        )
     kept = filter_ctm(words)
-    log.info("%s: %d of %d hypothesis words kept after removing noise tags, <unk>, hesitations and partial words", set_name, len(kept), len(words))
+    log.info(
+        "%s: %d of %d hypothesis words kept after removing noise tags, <unk>, hesitations and partial words",
+        set_name,
+        len(kept),
+        len(words),
+    )
     work_dir = out_dir / "hub5"
     write_ctm(work_dir / FILTERED_CTM, kept)
     backend, sctk_dir = choose_backend(cfg)
@@ -96,5 +116,9 @@ def score_hub5(cfg, set_name: str) -> ScoreResult:
         write_text(glm_path, glm)
         result = score_native(scoring_order(parse_stm(fix_stm(stm), str(stm_path))), kept, read_glm(glm_path))
     write_text(work_dir / "scorer.txt", f"{backend}\n")
-    log.info("%s: scored with %s", set_name, "NIST SCTK hubscr.pl/sclite" if backend == "sctk" else "the native Python Hub5 scorer")
+    log.info(
+        "%s: scored with %s",
+        set_name,
+        "NIST SCTK hubscr.pl/sclite" if backend == "sctk" else "the native Python Hub5 scorer",
+    )
     return result

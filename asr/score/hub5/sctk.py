@@ -17,7 +17,16 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from asr.score.result import CORRECT, DELETION, INSERTION, SUBSTITUTION, AlignedWord, ErrorCounts, ScoreResult, UttAlignment
+from asr.score.result import (
+    CORRECT,
+    DELETION,
+    INSERTION,
+    SUBSTITUTION,
+    AlignedWord,
+    ErrorCounts,
+    ScoreResult,
+    UttAlignment,
+)
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -40,7 +49,22 @@ def find_sctk(sctk_bin: str = "") -> Path | None:
 
 
 def run_hubscr(sctk_dir: Path, work_dir: Path, stm_name: str, ctm_name: str, glm_name: str) -> None:
-    command = ["perl", str(sctk_dir / "hubscr.pl"), "-p", str(sctk_dir), "-V", "-l", "english", "-h", "hub5", "-g", glm_name, "-r", stm_name, ctm_name]
+    command = [
+        "perl",
+        str(sctk_dir / "hubscr.pl"),
+        "-p",
+        str(sctk_dir),
+        "-V",
+        "-l",
+        "english",
+        "-h",
+        "hub5",
+        "-g",
+        glm_name,
+        "-r",
+        stm_name,
+        ctm_name,
+    ]
     env = dict(os.environ, PATH=f"{sctk_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     result = subprocess.run(command, cwd=work_dir, env=env, capture_output=True, text=True)
     (work_dir / "hubscr.log").write_text(result.stdout + result.stderr)
@@ -88,7 +112,9 @@ def _utterance(block: dict, speaker: str, source: str) -> UttAlignment:
     utt = UttAlignment(block["id"], speaker, columns)
     c = utt.counts
     if (c.correct, c.substitutions, c.deletions, c.insertions) != block.get("scores"):
-        raise InputError(f"{where}: could not read sclite's alignment (columns give {c}, sclite says {block.get('scores')})")
+        raise InputError(
+            f"{where}: could not read sclite's alignment (columns give {c}, sclite says {block.get('scores')})"
+        )
     return utt
 
 
@@ -116,5 +142,7 @@ def score_sctk(sctk_dir: Path, work_dir: Path, stm_text: str, ctm_lines: list[st
     result = ScoreResult.from_utterances(parse_pra(pra.read_text(errors="replace"), str(pra)))
     expected = parse_sum(raw.read_text(errors="replace"), str(raw))
     if result.subsets["total"] != expected:
-        raise InputError(f"{pra}: the segments sum to {result.subsets['total']}, sclite's total is {expected}; report not understood")
+        raise InputError(
+            f"{pra}: the segments sum to {result.subsets['total']}, sclite's total is {expected}; report not understood"
+        )
     return result
