@@ -31,7 +31,8 @@ def test_two_nodes_claim_every_batch_once_and_the_faster_takes_more():
             taken[name].append(batch)
             time.sleep(seconds_per_batch)
 
-    threads = [threading.Thread(target=node, args=("fast", 0.002)), threading.Thread(target=node, args=("slow", 0.008))]
+    # 30x apart, so that a loaded machine's late wake-ups (a few ms) cannot bring the two within 2x.
+    threads = [threading.Thread(target=node, args=("fast", 0.001)), threading.Thread(target=node, args=("slow", 0.03))]
     for t in threads:
         t.start()
     for t in threads:
