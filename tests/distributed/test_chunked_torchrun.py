@@ -10,13 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.fixtures.hybrid_corpus import (
-    hmm_system,
-    hybrid_overrides,
-    text_transition_model,
-    write_ali_gz,
-    write_hybrid_set,
-)
+from tests.fixtures.hybrid_corpus import hybrid_overrides, write_hybrid_corpus
 
 from asr.config import load_config
 from asr.train import loop
@@ -30,13 +24,7 @@ SAMPLES = ["train.chunk_frames=8", "train.epochs=2", "train.precision=fp32", "di
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("hybrid_dist")
-    train_tids, _ = write_hybrid_set(root, "train", 48, seed=1)
-    dev_tids, _ = write_hybrid_set(root, "dev", 12, seed=2)
-    write_hybrid_set(root, "eval", 6, seed=3)
-    write_ali_gz(root / "ali" / "ali.1.gz", {**train_tids, **dev_tids})
-    (root / "ali" / "final.mdl").write_text(text_transition_model(*hmm_system()))
-    return root
+    return write_hybrid_corpus(tmp_path_factory.mktemp("hybrid_dist"))
 
 
 def overrides(root: Path, name: str, *extra: str) -> list[str]:

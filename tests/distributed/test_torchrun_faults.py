@@ -23,6 +23,7 @@ from asr.train.data import unpack_mask
 from asr.train.trainlog import TrainLog
 
 from .conftest import REPO, run_torchrun, torchrun_command, train_overrides, worker_env
+from tests.fixtures.processes import workers_of
 
 pytestmark = pytest.mark.slow
 
@@ -37,25 +38,6 @@ KILL_RUN = [
     "distributed=ssgd",
     "distributed.timeout_s=60",
 ]
-
-
-def workers_of(job: str) -> dict[int, int]:
-    """{rank: pid} of the live first-attempt workers whose environment carries `job`."""
-    found = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            env = dict(
-                kv.split("=", 1)
-                for kv in (proc / "environ").read_bytes().decode(errors="replace").split("\0")
-                if "=" in kv
-            )
-        except OSError:
-            continue
-        if env.get("ASR_TEST_JOB") == job and "RANK" in env and env.get("TORCHELASTIC_RESTART_COUNT") == "0":
-            found[int(env["RANK"])] = int(proc.name)
-    return found
 
 
 def final_weights(exp: Path) -> dict:

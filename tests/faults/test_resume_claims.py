@@ -18,6 +18,7 @@ import pytest
 
 from asr.train.record import read_record, record_path
 from tests.distributed.conftest import REPO, torchrun_command, train_overrides, worker_env
+from tests.fixtures.processes import workers_of
 
 pytestmark = pytest.mark.slow
 
@@ -35,25 +36,6 @@ RUN = [
     "train.tensorboard=false",
     "train.record_utterances=true",
 ]
-
-
-def workers_of(job: str, attempt: int) -> dict[int, int]:
-    """{rank: pid} of the live workers of torchrun attempt `attempt` whose environment carries `job`."""
-    found = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            env = dict(
-                kv.split("=", 1)
-                for kv in (proc / "environ").read_bytes().decode(errors="replace").split("\0")
-                if "=" in kv
-            )
-        except OSError:
-            continue
-        if env.get("ASR_TEST_JOB") == job and "RANK" in env and env.get("TORCHELASTIC_RESTART_COUNT") == str(attempt):
-            found[int(env["RANK"])] = int(proc.name)
-    return found
 
 
 def steps_recorded(exp: Path) -> int:

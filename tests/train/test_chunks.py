@@ -8,13 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from tests.fixtures.hybrid_corpus import (
-    hmm_system,
-    hybrid_overrides,
-    text_transition_model,
-    write_ali_gz,
-    write_hybrid_set,
-)
+from tests.fixtures.hybrid_corpus import hybrid_overrides, write_hybrid_corpus
 
 from asr.config import load_config
 from asr.models.checkpoint import CheckpointDir, load_checkpoint
@@ -30,13 +24,7 @@ CHUNK = 8  # the toy utterances have 12-90 frames; model.subsample=2 in hybrid_o
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hybrid")
-    train_tids, _ = write_hybrid_set(root, "train", 48, seed=1)
-    dev_tids, _ = write_hybrid_set(root, "dev", 12, seed=2)
-    write_hybrid_set(root, "eval", 6, seed=3)
-    write_ali_gz(root / "ali" / "ali.1.gz", {**train_tids, **dev_tids})
-    (root / "ali" / "final.mdl").write_text(text_transition_model(*hmm_system()))
-    return root
+    return write_hybrid_corpus(tmp_path_factory.mktemp("hybrid"))
 
 
 def chunk_overrides(root, *extra):
