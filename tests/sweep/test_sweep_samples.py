@@ -88,3 +88,18 @@ def test_too_few_samples_for_one_batch_is_an_error(root):
     cfg = sweep_config(root, ["sweep.max_train_utts=1"])
     with pytest.raises(InputError, match="fewer than one batch of 16"):
         SweepData(with_train_config(cfg))
+
+
+def test_the_frames_preset_is_the_papers_regime():
+    """conf/sweep/frames.yaml: frame_ce on 21-frame samples, at least 8 samples per learner at
+    the smallest batch, batches to 32x it, and settings that fit together (sweep.check)."""
+    from asr.sweep.run import train_config
+    from asr.sweep.sweep import check
+    cfg = load_config(["experiment=hybrid_ce", "sweep=frames"])
+    check(cfg)
+    scfg, train = cfg.sweep, train_config(cfg)
+    assert train.objective == "frame_ce" and train.chunk_frames == 21 and cfg.model.head == "frame_ce"
+    assert train.alignments.endswith("phone_ali/train/pdf.1.gz") and train.optimizer == "sgd"  # the default's overrides kept
+    smallest = min(scfg.global_batches)
+    assert scfg.base_batch == smallest and smallest // scfg.learners >= 8 and max(scfg.global_batches) >= 32 * smallest
+    assert scfg.critical_batch in scfg.global_batches
