@@ -28,7 +28,10 @@ def setup_line(setup: dict) -> str:
     optimizer = (f"SGD with {'Nesterov ' if t.get('nesterov') else ''}momentum {t.get('momentum')}" if t.get("optimizer") == "sgd"
                  else str(t.get("optimizer")))
     speeds = "speeds as configured" if s["speeds"] else f"speeds drawn in [{1 - s['speed_spread']:g}, {1 + s['speed_spread']:g}]"
-    return (f"{s['learners']} simulated learners{nodes}; {s['train_utterances']:,} training utterances, {s['held_out_utterances']} held out; "
+    data = (f"{s['train_samples']:,} training samples of {t.get('chunk_frames')} frames (of {s['train_utterances']:,} utterances), "
+            f"{s['held_out_samples']:,} held out (of {s['held_out_utterances']} utterances); batches in samples"
+            if s.get("train_samples") else f"{s['train_utterances']:,} training utterances, {s['held_out_utterances']} held out")
+    return (f"{s['learners']} simulated learners{nodes}; {data}; "
             f"{s['epochs']} epochs at every batch; BLSTM {s['model']['num_layers']}x{s['model']['hidden_size']}; objective "
             f"{t.get('objective')}; {optimizer}, warm-up over {s['warmup_epochs']:g} epoch, x{t.get('lr_decay')} per epoch; "
             f"{speeds}, each step's time x [{1 - s['jitter']:g}, {1 + s['jitter']:g}], a weight exchange {s['exchange_time']:g} step.")
@@ -171,7 +174,7 @@ def plot(result: SweepResult, path: Path) -> None:
     per_epoch.set_ylabel("held-out loss")
     per_epoch.set_title("SSGD (solid) and ADPSGD (dashed), lr scaled; first seed", fontsize=10)
     per_epoch.legend(fontsize=7, ncol=2)
-    for ax, row, m, label in ((by_batch, rows[1], result.batches, "global batch (utterances)"),
+    for ax, row, m, label in ((by_batch, rows[1], result.batches, f"global batch ({'samples' if result.setup.get('train_samples') else 'utterances'})"),
                               (by_lr, rows[2], result.critical, f"lr (global batch {result.setup['critical_batch']})")):
         # Most points have the first seed only, and each seed is judged against its own baseline.
         ax.axhline(first_base, color="black", linestyle="--", linewidth=1, label=f"baseline, seed {first_seed}")

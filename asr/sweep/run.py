@@ -4,13 +4,18 @@ baseline.
 
 The seed picks the data order and the learners' speeds, and the initial weights unless
 sweep.same_init (then they are the experiment's `seed`'s for every run). The global batch
-is `learners` x the per-learner batch, in utterances (the batch's frame limit never binds); the
-epoch's global batches are length-bucketed as the real trainer's are and dealt out to the
+is `learners` x the per-learner batch, in utterances (the batch's frame limit never binds), or
+with train.chunk_frames > 0 (frame_ce, the paper's regime) in fixed-length samples of the
+sweep's first max_train_utts utterances (asr/train/chunks.py: each run cuts them at offsets
+drawn from its seed, shuffled over the whole set), as many as a multiple of every batch of the
+sweep, so every run's epoch is the same full batches. The epoch's global batches are
+length-bucketed (utterances) or drawn (samples) as the real trainer's are and dealt out to the
 learners by stride, and a node claims one global batch's shards of its learners at a time. The
 training config is the experiment's `train` with sweep.train's overrides (`train_config`), the
 run's lr (times a control's lr factor) reached by a warm-up over sweep.warmup_epochs. The
 held-out loss is the objective's loss on the dev set with the learners' average after each
-epoch; a run whose held-out loss is not finite or above the untrained model's has diverged and
+epoch (with samples: on the dev set's samples, cut once from the experiment's seed, the loss
+the runs train on; the real trainer scores whole dev utterances instead); a run whose held-out loss is not finite or above the untrained model's has diverged and
 stops there.
 """
 
@@ -30,11 +35,13 @@ from asr.distributed.timed import TimedSimulation, Timing
 from asr.models.blstm import build_model
 from asr.sweep.config import parse_algorithm
 from asr.sweep.verdict import BASELINE
+from asr.train.chunks import FrameChunks, SampleBatchSampler, check_chunking
 from asr.train.data import BucketBatchSampler, collate
 from asr.train.objectives import build_objective
 from asr.utils.errors import InputError
 
 EVAL_BATCH = 32  # utterances per held-out batch
+EVAL_SAMPLES = 512  # fixed-length samples per held-out batch
 
 
 @dataclass(frozen=True)
@@ -122,30 +129,72 @@ def model_config(cfg) -> dict:
     return model
 
 
+def sweep_batches(scfg) -> list[int]:
+    return sorted({int(scfg.base_batch), int(scfg.critical_batch), *(int(b) for b in scfg.global_batches)})
+
+
 class SweepData:
-    """The training and held-out sets, loaded once for all runs."""
+    """The training and held-out sets, loaded once for all runs: utterances, or with
+    train.chunk_frames > 0 fixed-length samples (`chunked`)."""
 
     def __init__(self, cfg):
+        check_chunking(cfg)
         self.objective = build_objective(cfg)
         self.train = self.objective.dataset(cfg.data.train_set)
         self.dev = self.objective.dataset(cfg.data.dev_set)
-        limit = cfg.sweep.max_train_utts
-        self.train_index = list(range(len(self.train)))[: limit or None]
-        self.lengths = [self.train.num_frames[i] for i in self.train_index]
+        limit = int(cfg.sweep.max_train_utts)
+        self.chunked = bool(cfg.train.chunk_frames)
+        if self.chunked:
+            chunk, subsample = int(cfg.train.chunk_frames), int(cfg.model.subsample)
+            self.train = FrameChunks(self.train, chunk, subsample, int(cfg.seed), limit)
+            self.dev = FrameChunks(self.dev, chunk, subsample, int(cfg.seed))
+            self.num_utts = self.train.num_utts
+            unit = math.lcm(*sweep_batches(cfg.sweep))
+            self.num_items = len(self.train) // unit * unit  # the samples of the first utterances: every batch full
+            if not self.num_items:
+                raise InputError(f"{len(self.train)} samples of {chunk} frames from {self.num_utts} utterances (sweep.max_train_utts) "
+                                 f"are fewer than one batch of {unit}; raise sweep.max_train_utts or lower the global batches")
+            self.dropped = len(self.train) - self.num_items
+        else:
+            self.train_index = list(range(len(self.train)))[: limit or None]
+            self.lengths = [self.train.num_frames[i] for i in self.train_index]
+            self.num_utts = self.num_items = len(self.train_index)
+            self.dropped = 0
+
+    def sampler(self, per_learner_batch: int, learners: int, seed: int):
+        """The run's batches: per learner `per_learner_batch` utterances (length-bucketed) or samples."""
+        if self.chunked:
+            self.train.set_seed(seed)
+            return SampleBatchSampler(self.num_items, per_learner_batch, seed=seed, num_replicas=learners)
+        return BucketBatchSampler(self.lengths, per_learner_batch * max(self.lengths), per_learner_batch, seed=seed,
+                                  num_replicas=learners)
+
+    def set_epoch(self, epoch: int) -> None:
+        if self.chunked:
+            self.train.set_epoch(epoch)  # the samples' offsets this epoch
 
     def loss(self, model, shards) -> tuple[torch.Tensor, int]:
         """The summed loss and its count over the union of a node's shards (lists of positions)."""
-        batch = collate([self.train[self.train_index[i]] for shard in shards for i in shard])
+        if self.chunked:
+            batch = collate(self.train.__getitems__([int(i) for shard in shards for i in shard]))
+        else:
+            batch = collate([self.train[self.train_index[i]] for shard in shards for i in shard])
         log_probs, out_lens = model(batch.feats, batch.feat_lens)
         return self.objective.loss(log_probs, out_lens, batch)
+
+    def held_out_batches(self):
+        if self.chunked:
+            indices = list(range(len(self.dev)))
+            return (self.dev.__getitems__(indices[i : i + EVAL_SAMPLES]) for i in range(0, len(indices), EVAL_SAMPLES))
+        sampler = BucketBatchSampler(self.dev.num_frames, EVAL_BATCH * max(self.dev.num_frames), EVAL_BATCH, shuffle=False)
+        return ([self.dev[i] for i in indices] for indices in sampler)
 
     @torch.no_grad()
     def held_out_loss(self, model) -> float:
         model.eval()
         total, count = 0.0, 0
-        sampler = BucketBatchSampler(self.dev.num_frames, EVAL_BATCH * max(self.dev.num_frames), EVAL_BATCH, shuffle=False)
-        for indices in sampler:
-            batch = collate([self.dev[i] for i in indices])
+        for items in self.held_out_batches():
+            batch = collate(items)
             log_probs, out_lens = model(batch.feats, batch.feat_lens)
             loss, n = self.objective.loss(log_probs, out_lens, batch)
             total, count = total + float(loss), count + n
@@ -187,13 +236,13 @@ def train_run(data: SweepData, settings: RunSettings, progress=None) -> dict:
     torch.manual_seed(settings.init_seed)
     model = build_model(OmegaConf.create(settings.model), data.train.feat_dim, data.objective.num_outputs)
     untrained = data.held_out_loss(model)
-    sampler = BucketBatchSampler(data.lengths, settings.per_learner_batch * max(data.lengths), settings.per_learner_batch,
-                                 seed=settings.seed, num_replicas=settings.learners)
+    sampler = data.sampler(settings.per_learner_batch, settings.learners, settings.seed)
     steps_per_epoch = len(sampler.global_batches(0))
     sim = simulation(settings, model, steps_per_epoch)
     observer = (lambda node, step: progress(1)) if progress is not None else None
     epochs, diverged = [], False
     for epoch in range(settings.epochs):
+        data.set_epoch(epoch)
         run = sim.train_epoch(epoch_plan(sampler, epoch, settings.learners), data.loss, observer)
         lr = sim.lr
         average, spread = sim.end_epoch()
@@ -207,7 +256,8 @@ def train_run(data: SweepData, settings: RunSettings, progress=None) -> dict:
     return settings.key() | {
         "per_learner_batch": settings.per_learner_batch, "steps_per_epoch": steps_per_epoch, "untrained_loss": untrained,
         "held_out_loss": None if diverged else epochs[-1]["held_out_loss"], "diverged": diverged, "epochs_log": epochs,
-        "skipped_updates": sim.skipped, "train_utterances": len(data.train_index), "held_out_utterances": len(data.dev),
+        "skipped_updates": sim.skipped, "train_utterances": data.num_utts, "held_out_utterances": data.dev.num_utts if data.chunked else len(data.dev),
+        "train_samples": data.num_items if data.chunked else None, "held_out_samples": len(data.dev) if data.chunked else None,
         "seconds": round(time.monotonic() - start, 1),
     }
 

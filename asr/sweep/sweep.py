@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from asr.distributed.topology import make_ring, mixing_rate
 from asr.sweep.config import parse_algorithm
-from asr.sweep.run import RunSettings, SweepData, run_settings, scaled_lr, train_run, with_train_config
+from asr.sweep.run import RunSettings, SweepData, run_settings, scaled_lr, sweep_batches, train_config, train_run, with_train_config
 from asr.sweep.verdict import BASELINE, Baseline, Measurement, Point, calibrate, close_points, converges, judge
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
@@ -77,8 +77,9 @@ def check(cfg) -> None:
         raise InputError("sweep.algorithms is empty: name at least one algorithm (ssgd, adpsgd, ...)")
     if not scfg.baseline_lrs or not scfg.critical_lrs or not scfg.global_batches:
         raise InputError("sweep.baseline_lrs, sweep.critical_lrs and sweep.global_batches each need at least one value")
-    ragged = [b for b in sorted({scfg.base_batch, scfg.critical_batch, *scfg.global_batches}) if scfg.max_train_utts % b]
-    if scfg.max_train_utts and ragged:
+    chunked = bool(train_config(cfg).chunk_frames)  # samples: SweepData keeps a multiple of every batch of them
+    ragged = [b for b in sweep_batches(scfg) if scfg.max_train_utts % b]
+    if scfg.max_train_utts and ragged and not chunked:
         # A partial last batch is kept by one learner and merged by many, so the epoch's batches
         # (and their shuffled order) differ between runs: SSGD at base_batch is then not the baseline.
         log.warning("sweep.max_train_utts=%d is not a multiple of the global batches %s: their runs see differently cut "
@@ -263,7 +264,8 @@ def sweep_setup(cfg, run: dict) -> dict:
     return {k: scfg[k] for k in ("algorithms", "learners", "learners_per_node", "epochs", "base_batch", "baseline_lrs", "critical_batch",
                                  "critical_lrs", "global_batches", "lr_scaling", "warmup_epochs", "same_init", "speeds",
                                  "speed_spread", "jitter", "exchange_time", "seeds", "extra_seeds", "close_margin", "tolerance",
-                                 "max_train_utts")} | {k: run[k] for k in ("train_utterances", "held_out_utterances", "model", "train")}
+                                 "max_train_utts")} | {k: run.get(k) for k in ("train_utterances", "held_out_utterances", "train_samples", "held_out_samples",
+                                                       "model", "train")}
 
 
 def point_json(point: Point, tolerance: float) -> dict:

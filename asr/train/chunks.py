@@ -103,6 +103,11 @@ class FrameChunks(Dataset):
         if epoch != self.epoch:
             self.epoch, self.shift = epoch, self._shifts(epoch)
 
+    def set_seed(self, seed: int) -> None:
+        """Offsets drawn from another seed: the sweep's runs each cut the samples by their own."""
+        if seed != self.seed:
+            self.seed, self.shift = seed, self._shifts(self.epoch)
+
     def _shifts(self, epoch: int) -> np.ndarray:
         steps = self.spare // self.subsample + 1
         rng = np.random.default_rng([self.seed, epoch, 0x636875])

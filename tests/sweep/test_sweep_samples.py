@@ -1,0 +1,105 @@
+"""The sweep in the paper's regime: frame_ce on fixed-length samples (train.chunk_frames), the
+batches counted in samples, on the hybrid toy corpus."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tests.fixtures.hybrid_corpus import hmm_system, hybrid_overrides, text_transition_model, write_ali_gz, write_hybrid_set
+
+from asr.config import load_config
+from asr.sweep.report import write_report
+from asr.sweep.run import SweepData, epoch_plan, with_train_config
+from asr.sweep.sweep import run_sweep
+from asr.utils.errors import InputError
+
+torch.set_num_threads(1)
+CHUNK = 8  # toy utterances have 12-90 frames; model.subsample=2 in hybrid_overrides
+SWEEP = ["sweep.learners=4", "sweep.learners_per_node=2", "sweep.base_batch=8", "sweep.global_batches=[8,16]", "sweep.epochs=2",
+         "sweep.baseline_lrs=[0.05,0.1]", "sweep.critical_batch=16", "sweep.critical_lrs=[0.1]", "sweep.num_layers=0",
+         "sweep.hidden_size=0", "sweep.jobs=1", "sweep.seeds=[1]", "sweep.extra_seeds=[2,3]", "sweep.algorithms=[ssgd,adpsgd]",
+         "sweep.max_train_utts=0", f"+sweep.train.chunk_frames={CHUNK}"]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep_samples")
+    train_tids, _ = write_hybrid_set(root, "train", 48, seed=1)
+    dev_tids, _ = write_hybrid_set(root, "dev", 12, seed=2)
+    write_hybrid_set(root, "eval", 6, seed=3)
+    write_ali_gz(root / "ali" / "ali.1.gz", {**train_tids, **dev_tids})
+    (root / "ali" / "final.mdl").write_text(text_transition_model(*hmm_system()))
+    return root
+
+
+def sweep_config(root, extra=()):
+    return load_config(hybrid_overrides(root, [*SWEEP, f"sweep.out_dir={root / 'sweep'}", *extra]))
+
+
+@pytest.fixture(scope="module")
+def data(root):
+    return SweepData(with_train_config(sweep_config(root)))
+
+
+def test_every_batch_is_full_and_every_kept_sample_trains_once_an_epoch(data):
+    assert data.chunked and data.num_items % 16 == 0 and 0 <= data.dropped < 16 and data.num_items + data.dropped == len(data.train)
+    for seed, epoch in ((1, 0), (1, 1), (2, 0)):
+        sampler = data.sampler(per_learner_batch=2, learners=4, seed=seed)
+        data.set_epoch(epoch)
+        plan = epoch_plan(sampler, epoch, 4)
+        assert all(len(shard) == 2 for batch in plan for shard in batch)
+        drawn = np.concatenate([shard for batch in plan for shard in batch])
+        assert sorted(drawn.tolist()) == list(range(data.num_items))
+        assert data.train.seed == seed  # the run's own offsets
+
+
+def test_a_shard_is_samples_of_chunk_frames_with_their_targets(data, root):
+    from asr.models.blstm import build_model
+    cfg = with_train_config(sweep_config(root))
+    torch.manual_seed(0)
+    model = build_model(cfg.model, data.train.feat_dim, data.objective.num_outputs)
+    loss, count = data.loss(model, [np.array([0, 5]), np.array([7])])
+    assert count == 3 * CHUNK // 2 and torch.isfinite(loss)
+    held_out = data.held_out_loss(model)
+    assert np.isfinite(held_out) and len(data.dev) == sum(n // CHUNK for n in data.dev.utterances.num_frames)
+
+
+def test_the_sweep_counts_its_batches_in_samples(root):
+    cfg = sweep_config(root)
+    result = run_sweep(cfg)
+    written = json.loads((Path(cfg.sweep.out_dir) / "sweep.json").read_text())
+    samples = written["setup"]["train_samples"]
+    assert samples and samples % 16 == 0 and written["setup"]["train"]["chunk_frames"] == CHUNK
+    for r in result.runs:
+        assert r["steps_per_epoch"] == samples // r["global_batch"] and r["train_samples"] == samples
+    write_report(result, Path(cfg.sweep.out_dir))
+    assert f"training samples of {CHUNK} frames" in (Path(cfg.sweep.out_dir) / "sweep.md").read_text()
+
+
+def test_samples_need_the_frame_objective(root):
+    cfg = load_config(hybrid_overrides(root, [*SWEEP, "train.objective=ctc", f"sweep.out_dir={root / 'ctc'}"]))
+    with pytest.raises(InputError, match="train.chunk_frames=8 cuts frame-level samples"):
+        SweepData(with_train_config(cfg))
+
+
+def test_too_few_samples_for_one_batch_is_an_error(root):
+    cfg = sweep_config(root, ["sweep.max_train_utts=1"])
+    with pytest.raises(InputError, match="fewer than one batch of 16"):
+        SweepData(with_train_config(cfg))
+
+
+def test_the_frames_preset_is_the_papers_regime():
+    """conf/sweep/frames.yaml: frame_ce on 21-frame samples, at least 8 samples per learner at
+    the smallest batch, batches to 32x it, and settings that fit together (sweep.check)."""
+    from asr.sweep.run import train_config
+    from asr.sweep.sweep import check
+    cfg = load_config(["experiment=hybrid_ce", "sweep=frames"])
+    check(cfg)
+    scfg, train = cfg.sweep, train_config(cfg)
+    assert train.objective == "frame_ce" and train.chunk_frames == 21 and cfg.model.head == "frame_ce"
+    assert train.alignments.endswith("phone_ali/train/pdf.1.gz") and train.optimizer == "sgd"  # the default's overrides kept
+    smallest = min(scfg.global_batches)
+    assert scfg.base_batch == smallest and smallest // scfg.learners >= 8 and max(scfg.global_batches) >= 32 * smallest
+    assert scfg.critical_batch in scfg.global_batches
