@@ -23,18 +23,35 @@ PER_EPOCH_BATCHES = 4  # at most this many batches in the per-epoch panel
 
 def setup_line(setup: dict) -> str:
     s, t = setup, setup["train"]
-    nodes = f" (H-ADPSGD: {s['learners'] // s['learners_per_node']} nodes x {s['learners_per_node']})" if any(
-        a.startswith("hadpsgd") for a in s["algorithms"]) else ""
-    optimizer = (f"SGD with {'Nesterov ' if t.get('nesterov') else ''}momentum {t.get('momentum')}" if t.get("optimizer") == "sgd"
-                 else str(t.get("optimizer")))
-    speeds = "speeds as configured" if s["speeds"] else f"speeds drawn in [{1 - s['speed_spread']:g}, {1 + s['speed_spread']:g}]"
-    data = (f"{s['train_samples']:,} training samples of {t.get('chunk_frames')} frames (of {s['train_utterances']:,} utterances), "
-            f"{s['held_out_samples']:,} held out (of {s['held_out_utterances']} utterances); batches in samples"
-            if s.get("train_samples") else f"{s['train_utterances']:,} training utterances, {s['held_out_utterances']} held out")
-    return (f"{s['learners']} simulated learners{nodes}; {data}; "
-            f"{s['epochs']} epochs at every batch; BLSTM {s['model']['num_layers']}x{s['model']['hidden_size']}; objective "
-            f"{t.get('objective')}; {optimizer}, warm-up over {s['warmup_epochs']:g} epoch, x{t.get('lr_decay')} per epoch; "
-            f"{speeds}, each step's time x [{1 - s['jitter']:g}, {1 + s['jitter']:g}], a weight exchange {s['exchange_time']:g} step.")
+    nodes = (
+        f" (H-ADPSGD: {s['learners'] // s['learners_per_node']} nodes x {s['learners_per_node']})"
+        if any(a.startswith("hadpsgd") for a in s["algorithms"])
+        else ""
+    )
+    optimizer = (
+        f"SGD with {'Nesterov ' if t.get('nesterov') else ''}momentum {t.get('momentum')}"
+        if t.get("optimizer") == "sgd"
+        else str(t.get("optimizer"))
+    )
+    speeds = (
+        "speeds as configured"
+        if s["speeds"]
+        else f"speeds drawn in [{1 - s['speed_spread']:g}, {1 + s['speed_spread']:g}]"
+    )
+    data = (
+        f"{s['train_samples']:,} training samples of {t.get('chunk_frames')} frames "
+        f"(of {s['train_utterances']:,} utterances), "
+        f"{s['held_out_samples']:,} held out (of {s['held_out_utterances']} utterances); batches in samples"
+        if s.get("train_samples")
+        else f"{s['train_utterances']:,} training utterances, {s['held_out_utterances']} held out"
+    )
+    return (
+        f"{s['learners']} simulated learners{nodes}; {data}; "
+        f"{s['epochs']} epochs at every batch; BLSTM {s['model']['num_layers']}x{s['model']['hidden_size']}; "
+        f"objective {t.get('objective')}; {optimizer}, warm-up over {s['warmup_epochs']:g} epoch, "
+        f"x{t.get('lr_decay')} per epoch; {speeds}, each step's time x [{1 - s['jitter']:g}, {1 + s['jitter']:g}], "
+        f"a weight exchange {s['exchange_time']:g} step."
+    )
 
 
 def cell(point: Point | None, tolerance: float) -> str:
@@ -72,29 +89,55 @@ def table(result: SweepResult) -> str:
     seeds = ", ".join(f"{loss:.4f}" for loss in best.losses)
     settled = "settled" if base.settled else "**not settled**: more epochs would lower the line (raise sweep.epochs)"
     improvements = ", ".join("?" if i is None else f"{100 * i:.2f}%" for i in base.last_improvements)
+    at_edge = best.lr in (base.grid[0].lr, base.grid[-1].lr) and len(base.grid) > 1
+    edge = " (at the edge of sweep.baseline_lrs)" if at_edge else ""
     lines = [
-        "# Convergence against lr and global batch, simulated learners", "", setup_line(setup), "",
-        f"Budget: {BUDGET}.", "",
-        "## Baseline", "",
+        "# Convergence against lr and global batch, simulated learners",
+        "",
+        setup_line(setup),
+        "",
+        f"Budget: {BUDGET}.",
+        "",
+        "## Baseline",
+        "",
         f"One learner at batch {best.global_batch}, held-out loss per lr (seed {setup['seeds'][0]}): {grid}. "
-        f"Best lr {best.lr:g}{' (at the edge of sweep.baseline_lrs)' if best.lr in (base.grid[0].lr, base.grid[-1].lr) and len(base.grid) > 1 else ''}: "
-        f"{best.mean:.4f} over seeds {', '.join(map(str, best.seeds))} ({seeds}; spread {best.spread:.4f}). Its last epoch lowered "
-        f"it by {improvements} ({settled}: less than {100 * tol / 2:g}%, half the tolerance, wanted). A point converges (✓) when no "
-        f"seed diverged and its held-out loss is at most {100 * tol:g}% above the baseline of its seed, on average over its seeds; "
-        f"points within {100 * setup['close_margin']:g}% of that line get {len(set(setup['seeds']) | set(setup['extra_seeds']))} seeds. "
-        "In brackets: that excess, and half the seeds' spread.", "",
-        "## Mixing", "",
+        f"Best lr {best.lr:g}{edge}: "
+        f"{best.mean:.4f} over seeds {', '.join(map(str, best.seeds))} ({seeds}; spread {best.spread:.4f}). "
+        f"Its last epoch lowered it by {improvements} ({settled}: less than {100 * tol / 2:g}%, half the tolerance, "
+        f"wanted). A point converges (✓) when no seed diverged and its held-out loss is at most {100 * tol:g}% above "
+        f"the baseline of its seed, on average over its seeds; points within {100 * setup['close_margin']:g}% of that "
+        f"line get {len(set(setup['seeds']) | set(setup['extra_seeds']))} seeds. "
+        "In brackets: that excess, and half the seeds' spread.",
+        "",
+        "## Mixing",
+        "",
         "Per-step consensus rate: the second-largest eigenvalue modulus of the expected mixing matrix (0: every step "
-        "averages exactly; near 1: slow).", "",
-        "| algorithm | topology | nodes | consensus rate |", "|---|---|---:|---:|",
-        *[f"| {a} | {m['topology']} | {m['nodes']} | {m['consensus_rate']:.4f} |" for a, m in result.mixing.items()], "",
-        f"## Critical lr at global batch {setup['critical_batch']} (no lr scaling)", "",
-        *measurement_table(result.critical, tol, "lr"), "",
-        verdict_line(result.critical, "the largest lr that converges"), "",
-        f"## Largest converging batch (lr {best.lr:g} at batch {setup['base_batch']}, scaled {setup['lr_scaling']})", "",
-        *measurement_table(result.batches, tol, "global batch", [("per learner", lambda b: str(int(b) // setup["learners"])),
-                                                                ("lr", lambda b: f"{lr_of(result.batches, b):g}")]), "",
-        verdict_line(result.batches, "the largest batch that converges"), "",
+        "averages exactly; near 1: slow).",
+        "",
+        "| algorithm | topology | nodes | consensus rate |",
+        "|---|---|---:|---:|",
+        *[f"| {a} | {m['topology']} | {m['nodes']} | {m['consensus_rate']:.4f} |" for a, m in result.mixing.items()],
+        "",
+        f"## Critical lr at global batch {setup['critical_batch']} (no lr scaling)",
+        "",
+        *measurement_table(result.critical, tol, "lr"),
+        "",
+        verdict_line(result.critical, "the largest lr that converges"),
+        "",
+        f"## Largest converging batch (lr {best.lr:g} at batch {setup['base_batch']}, scaled {setup['lr_scaling']})",
+        "",
+        *measurement_table(
+            result.batches,
+            tol,
+            "global batch",
+            [
+                ("per learner", lambda b: str(int(b) // setup["learners"])),
+                ("lr", lambda b: f"{lr_of(result.batches, b):g}"),
+            ],
+        ),
+        "",
+        verdict_line(result.batches, "the largest batch that converges"),
+        "",
     ]
     return "\n".join(lines)
 
@@ -114,7 +157,9 @@ class DivergedRow:
     def finish(self) -> None:
         self.ax.set_yscale("log")
         self.ax.axhline(self.y, color="grey", linestyle=":", linewidth=1)
-        self.ax.text(1.0, self.y, " diverged", transform=self.ax.get_yaxis_transform(), va="center", fontsize=7, color="grey")
+        self.ax.text(
+            1.0, self.y, " diverged", transform=self.ax.get_yaxis_transform(), va="center", fontsize=7, color="grey"
+        )
         self.ax.set_ylim(self.low / 1.1, self.y * 1.1)
         self.ax.grid(alpha=0.3, which="both")
 
@@ -128,8 +173,13 @@ def plot_series(ax, row: DivergedRow, m: Measurement, tolerance: float) -> None:
     for index, (algorithm, series) in enumerate(m.points.items()):
         side = 1.04 ** (index - (count - 1) / 2)  # diverged marks of one x side by side, not on top of each other
         xs = [getattr(p, m.axis) for p in series]
-        line = ax.plot([x for x, p in zip(xs, series) if p.mean is not None], [p.mean for p in series if p.mean is not None],
-                       "-", label=algorithm, linewidth=1.2)[0]
+        line = ax.plot(
+            [x for x, p in zip(xs, series) if p.mean is not None],
+            [p.mean for p in series if p.mean is not None],
+            "-",
+            label=algorithm,
+            linewidth=1.2,
+        )[0]
         color = line.get_color()
         for x, p in zip(xs, series):
             seeds = [loss for loss in p.losses if loss is not None]
@@ -137,7 +187,14 @@ def plot_series(ax, row: DivergedRow, m: Measurement, tolerance: float) -> None:
             if p.diverged:
                 ax.plot([x * side], [row.y], "x", color=color, markersize=7)
             else:  # filled: converges
-                ax.plot([x], [p.mean], "o", color=color, markerfacecolor=color if converges(p, tolerance) else "white", markersize=5)
+                ax.plot(
+                    [x],
+                    [p.mean],
+                    "o",
+                    color=color,
+                    markerfacecolor=color if converges(p, tolerance) else "white",
+                    markersize=5,
+                )
 
 
 def plot(result: SweepResult, path: Path) -> None:
@@ -148,14 +205,30 @@ def plot(result: SweepResult, path: Path) -> None:
     batches = sorted({p.global_batch for a in PER_EPOCH for p in result.batches.points.get(a, [])})
     step = max(1, -(-len(batches) // PER_EPOCH_BATCHES))
     shown = batches[::step]
-    wanted = {(p.algorithm, p.global_batch, p.lr) for a in PER_EPOCH for p in result.batches.points.get(a, []) if p.global_batch in shown}
+    wanted = {
+        (p.algorithm, p.global_batch, p.lr)
+        for a in PER_EPOCH
+        for p in result.batches.points.get(a, [])
+        if p.global_batch in shown
+    }
     first_seed = result.setup["seeds"][0]
-    curves = [r for r in result.runs if r["seed"] == first_seed and (
-        (r["algorithm"] == BASELINE and r["lr"] == base.best.lr) or (r["algorithm"], r["global_batch"], r["lr"]) in wanted)]
+    curves = [
+        r
+        for r in result.runs
+        if r["seed"] == first_seed
+        and (
+            (r["algorithm"] == BASELINE and r["lr"] == base.best.lr)
+            or (r["algorithm"], r["global_batch"], r["lr"]) in wanted
+        )
+    ]
     first_base = base.best.losses[base.best.seeds.index(first_seed)]
-    row = DivergedRow(per_epoch, [e["held_out_loss"] for r in curves for e in r["epochs_log"] if e["held_out_loss"] is not None])
-    rows = [row] + [DivergedRow(ax, point_losses(m) + [first_base, base.best.mean]) for ax, m in
-                    ((by_batch, result.batches), (by_lr, result.critical))]
+    row = DivergedRow(
+        per_epoch, [e["held_out_loss"] for r in curves for e in r["epochs_log"] if e["held_out_loss"] is not None]
+    )
+    rows = [row] + [
+        DivergedRow(ax, point_losses(m) + [first_base, base.best.mean])
+        for ax, m in ((by_batch, result.batches), (by_lr, result.critical))
+    ]
     colors = {}
     for r in curves:
         log = r["epochs_log"]
@@ -163,24 +236,47 @@ def plot(result: SweepResult, path: Path) -> None:
         losses = [e["held_out_loss"] for e in log if e["held_out_loss"] is not None]
         if r["algorithm"] == BASELINE:
             # wide and pale: SSGD at the baseline's batch trains the same and is drawn over it
-            per_epoch.plot(epochs, losses, "k-", linewidth=4, alpha=0.3, zorder=1, label=f"baseline (1 learner, batch {base.best.global_batch})")
+            per_epoch.plot(
+                epochs,
+                losses,
+                "k-",
+                linewidth=4,
+                alpha=0.3,
+                zorder=1,
+                label=f"baseline (1 learner, batch {base.best.global_batch})",
+            )
             continue
         color = colors.setdefault(r["global_batch"], f"C{len(colors)}")
         style = "-" if r["algorithm"] == "ssgd" else "--"
-        per_epoch.plot(epochs, losses, style, color=color, marker=".", label=f"{r['algorithm']} batch {r['global_batch']}")
+        per_epoch.plot(
+            epochs, losses, style, color=color, marker=".", label=f"{r['algorithm']} batch {r['global_batch']}"
+        )
         if r["diverged"]:
             per_epoch.plot([log[-1]["epoch"]], [row.y], "x", color=color, markersize=8)
     per_epoch.set_xlabel("epoch")
     per_epoch.set_ylabel("held-out loss")
     per_epoch.set_title("SSGD (solid) and ADPSGD (dashed), lr scaled; first seed", fontsize=10)
     per_epoch.legend(fontsize=7, ncol=2)
-    for ax, row, m, label in ((by_batch, rows[1], result.batches, f"global batch ({'samples' if result.setup.get('train_samples') else 'utterances'})"),
-                              (by_lr, rows[2], result.critical, f"lr (global batch {result.setup['critical_batch']})")):
+    for ax, row, m, label in (
+        (
+            by_batch,
+            rows[1],
+            result.batches,
+            f"global batch ({'samples' if result.setup.get('train_samples') else 'utterances'})",
+        ),
+        (by_lr, rows[2], result.critical, f"lr (global batch {result.setup['critical_batch']})"),
+    ):
         # Most points have the first seed only, and each seed is judged against its own baseline.
         ax.axhline(first_base, color="black", linestyle="--", linewidth=1, label=f"baseline, seed {first_seed}")
         ax.axhspan(first_base, first_base * (1 + tol), color="grey", alpha=0.2, label=f"within {100 * tol:g}% of it")
         if len(base.best.seeds) > 1:
-            ax.axhline(base.best.mean, color="black", linestyle=":", linewidth=1, label=f"baseline, mean of {len(base.best.seeds)} seeds")
+            ax.axhline(
+                base.best.mean,
+                color="black",
+                linestyle=":",
+                linewidth=1,
+                label=f"baseline, mean of {len(base.best.seeds)} seeds",
+            )
         plot_series(ax, row, m, tol)
         ax.set_xscale("log", base=2)
         values = sorted({getattr(p, m.axis) for series in m.points.values() for p in series})

@@ -15,8 +15,8 @@ training config is the experiment's `train` with sweep.train's overrides (`train
 run's lr (times a control's lr factor) reached by a warm-up over sweep.warmup_epochs. The
 held-out loss is the objective's loss on the dev set with the learners' average after each
 epoch (with samples: on the dev set's samples, cut once from the experiment's seed, the loss
-the runs train on; the real trainer scores whole dev utterances instead); a run whose held-out loss is not finite or above the untrained model's has diverged and
-stops there.
+the runs train on; the real trainer scores whole dev utterances instead); a run whose held-out
+loss is not finite or above the untrained model's has diverged and stops there.
 """
 
 from __future__ import annotations
@@ -78,8 +78,10 @@ def train_config(cfg) -> DictConfig:
     overrides = OmegaConf.to_container(cfg.sweep.train, resolve=True)
     for key in SWEEP_SETS:
         if key in overrides:
-            raise InputError(f"sweep.train.{key}: the sweep sets it for every run; use sweep.baseline_lrs, sweep.critical_lrs, "
-                             "sweep.lr_scaling or sweep.warmup_epochs instead")
+            raise InputError(
+                f"sweep.train.{key}: the sweep sets it for every run; use sweep.baseline_lrs, sweep.critical_lrs, "
+                "sweep.lr_scaling or sweep.warmup_epochs instead"
+            )
     try:
         merged = OmegaConf.merge(cfg.train, overrides)
     except OmegaConfBaseException as err:
@@ -110,14 +112,30 @@ def run_settings(cfg, algorithm: str, global_batch: int, lr: float, seed: int) -
     scfg = cfg.sweep
     baseline = algorithm == BASELINE
     learners = 1 if baseline else int(scfg.learners)
-    timing = {} if baseline else {"speeds": [float(s) for s in scfg.speeds], "speed_spread": float(scfg.speed_spread),
-                                  "jitter": float(scfg.jitter), "exchange_time": float(scfg.exchange_time)}
+    timing = (
+        {}
+        if baseline
+        else {
+            "speeds": [float(s) for s in scfg.speeds],
+            "speed_spread": float(scfg.speed_spread),
+            "jitter": float(scfg.jitter),
+            "exchange_time": float(scfg.exchange_time),
+        }
+    )
     return RunSettings(
-        algorithm=algorithm, global_batch=int(global_batch), learners=learners,
-        learners_per_node=int(scfg.learners_per_node) if algorithm.startswith("hadpsgd") else 1, seed=int(seed),
-        init_seed=int(cfg.seed) if scfg.same_init else int(seed), lr=float(lr), epochs=int(scfg.epochs),
-        warmup_epochs=float(scfg.warmup_epochs), train=run_train(cfg),
-        model=model_config(cfg), timing=timing, max_train_utts=int(scfg.max_train_utts),
+        algorithm=algorithm,
+        global_batch=int(global_batch),
+        learners=learners,
+        learners_per_node=int(scfg.learners_per_node) if algorithm.startswith("hadpsgd") else 1,
+        seed=int(seed),
+        init_seed=int(cfg.seed) if scfg.same_init else int(seed),
+        lr=float(lr),
+        epochs=int(scfg.epochs),
+        warmup_epochs=float(scfg.warmup_epochs),
+        train=run_train(cfg),
+        model=model_config(cfg),
+        timing=timing,
+        max_train_utts=int(scfg.max_train_utts),
     )
 
 
@@ -152,8 +170,11 @@ class SweepData:
             unit = math.lcm(*sweep_batches(cfg.sweep))
             self.num_items = len(self.train) // unit * unit  # the samples of the first utterances: every batch full
             if not self.num_items:
-                raise InputError(f"{len(self.train)} samples of {chunk} frames from {self.num_utts} utterances (sweep.max_train_utts) "
-                                 f"are fewer than one batch of {unit}; raise sweep.max_train_utts or lower the global batches")
+                raise InputError(
+                    f"{len(self.train)} samples of {chunk} frames from {self.num_utts} utterances "
+                    f"(sweep.max_train_utts) are fewer than one batch of {unit}; "
+                    "raise sweep.max_train_utts or lower the global batches"
+                )
             self.dropped = len(self.train) - self.num_items
         else:
             self.train_index = list(range(len(self.train)))[: limit or None]
@@ -166,8 +187,9 @@ class SweepData:
         if self.chunked:
             self.train.set_seed(seed)
             return SampleBatchSampler(self.num_items, per_learner_batch, seed=seed, num_replicas=learners)
-        return BucketBatchSampler(self.lengths, per_learner_batch * max(self.lengths), per_learner_batch, seed=seed,
-                                  num_replicas=learners)
+        return BucketBatchSampler(
+            self.lengths, per_learner_batch * max(self.lengths), per_learner_batch, seed=seed, num_replicas=learners
+        )
 
     def set_epoch(self, epoch: int) -> None:
         if self.chunked:
@@ -186,7 +208,9 @@ class SweepData:
         if self.chunked:
             indices = list(range(len(self.dev)))
             return (self.dev.__getitems__(indices[i : i + EVAL_SAMPLES]) for i in range(0, len(indices), EVAL_SAMPLES))
-        sampler = BucketBatchSampler(self.dev.num_frames, EVAL_BATCH * max(self.dev.num_frames), EVAL_BATCH, shuffle=False)
+        sampler = BucketBatchSampler(
+            self.dev.num_frames, EVAL_BATCH * max(self.dev.num_frames), EVAL_BATCH, shuffle=False
+        )
         return ([self.dev[i] for i in indices] for indices in sampler)
 
     @torch.no_grad()
@@ -210,17 +234,30 @@ def epoch_plan(sampler: BucketBatchSampler, epoch: int, learners: int) -> list[l
 def simulation(settings: RunSettings, model, steps_per_epoch: int) -> TimedSimulation:
     variant = None if settings.algorithm == BASELINE else parse_algorithm(settings.algorithm)
     factor = variant.lr_factor if variant else 1.0
-    train_cfg = OmegaConf.merge(OmegaConf.create(settings.train), {
-        "lr": settings.lr * factor, "warmup_steps": math.ceil(settings.warmup_epochs * steps_per_epoch)})
+    train_cfg = OmegaConf.merge(
+        OmegaConf.create(settings.train),
+        {"lr": settings.lr * factor, "warmup_steps": math.ceil(settings.warmup_epochs * steps_per_epoch)},
+    )
     if settings.algorithm == BASELINE:
         return TimedSimulation(model, train_cfg, "ssgd", 1, seed=settings.seed)
     timing = settings.timing
     if timing["speeds"]:
         clock = Timing(tuple(timing["speeds"]), timing["jitter"], timing["exchange_time"], settings.seed)
     else:
-        clock = Timing.drawn(settings.learners, timing["speed_spread"], timing["jitter"], timing["exchange_time"], settings.seed)
-    return TimedSimulation(model, train_cfg, variant.base, settings.learners, settings.learners_per_node, variant.topology,
-                           variant.delay_by_one, clock, seed=settings.seed)
+        clock = Timing.drawn(
+            settings.learners, timing["speed_spread"], timing["jitter"], timing["exchange_time"], settings.seed
+        )
+    return TimedSimulation(
+        model,
+        train_cfg,
+        variant.base,
+        settings.learners,
+        settings.learners_per_node,
+        variant.topology,
+        variant.delay_by_one,
+        clock,
+        seed=settings.seed,
+    )
 
 
 def averaged_model(model, weights: torch.Tensor):
@@ -247,17 +284,33 @@ def train_run(data: SweepData, settings: RunSettings, progress=None) -> dict:
         lr = sim.lr
         average, spread = sim.end_epoch()
         held_out = data.held_out_loss(averaged_model(sim.models[0], average))
-        epochs.append({"epoch": epoch + 1, "train_loss": run.loss / max(run.count, 1), "held_out_loss": finite_or_none(held_out),
-                       "spread": finite_or_none(spread), "lr": lr, "steps": run.steps,
-                       "time": round(float(run.time), 3), "waited": round(float(run.waited), 3)})
+        epochs.append(
+            {
+                "epoch": epoch + 1,
+                "train_loss": run.loss / max(run.count, 1),
+                "held_out_loss": finite_or_none(held_out),
+                "spread": finite_or_none(spread),
+                "lr": lr,
+                "steps": run.steps,
+                "time": round(float(run.time), 3),
+                "waited": round(float(run.waited), 3),
+            }
+        )
         if not math.isfinite(held_out) or held_out > untrained:
             diverged = True
             break
     return settings.key() | {
-        "per_learner_batch": settings.per_learner_batch, "steps_per_epoch": steps_per_epoch, "untrained_loss": untrained,
-        "held_out_loss": None if diverged else epochs[-1]["held_out_loss"], "diverged": diverged, "epochs_log": epochs,
-        "skipped_updates": sim.skipped, "train_utterances": data.num_utts, "held_out_utterances": data.dev.num_utts if data.chunked else len(data.dev),
-        "train_samples": data.num_items if data.chunked else None, "held_out_samples": len(data.dev) if data.chunked else None,
+        "per_learner_batch": settings.per_learner_batch,
+        "steps_per_epoch": steps_per_epoch,
+        "untrained_loss": untrained,
+        "held_out_loss": None if diverged else epochs[-1]["held_out_loss"],
+        "diverged": diverged,
+        "epochs_log": epochs,
+        "skipped_updates": sim.skipped,
+        "train_utterances": data.num_utts,
+        "held_out_utterances": data.dev.num_utts if data.chunked else len(data.dev),
+        "train_samples": data.num_items if data.chunked else None,
+        "held_out_samples": len(data.dev) if data.chunked else None,
         "seconds": round(time.monotonic() - start, 1),
     }
 

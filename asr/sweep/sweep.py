@@ -30,7 +30,16 @@ from tqdm import tqdm
 
 from asr.distributed.topology import make_ring, mixing_rate
 from asr.sweep.config import parse_algorithm
-from asr.sweep.run import RunSettings, SweepData, run_settings, scaled_lr, sweep_batches, train_config, train_run, with_train_config
+from asr.sweep.run import (
+    RunSettings,
+    SweepData,
+    run_settings,
+    scaled_lr,
+    sweep_batches,
+    train_config,
+    train_run,
+    with_train_config,
+)
 from asr.sweep.verdict import BASELINE, Baseline, Measurement, Point, calibrate, close_points, converges, judge
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
@@ -38,9 +47,11 @@ from asr.utils.errors import InputError
 log = logging.getLogger(__name__)
 
 
-BUDGET = ("every run trains sweep.epochs epochs whatever its batch (the same data seen, so a larger batch takes fewer "
-          "updates): the large-batch question is whether fewer, larger steps reach the same loss on the same data; equal "
-          "updates would give a larger batch more data instead")
+BUDGET = (
+    "every run trains sweep.epochs epochs whatever its batch (the same data seen, so a larger batch takes fewer "
+    "updates): the large-batch question is whether fewer, larger steps reach the same loss on the same data; equal "
+    "updates would give a larger batch more data instead"
+)
 
 
 @dataclass
@@ -66,13 +77,20 @@ def check(cfg) -> None:
             if batch % scfg.learners:
                 raise InputError(f"sweep.{key}: {batch} is not a multiple of sweep.learners={scfg.learners}")
     if any(a.startswith("hadpsgd") for a in scfg.algorithms) and scfg.learners % scfg.learners_per_node:
-        raise InputError(f"sweep.learners_per_node={scfg.learners_per_node} does not divide sweep.learners={scfg.learners}")
+        raise InputError(
+            f"sweep.learners_per_node={scfg.learners_per_node} does not divide sweep.learners={scfg.learners}"
+        )
     if scfg.speeds and len(scfg.speeds) != scfg.learners:
-        raise InputError(f"sweep.speeds: {len(scfg.speeds)} speeds for sweep.learners={scfg.learners}; give one per learner, or [] to draw them")
+        raise InputError(
+            f"sweep.speeds: {len(scfg.speeds)} speeds for sweep.learners={scfg.learners}; "
+            "give one per learner, or [] to draw them"
+        )
     if not scfg.seeds:
         raise InputError("sweep.seeds is empty: give at least one seed")
     if len(set(scfg.seeds) | set(scfg.extra_seeds)) < 3:
-        raise InputError("sweep.extra_seeds: a point near the threshold needs at least 3 seeds with sweep.seeds; add seeds to it")
+        raise InputError(
+            "sweep.extra_seeds: a point near the threshold needs at least 3 seeds with sweep.seeds; add seeds to it"
+        )
     if not scfg.algorithms:
         raise InputError("sweep.algorithms is empty: name at least one algorithm (ssgd, adpsgd, ...)")
     if not scfg.baseline_lrs or not scfg.critical_lrs or not scfg.global_batches:
@@ -82,9 +100,13 @@ def check(cfg) -> None:
     if scfg.max_train_utts and ragged and not chunked:
         # A partial last batch is kept by one learner and merged by many, so the epoch's batches
         # (and their shuffled order) differ between runs: SSGD at base_batch is then not the baseline.
-        log.warning("sweep.max_train_utts=%d is not a multiple of the global batches %s: their runs see differently cut "
-                    "epochs; a multiple of every batch (e.g. %d) keeps them alike", scfg.max_train_utts, ragged,
-                    max(1, scfg.max_train_utts // max(ragged)) * math.lcm(*ragged))
+        log.warning(
+            "sweep.max_train_utts=%d is not a multiple of the global batches %s: their runs see differently cut "
+            "epochs; a multiple of every batch (e.g. %d) keeps them alike",
+            scfg.max_train_utts,
+            ragged,
+            max(1, scfg.max_train_utts // max(ragged)) * math.lcm(*ragged),
+        )
     for algorithm in scfg.algorithms:
         try:
             make_ring(nodes(scfg, algorithm), parse_algorithm(algorithm).topology)
@@ -154,15 +176,22 @@ class Runner:
         self.run_in_processes(todo, jobs)
 
     def step_bar(self, settings: RunSettings):
-        bar = tqdm(desc=f"{settings.algorithm} {settings.global_batch} seed {settings.seed}", unit="step", disable=None, leave=False,
-                   dynamic_ncols=True)
+        bar = tqdm(
+            desc=f"{settings.algorithm} {settings.global_batch} seed {settings.seed}",
+            unit="step",
+            disable=None,
+            leave=False,
+            dynamic_ncols=True,
+        )
         return bar.update
 
     def run_in_processes(self, todo: list[RunSettings], jobs: int) -> None:
         threads = max(1, int(self.cfg.train.threads) // jobs)
         config = OmegaConf.to_container(self.cfg, resolve=True)
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch threads forked
-        with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker, initargs=(config, threads)) as pool:
+        with ProcessPoolExecutor(
+            jobs, mp_context=context, initializer=_start_worker, initargs=(config, threads)
+        ) as pool:
             pending = {pool.submit(_train, settings) for settings in todo}
             with tqdm(total=len(todo), desc="sweep runs", disable=None, leave=False, dynamic_ncols=True) as bar:
                 while pending:
@@ -174,15 +203,24 @@ class Runner:
     def finished(self, result: dict) -> None:
         self.runs.append(result)
         loss = "diverged" if result["diverged"] else f"held-out loss {result['held_out_loss']:.4f}"
-        log.info("%s at global batch %d, seed %d: %s after %d epochs (%.0f s)", result["algorithm"], result["global_batch"],
-                 result["seed"], loss, len(result["epochs_log"]), result["seconds"])
+        log.info(
+            "%s at global batch %d, seed %d: %s after %d epochs (%.0f s)",
+            result["algorithm"],
+            result["global_batch"],
+            result["seed"],
+            loss,
+            len(result["epochs_log"]),
+            result["seconds"],
+        )
         self.save()
 
     def save(self, head: dict | None = None) -> None:
         """While the sweep runs, the runs done before that it has not reached yet stay in the
         file; the final one (with `head`) holds this sweep's runs only."""
         others = [] if head else [r for r in self.done if r not in self.runs]
-        write_text(self.results_path, json.dumps((head or {}) | {"runs": sorted_runs(self.runs) + others}, indent=1) + "\n")
+        write_text(
+            self.results_path, json.dumps((head or {}) | {"runs": sorted_runs(self.runs) + others}, indent=1) + "\n"
+        )
 
 
 def previous_runs(path: Path) -> list[dict]:
@@ -192,7 +230,9 @@ def previous_runs(path: Path) -> list[dict]:
         content = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise InputError(f"{path}: not the JSON a sweep writes ({err}); remove it to start the sweep afresh") from None
-    return content.get("runs", []) if isinstance(content, dict) else []  # a list: an older format, whose runs never match
+    return (
+        content.get("runs", []) if isinstance(content, dict) else []
+    )  # a list: an older format, whose runs never match
 
 
 _worker_data: SweepData | None = None
@@ -209,7 +249,9 @@ def _train(settings: RunSettings) -> dict:
 
 
 def sorted_runs(runs: list[dict]) -> list[dict]:
-    return sorted(runs, key=lambda r: (r["algorithm"] != BASELINE, r["algorithm"], r["global_batch"], r["lr"], r["seed"]))
+    return sorted(
+        runs, key=lambda r: (r["algorithm"] != BASELINE, r["algorithm"], r["global_batch"], r["lr"], r["seed"])
+    )
 
 
 def run_sweep(cfg) -> SweepResult:
@@ -221,31 +263,63 @@ def run_sweep(cfg) -> SweepResult:
     data = SweepData(cfg) if int(scfg.jobs) <= 1 else None
     runner = Runner(cfg, out_dir / "sweep.json")
     rates = mixing(scfg)
-    log.info("sweep: %s, %d learners, %d epochs, %d jobs; per-step consensus rate (second-largest eigenvalue modulus of "
-             "the expected mixing matrix): %s", ", ".join(scfg.algorithms), scfg.learners, scfg.epochs, scfg.jobs,
-             ", ".join(f"{a} {m['consensus_rate']:.4f} ({m['topology']}, {m['nodes']} nodes)" for a, m in rates.items()))
+    log.info(
+        "sweep: %s, %d learners, %d epochs, %d jobs; per-step consensus rate (second-largest eigenvalue modulus of "
+        "the expected mixing matrix): %s",
+        ", ".join(scfg.algorithms),
+        scfg.learners,
+        scfg.epochs,
+        scfg.jobs,
+        ", ".join(f"{a} {m['consensus_rate']:.4f} ({m['topology']}, {m['nodes']} nodes)" for a, m in rates.items()),
+    )
     seeds = list(dict.fromkeys([*scfg.seeds, *scfg.extra_seeds]))
     runner.run([run_settings(cfg, BASELINE, scfg.base_batch, lr, scfg.seeds[0]) for lr in scfg.baseline_lrs], data)
     best_lr = calibrate(runner.runs, tolerance).best.lr
     runner.run([run_settings(cfg, BASELINE, scfg.base_batch, best_lr, seed) for seed in seeds], data)
     baseline = calibrate(runner.runs, tolerance)
-    log.info("baseline: lr %g of %s, held-out loss %.4f (seeds %s); its last epoch improved it by %s: %s", best_lr,
-             list(scfg.baseline_lrs), baseline.best.mean, baseline.best.seeds, improvements(baseline),
-             "settled" if baseline.settled else f"NOT settled (less than {100 * tolerance / 2:g}% wanted): raise sweep.epochs")
+    log.info(
+        "baseline: lr %g of %s, held-out loss %.4f (seeds %s); its last epoch improved it by %s: %s",
+        best_lr,
+        list(scfg.baseline_lrs),
+        baseline.best.mean,
+        baseline.best.seeds,
+        improvements(baseline),
+        "settled"
+        if baseline.settled
+        else f"NOT settled (less than {100 * tolerance / 2:g}% wanted): raise sweep.epochs",
+    )
     if len(scfg.baseline_lrs) > 1 and best_lr in (min(scfg.baseline_lrs), max(scfg.baseline_lrs)):
-        log.warning("baseline: the best lr %g is at the edge of sweep.baseline_lrs %s; a wider grid may find a better one",
-                    best_lr, list(scfg.baseline_lrs))
+        log.warning(
+            "baseline: the best lr %g is at the edge of sweep.baseline_lrs %s; a wider grid may find a better one",
+            best_lr,
+            list(scfg.baseline_lrs),
+        )
     critical_plan, batch_plan = plan(cfg, best_lr)
-    runner.run([run_settings(cfg, a, b, lr, seed) for wanted in (critical_plan, batch_plan) for a, points in wanted.items()
-                for b, lr in points for seed in scfg.seeds], data)
+    runner.run(
+        [
+            run_settings(cfg, a, b, lr, seed)
+            for wanted in (critical_plan, batch_plan)
+            for a, points in wanted.items()
+            for b, lr in points
+            for seed in scfg.seeds
+        ],
+        data,
+    )
 
     def measure() -> tuple[Measurement, Measurement]:
-        return (judge(runner.runs, baseline, "critical_lr", "lr", critical_plan),
-                judge(runner.runs, baseline, "largest_converging_batch", "global_batch", batch_plan))
+        return (
+            judge(runner.runs, baseline, "critical_lr", "lr", critical_plan),
+            judge(runner.runs, baseline, "largest_converging_batch", "global_batch", batch_plan),
+        )
 
     critical, batches = measure()
     close = close_points(critical, tolerance, margin) + close_points(batches, tolerance, margin)
-    extra = [run_settings(cfg, p.algorithm, p.global_batch, p.lr, seed) for p in close for seed in seeds if seed not in p.seeds]
+    extra = [
+        run_settings(cfg, p.algorithm, p.global_batch, p.lr, seed)
+        for p in close
+        for seed in seeds
+        if seed not in p.seeds
+    ]
     if extra:
         log.info("%d points within %g of the tolerance: %d runs with sweep.extra_seeds", len(close), margin, len(extra))
         runner.run(extra, data)
@@ -261,22 +335,58 @@ def improvements(baseline: Baseline) -> str:
 
 def sweep_setup(cfg, run: dict) -> dict:
     scfg = OmegaConf.to_container(cfg.sweep, resolve=True)
-    return {k: scfg[k] for k in ("algorithms", "learners", "learners_per_node", "epochs", "base_batch", "baseline_lrs", "critical_batch",
-                                 "critical_lrs", "global_batches", "lr_scaling", "warmup_epochs", "same_init", "speeds",
-                                 "speed_spread", "jitter", "exchange_time", "seeds", "extra_seeds", "close_margin", "tolerance",
-                                 "max_train_utts")} | {k: run.get(k) for k in ("train_utterances", "held_out_utterances", "train_samples", "held_out_samples",
-                                                       "model", "train")}
+    return {
+        k: scfg[k]
+        for k in (
+            "algorithms",
+            "learners",
+            "learners_per_node",
+            "epochs",
+            "base_batch",
+            "baseline_lrs",
+            "critical_batch",
+            "critical_lrs",
+            "global_batches",
+            "lr_scaling",
+            "warmup_epochs",
+            "same_init",
+            "speeds",
+            "speed_spread",
+            "jitter",
+            "exchange_time",
+            "seeds",
+            "extra_seeds",
+            "close_margin",
+            "tolerance",
+            "max_train_utts",
+        )
+    } | {
+        k: run.get(k)
+        for k in ("train_utterances", "held_out_utterances", "train_samples", "held_out_samples", "model", "train")
+    }
 
 
 def point_json(point: Point, tolerance: float) -> dict:
-    return {"algorithm": point.algorithm, "global_batch": point.global_batch, "lr": point.lr, "held_out_loss": point.mean,
-            "excess": point.excess, "losses": point.losses, "seeds": point.seeds, "spread": point.spread,
-            "diverged": point.diverged, "converges": converges(point, tolerance)}
+    return {
+        "algorithm": point.algorithm,
+        "global_batch": point.global_batch,
+        "lr": point.lr,
+        "held_out_loss": point.mean,
+        "excess": point.excess,
+        "losses": point.losses,
+        "seeds": point.seeds,
+        "spread": point.spread,
+        "diverged": point.diverged,
+        "converges": converges(point, tolerance),
+    }
 
 
 def measurement_json(m: Measurement, tolerance: float) -> dict:
-    return {"value": m.largest, "ratio": m.ratio,
-            "points": [point_json(p, tolerance) for series in m.points.values() for p in series]}
+    return {
+        "value": m.largest,
+        "ratio": m.ratio,
+        "points": [point_json(p, tolerance) for series in m.points.values() for p in series],
+    }
 
 
 def summary(baseline: Baseline, critical: Measurement, batches: Measurement, rates: dict, setup: dict) -> dict:
@@ -284,13 +394,26 @@ def summary(baseline: Baseline, critical: Measurement, batches: Measurement, rat
     best, tolerance = baseline.best, baseline.tolerance
     grid = [point_json(p, tolerance) | {"converges": None} for p in baseline.grid]
     return {
-        "critical_lr": {"global_batch": setup["critical_batch"], "lrs": setup["critical_lrs"]} | measurement_json(critical, tolerance),
+        "critical_lr": {"global_batch": setup["critical_batch"], "lrs": setup["critical_lrs"]}
+        | measurement_json(critical, tolerance),
         "largest_converging_batch": {"lr_scaling": setup["lr_scaling"], "lr_at_base_batch": best.lr}
         | measurement_json(batches, tolerance),
-        "baseline": {"global_batch": best.global_batch, "lr_grid": grid, "best_lr": best.lr,
-                     "best_lr_at_grid_edge": best.lr in (min(setup["baseline_lrs"]), max(setup["baseline_lrs"])),
-                     "held_out_loss": best.mean, "losses": best.losses, "seeds": best.seeds, "spread": best.spread,
-                     "last_epoch_improvements": baseline.last_improvements, "settled": baseline.settled},
-        "tolerance": tolerance, "threshold": baseline.threshold, "close_margin": setup["close_margin"], "budget": BUDGET,
-        "mixing": rates, "setup": setup,
+        "baseline": {
+            "global_batch": best.global_batch,
+            "lr_grid": grid,
+            "best_lr": best.lr,
+            "best_lr_at_grid_edge": best.lr in (min(setup["baseline_lrs"]), max(setup["baseline_lrs"])),
+            "held_out_loss": best.mean,
+            "losses": best.losses,
+            "seeds": best.seeds,
+            "spread": best.spread,
+            "last_epoch_improvements": baseline.last_improvements,
+            "settled": baseline.settled,
+        },
+        "tolerance": tolerance,
+        "threshold": baseline.threshold,
+        "close_margin": setup["close_margin"],
+        "budget": BUDGET,
+        "mixing": rates,
+        "setup": setup,
     }

@@ -49,12 +49,16 @@ def check_chunking(cfg) -> None:
     if not tcfg.chunk_frames:
         return
     if tcfg.objective != "frame_ce":
-        raise InputError(f"train.chunk_frames={tcfg.chunk_frames} cuts frame-level samples, but train.objective={tcfg.objective}; "
-                         "use train.chunk_frames=0 (whole utterances) or train.objective=frame_ce")
+        raise InputError(
+            f"train.chunk_frames={tcfg.chunk_frames} cuts frame-level samples, but train.objective={tcfg.objective}; "
+            "use train.chunk_frames=0 (whole utterances) or train.objective=frame_ce"
+        )
     subsample = int(cfg.model.subsample)
     if tcfg.chunk_frames % subsample:
-        raise InputError(f"train.chunk_frames={tcfg.chunk_frames} is not a multiple of model.subsample={subsample}; "
-                         "make it one so every sample has whole output frames")
+        raise InputError(
+            f"train.chunk_frames={tcfg.chunk_frames} is not a multiple of model.subsample={subsample}; "
+            "make it one so every sample has whole output frames"
+        )
 
 
 class FrameChunks(Dataset):
@@ -72,10 +76,20 @@ class FrameChunks(Dataset):
         self.epoch, self.shift = 0, self._shifts(0)
         too_short = int(np.sum(counts == 0))
         if not len(self):
-            raise InputError(f"no training utterance has {chunk_frames} frames (train.chunk_frames); lower train.chunk_frames")
-        log.info("%d samples of %d frames from %d utterances (%d shorter than a sample left out; %d of %d frames, %.1f%%, "
-                 "left over each epoch)", len(self), chunk_frames, len(frames) - too_short, too_short, int(self.spare.sum()),
-                 int(frames.sum()), 100 * self.spare.sum() / max(1, frames.sum()))
+            raise InputError(
+                f"no training utterance has {chunk_frames} frames (train.chunk_frames); lower train.chunk_frames"
+            )
+        log.info(
+            "%d samples of %d frames from %d utterances (%d shorter than a sample left out; %d of %d frames, %.1f%%, "
+            "left over each epoch)",
+            len(self),
+            chunk_frames,
+            len(frames) - too_short,
+            too_short,
+            int(self.spare.sum()),
+            int(frames.sum()),
+            100 * self.spare.sum() / max(1, frames.sum()),
+        )
 
     @property
     def reader(self):
@@ -131,7 +145,9 @@ class FrameChunks(Dataset):
         for index, u, utt, start, sample in zip(indices, utts.tolist(), names, starts.tolist(), feats):
             if self.reader.augment is not None:
                 sample = self.reader.augment(sample, int(index))
-            targets = torch.from_numpy(self.utterances.targets[u][start // s : (start + self.chunk_frames) // s].astype(np.int64))
+            targets = torch.from_numpy(
+                self.utterances.targets[u][start // s : (start + self.chunk_frames) // s].astype(np.int64)
+            )
             items.append((f"{utt}@{start}", sample, targets))
         return items
 
@@ -146,14 +162,23 @@ class SampleBatchSampler(Sampler[np.ndarray]):
     archives at a time. Plans are numpy arrays: SWB-2000 has some 30 million samples.
     """
 
-    def __init__(self, num_samples: int, batch_samples: int, seed: int = 0, num_replicas: int = 1, rank: int = 0,
-                 window_starts: np.ndarray | None = None):
+    def __init__(
+        self,
+        num_samples: int,
+        batch_samples: int,
+        seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+        window_starts: np.ndarray | None = None,
+    ):
         if batch_samples < 1:
             raise ValueError(f"batch_samples ({batch_samples}) must be >= 1")
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is not one of {num_replicas} learners")
         if num_samples < num_replicas:
-            raise InputError(f"{num_samples} samples cannot give a batch to each of {num_replicas} learners; use fewer processes")
+            raise InputError(
+                f"{num_samples} samples cannot give a batch to each of {num_replicas} learners; use fewer processes"
+            )
         self.num_samples, self.batch_samples, self.seed = num_samples, batch_samples, seed
         self.num_replicas, self.rank = num_replicas, rank
         self.window_starts = window_starts

@@ -7,7 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tests.fixtures.hybrid_corpus import hmm_system, hybrid_overrides, text_transition_model, write_ali_gz, write_hybrid_set
+from tests.fixtures.hybrid_corpus import (
+    hmm_system,
+    hybrid_overrides,
+    text_transition_model,
+    write_ali_gz,
+    write_hybrid_set,
+)
 
 from asr.config import load_config
 from asr.sweep.report import write_report
@@ -17,10 +23,24 @@ from asr.utils.errors import InputError
 
 torch.set_num_threads(1)
 CHUNK = 8  # toy utterances have 12-90 frames; model.subsample=2 in hybrid_overrides
-SWEEP = ["sweep.learners=4", "sweep.learners_per_node=2", "sweep.base_batch=8", "sweep.global_batches=[8,16]", "sweep.epochs=2",
-         "sweep.baseline_lrs=[0.05,0.1]", "sweep.critical_batch=16", "sweep.critical_lrs=[0.1]", "sweep.num_layers=0",
-         "sweep.hidden_size=0", "sweep.jobs=1", "sweep.seeds=[1]", "sweep.extra_seeds=[2,3]", "sweep.algorithms=[ssgd,adpsgd]",
-         "sweep.max_train_utts=0", f"+sweep.train.chunk_frames={CHUNK}"]
+SWEEP = [
+    "sweep.learners=4",
+    "sweep.learners_per_node=2",
+    "sweep.base_batch=8",
+    "sweep.global_batches=[8,16]",
+    "sweep.epochs=2",
+    "sweep.baseline_lrs=[0.05,0.1]",
+    "sweep.critical_batch=16",
+    "sweep.critical_lrs=[0.1]",
+    "sweep.num_layers=0",
+    "sweep.hidden_size=0",
+    "sweep.jobs=1",
+    "sweep.seeds=[1]",
+    "sweep.extra_seeds=[2,3]",
+    "sweep.algorithms=[ssgd,adpsgd]",
+    "sweep.max_train_utts=0",
+    f"+sweep.train.chunk_frames={CHUNK}",
+]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +64,12 @@ def data(root):
 
 
 def test_every_batch_is_full_and_every_kept_sample_trains_once_an_epoch(data):
-    assert data.chunked and data.num_items % 16 == 0 and 0 <= data.dropped < 16 and data.num_items + data.dropped == len(data.train)
+    assert (
+        data.chunked
+        and data.num_items % 16 == 0
+        and 0 <= data.dropped < 16
+        and data.num_items + data.dropped == len(data.train)
+    )
     for seed, epoch in ((1, 0), (1, 1), (2, 0)):
         sampler = data.sampler(per_learner_batch=2, learners=4, seed=seed)
         data.set_epoch(epoch)
@@ -57,6 +82,7 @@ def test_every_batch_is_full_and_every_kept_sample_trains_once_an_epoch(data):
 
 def test_a_shard_is_samples_of_chunk_frames_with_their_targets(data, root):
     from asr.models.blstm import build_model
+
     cfg = with_train_config(sweep_config(root))
     torch.manual_seed(0)
     model = build_model(cfg.model, data.train.feat_dim, data.objective.num_outputs)
@@ -95,11 +121,14 @@ def test_the_frames_preset_is_the_papers_regime():
     the smallest batch, batches to 32x it, and settings that fit together (sweep.check)."""
     from asr.sweep.run import train_config
     from asr.sweep.sweep import check
+
     cfg = load_config(["experiment=hybrid_ce", "sweep=frames"])
     check(cfg)
     scfg, train = cfg.sweep, train_config(cfg)
     assert train.objective == "frame_ce" and train.chunk_frames == 21 and cfg.model.head == "frame_ce"
-    assert train.alignments.endswith("phone_ali/train/pdf.1.gz") and train.optimizer == "sgd"  # the default's overrides kept
+    assert (
+        train.alignments.endswith("phone_ali/train/pdf.1.gz") and train.optimizer == "sgd"
+    )  # the default's overrides kept
     smallest = min(scfg.global_batches)
     assert scfg.base_batch == smallest and smallest // scfg.learners >= 8 and max(scfg.global_batches) >= 32 * smallest
     assert scfg.critical_batch in scfg.global_batches
