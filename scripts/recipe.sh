@@ -112,7 +112,8 @@ lock_experiment() {
   command -v flock >/dev/null || { log "flock (util-linux) not found: runs of exp/$exp are not kept apart"; return 0; }
   local lock="$exp_dir/.run.lock"
   exec 8>>"$lock"
-  if ! flock -n 8; then
+  # A few seconds' grace: the stages of a run just killed still hold the lock while they exit.
+  if ! flock -w 5 8; then
     log "ERROR: $lock: exp/$exp is in use by another run.sh ($(head -1 "$lock" 2>/dev/null || echo unknown)); wait for it or stop it, or use another --exp"
     exit 2
   fi

@@ -80,6 +80,10 @@ from asr.utils.stop import EXIT_PREEMPTED, Preempted, StopRequest
 
 log = logging.getLogger(__name__)
 
+# Why a learner that was not signalled itself stops: its stop request then also makes it ignore
+# the SIGTERM torchrun sends the remaining workers once the first has exited (StopRequest.uninstall).
+PEER_SIGNAL = "another learner's signal"
+
 
 def to_container(cfg) -> dict:
     """A plain dict of a config node, interpolations resolved (what checkpoints store)."""
@@ -539,6 +543,8 @@ class Trainer:
             # (every one ends its plan, by the plan's end or by the stop).
             stop = self.claims.stop_seen or self.stop.requested
             self.preempted = self.dist.all_reduce_sum([float(stop)])[0] > 0
+            if self.preempted:
+                self.stop.request(PEER_SIGNAL)
             self.stopped = self.claims.limit_reached or self.preempted
         bar.close()
 
@@ -575,6 +581,7 @@ class Trainer:
                 self.save_checkpoint()
             if self.stop_agreed():
                 self.stopped = self.preempted = True
+                self.stop.request(PEER_SIGNAL)  # this learner may not have been signalled itself
                 return
             if self.claims is None and self.tcfg.max_steps and self.run_steps >= self.tcfg.max_steps:
                 self.stopped = p.batches_done < total or p.epoch + 1 < self.tcfg.epochs
