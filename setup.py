@@ -23,6 +23,11 @@ setup(
         "tensorboard>=2.14",  # training telemetry (asr/train/telemetry.py)
         "flashlight-text>=0.0.7",  # KenLM binding used by the LM beam search (asr/decode/beam.py)
         "av>=12",  # FFmpeg's shorten decoder, for shorten-compressed SPHERE (asr/data/shorten.py)
+        # The k2-fsa team's Kaldi parts: HMM topology, transition model, diagonal GMMs, aligner and
+        # lattice decoder (kaldi-hmm-gmm); OpenFst (kaldifst); ARPA to G.fst (kaldilm).
+        "kaldi-hmm-gmm>=1.1.4,<2",
+        "kaldifst>=1.8",
+        "kaldilm>=1.15",
     ],
     extras_require={
         "dev": ["pytest>=8", "kaldi-native-fbank>=1.20", "ruff>=0.6,<1"],
