@@ -35,6 +35,7 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import kaldi_hmm_gmm as khg
@@ -94,6 +95,7 @@ class TreeStats:
     def num_frames(self) -> float:
         return float(self.counts.sum())
 
+    @cached_property
     def packed(self) -> np.ndarray:
         """(E, 2 + 2D): number of events (1), count, sum, sum of squares: the rows `gauss_objf` takes."""
         return np.concatenate([np.ones((len(self.counts), 1)), self.counts[:, None], self.sums, self.sumsq], axis=1)
@@ -142,6 +144,13 @@ class TreeStats:
             raise InputError(f"{path}: no such tree stats file; accumulate them first") from None
         except (KeyError, ValueError, OSError) as err:
             raise InputError(f"{path}: not a tree stats file ({err}); accumulate them again") from None
+
+
+def sum_by_label(labels: np.ndarray, rows: np.ndarray, num_labels: int) -> np.ndarray:
+    """(num_labels, width): the rows summed per label (labels 0..num_labels-1)."""
+    width = rows.shape[1]
+    index = (labels.astype(np.int64)[:, None] * width + np.arange(width)).ravel()
+    return np.bincount(index, weights=rows.ravel(), minlength=num_labels * width).reshape(num_labels, width)
 
 
 def _event_codes(events: np.ndarray) -> np.ndarray:
@@ -315,7 +324,7 @@ def stats_by_value(
     keep = np.ones(len(stats.counts), bool)
     if pdf_classes is not None:
         keep = np.isin(stats.events[:, stats.context_width], pdf_classes)
-    packed = stats.packed()[keep]
+    packed = stats.packed[keep]
     column_values = stats.events[keep, column]
     out = np.zeros((len(values), packed.shape[1]))
     for i, value in enumerate(values):
@@ -539,9 +548,7 @@ def objf_given_tree(stats: TreeStats, tree: Node) -> float:
     if (leaves < 0).any():
         raise InputError("tree: some events of the stats have no leaf in the tree")
     _, inverse = np.unique(leaves, return_inverse=True)
-    packed = stats.packed()
-    summed = np.zeros((inverse.max() + 1, packed.shape[1]))
-    np.add.at(summed, inverse, packed)
+    summed = sum_by_label(inverse, stats.packed, int(inverse.max()) + 1)
     return float(gauss_objf(summed, stats.var_floor).sum())
 
 
@@ -551,7 +558,7 @@ class _Splitter:
 
     def __init__(self, stats: TreeStats, questions: Questions, min_count: float):
         self.stats, self.min_count = stats, min_count
-        self.packed = stats.packed()
+        self.packed = stats.packed
         self.width = self.packed.shape[1]
         n = stats.context_width
         self.keys = [PDF_CLASS, *range(n)]  # Kaldi's order (a std::map): ties go to the first
@@ -579,9 +586,7 @@ class _Splitter:
             values = self.stats.events[rows, self.columns[key]]
             if values.min() < 0:  # the key is not recorded for every event here (a CI phone)
                 continue
-            size = yes_matrix.shape[1]
-            index = (values[:, None].astype(np.int64) * self.width + np.arange(self.width)).ravel()
-            by_value = np.bincount(index, weights=packed.ravel(), minlength=size * self.width).reshape(size, self.width)
+            by_value = sum_by_label(values, packed, yes_matrix.shape[1])
             yes, no = yes_matrix @ by_value, self.no_matrix[key] @ by_value
             gain = gauss_objf(yes, self.stats.var_floor) + gauss_objf(no, self.stats.var_floor) - base
             usable = (yes[:, 0] > 0.5) & (no[:, 0] > 0.5)
@@ -694,7 +699,7 @@ def _cluster_leaves(tree, stats, root_of_event, num_roots, max_cost, total_leave
     """The tree with leaves of one root merged (see _merge_leaves) while the whole tree has
     more than `total_leaves` leaves (0: no limit); leaves without stats are never merged."""
     leaves = event_leaves(tree, stats.events, stats.context_width)
-    packed = stats.packed()
+    packed = stats.packed
     groups: list[list[int]] = [[] for _ in range(num_roots)]
     leaf_stats: dict[int, np.ndarray] = {}
     order = np.argsort(leaves, kind="stable")
@@ -736,9 +741,7 @@ def build_tree(
     if (root_of_event < 0).any():
         phones = sorted(set(stats.events[root_of_event < 0, p].tolist()))
         raise InputError(f"roots: phones {phones[:10]} have stats but no root; list every phone in the roots")
-    packed = stats.packed()
-    root_stats = np.zeros((len(roots), packed.shape[1]))
-    np.add.at(root_stats, root_of_event, packed)
+    root_stats = sum_by_label(root_of_event, stats.packed, len(roots))
     objf_roots = float(gauss_objf(root_stats, stats.var_floor).sum())
 
     subtrees, splits = _split_tree(stats, questions, root_of_event, len(roots), thresh, num_leaves, min_count)
