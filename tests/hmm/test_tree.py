@@ -377,3 +377,40 @@ def test_bad_roots_are_input_errors():
         build_tree(stats, ROOTS[1:], questions, num_leaves=40)
     with pytest.raises(InputError, match="below the number of roots"):
         build_tree(stats, ROOTS, questions, num_leaves=3)
+
+
+def test_the_first_split_is_the_best_question_by_kaldis_objective():
+    """Brute force over every root, key and question with kaldi_hmm_gmm's GaussClusterable."""
+    stats = synthetic_stats(right_effect=(3, {4, 5}, 1.5), context_noise=0.5)
+    questions = questions_for(stats, [4, 5])
+
+    def kaldi_objf(rows):
+        return kaldi_gauss(stats.counts[rows].sum(), stats.sums[rows].sum(0), stats.sumsq[rows].sum(0)).objf()
+
+    best = (0.0, None, None)
+    for phone in PHONES:
+        rows = np.flatnonzero(stats.events[:, 1] == phone)
+        whole = kaldi_objf(rows)
+        for key in (PDF_CLASS, 0, 1, 2):
+            values = stats.events[rows, 3 if key == PDF_CLASS else key]
+            if (values < 0).any():
+                continue
+            for yes_set in questions.of_key(key):
+                yes = np.isin(values, yes_set)
+                if yes.all() or not yes.any():
+                    continue
+                gain = kaldi_objf(rows[yes]) + kaldi_objf(rows[~yes]) - whole
+                if gain > best[0]:
+                    best = (gain, key, yes_set)
+    built = build_tree(stats, ROOTS, questions, num_leaves=len(ROOTS) + 1, thresh=0, cluster_thresh=0)
+    first = built.splits[0]
+    assert (first.key, first.yes_set) == best[1:]
+    assert first.gain == pytest.approx(best[0], rel=1e-4)
+
+
+def test_min_count_keeps_small_leaves_out():
+    stats = synthetic_stats(context_noise=1.0)
+    built = build_tree(stats, ROOTS, questions_for(stats), num_leaves=300, thresh=0, cluster_thresh=0, min_count=400)
+    assert built.splits and all(min(s.yes_count, s.no_count) >= 400 for s in built.splits)
+    unlimited = build_tree(stats, ROOTS, questions_for(stats), num_leaves=300, thresh=0, cluster_thresh=0)
+    assert min(min(s.yes_count, s.no_count) for s in unlimited.splits) < 400
