@@ -575,8 +575,8 @@ class _Splitter:
             self.yes_matrix[key], self.no_matrix[key] = yes, 1.0 - yes
 
     def best_split(self, rows: np.ndarray) -> tuple[float, int, int, np.ndarray]:
-        """(gain, key, question index, the rows answering yes) of the best question, gain 0 if none."""
-        best: tuple[float, int, int, np.ndarray] = (0.0, 0, -1, rows[:0])
+        """(gain, key, question index, which rows answer yes) of the best question, gain 0 if none."""
+        best: tuple[float, int, int, np.ndarray] = (0.0, 0, -1, np.zeros(len(rows), bool))
         if len(rows) <= 1:
             return best
         packed = self.packed[rows]
@@ -595,8 +595,7 @@ class _Splitter:
             gain = np.where(usable, gain, 0.0)
             q = int(np.argmax(gain))
             if gain[q] > best[0]:
-                answer = yes_matrix[q, values] > 0.5
-                best = (float(gain[q]), key, q, rows[answer])
+                best = (float(gain[q]), key, q, yes_matrix[q, values] > 0.5)
         return best
 
 
@@ -629,9 +628,8 @@ def _split_tree(stats, questions, root_of_event, num_roots, thresh, max_leaves, 
     next_node, num_leaves, splits = num_roots, num_roots, []
     while heap and -heap[0][0] > thresh and (max_leaves <= 0 or num_leaves < max_leaves):
         _, node, leaf = heapq.heappop(heap)
-        gain, key, q, yes_rows = candidates.pop(node)
-        rows = rows_of[leaf]
-        no_rows = np.setdiff1d(rows, yes_rows, assume_unique=True)
+        gain, key, q, answer = candidates.pop(node)
+        yes_rows, no_rows = rows_of[leaf][answer], rows_of[leaf][~answer]
         yes_set = questions.of_key(key)[q]
         yes_node, no_node = next_node, next_node + 1
         next_node += 2
@@ -645,54 +643,66 @@ def _split_tree(stats, questions, root_of_event, num_roots, thresh, max_leaves, 
     return subtrees, splits
 
 
+class _Compartment:
+    """One compartment of bottom-up clustering (Kaldi's BottomUpClusterer): its points' stats,
+    the cost of merging each pair (i, j < i; inf once either is gone) and who merged into whom."""
+
+    def __init__(self, points: np.ndarray, var_floor: float):
+        self.points, self.var_floor = points, var_floor
+        self.objf = gauss_objf(points, var_floor)
+        n = len(points)
+        self.cost = np.full((n, n), np.inf)
+        for i in range(1, n):  # row by row: a whole n x n x width block would not fit at scale
+            self.cost[i, :i] = self.objf[i] + self.objf[:i] - gauss_objf(points[i] + points[:i], var_floor)
+        self.parent = np.arange(n)
+        self.alive = np.ones(n, bool)
+
+    def cheapest(self) -> float:
+        return float(self.cost.min(initial=np.inf))
+
+    def merge_cheapest(self) -> float:
+        """Merge the cheapest pair, j into i (i > j, as Kaldi); returns its cost."""
+        i, j = np.unravel_index(np.argmin(self.cost), self.cost.shape)
+        cost = float(self.cost[i, j])
+        self.points[i] += self.points[j]
+        self.objf[i] = gauss_objf(self.points[i], self.var_floor)
+        self.parent[j], self.alive[j] = i, False
+        self.cost[j, :] = self.cost[:, j] = np.inf
+        pair = self.objf[i] + self.objf - gauss_objf(self.points[i] + self.points, self.var_floor)
+        others = self.alive & (np.arange(len(self.points)) != i)
+        below, above = others & (np.arange(len(self.points)) < i), others & (np.arange(len(self.points)) > i)
+        self.cost[i, below] = pair[below]
+        self.cost[above, i] = pair[above]
+        return cost
+
+    def clusters(self) -> np.ndarray:
+        """Each point's cluster number, clusters numbered in the order of their surviving point."""
+        root = self.parent.copy()
+        while (root != root[root]).any():
+            root = root[root]
+        return np.searchsorted(np.flatnonzero(self.alive), root)
+
+
 def _merge_leaves(
     groups: list[list[int]], leaf_stats: dict[int, np.ndarray], max_cost: float, min_total: int, var_floor
 ):
     """Kaldi's bottom-up clustering within compartments (ClusterBottomUp per compartment, or
     ClusterBottomUpCompartmentalized down to `min_total` clusters): merge the cheapest pair of
-    one compartment while its cost (the objective's loss) is at most `max_cost`. Returns
-    (leaf -> leaf it becomes, objective change)."""
-    state = []
-    total = sum(len(g) for g in groups)
-    for leaves in groups:
-        points = np.stack([leaf_stats[leaf] for leaf in leaves])
-        objf = gauss_objf(points, var_floor)
-        cost = objf[:, None] + objf[None, :] - gauss_objf(points[:, None, :] + points[None, :, :], var_floor)
-        cost[np.triu_indices(len(leaves))] = np.inf  # pairs (i, j) with j < i, as Kaldi
-        state.append({"points": points, "objf": objf, "cost": cost, "parent": list(range(len(leaves)))})
-    best = np.array([s["cost"].min(initial=np.inf) for s in state])
-    change = 0.0
-    while total > min_total and len(best) and best.min() <= max_cost:
-        c = int(np.argmin(best))
-        s = state[c]
-        i, j = np.unravel_index(np.argmin(s["cost"]), s["cost"].shape)
-        change -= s["cost"][i, j]
-        points, cost = s["points"], s["cost"]
-        points[i] += points[j]  # merge j into i (i > j)
-        s["parent"][j] = i
-        cost[j, :], cost[:, j] = np.inf, np.inf
-        s["objf"][i] = gauss_objf(points[i], var_floor)
-        alive = np.array([s["parent"][k] == k and k != i for k in range(len(points))])
-        pair = s["objf"][i] + s["objf"] - gauss_objf(points[i] + points, var_floor)
-        below, above = np.arange(len(points)) < i, np.arange(len(points)) > i
-        cost[i, below & alive] = pair[below & alive]
-        cost[above & alive, i] = pair[above & alive]
-        best[c] = cost.min(initial=np.inf)
+    any compartment while its cost (the objective's loss) is at most `max_cost`. Returns
+    (leaf -> the leaf number it takes, objective change)."""
+    compartments = [_Compartment(np.stack([leaf_stats[leaf] for leaf in g]), var_floor) for g in groups]
+    cheapest = np.array([c.cheapest() for c in compartments])
+    total, change = sum(len(g) for g in groups), 0.0
+    while total > min_total and len(cheapest) and cheapest.min() <= max_cost:
+        which = int(np.argmin(cheapest))
+        change -= compartments[which].merge_cheapest()
+        cheapest[which] = compartments[which].cheapest()
         total -= 1
     mapping = {}
-    for leaves, s in zip(groups, state):
-        parent = s["parent"]
-
-        def find(k: int) -> int:
-            while parent[k] != k:
-                k = parent[k]
-            return k
-
-        survivors = sorted({find(k) for k in range(len(leaves))})
-        number = {k: c for c, k in enumerate(survivors)}
-        for k, leaf in enumerate(leaves):
-            mapping[leaf] = leaves[number[find(k)]]  # Kaldi reuses the group's c-th leaf number
-    return mapping, float(change)
+    for leaves, compartment in zip(groups, compartments):
+        for leaf, cluster in zip(leaves, compartment.clusters()):
+            mapping[leaf] = leaves[cluster]  # as Kaldi: cluster c takes the group's c-th leaf number
+    return mapping, change
 
 
 def _cluster_leaves(tree, stats, root_of_event, num_roots, max_cost, total_leaves):

@@ -414,3 +414,23 @@ def test_min_count_keeps_small_leaves_out():
     assert built.splits and all(min(s.yes_count, s.no_count) >= 400 for s in built.splits)
     unlimited = build_tree(stats, ROOTS, questions_for(stats), num_leaves=300, thresh=0, cluster_thresh=0)
     assert min(min(s.yes_count, s.no_count) for s in unlimited.splits) < 400
+
+
+def test_after_merging_no_pair_within_a_root_is_cheaper_than_the_threshold():
+    """Kaldi's ClusterEventMapRestrictedByMap: merging stops when every pair of leaves under one
+    root would cost more than cluster_thresh (costs from kaldi_hmm_gmm's GaussClusterable)."""
+    stats = synthetic_stats(right_effect=(3, {4, 5}, 2.0), context_noise=0.3)
+    questions = questions_for(stats)
+    split_only = build_tree(stats, ROOTS, questions, num_leaves=70, thresh=0, cluster_thresh=0, round_num_leaves=False)
+    threshold = min(s.gain for s in split_only.splits)
+    built = build_tree(stats, ROOTS, questions, num_leaves=70, thresh=0, round_num_leaves=False)
+    assert built.num_pdfs < split_only.num_pdfs
+    leaves = event_leaves(built.tree, stats.events, 3)
+    for phone in PHONES:
+        pdfs = sorted(set(leaves[stats.events[:, 1] == phone].tolist()))
+        gauss = [
+            kaldi_gauss(stats.counts[rows].sum(), stats.sums[rows].sum(0), stats.sumsq[rows].sum(0))
+            for rows in (np.flatnonzero(leaves == pdf) for pdf in pdfs)
+        ]
+        for a, b in itertools.combinations(gauss, 2):
+            assert a.distance(b) > threshold * (1 - 1e-4)
