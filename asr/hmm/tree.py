@@ -20,7 +20,9 @@ one; this module is those tools, following Kaldi's sources (src/tree/, src/hmm/t
       exceeds `thresh` and there are fewer than `num_leaves` leaves; then leaves within a root
       whose merging costs at most `cluster_thresh` are merged, the count rounded down to a
       multiple of 8 as Kaldi's default does, and leaves numbered as Kaldi numbers pdf ids
-      (in the order of their leaf numbers at splitting time).
+      (in the order of their leaf numbers at splitting time);
+  `pdf_gaussians`                                    gmm-init-model's start
+      one Gaussian per pdf from the stats of the events the tree maps to it.
 
 The objective of a set of frames is Kaldi's GaussClusterable::Objf: count times the average
 log-likelihood of the frames under their own diagonal Gaussian (variances floored). Splits
@@ -550,6 +552,24 @@ def objf_given_tree(stats: TreeStats, tree: Node) -> float:
     _, inverse = np.unique(leaves, return_inverse=True)
     summed = sum_by_label(inverse, stats.packed, int(inverse.max()) + 1)
     return float(gauss_objf(summed, stats.var_floor).sum())
+
+
+def pdf_gaussians(stats: TreeStats, tree: Node, num_pdfs: int, var_floor: float = VAR_FLOOR):
+    """gmm-init-model's single Gaussian per pdf from the tree stats: (counts (P,), means (P, D),
+    variances (P, D), floored at var_floor); a pdf without stats gets the global one, as Kaldi."""
+    leaves = event_leaves(tree, stats.events, stats.context_width)
+    if (leaves < 0).any() or leaves.max(initial=0) >= num_pdfs:
+        raise InputError("tree: the stats' events do not all map to pdfs 0..num_pdfs-1 of the tree")
+    summed = sum_by_label(leaves, stats.packed, num_pdfs)
+    empty = summed[:, 1] <= 0
+    summed[empty] = stats.packed.sum(axis=0)
+    if empty.any():
+        log.warning("pdf_gaussians: %d pdfs have no stats (phones unseen in training?)", int(empty.sum()))
+    dim = stats.dim
+    counts = summed[:, 1]
+    means = summed[:, 2 : 2 + dim] / counts[:, None]
+    variances = np.maximum(summed[:, 2 + dim :] / counts[:, None] - means * means, var_floor)
+    return counts, means, variances
 
 
 class _Splitter:

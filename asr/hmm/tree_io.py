@@ -16,7 +16,8 @@ src/tree/event-map.cc:
 an int32 being a size byte 4 and 4 little-endian bytes (-4 for the unsigned table size), a
 token its text and a space, an integer vector a size byte, an int32 count and the values.
 kaldi_hmm_gmm's `ContextDependency` pickles through exactly these bytes (without `\\0B`), so
-`context_dependency` hands a tree to the library without a file.
+`context_dependency` hands a tree to the library without a file. `read_roots` reads the lang
+dir's `phones/roots.{int,txt}` (which phones share a root).
 """
 
 from __future__ import annotations
@@ -221,3 +222,31 @@ def read_tree(path: str | os.PathLike) -> tuple[Node, int, int]:
 def load_context_dependency(path: str | os.PathLike) -> khg.ContextDependency:
     """A binary Kaldi `tree` file as kaldi_hmm_gmm's ContextDependency."""
     return context_dependency(*read_tree(path))
+
+
+def read_roots(path: str | os.PathLike, phone_ids: dict[str, int] | None = None) -> list[list[int]]:
+    """Kaldi's roots file (`phones/roots.int`, or `phones/roots.txt` given the phone ids):
+    `shared split <phone> ...` a line, one root per line. Only `shared split` roots are built
+    here (what prepare_lang.sh writes for every phone)."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such roots file; prepare the lang dir first") from None
+    roots = []
+    for number, line in enumerate(lines, 1):
+        fields = line.split()
+        if not fields:
+            continue
+        if fields[:2] != ["shared", "split"] or len(fields) < 3:
+            raise InputError(f"{path}:{number}: expected 'shared split <phones>', got {line!r}")
+        try:
+            phones = [phone_ids[f] if phone_ids is not None else int(f) for f in fields[2:]]
+        except (KeyError, ValueError) as err:
+            raise InputError(f"{path}:{number}: unknown phone {err}; is this roots.txt with phones.txt?") from None
+        if min(phones) <= 0 or len(set(phones)) != len(phones):
+            raise InputError(f"{path}:{number}: phone ids must be positive and distinct")
+        roots.append(sorted(phones))
+    if not roots:
+        raise InputError(f"{path}: empty roots file")
+    return roots

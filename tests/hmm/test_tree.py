@@ -21,6 +21,7 @@ from asr.hmm.tree import (
     gauss_objf,
     kaldi_questions,
     objf_given_tree,
+    pdf_gaussians,
 )
 from asr.hmm.tree_io import (
     Constant,
@@ -28,6 +29,7 @@ from asr.hmm.tree_io import (
     Table,
     context_dependency,
     load_context_dependency,
+    read_roots,
     read_tree,
     read_tree_stream,
     tree_bytes,
@@ -434,3 +436,27 @@ def test_after_merging_no_pair_within_a_root_is_cheaper_than_the_threshold():
         ]
         for a, b in itertools.combinations(gauss, 2):
             assert a.distance(b) > threshold * (1 - 1e-4)
+
+
+def test_pdf_gaussians_are_the_leaves_moments():
+    stats = synthetic_stats(right_effect=(3, {4, 5}, 3.0))
+    built = build_tree(stats, ROOTS, questions_for(stats), num_leaves=30, thresh=0)
+    counts, means, variances = pdf_gaussians(stats, built.tree, built.num_pdfs)
+    leaves = event_leaves(built.tree, stats.events, 3)
+    for pdf in range(built.num_pdfs):
+        rows = leaves == pdf
+        gauss = kaldi_gauss(stats.counts[rows].sum(), stats.sums[rows].sum(0), stats.sumsq[rows].sum(0))
+        assert counts[pdf] == pytest.approx(gauss.count())
+        np.testing.assert_allclose(means[pdf], gauss.x_stats() / gauss.count(), rtol=1e-6)
+        expected = np.maximum(gauss.x2_stats() / gauss.count() - means[pdf] ** 2, 0.01)
+        np.testing.assert_allclose(variances[pdf], expected, rtol=1e-5)
+
+
+def test_roots_file(tmp_path):
+    (tmp_path / "roots.int").write_text("shared split 1\nshared split 2 3\n")
+    assert read_roots(tmp_path / "roots.int") == [[1], [2, 3]]
+    (tmp_path / "roots.txt").write_text("shared split sil\nshared split ah\n")
+    assert read_roots(tmp_path / "roots.txt", {"sil": 1, "ah": 2}) == [[1], [2]]
+    (tmp_path / "bad").write_text("not-shared not-split 1\n")
+    with pytest.raises(InputError, match="shared split"):
+        read_roots(tmp_path / "bad")
