@@ -594,6 +594,17 @@ class _Splitter:
                 yes[i, list(s)] = 1.0
             self.yes_matrix[key], self.no_matrix[key] = yes, 1.0 - yes
 
+    @staticmethod
+    def _first_of_each_partition(yes_matrix: np.ndarray, by_value: np.ndarray) -> np.ndarray:
+        """Which questions are the first to split the values present here their way. Questions
+        differing only in absent values split alike; Kaldi takes the first of them (their gains
+        are bitwise equal there), while a matrix product may round them apart."""
+        patterns = yes_matrix[:, by_value[:, 0] > 0]
+        _, first = np.unique(patterns, axis=0, return_index=True)
+        keep = np.zeros(len(yes_matrix), bool)
+        keep[first] = True
+        return keep
+
     def best_split(self, rows: np.ndarray) -> tuple[float, int, int, np.ndarray]:
         """(gain, key, question index, which rows answer yes) of the best question, gain 0 if none."""
         best: tuple[float, int, int, np.ndarray] = (0.0, 0, -1, np.zeros(len(rows), bool))
@@ -609,7 +620,7 @@ class _Splitter:
             by_value = sum_by_label(values, packed, yes_matrix.shape[1])
             yes, no = yes_matrix @ by_value, self.no_matrix[key] @ by_value
             gain = gauss_objf(yes, self.stats.var_floor) + gauss_objf(no, self.stats.var_floor) - base
-            usable = (yes[:, 0] > 0.5) & (no[:, 0] > 0.5)
+            usable = (yes[:, 0] > 0.5) & (no[:, 0] > 0.5) & self._first_of_each_partition(yes_matrix, by_value)
             if self.min_count > 0:
                 usable &= (yes[:, 1] >= self.min_count) & (no[:, 1] >= self.min_count)
             gain = np.where(usable, gain, 0.0)

@@ -140,6 +140,13 @@ def _write_node(out: io.BytesIO, node: Node | None) -> None:
         _token(out, "}")
 
 
+def event_map_bytes(tree: Node) -> bytes:
+    """The tree alone as Kaldi's binary EventMap::Write writes it."""
+    out = io.BytesIO()
+    _write_node(out, tree)
+    return out.getvalue()
+
+
 def tree_bytes(tree: Node, context_width: int = 3, central_position: int = 1) -> bytes:
     """The tree as Kaldi's binary ContextDependency object (no `\\0B` mark)."""
     out = io.BytesIO()

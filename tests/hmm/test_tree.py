@@ -3,6 +3,7 @@
 stats equal a frame-by-frame acc-tree-stats, the tree reduces to the monophone tree, splits
 never lower the objective, a context that matters is asked first."""
 
+import hashlib
 import itertools
 import struct
 
@@ -28,6 +29,7 @@ from asr.hmm.tree_io import (
     Split,
     Table,
     context_dependency,
+    event_map_bytes,
     load_context_dependency,
     read_roots,
     read_tree,
@@ -36,6 +38,7 @@ from asr.hmm.tree_io import (
     write_tree,
 )
 from asr.utils.errors import InputError
+from tests.hmm.kaldi_reference import KALDI_TREES, SEEDS, STATS_SHA1
 
 SIL = 1
 PHONES = [1, 2, 3, 4, 5, 6]  # 1 is silence
@@ -460,3 +463,14 @@ def test_roots_file(tmp_path):
     (tmp_path / "bad").write_text("not-shared not-split 1\n")
     with pytest.raises(InputError, match="shared split"):
         read_roots(tmp_path / "bad")
+
+
+@pytest.mark.parametrize("seed, args, expected", KALDI_TREES)
+def test_the_tree_is_byte_for_byte_kaldis(seed, args, expected):
+    """The trees Kaldi's own BuildTree steps made from the same stats (tests/hmm/kaldi_reference.py)."""
+    stats = synthetic_stats(seed=seed, **SEEDS[seed])
+    digest = hashlib.sha1(stats.sums.tobytes()).hexdigest()[:16]
+    assert digest == STATS_SHA1[seed], "the synthetic stats changed (numpy's random stream?): regenerate the reference"
+    max_leaves, thresh, cluster_thresh, round_leaves = args
+    built = build_tree(stats, ROOTS, questions_for(stats), max_leaves, thresh, cluster_thresh, round_leaves)
+    assert hashlib.sha1(event_map_bytes(built.tree)).hexdigest() == expected
