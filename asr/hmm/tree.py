@@ -70,6 +70,13 @@ def gauss_objf(stats: np.ndarray, var_floor: float = VAR_FLOOR) -> np.ndarray:
     return np.where(count > 0, per_frame * count, 0.0)
 
 
+def kaldi_float_change(objf_a, objf_b, objf_whole) -> np.ndarray:
+    """objf_a + objf_b - objf_whole as Kaldi computes it, in BaseFloat (float32): the gain of a
+    split or the cost of a merge. Decisions use it so that near ties go as in Kaldi."""
+    f32 = np.float32
+    return (np.asarray(objf_a).astype(f32) + np.asarray(objf_b).astype(f32)) - np.asarray(objf_whole).astype(f32)
+
+
 # ---- statistics (acc-tree-stats) ----------------------------------------------------------
 
 
@@ -473,6 +480,7 @@ class TreeSplit:
     gain: float
     yes_count: float
     no_count: float
+    kaldi_gain: float  # the gain as Kaldi's float arithmetic has it (what ordered the splits)
 
 
 @dataclass
@@ -605,32 +613,44 @@ class _Splitter:
         keep[first] = True
         return keep
 
-    def best_split(self, rows: np.ndarray) -> tuple[float, int, int, np.ndarray]:
-        """(gain, key, question index, which rows answer yes) of the best question, gain 0 if none."""
-        best: tuple[float, int, int, np.ndarray] = (0.0, 0, -1, np.zeros(len(rows), bool))
+    def best_split(self, rows: np.ndarray) -> _Candidate:
+        """The best question for these rows (gain 0 if none)."""
+        best = _Candidate(0.0, np.float32(0.0), 0, -1, np.zeros(len(rows), bool))
         if len(rows) <= 1:
             return best
         packed = self.packed[rows]
-        total = packed.sum(axis=0)
-        base = float(gauss_objf(total, self.stats.var_floor))
+        base = gauss_objf(packed.sum(axis=0), self.stats.var_floor)
         for key, yes_matrix in self.yes_matrix.items():
             values = self.stats.events[rows, self.columns[key]]
             if values.min() < 0:  # the key is not recorded for every event here (a CI phone)
                 continue
             by_value = sum_by_label(values, packed, yes_matrix.shape[1])
             yes, no = yes_matrix @ by_value, self.no_matrix[key] @ by_value
-            gain = gauss_objf(yes, self.stats.var_floor) + gauss_objf(no, self.stats.var_floor) - base
+            objf_yes, objf_no = gauss_objf(yes, self.stats.var_floor), gauss_objf(no, self.stats.var_floor)
             usable = (yes[:, 0] > 0.5) & (no[:, 0] > 0.5) & self._first_of_each_partition(yes_matrix, by_value)
             if self.min_count > 0:
                 usable &= (yes[:, 1] >= self.min_count) & (no[:, 1] >= self.min_count)
-            gain = np.where(usable, gain, 0.0)
-            q = int(np.argmax(gain))
-            if gain[q] > best[0]:
-                best = (float(gain[q]), key, q, yes_matrix[q, values] > 0.5)
+            gain = np.where(usable, kaldi_float_change(objf_no, objf_yes, base), np.float32(0.0))
+            q = int(np.argmax(gain))  # the first of equal gains, as Kaldi
+            if gain[q] > best.gain32:
+                exact = float(objf_yes[q] + objf_no[q] - base)
+                best = _Candidate(exact, gain[q], key, q, yes_matrix[q, values] > 0.5)
         return best
 
 
-def _leaf_tree(node_kind: dict, node: int) -> Node:
+@dataclass
+class _Candidate:
+    """A leaf's best split: its gain (double, and as Kaldi's float, which decides), the key,
+    the question's index and which of the leaf's rows answer yes."""
+
+    gain: float
+    gain32: np.float32
+    key: int
+    question: int
+    answer: np.ndarray
+
+
+def _leaf_tree(node_kind: dict, node: tuple) -> Node:
     kind = node_kind[node]
     if kind[0] == "leaf":
         return Constant(kind[1])
@@ -639,38 +659,39 @@ def _leaf_tree(node_kind: dict, node: int) -> Node:
 
 
 def _split_tree(stats, questions, root_of_event, num_roots, thresh, max_leaves, min_count):
-    """SplitDecisionTree: (subtree per root with leaf numbers, the splits in order)."""
+    """SplitDecisionTree: (subtree per root with leaf numbers, the splits in order). The leaf
+    with the largest gain is split next; of equal (float) gains, the one of the last root, and
+    within a root the first in pre-order (yes before no), as Kaldi's queue of roots does."""
     splitter = _Splitter(stats, questions, min_count)
-    node_kind: dict[int, tuple] = {}
+    node_kind: dict[tuple, tuple] = {}
     rows_of: dict[int, np.ndarray] = {}
-    heap: list[tuple[float, int, int]] = []
-    candidates: dict[int, tuple] = {}
+    heap: list[tuple] = []
+    candidates: dict[tuple, _Candidate] = {}
 
-    def open_leaf(node: int, leaf: int, rows: np.ndarray) -> None:
+    def open_leaf(node: tuple, leaf: int, rows: np.ndarray) -> None:
         node_kind[node], rows_of[leaf] = ("leaf", leaf), rows
         candidates[node] = splitter.best_split(rows)
-        if candidates[node][0] > 0:
-            heapq.heappush(heap, (-candidates[node][0], node, leaf))
+        if candidates[node].gain32 > 0:
+            heapq.heappush(heap, (-candidates[node].gain32, -node[0], node[1:], leaf))
 
     order = np.argsort(root_of_event, kind="stable")
     bounds = np.searchsorted(root_of_event[order], np.arange(num_roots + 1))
     for root in range(num_roots):
-        open_leaf(root, root, order[bounds[root] : bounds[root + 1]])
-    next_node, num_leaves, splits = num_roots, num_roots, []
-    while heap and -heap[0][0] > thresh and (max_leaves <= 0 or num_leaves < max_leaves):
-        _, node, leaf = heapq.heappop(heap)
-        gain, key, q, answer = candidates.pop(node)
-        yes_rows, no_rows = rows_of[leaf][answer], rows_of[leaf][~answer]
-        yes_set = questions.of_key(key)[q]
-        yes_node, no_node = next_node, next_node + 1
-        next_node += 2
-        node_kind[node] = ("split", key, yes_set, yes_node, no_node)
-        counts = stats.counts
-        splits.append(TreeSplit(leaf, key, yes_set, gain, float(counts[yes_rows].sum()), float(counts[no_rows].sum())))
-        open_leaf(yes_node, leaf, yes_rows)  # as Kaldi: the yes side keeps the leaf's number
-        open_leaf(no_node, num_leaves, no_rows)
+        open_leaf((root,), root, order[bounds[root] : bounds[root + 1]])
+    num_leaves, splits = num_roots, []
+    while heap and -heap[0][0] > np.float32(thresh) and (max_leaves <= 0 or num_leaves < max_leaves):
+        _, minus_root, path, leaf = heapq.heappop(heap)
+        node = (-minus_root, *path)
+        best = candidates.pop(node)
+        yes_rows, no_rows = rows_of[leaf][best.answer], rows_of[leaf][~best.answer]
+        yes_set = questions.of_key(best.key)[best.question]
+        node_kind[node] = ("split", best.key, yes_set, (*node, 0), (*node, 1))
+        yes_count, no_count = float(stats.counts[yes_rows].sum()), float(stats.counts[no_rows].sum())
+        splits.append(TreeSplit(leaf, best.key, yes_set, best.gain, yes_count, no_count, float(best.gain32)))
+        open_leaf((*node, 0), leaf, yes_rows)  # as Kaldi: the yes side keeps the leaf's number
+        open_leaf((*node, 1), num_leaves, no_rows)
         num_leaves += 1
-    subtrees = [_leaf_tree(node_kind, root) for root in range(num_roots)]
+    subtrees = [_leaf_tree(node_kind, (root,)) for root in range(num_roots)]
     return subtrees, splits
 
 
@@ -684,9 +705,14 @@ class _Compartment:
         n = len(points)
         self.cost = np.full((n, n), np.inf)
         for i in range(1, n):  # row by row: a whole n x n x width block would not fit at scale
-            self.cost[i, :i] = self.objf[i] + self.objf[:i] - gauss_objf(points[i] + points[:i], var_floor)
+            self.cost[i, :i] = self._costs(i, np.arange(i))
         self.parent = np.arange(n)
         self.alive = np.ones(n, bool)
+
+    def _costs(self, i: int, others: np.ndarray) -> np.ndarray:
+        """Kaldi's Distance (in float, never below 0) of point i to each of `others`."""
+        merged = gauss_objf(self.points[i] + self.points[others], self.var_floor)
+        return np.maximum(kaldi_float_change(self.objf[i], self.objf[others], merged), 0).astype(np.float64)
 
     def cheapest(self) -> float:
         return float(self.cost.min(initial=np.inf))
@@ -699,11 +725,10 @@ class _Compartment:
         self.objf[i] = gauss_objf(self.points[i], self.var_floor)
         self.parent[j], self.alive[j] = i, False
         self.cost[j, :] = self.cost[:, j] = np.inf
-        pair = self.objf[i] + self.objf - gauss_objf(self.points[i] + self.points, self.var_floor)
-        others = self.alive & (np.arange(len(self.points)) != i)
-        below, above = others & (np.arange(len(self.points)) < i), others & (np.arange(len(self.points)) > i)
-        self.cost[i, below] = pair[below]
-        self.cost[above, i] = pair[above]
+        index = np.arange(len(self.points))
+        below, above = np.flatnonzero(self.alive & (index < i)), np.flatnonzero(self.alive & (index > i))
+        self.cost[i, below] = self._costs(i, below)
+        self.cost[above, i] = self._costs(i, above)
         return cost
 
     def clusters(self) -> np.ndarray:
@@ -720,20 +745,20 @@ def _merge_leaves(
     """Kaldi's bottom-up clustering within compartments (ClusterBottomUp per compartment, or
     ClusterBottomUpCompartmentalized down to `min_total` clusters): merge the cheapest pair of
     any compartment while its cost (the objective's loss) is at most `max_cost`. Returns
-    (leaf -> the leaf number it takes, objective change)."""
+    leaf -> the leaf number it takes."""
     compartments = [_Compartment(np.stack([leaf_stats[leaf] for leaf in g]), var_floor) for g in groups]
     cheapest = np.array([c.cheapest() for c in compartments])
-    total, change = sum(len(g) for g in groups), 0.0
-    while total > min_total and len(cheapest) and cheapest.min() <= max_cost:
+    total = sum(len(g) for g in groups)
+    while total > min_total and len(cheapest) and cheapest.min() <= np.float32(max_cost):
         which = int(np.argmin(cheapest))
-        change -= compartments[which].merge_cheapest()
+        compartments[which].merge_cheapest()
         cheapest[which] = compartments[which].cheapest()
         total -= 1
     mapping = {}
     for leaves, compartment in zip(groups, compartments):
         for leaf, cluster in zip(leaves, compartment.clusters()):
             mapping[leaf] = leaves[cluster]  # as Kaldi: cluster c takes the group's c-th leaf number
-    return mapping, change
+    return mapping
 
 
 def _cluster_leaves(tree, stats, root_of_event, num_roots, max_cost, total_leaves):
@@ -752,8 +777,8 @@ def _cluster_leaves(tree, stats, root_of_event, num_roots, max_cost, total_leave
         groups[int(root_of_event[order[start]])].append(leaf)
     without_stats = len(leaf_answers(tree)) - len(leaf_stats)
     min_total = max(total_leaves - without_stats, 0)
-    mapping, change = _merge_leaves([g for g in groups if g], leaf_stats, max_cost, min_total, stats.var_floor)
-    return map_answers(tree, mapping), change
+    mapping = _merge_leaves([g for g in groups if g], leaf_stats, max_cost, min_total, stats.var_floor)
+    return map_answers(tree, mapping)
 
 
 def build_tree(
@@ -788,6 +813,7 @@ def build_tree(
     subtrees, splits = _split_tree(stats, questions, root_of_event, len(roots), thresh, num_leaves, min_count)
     tree = map_subtrees(stub, subtrees)
     split_gain = sum(s.gain for s in splits)
+    objf_split = objf_given_tree(stats, tree)
     leaves_after_split = len(roots) + len(splits)
     log.info(
         "build_tree: %d splits, %d leaves, gain %.4g per frame",
@@ -796,19 +822,17 @@ def build_tree(
         split_gain / max(stats.num_frames, 1),
     )
 
-    cluster_change = 0.0
     if cluster_thresh is None:
-        cluster_thresh = min((s.gain for s in splits), default=0.0)
+        cluster_thresh = min((s.kaldi_gain for s in splits), default=0.0)
     if cluster_thresh > 0:
-        tree, change = _cluster_leaves(tree, stats, root_of_event, len(roots), cluster_thresh, 0)
-        cluster_change += change
+        tree = _cluster_leaves(tree, stats, root_of_event, len(roots), cluster_thresh, 0)
     if round_num_leaves:
         leaves_now = len(leaf_answers(tree))
         if 8 <= leaves_now and leaves_now % 8:
-            tree, change = _cluster_leaves(tree, stats, root_of_event, len(roots), math.inf, (leaves_now // 8) * 8)
-            cluster_change += change
+            tree = _cluster_leaves(tree, stats, root_of_event, len(roots), math.inf, (leaves_now // 8) * 8)
     tree, num_pdfs = renumber(tree)
     objf = objf_given_tree(stats, tree)
+    cluster_change = objf - objf_split
     log.info(
         "build_tree: %d pdfs, objective change from merging %.4g per frame",
         num_pdfs,
