@@ -9,7 +9,8 @@ one; this module is those tools, following Kaldi's sources (src/tree/, src/hmm/t
       features, as `TreeStats` (mergeable across jobs with `merge`);
   `cluster_phones`                                   cluster-phones
       sets of phones for questions, from top-down binary k-means of the phones' statistics
-      (pdf-class 1 by default) by Gaussian likelihood: every node of that binary tree is a set;
+      (pdf-class 1 by default) by Gaussian likelihood: every node of that binary tree but the
+      root is a set;
   `compile_questions`                                compile-questions
       the phone sets (plus Kaldi's extra questions, e.g. silence / non-silence) asked of every
       context position, and {0}, {0,1}, ... asked of the pdf-class;
@@ -389,7 +390,8 @@ def cluster_phones(
     """cluster-phones (Kaldi's AutomaticallyObtainQuestions): the phone sets' central-phone
     stats (pdf-classes `pdf_classes`) split top-down by binary k-means, always splitting the
     cluster whose split gains most, until every set stands alone; every cluster of that tree
-    (the root first) is a question, then the input sets themselves, without duplicates."""
+    but the root is a question, then the input sets themselves, without duplicates (the sets
+    Kaldi's cluster-phones writes, in another order)."""
     sets = [sorted(int(p) for p in s) for s in phone_sets]
     flat = [p for s in sets for p in s]
     if not sets or any(not s for s in sets) or len(flat) != len(set(flat)):
@@ -422,7 +424,8 @@ def cluster_phones(
             consider(len(clusters) - 1)
         leaves += 1
     out: list[list[int]] = []
-    for members in clusters + [[i] for i in range(len(sets))]:
+    # The root (every phone) is left out: Kaldi's ObtainSetsOfPhones never fills it in
+    for members in clusters[1:] + [[i] for i in range(len(sets))]:
         phones = sorted(p for i in members for p in sets[i])
         if phones and phones not in out:
             out.append(phones)

@@ -11,7 +11,10 @@ src/util, src/tree, src/itf; an empty matrix/matrix-lib.h; a double-precision Ga
         base/kaldi-utils,tree/event-map,tree/build-tree-utils,tree/cluster-utils,\\
         tree/build-tree-questions}.cc -o kaldi_build_tree
 
-and `python -m tests.hmm.kaldi_reference ./kaldi_build_tree`, which prints these lines.
+and `python -m tests.hmm.kaldi_reference ./kaldi_build_tree ./kaldi_cluster_phones`, which
+prints these lines. kaldi_cluster_phones.cc (Kaldi's TreeCluster, for cluster-phones) is built the
+same way from src/base and src/tree/cluster-utils.cc; KALDI_PHONE_SETS is the SHA-1 of the sorted
+phone sets it gave for phone_stats(*case).
 """
 
 import hashlib
@@ -26,21 +29,66 @@ SEEDS[2] = dict(right_effect=(2, {1, 6}, 1.0), context_noise=1.0)
 ARGS = [(18, 0, 0, False), (40, 0, 0, False), (70, 0, None, True), (120, 50.0, None, True), (200, 0, 30.0, False)]
 KALDI_TREES = [
     (0, (18, 0, 0, False), "154014fedcf0d0f3c2b20ecedaad464ad6f421af"),
-    (0, (40, 0, 0, False), "c7e2bcd78164d43623bb5d2076dc37bb9ba4dd33"),
-    (0, (70, 0, None, True), "ae8a00ddc94c46956860aeca7df596836d240f7c"),
+    (0, (40, 0, 0, False), "5d74709224a3995319acf2e7c7e9bbff272141bf"),
+    (0, (70, 0, None, True), "e5df80072b47a193420e4dd0451335231c950c36"),
     (0, (120, 50.0, None, True), "75c8f1b9e8818f93a2096dd1c0eb1585b070c77f"),
-    (0, (200, 0, 30.0, False), "d9eb2a9b98dff2aa4e81a89abecea614de30ee4c"),
+    (0, (200, 0, 30.0, False), "a4a2c113e2f5c916fb284786af15be3c0476aee8"),
     (1, (18, 0, 0, False), "a457c096dda76e9e20131faf747ebbd033923406"),
-    (1, (40, 0, 0, False), "f7a3dd17a533837a9a18b951d61a90d700804418"),
-    (1, (70, 0, None, True), "da18d1d5174dcc12928f2f34284abe78a7a828f2"),
+    (1, (40, 0, 0, False), "f58769cd377530cbf748f4024928e507b137c1c3"),
+    (1, (70, 0, None, True), "cea0c1ec880e920be873c86c9323ce05e8aec971"),
     (1, (120, 50.0, None, True), "93a7b9c32ae48887b7ecbbfe44c8ae8da2e248f6"),
-    (1, (200, 0, 30.0, False), "3ad694131d4224b55b82778eddc961992c08399d"),
+    (1, (200, 0, 30.0, False), "995e308425ce8c877700a7dd06837dc96fd3f2f7"),
     (2, (18, 0, 0, False), "e678aaba8d0f6b6b4510813f35d331259e352e19"),
-    (2, (40, 0, 0, False), "4cfa5da40337daa41623d722aa263924b4d6dca2"),
-    (2, (70, 0, None, True), "b044d0667cec5fa57816509f98a86419e03ab60c"),
-    (2, (120, 50.0, None, True), "1df8e11774a22fb0f526fb00165e5eaf7454cb0b"),
-    (2, (200, 0, 30.0, False), "01a2f896136c88a55678d74db1cdb0a843cb1e0e"),
+    (2, (40, 0, 0, False), "175b72e623f6daae39cd0d0d4bb03fc200ce795d"),
+    (2, (70, 0, None, True), "f657fcfd2362f7ba9960a564eaa53025b8857e15"),
+    (2, (120, 50.0, None, True), "a3df1f625d3de5449f35729fc55783e8758f5683"),
+    (2, (200, 0, 30.0, False), "38dd56256451318d49323b80105c67d8751d46a3"),
 ]
+
+
+PHONE_SET_CASES = [(6, 4, 0, 3.0), (20, 13, 1, 2.0), (40, 13, 2, 1.0)]  # (phones, dim, seed, spread)
+KALDI_PHONE_SETS = {
+    (6, 4, 0, 3.0): "12203b64f79630052f400b42397d674d41e09036",
+    (20, 13, 1, 2.0): "6c82e2e245e309387146c9e5b3f6c1760b057d30",
+    (40, 13, 2, 1.0): "be99dc2ecbd6e0e47b50c44a9d92acd664e83fa0",
+}
+
+
+def phone_stats(num_phones: int, dim: int, seed: int, spread: float):
+    """Central-state stats of phones drawn around 5 group means (pdf-class 1, no context)."""
+    import numpy as np
+
+    from asr.hmm.tree import TreeStats
+
+    rng = np.random.default_rng(seed)
+    groups, member = rng.normal(0, 3, (5, dim)), rng.integers(0, 5, num_phones + 1)
+    rows, counts, sums, sumsq = [], [], [], []
+    for phone in range(1, num_phones + 1):
+        frames = rng.normal(
+            groups[member[phone]] + spread * rng.normal(size=dim), 1.0, (int(rng.integers(50, 500)), dim)
+        )
+        rows.append((0, phone, 0, 1))
+        counts.append(len(frames))
+        sums.append(frames.sum(0))
+        sumsq.append((frames * frames).sum(0))
+    return TreeStats(np.array(rows, np.int32), np.array(counts, float), np.array(sums), np.array(sumsq))
+
+
+def phone_sets_digest(sets) -> str:
+    return hashlib.sha1(repr(sorted(tuple(s) for s in sets)).encode()).hexdigest()
+
+
+def kaldi_phone_sets(harness: str, stats, tmp: str) -> list[tuple[int, ...]]:
+    """Kaldi's cluster-phones sets for these stats (each phone its own set)."""
+    from asr.hmm.tree import stats_by_value
+
+    phones = sorted(set(stats.events[:, 1].tolist()))
+    points = stats_by_value(stats, 1, phones, (1,))
+    lines = [f"{stats.dim} {len(phones)}"] + [" ".join(repr(float(v)) for v in row[1:]) for row in points]
+    (Path(tmp) / "in").write_text("\n".join(lines) + "\n")
+    out = subprocess.run([harness, f"{tmp}/in"], check=True, capture_output=True, text=True).stdout
+    clusters = [[phones[int(i)] for i in line.split()] for line in out.splitlines()]
+    return list(dict.fromkeys(tuple(s) for s in clusters + [[p] for p in phones] if s))  # no duplicates, as Kaldi
 
 
 def harness_input(stats, roots, questions, args) -> str:
@@ -58,10 +106,12 @@ def harness_input(stats, roots, questions, args) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(harness: str) -> None:
+def main(harness: str, cluster_harness: str) -> None:
     from tests.hmm.test_tree import ROOTS, questions_for, synthetic_stats
 
     with tempfile.TemporaryDirectory() as tmp:
+        for case in PHONE_SET_CASES:
+            print(f'    {case!r}: "{phone_sets_digest(kaldi_phone_sets(cluster_harness, phone_stats(*case), tmp))}",')
         for seed, options in SEEDS.items():
             stats = synthetic_stats(seed=seed, **options)
             questions = questions_for(stats)
@@ -72,4 +122,4 @@ def main(harness: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2])
