@@ -44,13 +44,24 @@ from pathlib import Path
 import kaldi_hmm_gmm as khg
 import numpy as np
 
-from asr.hmm.tree_io import PDF_CLASS, Constant, Node, Split, Table, context_dependency, leaf_answers, map_answers
+from asr.hmm.tree_io import (
+    PDF_CLASS,
+    VAR_FLOOR,
+    Constant,
+    Node,
+    Split,
+    Table,
+    context_dependency,
+    leaf_answers,
+    map_answers,
+    read_kaldi_tree_stats,
+    write_kaldi_tree_stats,
+)
 from asr.utils.atomic import atomic_open
 from asr.utils.errors import InputError
 
 log = logging.getLogger("asr.hmm.tree")
 
-VAR_FLOOR = 0.01  # acc-tree-stats' --var-floor
 LOG_2PI = math.log(2 * math.pi)
 STATS_FLUSH_ROWS = 200_000  # per-utterance event rows buffered before they are merged into the table
 
@@ -142,6 +153,21 @@ class TreeStats:
                 window=np.array([self.context_width, self.central_position]),
                 var_floor=np.array(self.var_floor),
             )
+
+    def save_kaldi(self, path: str | os.PathLike) -> None:
+        """Write Kaldi's binary `treeacc` (what acc-tree-stats writes), atomically."""
+        write_kaldi_tree_stats(
+            path, self.events, self.counts, self.sums, self.sumsq, self.var_floor, self.context_width
+        )
+
+    @classmethod
+    def load_kaldi(cls, path: str | os.PathLike, context_width: int = 3, central_position: int = 1) -> "TreeStats":
+        """Kaldi's binary `treeacc` (acc-tree-stats or sum-tree-stats output)."""
+        events, counts, sums, sumsq, var_floor = read_kaldi_tree_stats(path, context_width)
+        if (events[:, central_position] < 0).any():
+            raise InputError(f"{path}: events without the central phone; is the context window {context_width}?")
+        events, counts, sums, sumsq = _sum_equal_events(events, counts, sums, sumsq)
+        return cls(events, counts, sums, sumsq, context_width, central_position, var_floor)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "TreeStats":

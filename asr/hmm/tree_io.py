@@ -17,7 +17,9 @@ an int32 being a size byte 4 and 4 little-endian bytes (-4 for the unsigned tabl
 token its text and a space, an integer vector a size byte, an int32 count and the values.
 kaldi_hmm_gmm's `ContextDependency` pickles through exactly these bytes (without `\\0B`), so
 `context_dependency` hands a tree to the library without a file. `read_roots` reads the lang
-dir's `phones/roots.{int,txt}` (which phones share a root).
+dir's `phones/roots.{int,txt}` (which phones share a root); `write_kaldi_tree_stats` and
+`read_kaldi_tree_stats` Kaldi's binary tree statistics (`treeacc`: `BTS`, then per event `EV`,
+its (key, value) pairs, `T` and a GaussClusterable `GCL` <float count> <float floor> `DM` 2 x D).
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ from pathlib import Path
 from typing import BinaryIO, Union
 
 import kaldi_hmm_gmm as khg
+import numpy as np
 
 from asr.utils.atomic import atomic_open
 from asr.utils.errors import InputError
 from asr.utils.kaldi_binary import KaldiBinaryReader
 
 PDF_CLASS = -1  # Kaldi's kPdfClass: the event key whose value is the HMM state's pdf-class
+VAR_FLOOR = 0.01  # acc-tree-stats' --var-floor
 BINARY_MARK = b"\0B"
 
 
@@ -183,9 +187,7 @@ def _read_node(r: KaldiBinaryReader, depth: int = 0) -> Node | None:
         return Constant(r.int32())
     key = r.int32()
     if kind == "TE":
-        size_byte, size = struct.unpack("<bI", r.read(5))
-        if size_byte != -4:
-            raise r.fail("expected the table's uint32 size")
+        size = _uint32(r)
         r.expect("(")
         table = tuple(_read_node(r, depth + 1) for _ in range(size))
         r.expect(")")
@@ -257,3 +259,81 @@ def read_roots(path: str | os.PathLike, phone_ids: dict[str, int] | None = None)
     if not roots:
         raise InputError(f"{path}: empty roots file")
     return roots
+
+
+# ---- tree statistics in Kaldi's format ----------------------------------------------------
+
+
+def kaldi_event(row: np.ndarray, context_width: int) -> tuple[tuple[int, int], ...]:
+    """An event row (phones at positions 0..N-1, -1 where not recorded, then the pdf-class) as
+    Kaldi's EventType: (key, value) pairs sorted by key."""
+    pairs = [(PDF_CLASS, int(row[context_width]))]
+    pairs += [(k, int(row[k])) for k in range(context_width) if row[k] >= 0]
+    return tuple(pairs)
+
+
+def write_kaldi_tree_stats(path, events, counts, sums, sumsq, var_floor: float, context_width: int) -> None:
+    """Kaldi's binary tree statistics (`treeacc`, what acc-tree-stats writes and build-tree,
+    sum-tree-stats and cluster-phones read), atomically: `BTS`, the uint32 count, then per
+    event `EV`, its pairs, `T` and a GaussClusterable (`GCL`, float count, float variance floor,
+    a 2 x D double matrix of sums and sums of squares); events in Kaldi's (std::map) order."""
+    order = sorted(range(len(counts)), key=lambda i: kaldi_event(events[i], context_width))
+    out = io.BytesIO()
+    _token(out, "BTS")
+    out.write(struct.pack("<bI", -4, len(order)))
+    floor = struct.pack("<bf", 4, var_floor)
+    for i in order:
+        pairs = kaldi_event(events[i], context_width)
+        _token(out, "EV")
+        out.write(struct.pack("<bI", -4, len(pairs)))
+        for key, value in pairs:
+            out.write(struct.pack("<bibi", 4, key, 4, value))
+        out.write(b"T")
+        _token(out, "GCL")
+        out.write(struct.pack("<bf", 4, counts[i]) + floor)
+        _token(out, "DM")
+        out.write(struct.pack("<bibi", 4, 2, 4, sums.shape[1]))
+        out.write(np.concatenate([sums[i], sumsq[i]]).astype("<f8").tobytes())
+    with atomic_open(path, "wb") as f:
+        f.write(BINARY_MARK + out.getvalue())
+
+
+def read_kaldi_tree_stats(path, context_width: int = 3):
+    """(events, counts, sums, sumsq, var_floor) from Kaldi's binary tree statistics."""
+    path = Path(path)
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such tree statistics file; run acc-tree-stats first") from None
+    with f:
+        if f.read(2) != BINARY_MARK:
+            raise InputError(f"{path}: not binary Kaldi tree statistics (no \\0B mark)")
+        r = KaldiBinaryReader(f, str(path), "tree statistics file")
+        r.expect("BTS")
+        size = _uint32(r)
+        events = np.full((size, context_width + 1), -1, np.int32)
+        counts, var_floor, rows = np.zeros(size), VAR_FLOOR, []
+        for i in range(size):
+            r.expect("EV")
+            for _ in range(_uint32(r)):
+                key, value = r.int32(), r.int32()
+                if not PDF_CLASS <= key < context_width:
+                    raise r.fail(f"event key {key} outside a window of {context_width}")
+                events[i, context_width if key == PDF_CLASS else key] = value
+            if r.read(1) != b"T":
+                raise r.fail("an event without statistics")
+            r.expect("GCL")
+            counts[i], var_floor = r.float32(), r.float32()
+            matrix = r.matrix()
+            if matrix.shape[0] != 2 or (rows and matrix.shape[1] != rows[0].shape[1]):
+                raise r.fail(f"statistics of shape {matrix.shape}")
+            rows.append(matrix)
+    stacked = np.stack(rows) if rows else np.zeros((0, 2, 0))
+    return events, counts, stacked[:, 0], stacked[:, 1], var_floor
+
+
+def _uint32(r: KaldiBinaryReader) -> int:
+    size_byte, value = struct.unpack("<bI", r.read(5))
+    if size_byte != -4:
+        raise r.fail("expected a uint32")
+    return value

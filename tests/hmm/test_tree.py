@@ -488,3 +488,18 @@ def test_phone_clusters_are_kaldis(case):
     stats = phone_stats(*case)
     sets = cluster_phones(stats, [[p] for p in range(1, case[0] + 1)])
     assert phone_sets_digest(sets) == KALDI_PHONE_SETS[case]
+
+
+def test_kaldi_tree_stats_round_trip(tmp_path):
+    stats = synthetic_stats(seed=5)
+    stats.save_kaldi(tmp_path / "treeacc")
+    data = (tmp_path / "treeacc").read_bytes()
+    assert data.startswith(b"\0BBTS \xfc") and b"EV " in data and b"GCL " in data
+    loaded = TreeStats.load_kaldi(tmp_path / "treeacc")
+    np.testing.assert_array_equal(loaded.events, stats.events)
+    np.testing.assert_array_equal(loaded.counts, stats.counts)
+    np.testing.assert_array_equal(loaded.sums, stats.sums)
+    np.testing.assert_array_equal(loaded.sumsq, stats.sumsq)
+    (tmp_path / "cut").write_bytes(data[:-5])
+    with pytest.raises(InputError, match="cut"):
+        TreeStats.load_kaldi(tmp_path / "cut")
