@@ -264,6 +264,7 @@ class TreeStatsAccumulator:
             if 0 < p < len(self.is_ci):
                 self.is_ci[p] = True
         self.num_done = self.num_skipped = 0
+        self.dim: int | None = None
         self._parts: list[tuple[np.ndarray, ...]] = []
         self._buffered = 0
         self._table: tuple[np.ndarray, ...] | None = None
@@ -278,10 +279,10 @@ class TreeStatsAccumulator:
             )
             self.num_skipped += 1
             return False
-        if self._table is not None and feats.shape[1] != self._table[2].shape[1]:
-            raise InputError(
-                f"tree stats: {key}: features of dimension {feats.shape[1]}, earlier {self._table[2].shape[1]}"
-            )
+        if self.dim is None:
+            self.dim = feats.shape[1]
+        elif feats.shape[1] != self.dim:
+            raise InputError(f"tree stats: {key}: features of dimension {feats.shape[1]}, earlier {self.dim}")
         events = self._frame_events(alignment, key)
         if events is None:
             self.num_skipped += 1

@@ -263,6 +263,11 @@ def test_bad_alignment_is_skipped(mono_model):
     assert not acc.add(np.array([loop, loop]), np.zeros((2, 3)))  # never leaves the phone
     assert not acc.add(np.array([loop]), np.zeros((2, 3)))  # lengths differ
     assert acc.num_skipped == 2
+    alignment, feats = random_utterance(np.random.default_rng(0), tids)
+    assert acc.add(alignment, feats)
+    with pytest.raises(InputError, match="dimension"):
+        acc.add(alignment, np.zeros((len(alignment), 5)))
+    acc = TreeStatsAccumulator(mono_model)
     with pytest.raises(InputError, match="no utterance"):
         acc.stats()
 
