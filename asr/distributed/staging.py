@@ -20,65 +20,103 @@ is lent to this project); the CPU path is what the tests exercise.
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 import torch
 from torch import Tensor
 
 
-class Staging:
+class CudaStreams:
+    """The seam between the staging's ordering and CUDA: the learner's main stream (the one
+    current when the staging is made, where forward, backward and every weight update run),
+    one side stream for the copies, and events. Tests put a fake with the same methods in its
+    place, which logs every operation per stream (tests/distributed/fake_streams.py)."""
+
     def __init__(self, device: torch.device):
         self.device = device
-        self.cuda = device.type == "cuda"
-        self.stream = torch.cuda.Stream(device) if self.cuda else None
+        self.main = torch.cuda.current_stream(device)
+        self.side = torch.cuda.Stream(device)
+
+    def record(self, stream, what: str):
+        """An event marking everything queued on `stream` so far (`what`: for the fake's log)."""
+        event = torch.cuda.Event()
+        event.record(stream)
+        return event
+
+    def wait(self, stream, event) -> None:
+        """Work queued on `stream` from now on starts after `event` (the host does not wait)."""
+        stream.wait_event(event)
+
+    @contextmanager
+    def running_on(self, stream, what: str) -> Iterator[None]:
+        """The block's kernels go to `stream`; the device is set too, as the communication
+        threads have their own current device (cuda:0 unless set)."""
+        with torch.cuda.device(self.device), torch.cuda.stream(stream):
+            yield
+
+    def host_buffer(self, size: int) -> Tensor:
+        return torch.empty(size, dtype=torch.float32, pin_memory=True)
+
+    def pinned(self, host: Tensor) -> Tensor:
+        return host if host.is_pinned() else host.pin_memory()
+
+    def keep_for(self, tensor: Tensor, stream) -> None:
+        """`tensor` (made on another stream) is used on `stream`: its memory is not reused before."""
+        tensor.record_stream(stream)
+
+
+class Staging:
+    def __init__(self, device: torch.device, streams=None):
+        """`streams`: CudaStreams for a CUDA device (None on the CPU: plain copies), or a test's fake."""
+        self.device = device
+        self.streams = streams if streams is not None else CudaStreams(device) if device.type == "cuda" else None
         self._reads: list = []  # snapshot events the main stream must wait for
         self._lock = threading.Lock()
 
     def snapshot(self, params: Sequence[Tensor], lo: int, hi: int) -> tuple[Tensor, object]:
         """Parameters [lo, hi) of the flattened model as float32 on the host (a new buffer)."""
-        if not self.cuda:
+        s = self.streams
+        if s is None:
             return _flat_slice(params, lo, hi).to(torch.float32, copy=True), None
-        current = torch.cuda.current_stream(self.device)
-        ready = torch.cuda.Event()
-        ready.record(current)
-        host = torch.empty(hi - lo, dtype=torch.float32, pin_memory=True)
-        with torch.cuda.stream(self.stream):
-            self.stream.wait_event(ready)
+        ready = s.record(s.main, "main stream tail")
+        host = s.host_buffer(hi - lo)
+        s.wait(s.side, ready)
+        with s.running_on(s.side, "snapshot reads the weights"):
             host.copy_(_flat_slice(params, lo, hi).float(), non_blocking=True)
-            done = torch.cuda.Event()
-            done.record(self.stream)
+        done = s.record(s.side, "snapshot read")
         with self._lock:
             self._reads.append(done)
         return host, done
 
     def before_weights_change(self) -> None:
         """Call on the main thread before changing the parameters in place."""
-        if not self.cuda:
+        s = self.streams
+        if s is None:
             return
         with self._lock:
             reads, self._reads = self._reads, []
-        current = torch.cuda.current_stream(self.device)
         for event in reads:
-            current.wait_event(event)
+            s.wait(s.main, event)
 
     def upload(self, host: Tensor) -> tuple[Tensor, object]:
         """`host` (float32, CPU) as a tensor on the device; the event marks the copy's end."""
-        if not self.cuda:
+        s = self.streams
+        if s is None:
             return host, None
-        pinned = host if host.is_pinned() else host.pin_memory()
-        with torch.cuda.stream(self.stream):
+        pinned = s.pinned(host)
+        with s.running_on(s.side, "upload"):
             out = torch.empty(pinned.shape, dtype=pinned.dtype, device=self.device)
             out.copy_(pinned, non_blocking=True)
-            done = torch.cuda.Event()
-            done.record(self.stream)
+        done = s.record(s.side, "upload done")
         return out, done
 
     def ready_on_main(self, tensor: Tensor, event) -> Tensor:
         """Make the main stream wait for an upload before it uses `tensor`."""
-        if event is not None:
-            current = torch.cuda.current_stream(self.device)
-            current.wait_event(event)
-            tensor.record_stream(current)
+        s = self.streams
+        if s is not None and event is not None:
+            s.wait(s.main, event)
+            s.keep_for(tensor, s.main)
         return tensor
 
 
