@@ -35,7 +35,9 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -151,6 +153,16 @@ class AdpsgdUpdater(Updater):
     def weights_lock(self):
         return self.lock
 
+    @contextmanager
+    def changing_weights(self) -> Iterator[None]:
+        """Every in-place change of the weights happens in here: under the weights lock (a
+        passive's server reads them), on the GPU after every snapshot read so far and marked
+        done for the next snapshot (staging.py), whether or not the step has anything to mix."""
+        with self.lock:
+            self.staging.before_weights_change()
+            yield
+            self.staging.weights_changed()
+
     def prepare_mix(self) -> Mix | None:
         """This step's averaging delta for the whole model (None: nothing to average with);
         waits for the exchange and the node's learners, without the weights lock."""
@@ -171,10 +183,15 @@ class AdpsgdUpdater(Updater):
         """Called with the weights lock held."""
         if mix is None:
             return
-        self.staging.before_weights_change()
-        add_to_parameters_(self.params, mix.delta)
-        if mix.taken is not None:
-            self.exchanger.settle(mix.taken)
+        with self.changing_weights():
+            add_to_parameters_(self.params, mix.delta)
+            if mix.taken is not None:
+                self.exchanger.settle(mix.taken)
+
+    def apply_update(self) -> None:
+        """Called with the weights lock held."""
+        with self.changing_weights():
+            super().apply_update()
 
     def gather_shares(self, share: Tensor) -> Tensor:
         """Every node learner's share of the delta, laid end to end: the whole model's delta."""
@@ -266,8 +283,7 @@ class AdpsgdUpdater(Updater):
         return flat / world
 
     def _restart_from(self, average: EpochAverage) -> None:
-        with self.lock:
-            self.staging.before_weights_change()
+        with self.changing_weights():
             set_parameters_(self.params, average.weights)
             if average.moments is not None:
                 set_parameters_(optimizer_moments(self.optimizer), average.moments)

@@ -1,20 +1,40 @@
 """Copies between a learner's parameters (on its device) and the host buffers the network uses.
 
-On CUDA, every copy runs on a side stream, from or into pinned host memory, ordered by events:
+On CUDA, every copy runs on a side stream, from or into pinned host memory, ordered by events
+(on the CPU all of this is a plain copy and events are None):
 
-    snapshot(params, lo, hi)   the parameters [lo, hi) as of now (what the main stream has
-                               queued so far) into a host buffer; returns it with an event the
-                               communication thread waits for before sending. The main stream
-                               must not change the parameters before the copy has read them:
-                               `before_weights_change()` makes it wait for that (on the GPU,
-                               without blocking the host).
+    snapshot(params, lo, hi)   the parameters [lo, hi) as of the last change of the weights
+                               into a host buffer; returns it with an event the communication
+                               thread waits for before sending. The copy waits for the event
+                               `weights_changed()` recorded after that change, not for the main
+                               stream's tail: forward and backward work queued since does not
+                               delay it.
+    before_weights_change()    the main stream waits for every snapshot read so far (on the
+                               GPU, without blocking the host) before the weights change;
+    weights_changed()          records the event the next snapshots wait for. The updater
+                               brackets every in-place change with the two (optimizer step,
+                               fold, restart from the average, loading a checkpoint), under its
+                               weights lock, whether or not there was anything to average.
     upload(host)               a host tensor onto the device, on the side stream; returns the
                                device tensor and an event; `ready_on_main(tensor, event)` makes
                                the main stream wait for it before use.
 
-So the main stream never waits for the network, only (on the GPU) for a memory copy. On the
-CPU all of this is a plain copy and events are None. Nothing here has run on a GPU yet (no GPU
-is lent to this project); the CPU path is what the tests exercise.
+The order of operations in one step, on the two streams (H-ADPSGD: each learner's share):
+
+    active   main: batch copy | [snapshot] forward, backward | wait upload(k-1 or k) | wait
+                   snapshot read | fold | optimizer step | record "weights updated"
+             side: wait "weights updated" of the previous step | copy snapshot k | record read
+             comm thread: wait read, swap, upload (v - w) / 2 on the side stream
+    passive  main: forward, backward | upload pending | wait upload | wait snapshot reads |
+                   fold | optimizer step | record "weights updated"
+             side (the server, any time, under the weights lock): wait the last "weights
+                   updated" | copy snapshot | record read
+
+So the main stream never waits for the network, only (on the GPU) for a memory copy, and a
+snapshot never waits for compute. The stream operations go through a small seam (CudaStreams;
+tests substitute a fake that logs them per stream: tests/distributed/test_gpu_order.py checks
+the order above without a GPU). Nothing here has run on a GPU yet (no GPU is lent to this
+project).
 """
 
 from __future__ import annotations
@@ -73,15 +93,18 @@ class Staging:
         self.streams = streams if streams is not None else CudaStreams(device) if device.type == "cuda" else None
         self._reads: list = []  # snapshot events the main stream must wait for
         self._lock = threading.Lock()
+        # The event every snapshot waits for: the end of the last change of the weights (at first,
+        # of everything queued when the staging is made: the model's copy onto the device).
+        self._updated = self.streams.record(self.streams.main, "weights as built") if self.streams else None
 
     def snapshot(self, params: Sequence[Tensor], lo: int, hi: int) -> tuple[Tensor, object]:
         """Parameters [lo, hi) of the flattened model as float32 on the host (a new buffer)."""
         s = self.streams
         if s is None:
             return _flat_slice(params, lo, hi).to(torch.float32, copy=True), None
-        ready = s.record(s.main, "main stream tail")
         host = s.host_buffer(hi - lo)
-        s.wait(s.side, ready)
+        with self._lock:
+            s.wait(s.side, self._updated)
         with s.running_on(s.side, "snapshot reads the weights"):
             host.copy_(_flat_slice(params, lo, hi).float(), non_blocking=True)
         done = s.record(s.side, "snapshot read")
@@ -90,7 +113,8 @@ class Staging:
         return host, done
 
     def before_weights_change(self) -> None:
-        """Call on the main thread before changing the parameters in place."""
+        """Call on the main thread before changing the parameters in place: the change waits
+        for every snapshot read so far."""
         s = self.streams
         if s is None:
             return
@@ -98,6 +122,16 @@ class Staging:
             reads, self._reads = self._reads, []
         for event in reads:
             s.wait(s.main, event)
+
+    def weights_changed(self) -> None:
+        """Call on the main thread after changing the parameters in place: later snapshots read
+        them once this change is done, and wait for nothing queued after it."""
+        s = self.streams
+        if s is None:
+            return
+        event = s.record(s.main, "weights updated")
+        with self._lock:
+            self._updated = event
 
     def upload(self, host: Tensor) -> tuple[Tensor, object]:
         """`host` (float32, CPU) as a tensor on the device; the event marks the copy's end."""
