@@ -85,6 +85,7 @@ class AdpsgdUpdater(Updater):
         timeout_s: float,
         device: torch.device,
         bucket_cap_mb: float = 25.0,
+        count_device: torch.device | None = None,
         restart_from_average: bool = False,
         delay_by_one: bool = False,
         scaler=None,
@@ -97,6 +98,7 @@ class AdpsgdUpdater(Updater):
         self.timeout_s = timeout_s
         self.device = device
         self.bucket_cap_mb = bucket_cap_mb
+        self.count_device = count_device or torch.device("cpu")  # where the token counts are reduced
         self.restart_from_average = restart_from_average
         self.delay_by_one = delay_by_one
         share = math.ceil(self.size / layout.learners_per_node)
@@ -138,8 +140,11 @@ class AdpsgdUpdater(Updater):
     def gradient_weight(self, weight: float, usable: bool) -> float | None:
         if self.layout.learners_per_node == 1:
             return 1.0 if usable else None
+        # On a GPU over the node group's NCCL, as the gradients; on the CPU over the control group.
+        on_cpu = self.count_device.type == "cpu"
+        group = self.groups.node_control if on_cpu else self.groups.node
         with collective("gradient all-reduce inside the node (token counts)", self.layout.rank, self.timeout_s):
-            return weighted_mean_factor(weight, usable, self.layout.learners_per_node, self.groups.node_control)
+            return weighted_mean_factor(weight, usable, self.layout.learners_per_node, group, self.count_device)
 
     def begin_step(self) -> None:
         if self._begun:
