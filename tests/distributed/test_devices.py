@@ -11,15 +11,19 @@ from __future__ import annotations
 import pytest
 import torch
 
+import asr.distributed.adpsgd as adpsgd
 import asr.distributed.ssgd as ssgd
 from asr.distributed.adpsgd import AdpsgdUpdater
 from asr.distributed.context import DistributedContext, reduction_device
+from asr.distributed.exchange import GOODBYE, header
 from asr.distributed.flat import add_to_parameters_, flat_parameters, set_parameters_
 from asr.distributed.hadpsgd import DecentralizedGroups
 from asr.distributed.staging import Staging, _flat_slice
 from asr.distributed.topology import Layout
 from asr.optim.updater import build_updater, optimizer_moments
+from tests.distributed.fake_streams import FakeStreams
 from tests.distributed.sim_problem import train_cfg
+from tests.distributed.test_exchange import Wire
 
 META = torch.device("meta")
 
@@ -127,3 +131,30 @@ def test_token_counts_are_reduced_on_the_learners_device_over_its_backend(monkey
 )
 def test_the_reduction_device_is_the_gpu_when_nccl_serves_it(device, backend, expected):
     assert reduction_device(DistributedContext(world_size=2, device=device, backend=backend)) == expected
+
+
+def test_a_passives_pending_average_reaches_the_learners_device_before_the_fold(monkeypatch):
+    """The server keeps its pending average on the host; the fold adds it on the device, after
+    the staging's upload (fake streams stand in for CUDA's, META for the GPU)."""
+    wire = Wire()
+    monkeypatch.setattr(adpsgd, "Staging", lambda device: Staging(device, FakeStreams()))
+    monkeypatch.setattr(adpsgd, "PointToPoint", lambda group: wire.endpoint(active=False))
+    model = torch.nn.Linear(3, 2, device=META)
+    updater = build_updater(
+        model,
+        train_cfg(),
+        2,
+        AdpsgdUpdater,
+        layout=Layout(1, 2, 1),
+        groups=DecentralizedGroups(),
+        timeout_s=5.0,
+        device=META,
+    )
+    updater.exchanger.pending.fill_(0.5)
+    mix = updater.prepare_mix()
+    assert mix.taken.device == torch.device("cpu") and mix.delta.device == META
+    with updater.weights_lock():
+        updater.apply_mix(mix)
+    assert updater.exchanger.pending.abs().max() == 0  # settled once added
+    wire.headers.put(header(0, 0, GOODBYE))
+    updater.close()
