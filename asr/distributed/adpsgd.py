@@ -35,7 +35,9 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -83,6 +85,7 @@ class AdpsgdUpdater(Updater):
         timeout_s: float,
         device: torch.device,
         bucket_cap_mb: float = 25.0,
+        count_device: torch.device | None = None,
         restart_from_average: bool = False,
         delay_by_one: bool = False,
         scaler=None,
@@ -95,6 +98,7 @@ class AdpsgdUpdater(Updater):
         self.timeout_s = timeout_s
         self.device = device
         self.bucket_cap_mb = bucket_cap_mb
+        self.count_device = count_device or torch.device("cpu")  # where the token counts are reduced
         self.restart_from_average = restart_from_average
         self.delay_by_one = delay_by_one
         share = math.ceil(self.size / layout.learners_per_node)
@@ -136,8 +140,11 @@ class AdpsgdUpdater(Updater):
     def gradient_weight(self, weight: float, usable: bool) -> float | None:
         if self.layout.learners_per_node == 1:
             return 1.0 if usable else None
+        # On a GPU over the node group's NCCL, as the gradients; on the CPU over the control group.
+        on_cpu = self.count_device.type == "cpu"
+        group = self.groups.node_control if on_cpu else self.groups.node
         with collective("gradient all-reduce inside the node (token counts)", self.layout.rank, self.timeout_s):
-            return weighted_mean_factor(weight, usable, self.layout.learners_per_node, self.groups.node_control)
+            return weighted_mean_factor(weight, usable, self.layout.learners_per_node, group, self.count_device)
 
     def begin_step(self) -> None:
         if self._begun:
@@ -150,6 +157,16 @@ class AdpsgdUpdater(Updater):
 
     def weights_lock(self):
         return self.lock
+
+    @contextmanager
+    def changing_weights(self) -> Iterator[None]:
+        """Every in-place change of the weights happens in here: under the weights lock (a
+        passive's server reads them), on the GPU after every snapshot read so far and marked
+        done for the next snapshot (staging.py), whether or not the step has anything to mix."""
+        with self.lock:
+            self.staging.before_weights_change()
+            yield
+            self.staging.weights_changed()
 
     def prepare_mix(self) -> Mix | None:
         """This step's averaging delta for the whole model (None: nothing to average with);
@@ -171,10 +188,15 @@ class AdpsgdUpdater(Updater):
         """Called with the weights lock held."""
         if mix is None:
             return
-        self.staging.before_weights_change()
-        add_to_parameters_(self.params, mix.delta)
-        if mix.taken is not None:
-            self.exchanger.settle(mix.taken)
+        with self.changing_weights():
+            add_to_parameters_(self.params, mix.delta)
+            if mix.taken is not None:
+                self.exchanger.settle(mix.taken)
+
+    def apply_update(self) -> None:
+        """Called with the weights lock held."""
+        with self.changing_weights():
+            super().apply_update()
 
     def gather_shares(self, share: Tensor) -> Tensor:
         """Every node learner's share of the delta, laid end to end: the whole model's delta."""
@@ -266,8 +288,7 @@ class AdpsgdUpdater(Updater):
         return flat / world
 
     def _restart_from(self, average: EpochAverage) -> None:
-        with self.lock:
-            self.staging.before_weights_change()
+        with self.changing_weights():
             set_parameters_(self.params, average.weights)
             if average.moments is not None:
                 set_parameters_(optimizer_moments(self.optimizer), average.moments)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from asr.distributed.adpsgd import AdpsgdUpdater
-from asr.distributed.context import DistributedContext
+from asr.distributed.context import DistributedContext, reduction_device
 from asr.distributed.hadpsgd import describe, learners_per_node, make_groups
 from asr.distributed.ssgd import SsgdUpdater
 from asr.distributed.topology import Layout, node_groups
@@ -70,6 +70,7 @@ def build_training_updater(
         "timeout_s": ctx.timeout_s,
         "device": ctx.device,
         "bucket_cap_mb": float(getattr(dcfg, "bucket_cap_mb", 25.0)),
+        "count_device": reduction_device(ctx),
     }
     if ctx.algorithm == "ssgd":
         return build_updater(

@@ -230,6 +230,12 @@ def env_int(name: str, default: int) -> int:
     return int(value) if value.strip() else default
 
 
+def reduction_device(ctx: "DistributedContext") -> torch.device:
+    """Where a step's small reductions (token counts) run: on the learner's GPU when NCCL
+    serves it, so that they take NCCL like the gradients; else on the CPU, over gloo."""
+    return ctx.device if "nccl" in ctx.backend else torch.device("cpu")
+
+
 def choose_backend(requested: str, device: torch.device) -> str:
     """NCCL for CUDA tensors (with gloo for the CPU ones: counters, RNG states), else gloo."""
     if requested not in ("auto", "gloo", "nccl"):

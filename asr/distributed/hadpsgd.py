@@ -3,7 +3,8 @@
     node            the learners of one node (a super-learner): its gradient all-reduce, on the
                     default backend (NCCL between a node's GPUs; gloo on CPU)
     node_control    the same learners on gloo, for the main thread's small messages (the token
-                    counts of a step, the checkpoint's random states), apart from the all-reduces
+                    counts of a step on the CPU, the checkpoint's random states), apart from the
+                    all-reduces; on GPUs the token counts go over `node`'s NCCL, as the gradients
     node_claims     the same learners on gloo once more, for the claimed batch index alone: the
                     claims are made on the thread that reads batches ahead, and two threads must
                     never share a group (their collectives would interleave differently on

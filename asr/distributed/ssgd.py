@@ -7,7 +7,9 @@ gradients are combined weighted by those counts:
 
 which is exactly the gradient of the loss of the union batch. DDP averages the learners'
 gradients (divides their sum by N), so before the backward pass the learners all-reduce their
-counts (a few bytes) and each scales its loss by N n_r / sum n. With the sharded sampler
+counts (a few bytes) and each scales its loss by N n_r / sum n. The counts are reduced where
+the gradients are: on the learner's GPU over NCCL (a device tensor on the `cpu:gloo,cuda:nccl`
+group), on the CPU over gloo (`reduction_device`). With the sharded sampler
 (asr.train.data.BucketBatchSampler), N learners with batch B therefore train exactly like one
 learner with batch N x B, up to float rounding.
 
@@ -34,12 +36,15 @@ def ddp_wrap(model: torch.nn.Module, device: torch.device, group, bucket_cap_mb:
     )
 
 
-def weighted_mean_factor(weight: float, usable: bool, learners: int, group=None) -> float | None:
+def weighted_mean_factor(
+    weight: float, usable: bool, learners: int, group=None, device: torch.device | None = None
+) -> float | None:
     """The factor this learner's mean loss is scaled by so that DDP's mean of the gradients is
-    the count-weighted mean; None when any learner of the group has no usable loss."""
-    values = torch.tensor([weight, 0.0 if usable else 1.0], dtype=torch.float64)
+    the count-weighted mean; None when any learner of the group has no usable loss. The counts
+    are reduced on `device` (None: the CPU), so over that device's backend of the group."""
+    values = torch.tensor([weight, 0.0 if usable else 1.0], dtype=torch.float64, device=device)
     dist.all_reduce(values, group=group)
-    total, unusable = float(values[0]), float(values[1])
+    total, unusable = values.tolist()
     if unusable > 0 or total <= 0:
         return None
     return weight * learners / total
@@ -58,6 +63,7 @@ class SsgdUpdater(Updater):
         timeout_s: float,
         device: torch.device,
         bucket_cap_mb: float = 25.0,
+        count_device: torch.device | None = None,
         scaler=None,
     ):
         super().__init__(model, optimizer, schedule, grad_clip, scaler=scaler)
@@ -66,13 +72,14 @@ class SsgdUpdater(Updater):
         self.timeout_s = timeout_s
         self.device = device
         self.bucket_cap_mb = bucket_cap_mb
+        self.count_device = count_device or torch.device("cpu")  # where the token counts are reduced
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         return ddp_wrap(model, self.device, None, self.bucket_cap_mb)
 
     def gradient_weight(self, weight: float, usable: bool) -> float | None:
         with collective("gradient all-reduce (token counts)", self.rank, self.timeout_s):
-            return weighted_mean_factor(weight, usable, self.world_size)
+            return weighted_mean_factor(weight, usable, self.world_size, None, self.count_device)
 
     def backward(self, loss: torch.Tensor) -> None:
         with collective("gradient all-reduce", self.rank, self.timeout_s):

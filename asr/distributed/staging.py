@@ -1,84 +1,156 @@
 """Copies between a learner's parameters (on its device) and the host buffers the network uses.
 
-On CUDA, every copy runs on a side stream, from or into pinned host memory, ordered by events:
+On CUDA, every copy runs on a side stream, from or into pinned host memory, ordered by events
+(on the CPU all of this is a plain copy and events are None):
 
-    snapshot(params, lo, hi)   the parameters [lo, hi) as of now (what the main stream has
-                               queued so far) into a host buffer; returns it with an event the
-                               communication thread waits for before sending. The main stream
-                               must not change the parameters before the copy has read them:
-                               `before_weights_change()` makes it wait for that (on the GPU,
-                               without blocking the host).
+    snapshot(params, lo, hi)   the parameters [lo, hi) as of the last change of the weights
+                               into a host buffer; returns it with an event the communication
+                               thread waits for before sending. The copy waits for the event
+                               `weights_changed()` recorded after that change, not for the main
+                               stream's tail: forward and backward work queued since does not
+                               delay it.
+    before_weights_change()    the main stream waits for every snapshot read so far (on the
+                               GPU, without blocking the host) before the weights change;
+    weights_changed()          records the event the next snapshots wait for. The updater
+                               brackets every in-place change with the two (optimizer step,
+                               fold, restart from the average, loading a checkpoint), under its
+                               weights lock, whether or not there was anything to average.
     upload(host)               a host tensor onto the device, on the side stream; returns the
                                device tensor and an event; `ready_on_main(tensor, event)` makes
                                the main stream wait for it before use.
 
-So the main stream never waits for the network, only (on the GPU) for a memory copy. On the
-CPU all of this is a plain copy and events are None. Nothing here has run on a GPU yet (no GPU
-is lent to this project); the CPU path is what the tests exercise.
+The order of operations in one step, on the two streams (H-ADPSGD: each learner's share):
+
+    active   main: batch copy | [snapshot] forward, backward | wait upload(k-1 or k) | wait
+                   snapshot read | fold | optimizer step | record "weights updated"
+             side: wait "weights updated" of the previous step | copy snapshot k | record read
+             comm thread: wait read, swap, upload (v - w) / 2 on the side stream
+    passive  main: forward, backward | upload pending | wait upload | wait snapshot reads |
+                   fold | optimizer step | record "weights updated"
+             side (the server, any time, under the weights lock): wait the last "weights
+                   updated" | copy snapshot | record read
+
+So the main stream never waits for the network, only (on the GPU) for a memory copy, and a
+snapshot never waits for compute. The stream operations go through a small seam (CudaStreams;
+tests substitute a fake that logs them per stream: tests/distributed/test_gpu_order.py checks
+the order above without a GPU). Nothing here has run on a GPU yet (no GPU is lent to this
+project).
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 import torch
 from torch import Tensor
 
 
-class Staging:
+class CudaStreams:
+    """The seam between the staging's ordering and CUDA: the learner's main stream (the one
+    current when the staging is made, where forward, backward and every weight update run),
+    one side stream for the copies, and events. Tests put a fake with the same methods in its
+    place, which logs every operation per stream (tests/distributed/fake_streams.py)."""
+
     def __init__(self, device: torch.device):
         self.device = device
-        self.cuda = device.type == "cuda"
-        self.stream = torch.cuda.Stream(device) if self.cuda else None
+        self.main = torch.cuda.current_stream(device)
+        self.side = torch.cuda.Stream(device)
+
+    def record(self, stream, what: str):
+        """An event marking everything queued on `stream` so far (`what`: for the fake's log)."""
+        event = torch.cuda.Event()
+        event.record(stream)
+        return event
+
+    def wait(self, stream, event) -> None:
+        """Work queued on `stream` from now on starts after `event` (the host does not wait)."""
+        stream.wait_event(event)
+
+    @contextmanager
+    def running_on(self, stream, what: str) -> Iterator[None]:
+        """The block's kernels go to `stream`; the device is set too, as the communication
+        threads have their own current device (cuda:0 unless set)."""
+        with torch.cuda.device(self.device), torch.cuda.stream(stream):
+            yield
+
+    def host_buffer(self, size: int) -> Tensor:
+        return torch.empty(size, dtype=torch.float32, pin_memory=True)
+
+    def pinned(self, host: Tensor) -> Tensor:
+        return host if host.is_pinned() else host.pin_memory()
+
+    def keep_for(self, tensor: Tensor, stream) -> None:
+        """`tensor` (made on another stream) is used on `stream`: its memory is not reused before."""
+        tensor.record_stream(stream)
+
+
+class Staging:
+    def __init__(self, device: torch.device, streams=None):
+        """`streams`: CudaStreams for a CUDA device (None on the CPU: plain copies), or a test's fake."""
+        self.device = device
+        self.streams = streams if streams is not None else CudaStreams(device) if device.type == "cuda" else None
         self._reads: list = []  # snapshot events the main stream must wait for
         self._lock = threading.Lock()
+        # The event every snapshot waits for: the end of the last change of the weights (at first,
+        # of everything queued when the staging is made: the model's copy onto the device).
+        self._updated = self.streams.record(self.streams.main, "weights as built") if self.streams else None
 
     def snapshot(self, params: Sequence[Tensor], lo: int, hi: int) -> tuple[Tensor, object]:
         """Parameters [lo, hi) of the flattened model as float32 on the host (a new buffer)."""
-        if not self.cuda:
+        s = self.streams
+        if s is None:
             return _flat_slice(params, lo, hi).to(torch.float32, copy=True), None
-        current = torch.cuda.current_stream(self.device)
-        ready = torch.cuda.Event()
-        ready.record(current)
-        host = torch.empty(hi - lo, dtype=torch.float32, pin_memory=True)
-        with torch.cuda.stream(self.stream):
-            self.stream.wait_event(ready)
+        host = s.host_buffer(hi - lo)
+        with self._lock:
+            s.wait(s.side, self._updated)
+        with s.running_on(s.side, "snapshot reads the weights"):
             host.copy_(_flat_slice(params, lo, hi).float(), non_blocking=True)
-            done = torch.cuda.Event()
-            done.record(self.stream)
+        done = s.record(s.side, "snapshot read")
         with self._lock:
             self._reads.append(done)
         return host, done
 
     def before_weights_change(self) -> None:
-        """Call on the main thread before changing the parameters in place."""
-        if not self.cuda:
+        """Call on the main thread before changing the parameters in place: the change waits
+        for every snapshot read so far."""
+        s = self.streams
+        if s is None:
             return
         with self._lock:
             reads, self._reads = self._reads, []
-        current = torch.cuda.current_stream(self.device)
         for event in reads:
-            current.wait_event(event)
+            s.wait(s.main, event)
+
+    def weights_changed(self) -> None:
+        """Call on the main thread after changing the parameters in place: later snapshots read
+        them once this change is done, and wait for nothing queued after it."""
+        s = self.streams
+        if s is None:
+            return
+        event = s.record(s.main, "weights updated")
+        with self._lock:
+            self._updated = event
 
     def upload(self, host: Tensor) -> tuple[Tensor, object]:
         """`host` (float32, CPU) as a tensor on the device; the event marks the copy's end."""
-        if not self.cuda:
+        s = self.streams
+        if s is None:
             return host, None
-        pinned = host if host.is_pinned() else host.pin_memory()
-        with torch.cuda.stream(self.stream):
+        pinned = s.pinned(host)
+        with s.running_on(s.side, "upload"):
             out = torch.empty(pinned.shape, dtype=pinned.dtype, device=self.device)
             out.copy_(pinned, non_blocking=True)
-            done = torch.cuda.Event()
-            done.record(self.stream)
+        done = s.record(s.side, "upload done")
         return out, done
 
     def ready_on_main(self, tensor: Tensor, event) -> Tensor:
         """Make the main stream wait for an upload before it uses `tensor`."""
-        if event is not None:
-            current = torch.cuda.current_stream(self.device)
-            current.wait_event(event)
-            tensor.record_stream(current)
+        s = self.streams
+        if s is not None and event is not None:
+            s.wait(s.main, event)
+            s.keep_for(tensor, s.main)
         return tensor
 
 

@@ -154,6 +154,11 @@ class Updater:
         """Held while the weights change (ADPSGD: a passive learner's server reads them)."""
         return nullcontext()
 
+    def changing_weights(self):
+        """Around any in-place change of the weights outside `step` (loading a checkpoint):
+        ADPSGD also orders it with its snapshots on the GPU."""
+        return self.weights_lock()
+
     def prepare_mix(self):
         """Single learner: nothing to average with."""
         return None

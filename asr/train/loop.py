@@ -332,7 +332,8 @@ class Trainer:
             return False
         state = start.state
         try:
-            self.model.load_state_dict(state["model"])
+            with self.updater.changing_weights():  # ADPSGD: a passive's server may already read them
+                self.model.load_state_dict(state["model"])
             self.updater.load_state_dict(state["updater"])
         except (RuntimeError, ValueError, KeyError) as err:
             raise InputError(

@@ -11,9 +11,19 @@ from __future__ import annotations
 import pytest
 import torch
 
+import asr.distributed.adpsgd as adpsgd
+import asr.distributed.ssgd as ssgd
+from asr.distributed.adpsgd import AdpsgdUpdater
+from asr.distributed.context import DistributedContext, reduction_device
+from asr.distributed.exchange import GOODBYE, header
 from asr.distributed.flat import add_to_parameters_, flat_parameters, set_parameters_
+from asr.distributed.hadpsgd import DecentralizedGroups
 from asr.distributed.staging import Staging, _flat_slice
-from asr.optim.updater import optimizer_moments
+from asr.distributed.topology import Layout
+from asr.optim.updater import build_updater, optimizer_moments
+from tests.distributed.fake_streams import FakeStreams
+from tests.distributed.sim_problem import train_cfg
+from tests.distributed.test_exchange import Wire
 
 META = torch.device("meta")
 
@@ -58,3 +68,93 @@ def test_staging_on_the_cpu_copies_the_slice_and_uploads_in_place():
     assert _flat_slice(params, 0, 0).numel() == 0
     uploaded, event = staging.upload(host)
     assert event is None and staging.ready_on_main(uploaded, event) is uploaded
+
+
+class Stop(Exception):
+    """Ends a collective the test only wanted to see issued (meta tensors hold no values)."""
+
+
+def issued_reductions(monkeypatch) -> list[tuple[torch.device, object]]:
+    seen = []
+
+    def all_reduce(tensor, group=None, **kwargs):
+        seen.append((tensor.device, group))
+        raise Stop
+
+    monkeypatch.setattr(ssgd.dist, "all_reduce", all_reduce)
+    return seen
+
+
+def test_token_counts_are_reduced_on_the_learners_device_over_its_backend(monkeypatch):
+    """On a GPU the counts go where the gradients go (NCCL: a device tensor, SSGD on the
+    default group, H-ADPSGD on the node group); on the CPU over gloo as before (H-ADPSGD: the
+    node's control group). META stands in for the GPU."""
+    seen = issued_reductions(monkeypatch)
+    groups = DecentralizedGroups(node="node", node_control="node_control")
+    for count_device, group in ((META, "node"), (torch.device("cpu"), "node_control")):
+        model = torch.nn.Linear(2, 2)
+        hadpsgd = build_updater(
+            model,
+            train_cfg(),
+            2,
+            AdpsgdUpdater,
+            layout=Layout(0, 2, 2),
+            groups=groups,
+            timeout_s=5.0,
+            device=torch.device("cpu"),
+            count_device=count_device,
+        )
+        ssgd_updater = build_updater(
+            model,
+            train_cfg(),
+            2,
+            ssgd.SsgdUpdater,
+            rank=0,
+            world_size=2,
+            timeout_s=5.0,
+            device=torch.device("cpu"),
+            count_device=count_device,
+        )
+        for updater in (hadpsgd, ssgd_updater):
+            with pytest.raises(Stop):
+                updater.gradient_weight(12.0, True)
+        assert seen[-2:] == [(count_device, group), (count_device, None)]
+
+
+@pytest.mark.parametrize(
+    "device, backend, expected",
+    [
+        (torch.device("cuda", 1), "cpu:gloo,cuda:nccl", torch.device("cuda", 1)),
+        (torch.device("cuda", 1), "gloo", torch.device("cpu")),  # distributed.backend=gloo on GPUs
+        (torch.device("cpu"), "gloo", torch.device("cpu")),
+    ],
+)
+def test_the_reduction_device_is_the_gpu_when_nccl_serves_it(device, backend, expected):
+    assert reduction_device(DistributedContext(world_size=2, device=device, backend=backend)) == expected
+
+
+def test_a_passives_pending_average_reaches_the_learners_device_before_the_fold(monkeypatch):
+    """The server keeps its pending average on the host; the fold adds it on the device, after
+    the staging's upload (fake streams stand in for CUDA's, META for the GPU)."""
+    wire = Wire()
+    monkeypatch.setattr(adpsgd, "Staging", lambda device: Staging(device, FakeStreams()))
+    monkeypatch.setattr(adpsgd, "PointToPoint", lambda group: wire.endpoint(active=False))
+    model = torch.nn.Linear(3, 2, device=META)
+    updater = build_updater(
+        model,
+        train_cfg(),
+        2,
+        AdpsgdUpdater,
+        layout=Layout(1, 2, 1),
+        groups=DecentralizedGroups(),
+        timeout_s=5.0,
+        device=META,
+    )
+    updater.exchanger.pending.fill_(0.5)
+    mix = updater.prepare_mix()
+    assert mix.taken.device == torch.device("cpu") and mix.delta.device == META
+    with updater.weights_lock():
+        updater.apply_mix(mix)
+    assert updater.exchanger.pending.abs().max() == 0  # settled once added
+    wire.headers.put(header(0, 0, GOODBYE))
+    updater.close()
