@@ -28,6 +28,8 @@ setup(
         "kaldi-hmm-gmm>=1.1.4,<2",
         "kaldifst>=1.8",
         "kaldilm>=1.15",
+        # Kaldi's faster decoder on kaldifst FSTs (kaldi-hmm-gmm's decoders take only its own FSTs).
+        "kaldi-decoder>=0.3.2",
     ],
     extras_require={
         "dev": ["pytest>=8", "kaldi-native-fbank>=1.20", "ruff>=0.6,<1"],
