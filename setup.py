@@ -26,10 +26,10 @@ setup(
         # The k2-fsa team's Kaldi parts: HMM topology, transition model, diagonal GMMs, aligner and
         # lattice decoder (kaldi-hmm-gmm); OpenFst (kaldifst); ARPA to G.fst (kaldilm).
         "kaldi-hmm-gmm>=1.1.4,<2",
-        "kaldifst>=1.8",
+        # 1.7.x: kaldi-hmm-gmm 1.1.4 shares its FSTs with it; 1.8 is another OpenFst build whose
+        # FSTs kaldi-hmm-gmm refuses (and importing it before kaldi_hmm_gmm deadlocks).
+        "kaldifst>=1.7.17,<1.8",
         "kaldilm>=1.15",
-        # Kaldi's faster decoder on kaldifst FSTs (kaldi-hmm-gmm's decoders take only its own FSTs).
-        "kaldi-decoder>=0.3.2",
     ],
     extras_require={
         "dev": ["pytest>=8", "kaldi-native-fbank>=1.20", "ruff>=0.6,<1"],

@@ -1,16 +1,17 @@
 """Decoding graphs as Kaldi's utils/mkgraph.sh builds them: G from an ARPA n-gram LM
 (kaldilm's arpa2fst, Kaldi's own code), then
 
-    LG   = min(det(L_disambig o G))
-    CLG  = context expansion of LG (the tree's context width and central position)
-    HCLG = min(rmsymbols(det(H o CLG)))
+    LG    = min(det(L_disambig o G))
+    CLG   = context expansion of LG (the tree's context width and central position)
+    HCLGa = min(rmsymbols(det(Ha o CLG)))     Ha: HMM transducer without self-loops
+    HCLG  = HCLGa with self-loops (scale 0.1, reordered)
 
 determinized in the log semiring, with the disambiguation symbols removed after the last
-determinization (they become epsilons). H is built in Python with its self-loops
-(asr/lang/hmm_fst.py: kaldi_hmm_gmm's FSTs cannot be handed to kaldifst), so there is no
-add-self-loops step: the self-loops carry their full log-probabilities (Kaldi scales them by
-0.1 and reorders them). Kaldi's fstrmepslocal and fstpushspecial only make the graph smaller
-or its weights better spread for pruning; they are not in kaldifst and are left out.
+determinization (they become epsilons). kaldi_hmm_gmm's FSTs are kaldifst's only with
+kaldifst 1.7.x (1.8 carries another OpenFst build: the two refuse each other's FSTs, and
+importing kaldifst first deadlocks). Kaldi's fstrmepslocal and fstpushspecial only make the
+graph smaller or its weights better spread for pruning; they are not in kaldifst and are
+left out.
 """
 
 from __future__ import annotations
@@ -23,15 +24,17 @@ from pathlib import Path
 from typing import Callable
 
 import kaldi_hmm_gmm
-import kaldifst  # after kaldi_hmm_gmm: the other import order deadlocks
+import kaldifst  # after kaldi_hmm_gmm: with kaldifst 1.8 the other order deadlocks
 import kaldilm
 
-from asr.lang.hmm_fst import h_transducer
 from asr.lang.langdir import Lang
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 
 log = logging.getLogger("asr.lang")
+
+TRANSITION_SCALE = 1.0  # mkgraph.sh's defaults
+SELF_LOOP_SCALE = 0.1
 
 ModelReader = Callable[[Path], "tuple[kaldi_hmm_gmm.ContextDependency, kaldi_hmm_gmm.TransitionModel]"]
 
@@ -83,13 +86,17 @@ def make_hclg(
         ifst=lg,
     )
     kaldifst.arcsort(clg, sort_type="ilabel")
-    h, disambig_ids = h_transducer(ilabels, tree, trans_model)
-    hclg = kaldifst.compose(h, clg)
-    kaldifst.determinize_star(hclg, use_log=True)
-    remove_input_symbols(hclg, set(disambig_ids))
-    kaldifst.minimize_encoded(hclg)
-    kaldifst.arcsort(hclg, sort_type="ilabel")
-    return hclg
+    config = kaldi_hmm_gmm.HTransducerConfig(transition_scale=TRANSITION_SCALE)
+    ha, disambig_tids = kaldi_hmm_gmm.get_h_transducer(
+        ilabel_info=ilabels, ctx_dep=tree, trans_model=trans_model, config=config
+    )
+    hclga = kaldifst.compose(ha, clg)
+    kaldifst.determinize_star(hclga, use_log=True)
+    remove_input_symbols(hclga, set(disambig_tids))
+    kaldifst.minimize_encoded(hclga)
+    return kaldi_hmm_gmm.add_self_loops(
+        self_loop_scale=SELF_LOOP_SCALE, disambig_syms=[], reorder=True, trans_model=trans_model, ifst=hclga
+    )
 
 
 def mkgraph(

@@ -1,9 +1,8 @@
-"""WFST search over a decoding graph (HCLG, asr/lang/graph.py) with Kaldi's faster decoder
-(the kaldi-decoder wheel, which works on kaldifst FSTs; kaldi_hmm_gmm's decoders accept only
-their own FST type), as decode-faster-mapped does for a hybrid model: the acoustic scores come
-as a matrix of log-likelihoods, one column per transition id.
+"""WFST search over a decoding graph (HCLG, asr/lang/graph.py) with Kaldi's lattice-faster
+decoder (kaldi_hmm_gmm), as latgen-faster-mapped does for a hybrid model: the acoustic scores
+come as a matrix of log-likelihoods, one column per transition id.
 
-kaldi_decoder's DecodableCtc gives the decoder column index-1 for the graph's input label
+kaldi_hmm_gmm's DecodableCtc gives the decoder column index-1 for the graph's input label
 `index` (labels are one-based: 0 is epsilon), so column i holds transition id i+1. A model
 that scores pdfs (a GMM, the hybrid BLSTM's posteriors over priors) is expanded to that layout
 with `pdf_to_transition_loglikes`: every transition id gets its pdf's column.
@@ -12,8 +11,7 @@ with `pdf_to_transition_loglikes`: every transition id gets its pdf's column.
 from __future__ import annotations
 
 import kaldi_hmm_gmm
-import kaldi_decoder
-import kaldifst  # after kaldi_hmm_gmm: the other import order deadlocks
+import kaldifst  # after kaldi_hmm_gmm: with kaldifst 1.8 the other order deadlocks
 import numpy as np
 
 from asr.utils.errors import InputError
@@ -43,6 +41,7 @@ def decode_wfst(
     trans_model: kaldi_hmm_gmm.TransitionModel,
     beam: float = 13.0,
     max_active: int = 7000,
+    lattice_beam: float = 6.0,
 ) -> tuple[list[int], list[int]]:
     """Best path of one utterance: (word ids, transition id per frame).
 
@@ -55,11 +54,10 @@ def decode_wfst(
             f"log-likelihoods of shape {loglikes_by_tid.shape} do not match the model's "
             f"{trans_model.num_transition_ids} transition ids"
         )
-    options = kaldi_decoder.FasterDecoderOptions(beam=beam, max_active=max_active)
-    decoder = kaldi_decoder.FasterDecoder(hclg, options)
-    decoder.decode(kaldi_decoder.DecodableCtc(np.ascontiguousarray(loglikes_by_tid, dtype=np.float32)))
-    found, lattice = decoder.get_best_path()
-    if not found:
-        return [], []
-    _, tids, words, _ = kaldifst.get_linear_symbol_sequence(lattice)
-    return list(words), list(tids)
+    config = kaldi_hmm_gmm.LatticeFasterDecoderConfig(max_active=max_active, beam=beam, lattice_beam=lattice_beam)
+    decoder = kaldi_hmm_gmm.LatticeFasterDecoder(hclg, config)
+    decodable = kaldi_hmm_gmm.DecodableCtc(np.ascontiguousarray(loglikes_by_tid, dtype=np.float32))
+    found, tids, words, _ = kaldi_hmm_gmm.decode_utterance_lattice_faster(
+        decoder=decoder, decodable=decodable, trans_model=trans_model, utt="utterance", allow_partial=True
+    )
+    return (list(words), list(tids)) if found else ([], [])

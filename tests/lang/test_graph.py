@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from asr.lang.graph import grammar_fst, make_hclg, mkgraph
-from asr.lang.hmm_fst import h_transducer
 from asr.lang.langdir import Lang
 from asr.lang.prepare import build_lang_dir
 from asr.lang.search import decode_wfst, pdf_to_transition_loglikes, transition_id_pdfs
@@ -130,17 +129,3 @@ def test_mkgraph_writes_the_graph_dir(setup):
     assert kaldifst.StdVectorFst.read(str(tmp / "graph" / "HCLG.fst")).num_states == record["HCLG_states"]
     with pytest.raises(InputError, match="ARPA LM not found"):
         mkgraph(lang.dir, tmp / "mono", tmp / "none.arpa", tmp / "graph2", read_model)
-
-
-def test_h_has_every_transition_once_with_its_log_probability(setup):
-    _, lang, tree, trans_model, _ = setup
-    phones = sorted(lang.silence_phones + lang.nonsilence_phones)
-    ilabel_info = [[]] + [[p] for p in phones] + [[-lang.disambig_phones[1]]]
-    h, disambig_ids = h_transducer(ilabel_info, tree, trans_model)
-    arcs = [arc for s in range(h.num_states) for arc in kaldifst.ArcIterator(h, s)]
-    emitting = sorted((arc.ilabel, round(arc.weight.value, 4)) for arc in arcs if 0 < arc.ilabel)
-    num_tids = trans_model.num_transition_ids
-    expected = [(t, round(-trans_model.log_probs[t], 4)) for t in range(1, num_tids + 1)] + [(num_tids + 1, 0.0)]
-    assert emitting == expected and disambig_ids == [num_tids + 1]
-    entries = sorted(arc.olabel for arc in arcs if arc.olabel)  # each window's label once, on its entry arc
-    assert entries == list(range(1, len(ilabel_info)))
