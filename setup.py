@@ -27,7 +27,8 @@ setup(
         # lattice decoder (kaldi-hmm-gmm); OpenFst (kaldifst); ARPA to G.fst (kaldilm).
         "kaldi-hmm-gmm>=1.1.4,<2",
         # kaldi-hmm-gmm 1.1.4 is built against kaldifst 1.7's OpenFst (ArcTpl<W>): it refuses the
-        # FSTs of kaldifst 1.8 (ArcTpl<W, int, int>), and 1.7.10 and older use another pybind11 ABI.
+        # FSTs of kaldifst 1.8 (ArcTpl<W, int, int>), 1.7.10 and older use another pybind11 ABI,
+        # and importing 1.8 before kaldi_hmm_gmm deadlocks.
         "kaldifst>=1.7.17,<1.8",
         "kaldilm>=1.15",
     ],

@@ -25,6 +25,7 @@ from asr.data.config import DataConfig, SynthConfig
 from asr.decode.config import DecodeConfig
 from asr.distributed.config import DistributedConfig
 from asr.features.config import FeaturesConfig
+from asr.lang.config import LangConfig
 from asr.lm.config import LMConfig
 from asr.models.config import ModelConfig
 from asr.score.config import ScoreConfig
@@ -45,6 +46,7 @@ class AsrConfig:
     features: FeaturesConfig = MISSING
     tokenizer: TokenizerConfig = MISSING
     lm: LMConfig = MISSING
+    lang: LangConfig = MISSING
     model: ModelConfig = MISSING
     train: TrainConfig = MISSING
     distributed: DistributedConfig = MISSING
