@@ -24,6 +24,7 @@ FILES = (
     "phones/nonsilence.csl",
     "phones/disambig.int",
     "phones/optional_silence.int",
+    "phones/align_lexicon.int",
 )
 
 
@@ -84,6 +85,17 @@ class Lang:
     def word_ids(self, words: list[str]) -> list[int]:
         """Ids of the words; a word the lexicon lacks is the OOV word (<unk>)."""
         return [self.words.get(word, self.oov) for word in words]
+
+    def pronunciations(self) -> dict[int, list[tuple[int, ...]]]:
+        """word id -> its pronunciations as phone ids, from phones/align_lexicon.int."""
+        path = self.dir / "phones/align_lexicon.int"
+        prons: dict[int, list[tuple[int, ...]]] = {}
+        for lineno, line in iter_lines(path):
+            fields = line.split()
+            if len(fields) < 3 or not all(f.isdigit() for f in fields):
+                raise InputError(f"{path}:{lineno}: expected 'word word phone...' as integers; rebuild the lang dir")
+            prons.setdefault(int(fields[0]), []).append(tuple(int(f) for f in fields[2:]))
+        return prons
 
     @property
     def phone_names(self) -> dict[int, str]:

@@ -84,6 +84,18 @@ def _write_phone_lists(phones_dir: Path, ids: dict[str, int], nonsilence: list[s
     (phones_dir / "roots.int").write_text("".join(f"shared split {ids[p]}\n" for p in roots), encoding="ascii")
 
 
+def _write_align_lexicon(phones_dir: Path, entries, phone_ids: dict[str, int], word_ids: dict[str, int]) -> None:
+    """Kaldi's phones/align_lexicon.{txt,int}: `word word phone...` a pronunciation (the word
+    twice, as Kaldi writes it), what word times are read from (asr/lang/word_align.py)."""
+    (phones_dir / "align_lexicon.txt").write_text(
+        "".join(f"{w} {w} {' '.join(pron)}\n" for w, pron in entries), encoding="utf-8"
+    )
+    (phones_dir / "align_lexicon.int").write_text(
+        "".join(f"{word_ids[w]} {word_ids[w]} {' '.join(str(phone_ids[p]) for p in pron)}\n" for w, pron in entries),
+        encoding="ascii",
+    )
+
+
 def write_lang_dir(lexicon: Lexicon, out: Path, sil_prob: float = SIL_PROB) -> dict:
     """Write every file of the lang dir into `out` (an empty dir); returns its sizes."""
     entries = list(lexicon.entries)
@@ -102,6 +114,7 @@ def write_lang_dir(lexicon: Lexicon, out: Path, sil_prob: float = SIL_PROB) -> d
     (out / "topo").write_text(topology_text(nonsilence_ids, silence_ids), encoding="ascii")
     (out / "oov.txt").write_text(f"{OOV_WORD}\n", encoding="utf-8")
     (out / "oov.int").write_text(f"{word_ids[OOV_WORD]}\n", encoding="ascii")
+    _write_align_lexicon(out / "phones", entries, phone_ids, word_ids)
     plain = lexicon_fst(entries, phone_ids, word_ids, OPTIONAL_SILENCE, sil_prob)
     plain.write(str(out / "L.fst"))
     with_disambig = lexicon_fst(

@@ -10,10 +10,15 @@ with `pdf_to_transition_loglikes`: every transition id gets its pdf's column.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import kaldi_hmm_gmm
 import kaldifst  # after kaldi_hmm_gmm: with kaldifst 1.8 the other order deadlocks
 import numpy as np
 
+from asr.lang.langdir import Lang
+from asr.lang.word_align import phone_segments, word_spans
 from asr.utils.errors import InputError
 
 
@@ -61,3 +66,46 @@ def decode_wfst(
         decoder=decoder, decodable=decodable, trans_model=trans_model, utt="utterance", allow_partial=True
     )
     return (list(words), list(tids)) if found else ([], [])
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """latgen-faster-mapped's options (swbd s5c's beams); the acoustic scale multiplies the
+    log-likelihoods before the search."""
+
+    acoustic_scale: float = 0.1
+    beam: float = 13.0
+    max_active: int = 7000
+    lattice_beam: float = 6.0
+
+
+@dataclass(frozen=True)
+class DecodedWord:
+    word: str
+    start: int  # first frame
+    end: int  # one past the last frame
+
+
+class GraphDecoder:
+    """Words with their frames from an utterance's per-pdf log-likelihoods: the search over a
+    graph dir's `HCLG.fst` (as mkgraph writes it), then the best path's phones matched to the
+    lang dir's lexicon (asr/lang/word_align.py)."""
+
+    def __init__(self, graph_dir, trans_model: kaldi_hmm_gmm.TransitionModel, lang: Lang, options: SearchOptions):
+        path = Path(graph_dir) / "HCLG.fst"
+        if not path.is_file():
+            raise InputError(f"{path}: no decoding graph; build it with the recipe's mkgraph stage")
+        self.hclg = kaldifst.StdVectorFst.read(str(path))
+        self.trans_model, self.lang, self.options = trans_model, lang, options
+        self.word_names, self.prons = lang.word_names, lang.pronunciations()
+
+    def __call__(self, loglikes_by_pdf: np.ndarray) -> list[DecodedWord]:
+        scaled = pdf_to_transition_loglikes(loglikes_by_pdf, self.trans_model) * self.options.acoustic_scale
+        o = self.options
+        words, tids = decode_wfst(self.hclg, scaled, self.trans_model, o.beam, o.max_active, o.lattice_beam)
+        if not tids:
+            return []
+        partial = not self.trans_model.is_final(tids[-1])  # the search reached no final state
+        segments = phone_segments(tids, self.trans_model, partial)
+        spans = word_spans(words, segments, self.prons, self.lang.optional_silence, partial)
+        return [DecodedWord(self.word_names[s.word], s.start, s.end) for s in spans]

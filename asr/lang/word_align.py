@@ -31,15 +31,38 @@ class WordSpan:
     end: int
 
 
-def phone_segments(tids: Sequence[int], trans_model) -> list[PhoneSegment]:
-    """The phones of a transition-id path, each ending at the frame whose id leaves its HMM."""
+def is_reordered(tids: Sequence[int], trans_model) -> bool:
+    """Whether a path has its self-loops after the forward transition (a graph built with
+    add-self-loops --reorder, Kaldi's default), told as Kaldi's IsReordered does: at the first
+    change of transition state next to a self-loop, a self-loop before it means reordered."""
+    state = trans_model.id2state
+    for this, following in zip(tids, tids[1:]):
+        if state[this] != state[following]:
+            if trans_model.is_self_loop(this):
+                return True
+            if trans_model.is_self_loop(following):
+                return False
+    return bool(tids) and not trans_model.is_self_loop(int(tids[0])) and trans_model.is_self_loop(int(tids[-1]))
+
+
+def phone_segments(tids: Sequence[int], trans_model, partial: bool = False) -> list[PhoneSegment]:
+    """The phones of a transition-id path, as Kaldi's SplitToPhones: each ends at the frame whose
+    id leaves its HMM (and, reordered, the self-loops after it). A partial path (the decoder
+    reached no final state) may end inside its last phone."""
+    tids = [int(t) for t in tids]
+    reordered = is_reordered(tids, trans_model)
     segments: list[PhoneSegment] = []
-    start = 0
-    for frame, tid in enumerate(tids):
-        if trans_model.is_final(int(tid)):
-            segments.append(PhoneSegment(trans_model.transition_id_to_phone(int(tid)), start, frame + 1))
+    start = frame = 0
+    while frame < len(tids):
+        if trans_model.is_final(tids[frame]):
+            while reordered and frame + 1 < len(tids) and trans_model.is_self_loop(tids[frame + 1]):
+                frame += 1
+            segments.append(PhoneSegment(trans_model.transition_id_to_phone(tids[frame]), start, frame + 1))
             start = frame + 1
-    if start != len(tids):
+        frame += 1
+    if start != len(tids) and partial:
+        segments.append(PhoneSegment(trans_model.transition_id_to_phone(tids[-1]), start, len(tids)))
+    elif start != len(tids):
         raise InputError(f"a path of {len(tids)} frames ends inside a phone (frame {start}); is it a complete path?")
     return segments
 
@@ -49,10 +72,12 @@ def word_spans(
     segments: Sequence[PhoneSegment],
     prons: Mapping[int, Collection[tuple[int, ...]]],
     optional_silence: int,
+    partial: bool = False,
 ) -> list[WordSpan]:
     """Each word's first and last frame: the words over the phones in order, each spelling one of
-    its pronunciations, the optional silence phone allowed between them. InputError if the
-    phones cannot spell the words (a path that is not from the lexicon's graph)."""
+    its pronunciations, the optional silence phone allowed between them; on a partial path the
+    last word may be cut short. InputError if the phones cannot spell the words (a path that is
+    not from the lexicon's graph)."""
     phones = tuple(segment.phone for segment in segments)
 
     @lru_cache(maxsize=None)
@@ -61,7 +86,10 @@ def word_spans(
         None if they cannot be."""
         if word_index == len(words):
             return () if all(p == optional_silence for p in phones[at:]) else None
+        last = word_index == len(words) - 1
         for pron in prons.get(words[word_index], ()):
+            if partial and last and at < len(phones) and pron[: len(phones) - at] == phones[at:]:
+                return (at, len(phones) - at)
             if phones[at : at + len(pron)] == pron:
                 rest = match(word_index + 1, at + len(pron))
                 if rest is not None:

@@ -2,7 +2,9 @@
 dictionary and a unigram LM of its training text, a monophone tree, and acoustic scores that
 favour, frame by frame, the HMM states of the phone the synthesiser's timings put there (a
 constructed score, not a trained model: this checks the dictionary against the audio's phones
-and the graph, not acoustic modelling). Measured: 2.85% WER on the 85 segments, 6.8 s."""
+and the graph, not acoustic modelling). Measured: 2.85% WER on the 85 segments, 6.8 s. The
+words' times from the best path's phones (GraphDecoder) are checked against the synthesiser's
+word timings (`-word.text`)."""
 
 from __future__ import annotations
 
@@ -22,23 +24,37 @@ from asr.data.text_norm import normalize_ms98_text
 from asr.lang.graph import grammar_fst, make_hclg
 from asr.lang.langdir import Lang
 from asr.lang.prepare import build_lang_dir
-from asr.lang.search import decode_wfst, pdf_to_transition_loglikes
+from asr.lang.search import GraphDecoder, SearchOptions
 
 
 FRAME = 0.01
 SOUNDS = {"[noise]": "nsn", "[laughter]": "lau"}
 
 
+def timings(trans: Path, kind: str) -> dict[str, list[tuple[float, float, str]]]:
+    """segment id -> (start, end, label) of the phone or word timings, in recording time."""
+    rows = [line.split() for line in Path(str(trans).replace("-trans", f"-{kind}")).read_text().splitlines()]
+    by_segment: dict[str, list] = {}
+    for sid, begin, end, label in rows:
+        by_segment.setdefault(sid, []).append((float(begin), float(end), label))
+    return by_segment
+
+
 def segments(corpus: Path):
-    """(reference words, [(start, end, phone)] relative to the segment, frames) per speech segment."""
+    """(reference words, phone spans, word spans, frames) per speech segment; spans are
+    (start, end, label) in seconds from the segment's start."""
     for trans in sorted(corpus.glob(f"{MS98_DIR}/*/*/*-trans.text")):
-        rows = [line.split() for line in Path(str(trans).replace("-trans", "-phone")).read_text().splitlines()]
+        phones, words_at = timings(trans, "phone"), timings(trans, "word")
         for line in trans.read_text().splitlines():
             sid, start, end, *words = line.split()
             reference = normalize_ms98_text(" ".join(words)).split()
             if reference:
-                spans = [(float(r[1]) - float(start), float(r[2]) - float(start), r[3]) for r in rows if r[0] == sid]
-                yield reference, spans, int((float(end) - float(start)) / FRAME)
+                offset = float(start)
+                relative = [
+                    [(b - offset, e - offset, label) for b, e, label in spans.get(sid, [])]
+                    for spans in (phones, words_at)
+                ]
+                yield reference, relative[0], relative[1], int((float(end) - offset) / FRAME)
 
 
 def unigram_arpa(texts: list[list[str]], path: Path) -> None:
@@ -62,7 +78,18 @@ def oracle_scores(spans, frames: int, lang: Lang, tree, trans_model) -> np.ndarr
         covered = slice(max(0, round(start / FRAME)), min(frames, round(end / FRAME)))
         loglikes[covered] = -10.0
         loglikes[covered, pdfs(phone)] = 0.0
-    return pdf_to_transition_loglikes(loglikes, trans_model)
+    return loglikes
+
+
+def boundaries_within(decoded, word_spans, tolerance: float) -> tuple[int, int]:
+    """(boundaries within `tolerance` seconds of the synthesiser's, boundaries) of a segment
+    decoded to its transcript: every word's start and end."""
+    spoken = [(b, e) for b, e, label in word_spans if not label.startswith("[")]
+    close = sum(
+        (abs(w.start * FRAME - b) <= tolerance) + (abs(w.end * FRAME - e) <= tolerance)
+        for w, (b, e) in zip(decoded, spoken)
+    )
+    return close, 2 * len(decoded)
 
 
 def test_oracle_phone_scores_decode_to_the_transcripts(tmp_path):
@@ -71,17 +98,24 @@ def test_oracle_phone_scores_decode_to_the_transcripts(tmp_path):
     build_lang_dir(dictionary_path(corpus), tmp_path / "lang")
     lang = Lang.load(tmp_path / "lang")
     data = list(segments(corpus))
-    unigram_arpa([reference for reference, _, _ in data], tmp_path / "lm.arpa")
+    unigram_arpa([reference for reference, *_ in data], tmp_path / "lm.arpa")
     topo = lang.topology()
     phones = sorted(lang.silence_phones + lang.nonsilence_phones)
     tree = kaldi_hmm_gmm.monophone_context_dependency(phones, topo.get_phone_to_num_pdf_classes())
     trans_model = kaldi_hmm_gmm.TransitionModel(tree, topo)
-    hclg = make_hclg(lang, tree, trans_model, grammar_fst(tmp_path / "lm.arpa", lang))
-    references, hypotheses = [], []
-    for reference, spans, frames in data:
-        words, _ = decode_wfst(hclg, oracle_scores(spans, frames, lang, tree, trans_model), trans_model)
+    graph = tmp_path / "graph"
+    graph.mkdir()
+    make_hclg(lang, tree, trans_model, grammar_fst(tmp_path / "lm.arpa", lang)).write(str(graph / "HCLG.fst"))
+    decoder = GraphDecoder(graph, trans_model, lang, SearchOptions(acoustic_scale=1.0))
+    references, hypotheses, close, boundaries = [], [], 0, 0
+    for reference, phone_spans, word_spans, frames in data:
+        decoded = decoder(oracle_scores(phone_spans, frames, lang, tree, trans_model))
         references.append(" ".join(reference))
-        hypotheses.append(" ".join(lang.word_names[w] for w in words))
+        hypotheses.append(" ".join(w.word for w in decoded))
+        if hypotheses[-1] == references[-1] and not any(w.startswith("[") for w in reference):
+            within, total = boundaries_within(decoded, word_spans, tolerance=0.02)
+            close, boundaries = close + within, boundaries + total
     wer = jiwer.wer(references, hypotheses)
-    print(f"oracle-score WER {100 * wer:.2f}% on {len(references)} segments")
+    print(f"oracle-score WER {100 * wer:.2f}% on {len(references)} segments; word boundaries {close}/{boundaries}")
     assert len(references) > 50 and wer < 0.1, wer
+    assert boundaries > 100 and close >= 0.8 * boundaries, (close, boundaries)

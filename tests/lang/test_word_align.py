@@ -28,7 +28,7 @@ def trans_model():
     return khg.TransitionModel(ctx_dep=tree, hmm_topo=topo)
 
 
-def path(trans_model, phones_and_lengths):
+def path(trans_model, phones_and_lengths, reordered=False):
     """Transition ids of phones held for their frames (at least two): one frame in state 0, the rest
     in state 1, the last leaving the HMM."""
     ids = {}
@@ -37,12 +37,20 @@ def path(trans_model, phones_and_lengths):
     tids = []
     for phone, length in phones_and_lengths:
         _, next0, loop1, exit1 = sorted(ids[phone])  # Kaldi numbers them in the topology's order
-        tids += [next0] + [loop1] * (length - 2) + [exit1]
+        if reordered:  # add-self-loops --reorder: a state's self-loops follow its forward transition
+            tids += [next0, exit1] + [loop1] * (length - 2)
+        else:
+            tids += [next0] + [loop1] * (length - 2) + [exit1]
     return tids
 
 
 def test_a_path_is_cut_at_the_frames_that_leave_each_phone(trans_model):
     tids = path(trans_model, [(SIL, 3), (A, 2), (B, 4)])
+    assert phone_segments(tids, trans_model) == [PhoneSegment(SIL, 0, 3), PhoneSegment(A, 3, 5), PhoneSegment(B, 5, 9)]
+
+
+def test_a_reordered_path_keeps_the_self_loops_after_a_phones_exit_in_that_phone(trans_model):
+    tids = path(trans_model, [(SIL, 3), (A, 2), (B, 4)], reordered=True)
     assert phone_segments(tids, trans_model) == [PhoneSegment(SIL, 0, 3), PhoneSegment(A, 3, 5), PhoneSegment(B, 5, 9)]
 
 
@@ -57,6 +65,12 @@ def test_words_take_their_pronunciations_and_skip_optional_silence(trans_model):
     )
     prons = {10: [(A,), (A, B)], 11: [(A, C)]}  # word 10's short pronunciation must not be taken
     assert word_spans([10, 11], segments, prons, SIL) == [WordSpan(10, 2, 7), WordSpan(11, 11, 15)]
+
+
+def test_a_partial_path_closes_its_last_phone_and_may_cut_its_last_word(trans_model):
+    segments = phone_segments(path(trans_model, [(A, 2), (B, 3)])[:-1], trans_model, partial=True)
+    assert segments == [PhoneSegment(A, 0, 2), PhoneSegment(B, 2, 4)]
+    assert word_spans([11], segments[:1], {11: [(A, C)]}, SIL, partial=True) == [WordSpan(11, 0, 2)]
 
 
 def test_phones_that_do_not_spell_the_words_are_refused(trans_model):
