@@ -1,7 +1,7 @@
 """`python -m asr.average [average.num=5] [average.by=last|best]`: the mean of an experiment's
 last or best checkpoints -> exp_dir/checkpoints/avg-<by><num>.pt (decode.checkpoint=avg-last5)."""
 
-from asr.stage import stage_main
+from asr.stage import freeze_imports, stage_main
 
 
 @stage_main(
@@ -12,6 +12,8 @@ from asr.stage import stage_main
 )
 def main(cfg) -> None:
     from asr.average.average import average  # here, not above: --help answers without importing torch
+
+    freeze_imports()
 
     average(cfg)
 

@@ -1,7 +1,7 @@
 """`python -m asr.decode [decode=greedy|beam_lm|loglikes]`: decode decode.sets -> exp_dir/decode_<set>/hyp.{txt,ctm}
 (greedy CTC, or CTC beam search with the word LM; loglikes: Kaldi log-likelihoods)."""
 
-from asr.stage import stage_main
+from asr.stage import freeze_imports, stage_main
 
 
 @stage_main(
@@ -13,6 +13,8 @@ from asr.stage import stage_main
 )
 def main(cfg) -> None:
     from asr.decode.stage import decode  # here, not above: --help answers without importing torch
+
+    freeze_imports()
 
     decode(cfg)
 

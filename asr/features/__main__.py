@@ -1,7 +1,7 @@
 """`python -m asr.features [hydra overrides]`: the features of the train/dev/eval data dirs
 by the recipe `features.kind` picks (see asr.features.recipes)."""
 
-from asr.stage import stage_main
+from asr.stage import freeze_imports, stage_main
 
 
 @stage_main(
@@ -13,6 +13,8 @@ from asr.stage import stage_main
 )
 def main(cfg) -> None:
     from asr.features.recipes import make_features  # here, not above: --help answers without importing torch
+
+    freeze_imports()
 
     make_features(cfg)
 

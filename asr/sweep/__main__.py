@@ -5,7 +5,7 @@ each converges at, written to <sweep.out_dir>/sweep.{json,md,png}."""
 import logging
 from pathlib import Path
 
-from asr.stage import stage_main
+from asr.stage import freeze_imports, stage_main
 
 log = logging.getLogger("asr.sweep")
 
@@ -22,6 +22,8 @@ def main(cfg) -> None:
 
     from asr.sweep.report import write_report
     from asr.sweep.sweep import run_sweep
+
+    freeze_imports()
 
     torch.set_num_threads(cfg.train.threads)
     result = run_sweep(cfg)

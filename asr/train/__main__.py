@@ -1,6 +1,6 @@
 """`python -m asr.train`: train the acoustic model (resumes from the newest checkpoint)."""
 
-from asr.stage import stage_main
+from asr.stage import freeze_imports, stage_main
 
 
 @stage_main(
@@ -15,6 +15,8 @@ from asr.stage import stage_main
 )
 def main(cfg) -> None:
     from asr.train.loop import train  # here, not above: --help answers without importing torch
+
+    freeze_imports()
 
     train(cfg)
 

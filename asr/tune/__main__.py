@@ -1,6 +1,6 @@
 """`python -m asr.tune decode=beam_lm`: LM weight and word score tuned on the dev set."""
 
-from asr.stage import stage_main
+from asr.stage import freeze_imports, stage_main
 
 
 @stage_main(
@@ -12,6 +12,8 @@ from asr.stage import stage_main
 )
 def main(cfg) -> None:
     from asr.tune.grid import tune  # here, not above: --help answers without importing torch
+
+    freeze_imports()
 
     tune(cfg)
 
