@@ -1,7 +1,8 @@
 """`python -m asr.average [average.num=5] [average.by=last|best]`: the mean of an experiment's
 last or best checkpoints -> exp_dir/checkpoints/avg-<by><num>.pt (decode.checkpoint=avg-last5)."""
 
-from asr.stage import freeze_imports, stage_main
+from asr.stage import stage_main
+from asr.utils.memory import freeze_imports
 
 
 @stage_main(

@@ -1,7 +1,8 @@
 """`python -m asr.decode [decode=greedy|beam_lm|loglikes]`: decode decode.sets -> exp_dir/decode_<set>/hyp.{txt,ctm}
 (greedy CTC, or CTC beam search with the word LM; loglikes: Kaldi log-likelihoods)."""
 
-from asr.stage import freeze_imports, stage_main
+from asr.stage import stage_main
+from asr.utils.memory import freeze_imports
 
 
 @stage_main(

@@ -1,7 +1,8 @@
 """`python -m asr.features [hydra overrides]`: the features of the train/dev/eval data dirs
 by the recipe `features.kind` picks (see asr.features.recipes)."""
 
-from asr.stage import freeze_imports, stage_main
+from asr.stage import stage_main
+from asr.utils.memory import freeze_imports
 
 
 @stage_main(

@@ -5,7 +5,8 @@ each converges at, written to <sweep.out_dir>/sweep.{json,md,png}."""
 import logging
 from pathlib import Path
 
-from asr.stage import freeze_imports, stage_main
+from asr.stage import stage_main
+from asr.utils.memory import freeze_imports
 
 log = logging.getLogger("asr.sweep")
 

@@ -1,6 +1,7 @@
 """`python -m asr.train`: train the acoustic model (resumes from the newest checkpoint)."""
 
-from asr.stage import freeze_imports, stage_main
+from asr.stage import stage_main
+from asr.utils.memory import freeze_imports
 
 
 @stage_main(

@@ -1,6 +1,7 @@
 """`python -m asr.tune decode=beam_lm`: LM weight and word score tuned on the dev set."""
 
-from asr.stage import freeze_imports, stage_main
+from asr.stage import stage_main
+from asr.utils.memory import freeze_imports
 
 
 @stage_main(
