@@ -4,6 +4,8 @@ import pytest
 
 from tests.fixtures.toy_corpus import make_toy_experiment
 
+pytest_plugins = ["tests.cpu_report"]
+
 
 @pytest.fixture(scope="session")
 def toy_corpus(tmp_path_factory):

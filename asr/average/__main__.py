@@ -2,6 +2,7 @@
 last or best checkpoints -> exp_dir/checkpoints/avg-<by><num>.pt (decode.checkpoint=avg-last5)."""
 
 from asr.stage import stage_main
+from asr.utils.memory import freeze_imports
 
 
 @stage_main(
@@ -12,6 +13,8 @@ from asr.stage import stage_main
 )
 def main(cfg) -> None:
     from asr.average.average import average  # here, not above: --help answers without importing torch
+
+    freeze_imports()
 
     average(cfg)
 

@@ -22,7 +22,6 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
-import scipy.signal
 
 from asr.data.datadir import DataDir, Segment, read_data_dir, write_data_dir, write_table
 from asr.utils.errors import InputError
@@ -62,6 +61,10 @@ def change_speed(samples: np.ndarray, factor: float) -> np.ndarray:
     ratio = Fraction(str(factor)).limit_denominator(1000)
     if ratio == 1:
         return samples
+    # Imported here: scipy.signal takes about a second of CPU to import, and every process that
+    # reads audio (prepare, validate, features) imports this module but few change speeds.
+    import scipy.signal
+
     return scipy.signal.resample_poly(samples, ratio.denominator, ratio.numerator).astype(samples.dtype, copy=False)
 
 

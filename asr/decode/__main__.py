@@ -2,6 +2,7 @@
 (greedy CTC, or CTC beam search with the word LM; loglikes: Kaldi log-likelihoods)."""
 
 from asr.stage import stage_main
+from asr.utils.memory import freeze_imports
 
 
 @stage_main(
@@ -13,6 +14,8 @@ from asr.stage import stage_main
 )
 def main(cfg) -> None:
     from asr.decode.stage import decode  # here, not above: --help answers without importing torch
+
+    freeze_imports()
 
     decode(cfg)
 

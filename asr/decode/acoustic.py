@@ -1,6 +1,6 @@
 """The acoustic model over a data set: what decoding, LM tuning and log-likelihood export share.
 
-    sets = evaluation_sets(cfg)                 decode.sets, or the evaluation set
+    sets = evaluation_sets(cfg)                 decode.sets, or the evaluation set (asr.decode.output)
     model, state, path = load_model(cfg, "ctc", why_not, device)
     scored = ScoredSet(cfg, set_name, model, device)
     for batch in scored.batches():              longest utterances first, padded
@@ -28,11 +28,6 @@ from asr.models.checkpoint import CheckpointDir, load_checkpoint, model_from_che
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
-
-
-def evaluation_sets(cfg) -> list[str]:
-    """The sets to decode and score: decode.sets, or the evaluation set when that list is empty."""
-    return list(cfg.decode.sets) or [cfg.data.eval_set]
 
 
 def load_model(cfg, head: str, otherwise: str, device: torch.device) -> tuple[AcousticModel, dict, Path]:

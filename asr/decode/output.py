@@ -22,6 +22,11 @@ from asr.utils.atomic import atomic_path
 DEFAULT_CHANNEL = "A"
 
 
+def evaluation_sets(cfg) -> list[str]:
+    """The sets to decode and score: decode.sets, or the evaluation set when that list is empty."""
+    return list(cfg.decode.sets) or [cfg.data.eval_set]
+
+
 def decode_dir(cfg, set_name: str) -> Path:
     """Where a set's hypotheses and scores go: <exp_dir>/decode_<set><decode.dir_suffix>."""
     return Path(cfg.exp_dir) / f"decode_{set_name}{cfg.decode.get('dir_suffix', '')}"

@@ -16,9 +16,9 @@ import torch
 
 from asr.data.ctm import CtmWord, write_ctm
 from asr.data.datadir import DataDir
-from asr.decode.acoustic import ScoredSet, evaluation_sets, load_model
+from asr.decode.acoustic import ScoredSet, load_model
 from asr.decode.loglikes import export_loglikes
-from asr.decode.output import ctm_words, decode_dir, timed_words, write_hyp_text
+from asr.decode.output import ctm_words, decode_dir, evaluation_sets, timed_words, write_hyp_text
 from asr.decode.search import ParallelBeamSearch, Search, beam_options, beam_search, beam_spec, greedy_search
 from asr.models.blstm import AcousticModel
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path

@@ -2,6 +2,7 @@
 by the recipe `features.kind` picks (see asr.features.recipes)."""
 
 from asr.stage import stage_main
+from asr.utils.memory import freeze_imports
 
 
 @stage_main(
@@ -13,6 +14,8 @@ from asr.stage import stage_main
 )
 def main(cfg) -> None:
     from asr.features.recipes import make_features  # here, not above: --help answers without importing torch
+
+    freeze_imports()
 
     make_features(cfg)
 

@@ -65,6 +65,7 @@ from asr.features.featureset import DELTA_COLUMNS, FeatureLayout, FeatureWriter,
 from asr.features.parts import COPY_CHUNK, join_parts, merge_part_tables, merge_skipped
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
+from asr.utils.memory import freeze_imports
 
 log = logging.getLogger("asr.features")
 
@@ -557,6 +558,7 @@ _progress_queue: Any = None
 
 def _init_worker(progress_queue: Any) -> None:
     global _progress_queue
+    freeze_imports()  # torch and this module are imported by now: the worker's lifetime objects
     _progress_queue = progress_queue
     torch.set_num_threads(1)  # the jobs are the parallelism; threads would oversubscribe the cores
 

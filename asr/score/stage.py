@@ -10,8 +10,7 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
-from asr.decode.acoustic import evaluation_sets
-from asr.decode.output import decode_dir
+from asr.decode.output import decode_dir, evaluation_sets  # not from acoustic: scoring needs no torch
 from asr.score.hub5.scorer import score_hub5
 from asr.score.report import markdown_table, write_reports
 from asr.score.result import ScoreResult

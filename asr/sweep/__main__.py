@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 from asr.stage import stage_main
+from asr.utils.memory import freeze_imports
 
 log = logging.getLogger("asr.sweep")
 
@@ -22,6 +23,8 @@ def main(cfg) -> None:
 
     from asr.sweep.report import write_report
     from asr.sweep.sweep import run_sweep
+
+    freeze_imports()
 
     torch.set_num_threads(cfg.train.threads)
     result = run_sweep(cfg)

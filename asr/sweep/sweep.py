@@ -43,6 +43,7 @@ from asr.sweep.run import (
 from asr.sweep.verdict import BASELINE, Baseline, Measurement, Point, calibrate, close_points, converges, judge
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
+from asr.utils.memory import freeze_imports
 
 log = logging.getLogger(__name__)
 
@@ -240,6 +241,7 @@ _worker_data: SweepData | None = None
 
 def _start_worker(config: dict, threads: int) -> None:
     global _worker_data
+    freeze_imports()  # torch and this module are imported by now: the worker's lifetime objects
     torch.set_num_threads(threads)
     _worker_data = SweepData(OmegaConf.create(config))
 

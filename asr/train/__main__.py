@@ -1,6 +1,7 @@
 """`python -m asr.train`: train the acoustic model (resumes from the newest checkpoint)."""
 
 from asr.stage import stage_main
+from asr.utils.memory import freeze_imports
 
 
 @stage_main(
@@ -15,6 +16,8 @@ from asr.stage import stage_main
 )
 def main(cfg) -> None:
     from asr.train.loop import train  # here, not above: --help answers without importing torch
+
+    freeze_imports()
 
     train(cfg)
 

@@ -47,6 +47,9 @@ def main(argv=None) -> int:
 
     from asr.transcribe.transcribe import Transcriber  # here, not above: --help needs no torch
     from asr.utils.errors import InputError
+    from asr.utils.memory import freeze_imports
+
+    freeze_imports()
 
     try:
         transcriber = Transcriber(args.exp_dir, args.checkpoint, args.greedy, args.device)

@@ -1,6 +1,7 @@
 """`python -m asr.tune decode=beam_lm`: LM weight and word score tuned on the dev set."""
 
 from asr.stage import stage_main
+from asr.utils.memory import freeze_imports
 
 
 @stage_main(
@@ -12,6 +13,8 @@ from asr.stage import stage_main
 )
 def main(cfg) -> None:
     from asr.tune.grid import tune  # here, not above: --help answers without importing torch
+
+    freeze_imports()
 
     tune(cfg)
 

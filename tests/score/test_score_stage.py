@@ -3,7 +3,7 @@
 import pytest
 
 from asr.config import load_config
-from asr.decode.acoustic import evaluation_sets
+from asr.decode.output import evaluation_sets
 from asr.score.stage import decode_dir, scorer
 from asr.utils.errors import InputError
 

@@ -73,3 +73,25 @@ def test_the_kernel_cache_keeps_only_the_last_shapes_kernels():
     # that grew by MBs a step in training); limited, they are rebuilt.
     assert rnn_kernels_reused("default") > 0
     assert rnn_kernels_reused("limit") == 0
+
+
+FREEZE = """
+import gc, weakref
+from asr.utils.memory import freeze_imports
+before = gc.get_freeze_count()
+freeze_imports()
+frozen = gc.get_freeze_count()
+class Node: pass
+later = Node(); later.me = later  # a cycle made after the freeze: only the collector frees it
+alive = weakref.ref(later)
+del later
+gc.collect()
+print(before, frozen, alive() is None)
+"""
+
+
+def test_what_was_imported_is_frozen_and_what_comes_later_still_collected():
+    out = subprocess.run([sys.executable, "-c", FREEZE], capture_output=True, text=True, check=True).stdout.split()
+    before, frozen, collected = int(out[0]), int(out[1]), out[2]
+    assert before == 0 and frozen > 1000  # the interpreter's and the imported modules' objects
+    assert collected == "True"

@@ -1,0 +1,66 @@
+"""A pytest plugin that charges each test the CPU time it and its children used, and prints a
+per-directory summary at the end of the run.
+
+Wall time on a shared machine says little about a test's cost; user+sys CPU of pytest plus the
+processes it waited for (stages, torchrun and its workers) does not depend on the other load, so
+this is the figure to compare before and after making a test cheaper. A module- or session-scoped
+fixture is charged to the first test that sets it up.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections import defaultdict
+from pathlib import PurePosixPath
+
+import pytest
+
+_CPU_BY_TEST: dict[str, float] = defaultdict(float)
+_WALL_BY_TEST: dict[str, float] = defaultdict(float)
+
+
+def _cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    cpu, wall = _cpu_seconds(), time.monotonic()
+    yield
+    _CPU_BY_TEST[item.nodeid] += _cpu_seconds() - cpu
+    _WALL_BY_TEST[item.nodeid] += time.monotonic() - wall
+
+
+def _directory(nodeid: str) -> str:
+    path = PurePosixPath(nodeid.split("::", 1)[0])
+    return str(path.parent) if len(path.parts) > 1 else str(path)
+
+
+def _write_per_test(path: str) -> None:
+    """ASR_TEST_CPU_LOG=<file>: one line per test, CPU and wall seconds, for before/after comparisons."""
+    with open(path, "w") as out:
+        for nodeid in sorted(_CPU_BY_TEST, key=_CPU_BY_TEST.get, reverse=True):
+            out.write(f"{_CPU_BY_TEST[nodeid]:.2f}\t{_WALL_BY_TEST[nodeid]:.2f}\t{nodeid}\n")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _CPU_BY_TEST:
+        return
+    if os.environ.get("ASR_TEST_CPU_LOG"):
+        _write_per_test(os.environ["ASR_TEST_CPU_LOG"])
+    cpu, wall, count = defaultdict(float), defaultdict(float), defaultdict(int)
+    for nodeid, seconds in _CPU_BY_TEST.items():
+        directory = _directory(nodeid)
+        cpu[directory] += seconds
+        wall[directory] += _WALL_BY_TEST[nodeid]
+        count[directory] += 1
+    terminalreporter.section("time by directory (CPU: pytest and its children, user+sys)")
+    for directory in sorted(cpu, key=cpu.get, reverse=True):
+        terminalreporter.write_line(
+            f"{cpu[directory]:8.1f} s CPU {wall[directory]:8.1f} s wall {count[directory]:5d} tests  {directory}"
+        )
+    terminalreporter.write_line(f"{sum(cpu.values()):8.1f} s CPU {sum(wall.values()):8.1f} s wall  total")
