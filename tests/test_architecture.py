@@ -16,10 +16,10 @@ ASR = Path(__file__).resolve().parents[1] / "asr"
 LAYERS = [
     {"utils"},
     {"data"},
-    {"text", "features", "models", "optim", "lm"},
+    {"text", "features", "models", "optim", "lm", "hmm"},
     {"distributed"},
     {"train"},
-    {"decode", "average"},
+    {"decode", "average", "gmm"},
     {"score", "transcribe"},
     {"tune"},
     {"sweep", "report"},
