@@ -26,7 +26,9 @@ setup(
         # The k2-fsa team's Kaldi parts: HMM topology, transition model, diagonal GMMs, aligner and
         # lattice decoder (kaldi-hmm-gmm); OpenFst (kaldifst); ARPA to G.fst (kaldilm).
         "kaldi-hmm-gmm>=1.1.4,<2",
-        "kaldifst>=1.8",
+        # kaldi-hmm-gmm 1.1.4 is built against kaldifst 1.7's OpenFst (ArcTpl<W>): it refuses the
+        # FSTs of kaldifst 1.8 (ArcTpl<W, int, int>), and 1.7.10 and older use another pybind11 ABI.
+        "kaldifst>=1.7.17,<1.8",
         "kaldilm>=1.15",
     ],
     extras_require={
