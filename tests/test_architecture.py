@@ -16,7 +16,7 @@ ASR = Path(__file__).resolve().parents[1] / "asr"
 LAYERS = [
     {"utils"},
     {"data"},
-    {"text", "features", "models", "optim", "lm", "hmm"},
+    {"text", "features", "models", "optim", "lm", "hmm", "lang"},
     {"distributed"},
     {"train"},
     {"decode", "average", "gmm"},

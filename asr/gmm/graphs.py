@@ -27,13 +27,18 @@ def graph_compiler(lang, tm: khg.TransitionModel, tree: khg.ContextDependency) -
         ctx_dep=tree,
         lex_fst=lexicon,
         disambig_syms=list(lang.disambig_phones),
-        opts=khg.TrainingGraphCompilerOptions(),
+        # reorder=False: each state's self-loops before its forward transition, the order the tree
+        # statistics (asr/hmm/tree.py) split into phones; Kaldi's default reorders (both are valid)
+        opts=khg.TrainingGraphCompilerOptions(reorder=False),
     )
 
 
 def equal_alignment(graph: kaldifst.StdVectorFst, num_frames: int, seed: int = 3) -> np.ndarray | None:
     """align-equal-compiled: transition ids of an even path through the graph; None if the
-    utterance is shorter than any path (or the graph is empty)."""
+    utterance is shorter than any path (or the graph is empty). The path is drawn at random:
+    seed it per utterance, so that optional silences are taken in some utterances and skipped
+    in others (one seed for all takes the same choices everywhere, and the silence model may
+    get no frames at all)."""
     ok, path = kaldifst.equal_align(ifst=graph, length=num_frames, rand_seed=seed, num_retries=10)
     if not ok:
         return None

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import _kaldi_hmm_gmm  # mle_diag_gmm_update, which the package does not re-export
 import kaldi_hmm_gmm as khg
 import numpy as np
-from scipy.special import logsumexp
 
 
 @dataclass
@@ -100,7 +99,8 @@ def accumulate(model: ModelArrays, stats: Stats, feats: np.ndarray, pdfs: np.nda
         pdf = int(pdfs[block[0]])
         x = feats[block]
         loglikes = gaussian_log_likelihoods(model, pdf, x)
-        frame_like = logsumexp(loglikes, axis=1)
+        top = loglikes.max(axis=1)
+        frame_like = top + np.log(np.exp(loglikes - top[:, None]).sum(axis=1))
         posteriors = np.exp(loglikes - frame_like[:, None])
         rows = slice(model.offsets[pdf], model.offsets[pdf + 1])
         stats.occupancy[rows] += posteriors.sum(axis=0)

@@ -37,12 +37,16 @@ from asr.gmm.shares import (
     PassSpec,
     ShareFeatures,
     ShareSpec,
+    TreeStatsSpec,
     prepare_share,
     run_share,
+    share_tree_stats,
+    share_utterances,
     split_shares,
 )
 from asr.gmm.stats import ModelArrays, Stats, update
 from asr.hmm.model_io import write_model
+from asr.train.alignments import natural_key, parse_int_vector_archive, read_archive_bytes
 from asr.utils.atomic import atomic_dir, write_text
 from asr.utils.errors import InputError
 
@@ -233,7 +237,9 @@ def align_opts(cfg: Any, beam: float) -> AlignOptions:
     return AlignOptions(beam, cfg.retry_beam, cfg.acoustic_scale, cfg.transition_scale, cfg.self_loop_scale)
 
 
-def prepare_shares(jobs: Jobs, data: TrainingData, work_dir: Path, cfg: Any, lang, tm, tree) -> int:
+def prepare_shares(
+    jobs: Jobs, data: TrainingData, work_dir: Path, cfg: Any, lang, tm, tree, feats: bool = True, graphs: bool = True
+) -> int:
     shares = split_shares(data.utts, data.frames, cfg.nj)
     specs = [
         ShareSpec(
@@ -246,6 +252,8 @@ def prepare_shares(jobs: Jobs, data: TrainingData, work_dir: Path, cfg: Any, lan
             cfg.front_end,
             cfg.num_ceps,
             cfg.cepstral_lifter,
+            feats,
+            graphs,
         )
         for i, utts in enumerate(shares, 1)
     ]
@@ -287,6 +295,86 @@ def train_mono(cfg: Any, lang, data: TrainingData, work_dir: Path, out_dir: Path
     return tree, tm, am, trainer.history
 
 
+def read_alignments(ali_dir: Path) -> dict[str, np.ndarray]:
+    """Every ali.N.gz of an alignment dir: utterance -> transition ids."""
+    files = sorted(ali_dir.glob("ali.*.gz"), key=natural_key)
+    if not files:
+        raise InputError(f"{ali_dir}: no ali.N.gz; run the monophone stage first (gmm.alignments)")
+    return {utt: tids for f in files for utt, tids in parse_int_vector_archive(read_archive_bytes(f), str(f))}
+
+
+def tree_stats(jobs: Jobs, cfg: Any, num_shares: int, work_dir: Path, alignments: dict, old_tm, ci_phones):
+    """acc-tree-stats over the shares, merged (sum-tree-stats)."""
+    specs = []
+    for i in range(1, num_shares + 1):
+        utts = [u for u, _ in share_utterances(work_dir, i)]
+        kept = {u: alignments[u] for u in utts if u in alignments}
+        specs.append(TreeStatsSpec(i, work_dir, kept, old_tm, list(ci_phones), cfg.delta_order))
+    parts = jobs.map(share_tree_stats, specs)
+    stats = parts[0]
+    for part in parts[1:]:
+        stats = stats.merge(part)
+    return stats
+
+
+def init_from_tree(cfg: Any, lang, stats):
+    """build-tree + gmm-init-model: the tree (roots: each phone alone, as the lang's
+    `shared split` roots.txt), its transition model, one Gaussian per pdf from the stats."""
+    from asr.hmm.tree import build_tree, kaldi_questions, pdf_gaussians
+
+    topo = lang.topology()
+    questions = kaldi_questions(stats, topo, lang.silence_phones, lang.nonsilence_phones)
+    roots = [[p] for p in [*lang.silence_phones, *lang.nonsilence_phones]]
+    built = build_tree(stats, roots, questions, cfg.num_leaves)
+    tm = khg.TransitionModel(ctx_dep=built.ctx_dep, hmm_topo=topo)
+    _, means, variances = pdf_gaussians(stats, built.tree, built.num_pdfs)
+    am = khg.AmDiagGmm()
+    for mean, var in zip(means, variances):
+        gmm = khg.DiagGmm(nmix=1, dim=len(mean))
+        gmm.set_weights(np.ones(1, np.float32))
+        gmm.set_invvars_and_means((1.0 / var)[None].astype(np.float32), mean[None].astype(np.float32))
+        gmm.compute_gconsts()
+        am.add_pdf(gmm)
+    log.info(
+        "tree: %d pdfs (num_leaves %d), objective %.4g -> %.4g per frame",
+        built.num_pdfs,
+        cfg.num_leaves,
+        built.objf_roots / stats.num_frames,
+        built.objf / stats.num_frames,
+    )
+    return built, tm, am
+
+
+def train_tri(cfg: Any, lang, data: TrainingData, work_dir: Path, out_dir: Path, jobs: Jobs):
+    """train_deltas.sh on `data` from the alignments in cfg.alignments: tree statistics under the
+    old model, the tree, a model initialised from its statistics; the old alignments are
+    converted to the new tree by aligning with that model (Kaldi's convert-ali keeps the old
+    timing instead), then EM as for monophones."""
+    old_dir = Path(cfg.alignments)
+    from asr.hmm.model_io import read_model
+
+    old_tm, _ = read_model(old_dir / "final.mdl")
+    alignments = read_alignments(old_dir)
+    topo = lang.topology()
+    mono_tree = khg.monophone_context_dependency(
+        phones=topo.phones, phone2num_pdf_classes=topo.get_phone_to_num_pdf_classes()
+    )
+    num_shares = prepare_shares(jobs, data, work_dir, cfg, lang, old_tm, mono_tree, graphs=False)
+    stats = tree_stats(jobs, cfg, num_shares, work_dir, alignments, old_tm, lang.silence_phones)
+    built, tm, am = init_from_tree(cfg, lang, stats)
+    prepare_shares(jobs, data, work_dir, cfg, lang, tm, built.ctx_dep, feats=False)
+    trainer = Trainer(jobs, num_shares, work_dir, out_dir, cfg.delta_order)
+    num_gauss = max(am.num_gauss, cfg.num_leaves)
+    increment = max(0, (cfg.total_gauss - num_gauss) // max(cfg.max_iter_inc, 1))
+    mixing = dict(min_gaussian_occupancy=cfg.min_gaussian_occupancy, power=cfg.power)
+    for iteration in range(1, cfg.num_iters):
+        mode = "align" if iteration == 1 or iteration in set(cfg.realign_iters) else "read"
+        em_pass(trainer, iteration, mode, tm, am, align_opts(cfg, cfg.beam), mixup_to=num_gauss, **mixing)
+        if iteration <= cfg.max_iter_inc:
+            num_gauss += increment
+    return built.ctx_dep, tm, am, trainer.history
+
+
 def align_set(cfg: Any, lang, data: TrainingData, tree, tm, am, work_dir: Path, out_dir: Path, jobs: Jobs):
     """align_si.sh: the final model's alignments of `data` into out_dir/ali.N.gz; returns (shares, result)."""
     num_shares = prepare_shares(jobs, data, work_dir, cfg, lang, tm, tree)
@@ -323,13 +411,14 @@ def run_gmm_training(
     out_dir: Path,
     boundary_report: Callable | None = None,
 ) -> dict:
-    """The whole stage for kind=mono into out_dir (atomically)."""
+    """The whole stage (kind mono or tri) into out_dir, atomically."""
     gmm = cfg.gmm
     with atomic_dir(out_dir) as tmp, Jobs(gmm.nj) as jobs:
         work = tmp / "work"
         work.mkdir()
         started = time.perf_counter()
-        tree, tm, am, history = train_mono(gmm, lang, train, work, tmp, jobs)
+        trainer = train_mono if gmm.kind == "mono" else train_tri
+        tree, tm, am, history = trainer(gmm, lang, train, work, tmp, jobs)
         summary: dict[str, Any] = {
             "kind": gmm.kind,
             "train_utterances": len(train.utts),
