@@ -27,9 +27,11 @@ def graph_compiler(lang, tm: khg.TransitionModel, tree: khg.ContextDependency) -
         ctx_dep=tree,
         lex_fst=lexicon,
         disambig_syms=list(lang.disambig_phones),
-        # reorder=False: each state's self-loops before its forward transition, the order the tree
-        # statistics (asr/hmm/tree.py) split into phones; Kaldi's default reorders (both are valid)
-        opts=khg.TrainingGraphCompilerOptions(reorder=False),
+        # No transition probabilities in the graphs: `align` adds the model's current ones (as
+        # compile-train-graphs, which sets both scales to 0). reorder=False: each state's self-loops
+        # before its forward transition, the order the tree statistics (asr/hmm/tree.py) split
+        # alignments into phones in; Kaldi's default reorders (both are valid Kaldi alignments).
+        opts=khg.TrainingGraphCompilerOptions(transition_scale=0.0, self_loop_scale=0.0, reorder=False),
     )
 
 
