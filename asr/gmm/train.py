@@ -8,8 +8,8 @@ accumulate and update, and mix up by (total_gauss - initial) / max_iter_inc Gaus
 until `max_iter_inc`. The final model aligns `align_set` (align_si.sh) into ali.N.gz.
 
 The output directory is built under a temporary name and swapped in when complete:
-final.mdl, tree, ali.N.gz, num_jobs, log/train.log, and (with gmm.phone_timings)
-boundary_accuracy.json.
+final.mdl, tree, ali.N.gz, num_jobs, log/train.log (a line per pass) and summary.json
+(the passes, timings and, with gmm.phone_timings, the boundary accuracy).
 """
 
 from __future__ import annotations
@@ -396,7 +396,20 @@ def align_set(cfg: Any, lang, data: TrainingData, tree, tm, am, work_dir: Path, 
     return num_shares, result, seconds
 
 
+def pass_lines(summary: dict) -> str:
+    """log/train.log: one line per EM pass, then the alignment and boundary results."""
+    lines = [
+        f"pass {p['iteration']:2d}{' realigned' if p['aligned'] else '          '}  log-likelihood/frame "
+        f"{p['log_like_per_frame']:.4f}  frames {p['frames']}  gaussians {p['num_gauss']}  failed {p['failed']}  "
+        f"{p['seconds']:.1f} s (alignment {p['align_seconds']:.1f} s)"
+        for p in summary["passes"]
+    ]
+    rest = {k: v for k, v in summary.items() if k != "passes"}
+    return "\n".join([*lines, json.dumps(rest)]) + "\n"
+
+
 def write_outputs(out: Path, tree, tm, am, num_shares: int, summary: dict) -> None:
+    write_text(out / "log" / "train.log", pass_lines(summary))
     write_model(out / "final.mdl", tm, am)
     tree.write(binary=True, filename=str(out / "tree"))
     write_text(out / "num_jobs", f"{num_shares}\n")

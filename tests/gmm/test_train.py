@@ -51,7 +51,8 @@ def kaldiio_alignments(path: Path) -> dict:
 
 def test_outputs_are_kaldis(trained):
     out, lang, feats, _, summary = trained
-    assert sorted(p.name for p in out.iterdir()) == ["ali.1.gz", "final.mdl", "num_jobs", "summary.json", "tree"]
+    assert sorted(p.name for p in out.iterdir()) == ["ali.1.gz", "final.mdl", "log", "num_jobs", "summary.json", "tree"]
+    assert len((out / "log" / "train.log").read_text().splitlines()) == 12 + 1
     tm, am = read_model(out / "final.mdl")
     assert am.num_pdfs == tm.num_pdfs == 4 * 3 + 5 and am.num_gauss == summary["num_gauss"]
     kaldi = kaldiio_alignments(out / "ali.1.gz")
