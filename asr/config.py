@@ -26,6 +26,7 @@ from asr.decode.config import DecodeConfig
 from asr.distributed.config import DistributedConfig
 from asr.features.config import FeaturesConfig
 from asr.gmm.config import GmmConfig
+from asr.lang.config import LangConfig
 from asr.lm.config import LMConfig
 from asr.models.config import ModelConfig
 from asr.score.config import ScoreConfig
@@ -46,6 +47,7 @@ class AsrConfig:
     features: FeaturesConfig = MISSING
     tokenizer: TokenizerConfig = MISSING
     lm: LMConfig = MISSING
+    lang: LangConfig = MISSING
     model: ModelConfig = MISSING
     train: TrainConfig = MISSING
     distributed: DistributedConfig = MISSING

@@ -16,6 +16,7 @@ STAGES = {
     "asr.features": (["features.kind=", "features.specaugment."], ["data.data_dir="]),
     "asr.text": (["tokenizer.vocab_size="], ["features.kind="]),
     "asr.lm": (["lm.dir="], ["tokenizer.vocab_size="]),
+    "asr.lang": (["lang.dictionary=", "lang.sil_prob=0.5"], ["lm.dir="]),
     "asr.train": (
         ["train.epochs=", "model.hidden_size=", "distributed.algorithm=", "train.log_every_steps=50"],
         ["decode.beam_size="],

@@ -10,7 +10,7 @@ from asr.utils.checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Check, each, 
 class GmmConfig:
     kind: str = "mono"  # mono: flat start (train_mono.sh) | tri: a tree on `alignments` (train_deltas.sh)
     dir: str = "exp/mono"  # the model, tree, ali.N.gz and log go here (Kaldi's exp/mono, exp/tri1)
-    lang_dir: str = "${data.data_dir}/lang"  # the Kaldi lang dir (python -m asr.lang)
+    lang_dir: str = "${lang.dir}"  # the Kaldi lang dir (python -m asr.lang)
     train_set: str = "${data.train_set}"
     subset: int = 0  # train on the N shortest utterances (Kaldi's train_10kshort); 0: all
     align_set: str = "${data.train_set}"  # aligned with the final model into <dir>/ali.N.gz ('' : none)

@@ -2,7 +2,8 @@
 
 A corpus already made from the same synth config is kept (the corpus records its config),
 so re-running a recipe or starting a new experiment on it costs nothing;
-`synth.force=true` rebuilds it.
+`synth.force=true` rebuilds it. A kept corpus made before the pronunciation dictionary was
+part of the corpus gets it added (`swb_ms98_transcriptions/sw-ms98-dict.text`, a second).
 """
 
 import logging
@@ -22,6 +23,7 @@ log = logging.getLogger("asr.data.synth")
 )
 def main(cfg: DictConfig) -> None:
     from asr.data.synth.corpus import (
+        ensure_dictionary,
         format_summary,
         is_synthesized,
         synthesize_corpus,
@@ -29,6 +31,9 @@ def main(cfg: DictConfig) -> None:
 
     if not cfg.synth.force and is_synthesized(cfg.synth):
         log.info("%s: corpus already made with this config; keeping it (synth.force=true rebuilds)", cfg.synth.out_dir)
+        added = ensure_dictionary(cfg.synth)
+        if added is not None:
+            log.info("%s: added the pronunciation dictionary this older corpus lacked", added)
         return
     summary = synthesize_corpus(cfg.synth)
     print(format_summary(summary))

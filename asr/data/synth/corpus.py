@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from asr.data.synth import grammar as gr
 from asr.data.synth import layouts
+from asr.data.synth.dictionary import dictionary_path, write_dictionary
 from asr.data.synth.quirks import QUIRK_CONVERSATIONS, QUIRKS, apply_quirks
 from asr.data.synth.channel import RATE
 from asr.data.synth.conversation import Conversation, ConversationSpec, render_conversation
@@ -218,6 +219,29 @@ def render_all(jobs: list[tuple[ConversationSpec, str]], processes: int) -> Iter
         yield from tqdm(pool.imap_unordered(_render_job, jobs), total=len(jobs), desc="synth", unit="conv")
 
 
+def plan_accents(plan: CorpusPlan) -> list[str]:
+    """Every accent a speaker of the corpus has (training and evaluation)."""
+    speakers = plan.speakers.train + plan.speakers.eval_swb + plan.speakers.eval_callhome
+    return sorted({speaker.accent for speaker in speakers})
+
+
+def add_dictionary(root: Path, plan: CorpusPlan) -> Path:
+    """Write the corpus' pronunciation dictionary, phonemised in a fresh process: eSpeak's state
+    carries from call to call, and the caller's own engine (a test rendering in-process) must
+    not see these calls."""
+    context = mp.get_context("forkserver")
+    with context.Pool(processes=1, maxtasksperchild=1) as pool:
+        return pool.apply(write_dictionary, (root, plan_accents(plan)))
+
+
+def ensure_dictionary(cfg: DictConfig) -> Path | None:
+    """Add the dictionary to a corpus made before it was part of it; None if it was there."""
+    root = Path(cfg.out_dir)
+    if dictionary_path(root).is_file():
+        return None
+    return add_dictionary(root, plan_corpus(cfg))
+
+
 # ---- summary ------------------------------------------------------------------------
 
 
@@ -364,6 +388,7 @@ def synthesize_corpus(cfg: DictConfig) -> dict:
         if cfg.quirks:
             summary["quirks"] = apply_quirks(tmp, list(cfg.quirks), kept, plan.train_numbers)
             (tmp / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="ascii")
+        add_dictionary(tmp, plan)
         (tmp / CONFIG_RECORD).write_text(config_record(cfg), encoding="ascii")
     elapsed = time.perf_counter() - started
     audio_hours = sum(summary[s]["audio_hours"] for s in subsets_of(plan.conversations))

@@ -4,7 +4,8 @@ Only what the corpus generator needs: synthesise one utterance with a given voic
 pitch, and return its 16-bit samples together with the sample offset where each word starts
 (eSpeak's word events) and where each phoneme starts (its phoneme events, enabled by
 espeakINITIALIZE_PHONEME_EVENTS), so transcripts and phones can be time-aligned to the audio
-exactly.
+exactly; and the phonemes of a text without audio (espeak_TextToPhonemes), for the corpus'
+pronunciation dictionary.
 
 The library keeps global state, so there is one engine per process (`Espeak.instance()`);
 the generator's worker processes each initialise their own. That state also carries from one
@@ -36,6 +37,7 @@ _PARAM_VOLUME = 2
 _PARAM_PITCH = 3
 _PARAM_RANGE = 4
 _PARAM_WORDGAP = 7
+_PHONEMES_SEPARATOR_SHIFT = 8  # espeak_TextToPhonemes: bits 8-23 of phonememode hold the separator
 
 
 class _EventId(ctypes.Union):
@@ -89,6 +91,8 @@ def _load_library() -> tuple[ctypes.CDLL, str]:
     library.espeak_SetSynthCallback.argtypes = [_CALLBACK]
     library.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
     library.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    library.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_int, ctypes.c_int]
+    library.espeak_TextToPhonemes.restype = ctypes.c_char_p
     library.espeak_Synth.argtypes = [
         ctypes.c_char_p,
         ctypes.c_size_t,
@@ -178,3 +182,21 @@ class Espeak:
             words=list(self._events),
             phonemes=list(self._phonemes),
         )
+
+    def phonemes(self, text: str, voice: str) -> list[str]:
+        """eSpeak's phoneme mnemonics for `text` as `voice` speaks it (stress marks and pauses
+        included, as in the phoneme events), without synthesising audio.
+
+        espeak_TextToPhonemes translates one clause per call and advances the text pointer;
+        the mnemonics are those the phoneme events carry (the same phoneme table).
+        """
+        if self._lib.espeak_SetVoiceByName(voice.encode()) != 0:
+            raise InputError(f"eSpeak NG has no voice {voice!r}; check the synth speaker configuration")
+        remaining = ctypes.c_char_p(text.encode("utf-8"))
+        pointer = ctypes.pointer(remaining)
+        mode = ord(" ") << _PHONEMES_SEPARATOR_SHIFT  # ASCII mnemonics, space-separated
+        names: list[str] = []
+        while pointer.contents.value:
+            clause = self._lib.espeak_TextToPhonemes(pointer, _CHARS_UTF8, mode)
+            names += (clause or b"").decode("utf-8").split()
+        return names
