@@ -26,8 +26,8 @@ setup(
         # The k2-fsa team's Kaldi parts: HMM topology, transition model, diagonal GMMs, aligner and
         # lattice decoder (kaldi-hmm-gmm); OpenFst (kaldifst); ARPA to G.fst (kaldilm).
         "kaldi-hmm-gmm>=1.1.4,<2",
-        # kaldi-hmm-gmm 1.1.4 is built against kaldifst 1.7's OpenFst (ArcTpl<W>): it refuses the
-        # FSTs of kaldifst 1.8 (ArcTpl<W, int, int>), and 1.7.10 and older use another pybind11 ABI.
+        # 1.7.x: kaldi-hmm-gmm 1.1.4 shares its FSTs with it; 1.8 is another OpenFst build whose
+        # FSTs kaldi-hmm-gmm refuses (and importing it before kaldi_hmm_gmm deadlocks).
         "kaldifst>=1.7.17,<1.8",
         "kaldilm>=1.15",
     ],

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import kaldi_hmm_gmm
-import kaldifst  # after kaldi_hmm_gmm: the other import order deadlocks
+import kaldifst  # after kaldi_hmm_gmm: with kaldifst 1.8 the other order deadlocks
 
 from asr.utils.errors import InputError
 from asr.utils.textfile import iter_lines

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-import kaldi_hmm_gmm  # noqa: F401  (before kaldifst: the other import order deadlocks)
+import kaldi_hmm_gmm  # noqa: F401  (before kaldifst: with kaldifst 1.8 the other order deadlocks)
 import kaldifst
 
 Pron = tuple[str, ...]

@@ -15,7 +15,7 @@ import logging
 import time
 from pathlib import Path
 
-import kaldi_hmm_gmm  # noqa: F401  (before kaldifst: the other import order deadlocks)
+import kaldi_hmm_gmm  # noqa: F401  (before kaldifst: with kaldifst 1.8 the other order deadlocks)
 
 from asr.lang.lexicon import OOV_WORD, OPTIONAL_SILENCE, SILENCE_PHONES, Lexicon, read_ms98_dictionary
 from asr.lang.lexicon_fst import add_lex_disambig, lexicon_fst

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mini recipe: the synthetic LDC-format Switchboard-1 + Hub5-2000 corpus, end to end.
 #   ./run.sh [--stage N] [--stop-stage M] [--exp NAME] [--decode beam_lm|greedy] [--score hub5|jiwer] [hydra overrides...]
-# Stages: 0 synth, 1 prepare, 2 validate, 3 features, 4 tokenizer, 5 lm, 6 train, 7 tune (LM weight on dev), 8 decode, 9 score.
+# Stages: 0 synth, 1 prepare, 2 validate, 3 features, 4 tokenizer, 5 lm and lang, 6 train, 7 tune (LM weight on dev), 8 decode, 9 score.
 # With experiment=hybrid_ce the BLSTM trains on frame targets from the synthesiser's phone timings
 # (stage 3 phone_ali, exp/NAME/phone_ali/) and the recipe ends after training: hybrid decoding
 # needs a Kaldi graph (python -m asr.decode experiment=hybrid_ce writes log-likelihoods for it).
@@ -39,6 +39,7 @@ if [[ $hybrid == true ]]; then  # phone targets per frame from the corpus' phone
 fi
 run_stage 4 tokenizer python -m asr.text "${overrides[@]}"
 run_stage 5 lm        python -m asr.lm "${overrides[@]}"
+run_stage 5 lang      python -m asr.lang "${overrides[@]}"
 train_launcher
 run_stage 6 train     "${launcher[@]}" asr.train "${overrides[@]}"
 if [[ $hybrid == true ]]; then

@@ -614,17 +614,18 @@ def timed_word_phones(corpus: Path):
 
 
 def test_dictionary_has_the_timed_phones_of_most_words(corpus):
-    # Isolated-word phonemisation against the phones eSpeak spoke in running speech: 80.6% of the
-    # tiny corpus' word tokens match a pronunciation exactly (the rest: reduced function words
-    # such as `to` -> `t @`, linking `r-`, phones of a neighbour inside a word's time span).
+    # The dictionary against the phones eSpeak spoke: 84.5% of the tiny corpus' word tokens match
+    # a pronunciation exactly (80.6% with isolated-word phonemisation alone, before the in-context
+    # forms such as `to` -> `t @`); the rest are mostly a neighbour's phone inside a word's time
+    # span (`about` -> `n a# b aU t`), as the word times are the active sound, not phone edges.
     prons = dictionary_prons(corpus)
     timed = list(timed_word_phones(corpus))
     assert all(word in prons for word, _ in timed)
     matched = sum(phones in prons[word] for word, phones in timed)
-    assert matched / len(timed) > 0.75, (matched, len(timed))
+    assert matched / len(timed) > 0.8, (matched, len(timed))
     spoken = {p for _, phones in timed for p in phones}
     known = {p for word_prons in prons.values() for pron in word_prons for p in pron}
-    assert spoken - known <= {"r-"}  # eSpeak's linking r exists only between words
+    assert spoken <= known  # linking `r-` too, from the in-context forms
 
 
 def test_dictionary_is_added_to_an_older_corpus(corpus, tmp_path):

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import kaldi_hmm_gmm  # noqa: F401  (before kaldifst: the other import order deadlocks)
+import kaldi_hmm_gmm  # noqa: F401  (before kaldifst: with kaldifst 1.8 the other order deadlocks)
 import kaldifst
 import pytest
 

@@ -225,13 +225,23 @@ def plan_accents(plan: CorpusPlan) -> list[str]:
     return sorted({speaker.accent for speaker in speakers})
 
 
+def side_accents(plan: CorpusPlan) -> dict[str, str]:
+    """swNNNN{A,B} (a training side's transcript prefix) -> its speaker's accent."""
+    out = {}
+    for spec in plan.conversations:
+        if spec.subset == "train":
+            for side, speaker in zip("AB", spec.speakers):
+                out[f"sw{plan.train_numbers[spec.name][0]}{side}"] = speaker.accent
+    return out
+
+
 def add_dictionary(root: Path, plan: CorpusPlan) -> Path:
     """Write the corpus' pronunciation dictionary, phonemised in a fresh process: eSpeak's state
     carries from call to call, and the caller's own engine (a test rendering in-process) must
     not see these calls."""
     context = mp.get_context("forkserver")
     with context.Pool(processes=1, maxtasksperchild=1) as pool:
-        return pool.apply(write_dictionary, (root, plan_accents(plan)))
+        return pool.apply(write_dictionary, (root, plan_accents(plan), side_accents(plan)))
 
 
 def ensure_dictionary(cfg: DictConfig) -> Path | None:

@@ -10,6 +10,11 @@ phones are those its `-ms98-a-phone.text` lines carry when eSpeak says it on its
 that accents say differently gets several lines. The voice variants (`+m3`, `+Annie`) change
 only the voice, not the phonemes, so one phonemisation per accent covers every voice.
 
+Words in running speech can come out otherwise (`to` as `t @`, `time` with `t2`), so each
+training transcript is phonemised too, as its speaker's accent says it, and every word's
+in-context phones are added as further pronunciations (a segment whose phoneme words do not
+line up one to one with its spoken words is left out).
+
 `them_1` (MS98's reduced `them`, spoken "em") is written with the phones of "em". Partial
 words (`ab[solute]-`) are not in it: how much of the word is kept depends on the audio, not on
 the text. Silence and noise words (`[noise]` and the like) are not either: the lexicon reader
@@ -57,18 +62,69 @@ def phonemise(engine: Espeak, text: str, accent: str) -> tuple[str, ...]:
     return phones
 
 
-def dictionary_lines(accents: list[str], engine: Espeak | None = None) -> list[str]:
-    """`word  phones` lines, sorted by word, each word's distinct pronunciations in accent order."""
+def spoken_token(ms98: str) -> tuple[str | None, str]:
+    """An MS98 transcript word -> (its dictionary word or None, what eSpeak said for it)."""
+    if ms98 in (tk.NOISE, tk.LAUGHTER, tk.SILENCE):
+        return None, ""
+    if ms98 == tk.VOCALIZED_NOISE:
+        return None, tk.vocalized_noise().spoken
+    if ms98.startswith("[laughter-"):
+        return ms98[len("[laughter-") : -1], ms98[len("[laughter-") : -1]
+    if "[" in ms98:  # a partial word: spoken whole, then cut
+        return None, ms98.replace("[", "").replace("]", "").rstrip("-")
+    if ms98.startswith("{"):
+        return ms98.strip("{}"), ms98.strip("{}")
+    return ms98, spoken_forms().get(ms98, ms98)
+
+
+def context_prons(engine: Espeak, words: list[str], accent: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(dictionary word, phones) for each word of one transcript segment, phonemised together."""
+    tokens = [t for t in (spoken_token(w) for w in words) if t[1]]
+    if not tokens:
+        return []
+    groups = engine.phonemes_by_word(" ".join(spoken for _, spoken in tokens), accent)
+    if len(groups) != len(tokens):
+        return []
+    out = []
+    for (word, _), group in zip(tokens, groups):
+        phones = tuple(p for p in (phone_name(m) for m in group) if p is not None)
+        if word is not None and phones:
+            out.append((word, phones))
+    return out
+
+
+def dictionary_lines(
+    accents: list[str], transcripts: list[tuple[list[str], str]] = (), engine: Espeak | None = None
+) -> list[str]:
+    """`word  phones` lines, sorted by word: each word's pronunciations for every accent, then
+    those it has in the transcripts ((words, accent) a segment)."""
     engine = engine or Espeak.instance()
-    lines = []
-    for word, spoken in sorted(spoken_forms().items(), key=lambda item: item[0].encode()):
-        prons = dict.fromkeys(phonemise(engine, spoken, accent) for accent in accents)
-        lines += [f"{word}  {' '.join(pron)}" for pron in prons]
-    return lines
+    prons: dict[str, dict[tuple[str, ...], None]] = {}
+    for word, spoken in spoken_forms().items():
+        prons[word] = dict.fromkeys(phonemise(engine, spoken, accent) for accent in accents)
+    for words, accent in transcripts:
+        for word, phones in context_prons(engine, words, accent):
+            if word in prons:
+                prons[word][phones] = None
+    return [f"{word}  {' '.join(pron)}" for word in sorted(prons, key=str.encode) for pron in prons[word]]
 
 
-def write_dictionary(root: Path, accents: list[str]) -> Path:
-    """Write the corpus' dictionary (atomically) for these accents; returns its path."""
+def write_dictionary(root: Path, accents: list[str], side_accents: dict[str, str] | None = None) -> Path:
+    """Write the corpus' dictionary (atomically) for these accents and the training transcripts
+    under `root` (`side_accents`: transcript file name prefix swNNNN{A,B} -> accent)."""
     path = dictionary_path(root)
-    write_text(path, HEADER + "\n".join(dictionary_lines(sorted(set(accents)))) + "\n")
+    transcripts = list(training_transcripts(root, side_accents or {}))
+    write_text(path, HEADER + "\n".join(dictionary_lines(sorted(set(accents)), transcripts)) + "\n")
     return path
+
+
+def training_transcripts(root: Path, side_accents: dict[str, str]):
+    """(words, accent) for each speech segment of the MS98 transcripts whose side has an accent."""
+    for path in sorted((Path(root) / MS98_DIR).glob("*/*/*-ms98-a-trans.text")):
+        accent = side_accents.get(path.name.split("-", 1)[0])
+        if accent is None:
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            words = line.split()[3:]
+            if words and words != [tk.SILENCE]:
+                yield words, accent

@@ -38,6 +38,7 @@ _PARAM_PITCH = 3
 _PARAM_RANGE = 4
 _PARAM_WORDGAP = 7
 _PHONEMES_SEPARATOR_SHIFT = 8  # espeak_TextToPhonemes: bits 8-23 of phonememode hold the separator
+_WORD_INNER_SEPARATOR = "|"  # between a word's phonemes; words are separated by spaces
 
 
 class _EventId(ctypes.Union):
@@ -183,6 +184,13 @@ class Espeak:
             phonemes=list(self._phonemes),
         )
 
+    def phonemes_by_word(self, text: str, voice: str) -> list[list[str]]:
+        """The mnemonics of `text` word by word, as eSpeak says the words together (function
+        words unstressed, sounds changed at word boundaries)."""
+        return [
+            word.split(_WORD_INNER_SEPARATOR) for word in self._text_to_phonemes(text, voice, _WORD_INNER_SEPARATOR)
+        ]
+
     def phonemes(self, text: str, voice: str) -> list[str]:
         """eSpeak's phoneme mnemonics for `text` as `voice` speaks it (stress marks and pauses
         included, as in the phoneme events), without synthesising audio.
@@ -190,13 +198,17 @@ class Espeak:
         espeak_TextToPhonemes translates one clause per call and advances the text pointer;
         the mnemonics are those the phoneme events carry (the same phoneme table).
         """
+        return [name for word in self._text_to_phonemes(text, voice, " ") for name in word.split()]
+
+    def _text_to_phonemes(self, text: str, voice: str, separator: str) -> list[str]:
+        """Words of mnemonics, `separator` between a word's mnemonics, clause by clause."""
         if self._lib.espeak_SetVoiceByName(voice.encode()) != 0:
             raise InputError(f"eSpeak NG has no voice {voice!r}; check the synth speaker configuration")
         remaining = ctypes.c_char_p(text.encode("utf-8"))
         pointer = ctypes.pointer(remaining)
-        mode = ord(" ") << _PHONEMES_SEPARATOR_SHIFT  # ASCII mnemonics, space-separated
-        names: list[str] = []
+        mode = ord(separator) << _PHONEMES_SEPARATOR_SHIFT  # ASCII mnemonics
+        words: list[str] = []
         while pointer.contents.value:
             clause = self._lib.espeak_TextToPhonemes(pointer, _CHARS_UTF8, mode)
-            names += (clause or b"").decode("utf-8").split()
-        return names
+            words += (clause or b"").decode("utf-8").split(" ")
+        return [word for word in words if word]

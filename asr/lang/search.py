@@ -1,0 +1,63 @@
+"""WFST search over a decoding graph (HCLG, asr/lang/graph.py) with Kaldi's lattice-faster
+decoder (kaldi_hmm_gmm), as latgen-faster-mapped does for a hybrid model: the acoustic scores
+come as a matrix of log-likelihoods, one column per transition id.
+
+kaldi_hmm_gmm's DecodableCtc gives the decoder column index-1 for the graph's input label
+`index` (labels are one-based: 0 is epsilon), so column i holds transition id i+1. A model
+that scores pdfs (a GMM, the hybrid BLSTM's posteriors over priors) is expanded to that layout
+with `pdf_to_transition_loglikes`: every transition id gets its pdf's column.
+"""
+
+from __future__ import annotations
+
+import kaldi_hmm_gmm
+import kaldifst  # after kaldi_hmm_gmm: with kaldifst 1.8 the other order deadlocks
+import numpy as np
+
+from asr.utils.errors import InputError
+
+
+def transition_id_pdfs(trans_model: kaldi_hmm_gmm.TransitionModel) -> np.ndarray:
+    """pdf of each transition id 1..N, as an array indexed by transition id - 1.
+
+    Kaldi's TransitionIdToPdfArray() is indexed by transition id itself, entry 0 unused.
+    """
+    pdfs = np.asarray(trans_model.transition_id_to_pdf_array(), dtype=np.int64)
+    return pdfs[1 : trans_model.num_transition_ids + 1]
+
+
+def pdf_to_transition_loglikes(loglikes_by_pdf: np.ndarray, trans_model: kaldi_hmm_gmm.TransitionModel) -> np.ndarray:
+    """(frames x pdfs) -> (frames x transition ids): column i is transition id i+1's pdf."""
+    if loglikes_by_pdf.ndim != 2 or loglikes_by_pdf.shape[1] != trans_model.num_pdfs:
+        raise InputError(
+            f"log-likelihoods of shape {loglikes_by_pdf.shape} do not match the model's {trans_model.num_pdfs} pdfs"
+        )
+    return np.ascontiguousarray(loglikes_by_pdf[:, transition_id_pdfs(trans_model)], dtype=np.float32)
+
+
+def decode_wfst(
+    hclg: kaldifst.StdVectorFst,
+    loglikes_by_tid: np.ndarray,
+    trans_model: kaldi_hmm_gmm.TransitionModel,
+    beam: float = 13.0,
+    max_active: int = 7000,
+    lattice_beam: float = 6.0,
+) -> tuple[list[int], list[int]]:
+    """Best path of one utterance: (word ids, transition id per frame).
+
+    loglikes_by_tid is frames x num_transition_ids, already scaled by the acoustic scale.
+    A search that reaches no final state gives the best partial path (Kaldi's
+    --allow-partial=true); ([], []) when nothing survived the beam.
+    """
+    if loglikes_by_tid.ndim != 2 or loglikes_by_tid.shape[1] != trans_model.num_transition_ids:
+        raise InputError(
+            f"log-likelihoods of shape {loglikes_by_tid.shape} do not match the model's "
+            f"{trans_model.num_transition_ids} transition ids"
+        )
+    config = kaldi_hmm_gmm.LatticeFasterDecoderConfig(max_active=max_active, beam=beam, lattice_beam=lattice_beam)
+    decoder = kaldi_hmm_gmm.LatticeFasterDecoder(hclg, config)
+    decodable = kaldi_hmm_gmm.DecodableCtc(np.ascontiguousarray(loglikes_by_tid, dtype=np.float32))
+    found, tids, words, _ = kaldi_hmm_gmm.decode_utterance_lattice_faster(
+        decoder=decoder, decodable=decodable, trans_model=trans_model, utt="utterance", allow_partial=True
+    )
+    return (list(words), list(tids)) if found else ([], [])
