@@ -25,6 +25,7 @@ from asr.data.config import DataConfig, SynthConfig
 from asr.decode.config import DecodeConfig
 from asr.distributed.config import DistributedConfig
 from asr.features.config import FeaturesConfig
+from asr.gmm.config import GmmConfig
 from asr.lang.config import LangConfig
 from asr.lm.config import LMConfig
 from asr.models.config import ModelConfig
@@ -54,6 +55,7 @@ class AsrConfig:
     score: ScoreConfig = MISSING
     sweep: SweepConfig = MISSING
     average: AverageConfig = MISSING
+    gmm: GmmConfig = MISSING
     exp_name: str = "default"
     exp_dir: str = "exp/${exp_name}"
     seed: int = 1

@@ -20,7 +20,7 @@ LAYERS = [
     {"distributed"},
     {"train"},
     {"decode", "average"},
-    {"score", "transcribe"},
+    {"score", "transcribe", "gmm"},  # gmm decodes with decode's output writers
     {"tune"},
     {"sweep", "report"},
     {"config", "stage"},  # the schema of every group and the stage runner: above the library

@@ -1,4 +1,4 @@
-"""Reading Kaldi's binary objects (the part after the `\\0B` mark): the one reader of Kaldi
+"""Reading and writing Kaldi's binary objects (the part after the `\\0B` mark): the one reader of Kaldi
 models that kaldiio does not read (GMMs, i-vector extractors, transition models).
 
 Kaldi's binary basic types: a token is text ending with a space; an int32 is a size byte (4)
@@ -92,3 +92,32 @@ class KaldiBinaryReader:
         out = np.zeros((rows, rows))
         out[np.tril_indices(rows)] = self.floats(rows * (rows + 1) // 2, kind)
         return out + np.tril(out, -1).T
+
+
+# --- writing: the same basic types (WriteToken, WriteBasicType, Vector/Matrix::Write, WriteIntegerVector)
+
+BINARY_MARK = b"\0B"  # the head of a binary Kaldi file (kaldi::Output with binary=true)
+
+
+def token_bytes(name: str) -> bytes:
+    return name.encode("latin-1") + b" "
+
+
+def int32_bytes(value: int) -> bytes:
+    return b"\4" + struct.pack("<i", value)
+
+
+def int32_vector_bytes(values) -> bytes:
+    values = np.ascontiguousarray(values, dtype="<i4")
+    return b"\4" + struct.pack("<i", len(values)) + values.tobytes()
+
+
+def float_vector_bytes(values: np.ndarray) -> bytes:
+    values = np.ascontiguousarray(values, dtype="<f4")
+    return b"FV " + int32_bytes(len(values)) + values.tobytes()
+
+
+def float_matrix_bytes(values: np.ndarray) -> bytes:
+    values = np.ascontiguousarray(values, dtype="<f4")
+    rows, cols = values.shape
+    return b"FM " + int32_bytes(rows) + int32_bytes(cols) + values.tobytes()

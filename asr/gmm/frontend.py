@@ -1,0 +1,73 @@
+"""The GMM systems' features: MFCCs and their deltas, made from a stored log-mel feature set.
+
+Diagonal-covariance GMMs want decorrelated features: Kaldi's GMM recipes train on 13 MFCCs
+with deltas and delta-deltas (39 dims), not on log-mel filterbanks, whose neighbouring bins
+correlate strongly. An MFCC is the DCT of the log-mel energies (Kaldi's compute-mfcc-feats:
+ComputeDctMatrix, the first 13 rows, then the cepstral lifter 1 + L/2 sin(pi k / L), L = 22),
+so the cepstra are computed here from the recipe's log-mel set (`features=logmel40`) rather
+than extracted again. The set's mean normalisation (read with norm_vars=False, as Kaldi's
+apply-cmvn does for MFCCs) commutes with the DCT: the result is cepstral mean normalisation.
+`front_end=stored` uses the set's features as they are (e.g. fMLLR features) with deltas.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from asr.features.deltas import add_deltas
+from asr.features.featureset import FeatureReader
+from asr.utils.errors import InputError
+
+FRONT_ENDS = ("mfcc", "stored")
+
+
+@functools.lru_cache(maxsize=4)
+def dct_matrix(num_ceps: int, num_bins: int) -> np.ndarray:
+    """(num_ceps, num_bins): the first rows of Kaldi's ComputeDctMatrix (an orthonormal DCT-II)."""
+    k = np.arange(num_ceps)[:, None]
+    n = np.arange(num_bins)[None, :]
+    dct = np.sqrt(2.0 / num_bins) * np.cos(np.pi / num_bins * (n + 0.5) * k)
+    dct[0] = np.sqrt(1.0 / num_bins)
+    return dct
+
+
+@functools.lru_cache(maxsize=4)
+def lifter_coefficients(num_ceps: int, lifter: float) -> np.ndarray:
+    """Kaldi's ComputeLifterCoeffs: 1 + L/2 sin(pi k / L); no liftering when L is 0."""
+    k = np.arange(num_ceps)
+    return 1.0 + 0.5 * lifter * np.sin(np.pi * k / lifter) if lifter else np.ones(num_ceps)
+
+
+def cepstra(logmel: np.ndarray, num_ceps: int, lifter: float) -> np.ndarray:
+    """(T, num_bins) log-mel energies -> (T, num_ceps) liftered MFCCs."""
+    return (logmel @ dct_matrix(num_ceps, logmel.shape[1]).T * lifter_coefficients(num_ceps, lifter)).astype(np.float32)
+
+
+class GmmFeatures:
+    """Per utterance: the static features (MFCCs, or the stored features) of a feature set; the
+    deltas are added by `with_deltas`, so that the statics can be stored compactly between passes."""
+
+    def __init__(self, set_dir: str | Path, utt2spk: dict[str, str], front_end: str, num_ceps: int, lifter: float):
+        if front_end not in FRONT_ENDS:
+            raise InputError(f"gmm.front_end={front_end!r}: choose one of {FRONT_ENDS}")
+        self.reader = FeatureReader(set_dir, utt2spk, norm_vars=front_end == "stored")
+        if front_end == "mfcc" and self.reader.layout.deltas:
+            raise InputError(
+                f"{set_dir}: gmm.front_end=mfcc needs a log-mel set without deltas (e.g. features=logmel40)"
+            )
+        if front_end == "mfcc" and num_ceps > self.reader.feat_dim:
+            raise InputError(f"gmm.num_ceps={num_ceps}: more than the {self.reader.feat_dim} log-mel bins of {set_dir}")
+        self.front_end, self.num_ceps, self.lifter = front_end, num_ceps, lifter
+        self.dim = num_ceps if front_end == "mfcc" else self.reader.feat_dim
+
+    def statics(self, utt: str) -> np.ndarray:
+        feats = self.reader(utt).numpy()
+        return cepstra(feats, self.num_ceps, self.lifter) if self.front_end == "mfcc" else feats
+
+
+def with_deltas(statics: np.ndarray, order: int, window: int = 2) -> np.ndarray:
+    """Kaldi's add-deltas (order 2: 13 MFCCs -> 39 dims)."""
+    return add_deltas(statics, order, window).astype(np.float32) if order else statics

@@ -1,0 +1,94 @@
+"""Monophone training end to end on hand-made utterances (a hand-made lang, features drawn from
+one Gaussian per HMM state): the realigned phone boundaries land where they were drawn, and the
+outputs are Kaldi's: final.mdl, tree, ali.N.gz that kaldiio and the hybrid path's reader read."""
+
+import gzip
+from pathlib import Path
+from types import SimpleNamespace
+
+import kaldiio
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from asr.gmm.boundaries import BoundaryScore
+from asr.gmm.config import GmmConfig
+from asr.gmm.train import run_gmm_training, training_data
+from asr.hmm.model_io import read_model
+from asr.train.alignments import AlignmentArchives
+from tests.gmm.handmade import HandmadeLang, sample_utterances, write_corpus
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gmm")
+    lang = HandmadeLang()
+    texts, feats, truth = sample_utterances(lang, 60)
+    data_dir, feats_dir = write_corpus(root, {u: [str(w) for w in t] for u, t in texts.items()}, feats)
+    cfg = OmegaConf.structured(
+        GmmConfig(
+            front_end="stored",
+            delta_order=0,
+            nj=1,
+            num_iters=12,
+            realign_iters=[1, 2, 3, 4, 6, 8, 10],
+            max_iter_inc=8,
+            total_gauss=40,
+            init_utts=60,
+            min_gaussian_occupancy=3,
+        )
+    )
+    data = training_data(data_dir, feats_dir, lang)
+    summary = run_gmm_training(SimpleNamespace(gmm=cfg), lang, data, data, root / "mono")
+    return root / "mono", lang, feats, truth, summary
+
+
+def kaldiio_alignments(path: Path) -> dict:
+    """An ali.N.gz as Kaldi's tools see it (kaldiio: `gunzip -c ali.1.gz | copy-int-vector`)."""
+    with gzip.open(path, "rb") as f:
+        return {utt: np.asarray(tids) for utt, tids in kaldiio.load_ark(f)}
+
+
+def test_outputs_are_kaldis(trained):
+    out, lang, feats, _, summary = trained
+    assert sorted(p.name for p in out.iterdir()) == ["ali.1.gz", "final.mdl", "log", "num_jobs", "summary.json", "tree"]
+    assert len((out / "log" / "train.log").read_text().splitlines()) == 12 + 1
+    tm, am = read_model(out / "final.mdl")
+    assert am.num_pdfs == tm.num_pdfs == 4 * 3 + 5 and am.num_gauss == summary["num_gauss"]
+    kaldi = kaldiio_alignments(out / "ali.1.gz")
+    assert set(kaldi) == set(feats) and all(len(kaldi[u]) == len(feats[u]) for u in feats)
+    pdfs = dict(AlignmentArchives(str(out)).read(set(feats)))  # transition ids -> pdfs by final.mdl beside them
+    assert all((pdfs[u] == np.asarray(tm.id2pdf_id)[kaldi[u]]).all() for u in feats)
+
+
+def test_the_likelihood_rises_and_boundaries_land_where_drawn(trained):
+    out, lang, feats, truth, summary = trained
+    likes = [p["log_like_per_frame"] for p in summary["passes"]]
+    assert likes[-1] > likes[0] + 1.0
+    tm, _ = read_model(out / "final.mdl")
+    phone_of_tid = np.array([0] + [tm.transition_id_to_phone(t) for t in range(1, tm.num_transition_ids + 1)])
+    score = BoundaryScore()
+    for utt, tids in kaldiio_alignments(out / "ali.1.gz").items():
+        phones, starts = truth[utt]
+        reference = np.repeat([lang.phones[p] for p in phones], np.diff([*starts, len(feats[utt])]))
+        score.add(reference, phone_of_tid[tids], tolerance=2)
+    assert score.utterances == 60 and score.accuracy > 0.9, score.as_dict()  # 94% measured
+
+
+def test_boundary_score_counts_pairs_within_the_tolerance():
+    score = BoundaryScore()
+    reference = np.array([1, 1, 2, 2, 2, 3, 3, 1])  # boundaries (2: 1->2), (5: 2->3), (7: 3->1)
+    score.add(
+        reference, np.array([1, 1, 1, 2, 2, 2, 2, 1]), tolerance=1
+    )  # 1->2 at 3 (found), 2->3 missing, 2->1 not 3->1
+    score.add(reference, None, tolerance=1)  # not aligned: all missed
+    assert (score.reference, score.found, score.missing_utterances) == (6, 1, 1)
+
+
+def test_missing_transcripts_are_input_errors(tmp_path):
+    from asr.utils.errors import InputError
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "utt2spk").write_text("u1 s1\n")
+    with pytest.raises(InputError, match="text"):
+        training_data(tmp_path / "data", Path(tmp_path / "feats"), HandmadeLang())
