@@ -297,6 +297,14 @@ class DistributedContext:
             dist.all_gather_object(out, obj)
         return out
 
+    def barrier(self, what: str) -> None:
+        """Every learner reaches this point before any goes on. A CPU tensor, so it runs on gloo
+        under NCCL too (no device guess, as dist.barrier makes)."""
+        if not self.distributed:
+            return
+        with collective(what, self.rank, self.timeout_s):
+            dist.all_reduce(torch.zeros(1))
+
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -327,6 +327,14 @@ class Trainer:
     # --- state -----------------------------------------------------------------------------
 
     def resume(self) -> bool:
+        """Load where this run starts (False: afresh). No learner returns before every one has
+        loaded: ADPSGD's passive servers answer from the start, so an active learner that
+        resumed faster would otherwise average with a passive's freshly initialised weights."""
+        resumed = self._load_start()
+        self.dist.barrier("waiting for every learner to load its checkpoint")
+        return resumed
+
+    def _load_start(self) -> bool:
         start = find_start(self.checkpoints, self.dist, self.layout, self.num_train_utts)
         if start.kind == "fresh":
             return False

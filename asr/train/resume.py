@@ -23,7 +23,10 @@ over the training set), so a run can go on with any number of learners. The star
 Node checkpoints from another layout (an elastic restart: `torchrun --nnodes MIN:MAX`, a
 preempted job resumed elsewhere) are first merged: learner 0 averages the nodes' weights and
 optimizer moments, unites what they trained, saves that as a step-*.pt and removes the node
-directories, and every learner then starts from it (replan). Learner 0 decides, every learner
+directories, and every learner then starts from it (replan). So are the node checkpoints of a
+layout where some nodes saved none (a learner killed before its node's first checkpoint, after
+the others' first): the nodes that saved are merged, and a warning names the nodes whose steps
+are trained again; nothing every node saved is lost. Learner 0 decides, every learner
 follows, so all start from the same point. Learner 0 also cuts the learners' records of trained
 utterances (asr/train/record.py) to what the chosen checkpoints hold.
 """
@@ -146,11 +149,11 @@ def _decide(checkpoints: CheckpointDir, current: RunLayout, num_utts: int) -> tu
         unreadable = ""
     except InputError as err:  # every periodic checkpoint unreadable
         global_state, unreadable = None, str(err)
-    nodes = _complete_node_set(checkpoints, num_utts)
+    nodes, missing = _newest_node_states(checkpoints, num_utts)
     if nodes:
         behind = global_state is not None and progress_key(global_state, num_utts)
         if not behind or _node_progress(nodes, num_utts) >= behind:
-            if current.decentralized and RunLayout.from_state(nodes[0]) == current:
+            if not missing and current.decentralized and RunLayout.from_state(nodes[0]) == current:
                 _cut_records_to_nodes(checkpoints, nodes)
                 return "own", ""
             if not behind or _node_progress(nodes, num_utts) > behind:
@@ -229,23 +232,21 @@ def _has_content(path: Path) -> bool:
     return path.is_file() and len(path.read_text().splitlines()) > 1  # a header and rows
 
 
-def _complete_node_set(checkpoints: CheckpointDir, num_utts: int) -> list[dict]:
-    """Every node's newest state, if there is one for each node of the layout that saved them
-    and all are in the same epoch; else [] (with a warning saying what is set aside)."""
+def _newest_node_states(checkpoints: CheckpointDir, num_utts: int) -> tuple[list[dict], list[int]]:
+    """Every node's newest state, in node order, and the nodes of their layout that saved none
+    (killed before their first checkpoint); ([], []) when the states are not of one layout and
+    one epoch (with a warning saying what is set aside)."""
     dirs = node_checkpoint_dirs(checkpoints)
-    if not dirs:
-        return []
-    states = []
-    for directory in dirs:
-        state = CheckpointDir(directory, checkpoints.keep).load_newest(map_location="cpu")
-        if state is None:
-            log.warning("%s: no readable node checkpoint", directory)
-            return []
-        states.append(state)
+    states = [s for s in (CheckpointDir(d, checkpoints.keep).load_newest(map_location="cpu") for d in dirs) if s]
+    if not states:
+        if dirs:
+            log.warning("%s: no node checkpoint in %s", checkpoints.dir, ", ".join(d.name for d in dirs))
+        return [], []
     layouts = {RunLayout.from_state(s) for s in states}
     epochs = {int(s["progress"]["epoch"]) for s in states}
     nodes = sorted(int(s["layout"]["node"]) for s in states)
-    if len(layouts) != 1 or len(epochs) != 1 or nodes != list(range(next(iter(layouts)).num_nodes)):
+    layout = next(iter(layouts))
+    if len(layouts) != 1 or len(epochs) != 1 or not set(nodes) <= set(range(layout.num_nodes)):
         log.warning(
             "%s: the node checkpoints are not one consistent set (layouts %s, epochs %s, nodes %s); "
             "going on from the last epoch end instead",
@@ -254,8 +255,20 @@ def _complete_node_set(checkpoints: CheckpointDir, num_utts: int) -> list[dict]:
             sorted(epochs),
             nodes,
         )
-        return []
-    return sorted(states, key=lambda s: int(s["layout"]["node"]))
+        return [], []
+    missing = sorted(set(range(layout.num_nodes)) - set(nodes))
+    if missing:
+        log.warning(
+            "%s: node%s %s ha%s no checkpoint (stopped before %s first); the other nodes' checkpoints are "
+            "merged, and the steps of this epoch the node%s took before the stop are trained again",
+            checkpoints.dir,
+            "s" if len(missing) > 1 else "",
+            ", ".join(map(str, missing)),
+            "ve" if len(missing) > 1 else "s",
+            "their" if len(missing) > 1 else "its",
+            "s" if len(missing) > 1 else "",
+        )
+    return sorted(states, key=lambda s: int(s["layout"]["node"])), missing
 
 
 def _node_progress(nodes: list[dict], num_utts: int) -> tuple[int, int]:
@@ -265,7 +278,9 @@ def _node_progress(nodes: list[dict], num_utts: int) -> tuple[int, int]:
 
 def merge_nodes(checkpoints: CheckpointDir, nodes: list[dict], num_utts: int) -> dict:
     """One checkpoint from the nodes' states: the mean of their weights and optimizer moments,
-    what any of them trained this epoch, node 0's counters (learner 0 writes the training log)."""
+    what any of them trained this epoch, the first node's counters (node 0's when it saved:
+    learner 0 writes the training log). Nodes that saved nothing count as having taken no step
+    of the epoch (node_steps -1), so their learners' records of it are cut."""
     merged = dict(nodes[0])
     merged["model"] = {k: _mean([n["model"][k] for n in nodes]) for k in nodes[0]["model"]}
     merged["updater"] = _merge_updaters([n["updater"] for n in nodes])
@@ -275,13 +290,15 @@ def merge_nodes(checkpoints: CheckpointDir, nodes: list[dict], num_utts: int) ->
         nodes[0]["progress"], batches_done=0, elapsed_s=max(n["progress"]["elapsed_s"] for n in nodes)
     )
     merged["layout"] = {k: v for k, v in nodes[0]["layout"].items() if k != "node"}
-    merged["distributed"] = dict(
-        nodes[0]["distributed"], merged_from_nodes=len(nodes), node_steps=[int(n["progress"]["step"]) for n in nodes]
-    )
+    num_nodes = RunLayout.from_state(nodes[0]).num_nodes
+    node_steps = [-1] * num_nodes
+    for node in nodes:
+        node_steps[int(node["layout"]["node"])] = int(node["progress"]["step"])
+    merged["distributed"] = dict(nodes[0]["distributed"], merged_from_nodes=len(nodes), node_steps=node_steps)
     path = checkpoints.save(merged)
     log.info(
-        "merged the %d nodes' checkpoints (epoch %d, %d of %d utterances of it trained) into %s",
-        len(nodes),
+        "merged the %s checkpoints (epoch %d, %d of %d utterances of it trained) into %s",
+        f"{len(nodes)} nodes'" if len(nodes) == num_nodes else f"{len(nodes)} of the {num_nodes} nodes'",
         merged["progress"]["epoch"] + 1,
         int(trained.sum()),
         num_utts,

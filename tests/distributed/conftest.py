@@ -40,10 +40,12 @@ def torchrun_command(nproc: int, module_args: list[str], *launcher: str) -> list
 
 
 def run_torchrun(
-    nproc: int, module_args: list[str], *launcher: str, timeout: float = 300, cwd=None
+    nproc: int, module_args: list[str], *launcher: str, timeout: float = 300, cwd=None, env: dict | None = None
 ) -> subprocess.CompletedProcess:
     cmd = torchrun_command(nproc, module_args, *launcher)
-    return subprocess.run(cmd, env=worker_env(), cwd=cwd or REPO, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        cmd, env=worker_env(**(env or {})), cwd=cwd or REPO, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def train_overrides(root: Path, *extra: str) -> list[str]:

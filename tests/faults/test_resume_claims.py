@@ -64,7 +64,7 @@ def kill_at_random_steps(
             log,
             f"attempt {attempt}'s training",
         )
-        # Before every node has a checkpoint there is nothing to resume from (a separate issue).
+        # A kill before a node's first checkpoint: tests/faults/test_kill_before_first_checkpoint.py.
         wait_for(
             lambda: all(any((exp / "checkpoints" / f"node-00{n}").glob("step-*.pt")) for n in range(2)),
             proc,

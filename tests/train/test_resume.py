@@ -127,9 +127,39 @@ def test_node_checkpoints_older_than_the_last_epoch_end_are_set_aside(checkpoint
     assert not list(checkpoints.dir.glob("node-*")) and "superseded by step 30" in caplog.text
 
 
-def test_an_incomplete_node_set_falls_back_to_the_epoch_end(checkpoints, caplog):
+def test_an_incomplete_node_set_is_merged_when_ahead_of_the_epoch_end(checkpoints, caplog):
+    """Node 1 was killed before its first checkpoint after the last merge: node 0's progress
+    past the epoch end is kept, node 1's steps are trained again."""
+    caplog.set_level("INFO")
     checkpoints.save(state(5, 1, mask(), ADPSGD2, 0.5))
     save_nodes(checkpoints, ADPSGD2, 1, [mask(0, 1)], [1.0])  # node 1 never saved
+    start = find_start(checkpoints, DistributedContext(), ADPSGD2, UTTS)
+    assert start.kind == "replan" and start.state["step"] == 10 and start.done.tolist() == mask(0, 1).tolist()
+    assert start.state["distributed"]["node_steps"] == [10, -1]
+    assert "node 1 has no checkpoint" in caplog.text and "merged the 1 of the 2 nodes' checkpoints" in caplog.text
+
+
+def test_an_incomplete_node_set_in_the_first_epoch_is_merged_not_refused(checkpoints, caplog):
+    """Node 0 killed before its first checkpoint, node 1 after its: the restart goes on from node 1's
+    state (it used to refuse: no checkpoint to go on from), and cuts node 0's records of the epoch."""
+    save_checkpoint(node_dir(checkpoints, 1) / "step-000000004.pt", state(4, 0, mask(7, 8), ADPSGD2, 3.0, node=1))
+    for rank, text in {0: "1 1 a\n1 2 b\n", 1: "1 3 c\n1 4 d\n1 5 e\n"}.items():
+        record_path(checkpoints.dir.parent, rank).parent.mkdir(parents=True, exist_ok=True)
+        record_path(checkpoints.dir.parent, rank).write_text(text)
+    start = find_start(checkpoints, DistributedContext(), ADPSGD2, UTTS)
+    assert start.kind == "replan" and start.done.tolist() == mask(7, 8).tolist()
+    assert torch.equal(start.state["model"]["w"], torch.full((3,), 3.0))
+    assert start.state["distributed"]["node_steps"] == [-1, 4]
+    assert "node 0 has no checkpoint" in caplog.text
+    assert not list(checkpoints.dir.glob("node-*"))  # merged, then removed
+    kept = [[u for _, _, utts in read_record(record_path(checkpoints.dir.parent, r)) for u in utts] for r in range(2)]
+    assert kept == [[], ["c", "d"]]
+
+
+def test_node_checkpoints_of_mixed_epochs_fall_back_to_the_epoch_end(checkpoints, caplog):
+    checkpoints.save(state(5, 1, mask(), ADPSGD2, 0.5))
+    save_nodes(checkpoints, ADPSGD2, 1, [mask(0, 1), mask(5)], [1.0, 3.0])
+    save_checkpoint(node_dir(checkpoints, 1) / "step-000000020.pt", state(20, 2, mask(5), ADPSGD2, 3.0, node=1))
     start = find_start(checkpoints, DistributedContext(), ADPSGD2, UTTS)
     assert start.kind == "replan" and start.state["step"] == 5
     assert "not one consistent set" in caplog.text
