@@ -27,6 +27,7 @@ STAGES = {
     "asr.sweep": (["sweep.learners="], ["decode.beam_size="]),
     "asr.average": (["average.num=5", "average.by=last"], ["train.lr="]),
     "asr.gmm": (["gmm.kind=", "gmm.num_leaves="], ["train.lr="]),
+    "asr.gmm.decode": (["gmm.decode_acoustic_scale="], ["train.lr="]),
 }
 # argparse entry points: their own --help
 OTHERS = ["asr.bench", "asr.report", "asr.data.validate", "asr.data.perturb", "asr.data.fix", "asr.transcribe"]

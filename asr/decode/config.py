@@ -9,7 +9,7 @@ from asr.utils.checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Check, one_of
 @dataclass
 class DecodeConfig:
     name: str = "greedy"
-    kind: str = "greedy"  # greedy | beam_lm (word LM) | loglikes (Kaldi log-likelihoods of a frame_ce model)
+    kind: str = "greedy"  # greedy | beam_lm (word LM) | loglikes (Kaldi log-likelihoods of a frame_ce model) | wfst
     sets: list = field(default_factory=list)  # data sets to decode; empty -> [data.eval_set]
     checkpoint: str = "last"  # last | best | a name in <exp_dir>/checkpoints (avg-last5: python -m asr.average) | path
     dir_suffix: str = ""  # output in <exp_dir>/decode_<set><dir_suffix>/ (e.g. _greedy beside the LM decode)
@@ -20,6 +20,13 @@ class DecodeConfig:
     pdf_counts: str = ""  # the priors' counts (Kaldi vector); empty = <exp_dir>/pdf_counts from training
     prior_scale: float = 1.0
     upsample: bool = True  # one row per 10 ms frame (repeat each output frame model.subsample times)
+    # kind=wfst (asr/decode/wfst.py): the frame_ce model's log-likelihoods searched in an HCLG
+    graph: str = ""  # the graph dir (HCLG.fst) of the alignment model, as the recipe's mkgraph writes it
+    hmm_model: str = ""  # that model's final.mdl (its transition model maps transition ids to pdfs)
+    acoustic_scale: float = 0.1  # times the log-likelihoods (Kaldi's --acoustic-scale)
+    wfst_beam: float = 13.0
+    max_active: int = 7000
+    lattice_beam: float = 6.0
     # kind=beam_lm (asr/decode/beam.py, search.py): CTC prefix beam search with the word LM
     lm: str = "auto"  # auto: <lm.dir>/<lm.decode_order>gram.bin | none: lexicon only | a KenLM file
     lexicon_words: str = "auto"  # auto: the LM vocabulary <lm.dir>/words.txt | a words file
@@ -37,7 +44,11 @@ class DecodeConfig:
     tune_word_scores: list = field(default_factory=lambda: [-1.0, 0.0, 1.0, 2.0])
 
     CHECKS: ClassVar[dict[str, Check]] = {
-        "kind": one_of("greedy", "beam_lm", "loglikes"),
+        "kind": one_of("greedy", "beam_lm", "loglikes", "wfst"),
+        "acoustic_scale": POSITIVE,
+        "wfst_beam": POSITIVE,
+        "max_active": AT_LEAST_ONE,
+        "lattice_beam": POSITIVE,
         "batch_size": AT_LEAST_ONE,
         "threads": AT_LEAST_ONE,
         "frame_shift_ms": POSITIVE,

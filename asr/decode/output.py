@@ -9,6 +9,7 @@ a word is the mean posterior of its tokens at their emission frames.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,9 @@ from asr.data.ctm import CtmWord
 from asr.data.datadir import DataDir, write_table
 from asr.decode.hypothesis import Hypothesis
 from asr.text.tokenizer import Tokenizer
-from asr.utils.atomic import atomic_path
+from asr.utils.atomic import atomic_path, write_text
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CHANNEL = "A"
 
@@ -73,3 +76,19 @@ def write_hyp_text(path: str | os.PathLike, hyps: dict[str, str]) -> None:
     """Kaldi text: `utt word word ...`, sorted by utterance (C locale)."""
     with atomic_path(path) as tmp:
         write_table(tmp, hyps)
+
+
+def report_skipped(out_dir: Path, set_name: str, skipped: dict[str, str]) -> None:
+    """Log and list (decode_<set>/skipped) the utterances left undecoded; none: no file."""
+    path = out_dir / "skipped"
+    if not skipped:
+        path.unlink(missing_ok=True)
+        return
+    write_text(path, "".join(f"{utt} {reason}\n" for utt, reason in sorted(skipped.items())))
+    log.warning(
+        "%s: %d utterances not decoded (NaN/inf features; scored as deletions), listed in %s: %s",
+        set_name,
+        len(skipped),
+        path,
+        " ".join(sorted(skipped)[:10]),
+    )

@@ -18,11 +18,11 @@ from asr.data.ctm import CtmWord, write_ctm
 from asr.data.datadir import DataDir
 from asr.decode.acoustic import ScoredSet, load_model
 from asr.decode.loglikes import export_loglikes
-from asr.decode.output import ctm_words, decode_dir, evaluation_sets, timed_words, write_hyp_text
+from asr.decode.output import ctm_words, decode_dir, evaluation_sets, report_skipped, timed_words, write_hyp_text
 from asr.decode.search import ParallelBeamSearch, Search, beam_options, beam_search, beam_spec, greedy_search
+from asr.decode.wfst import decode_wfst
 from asr.models.blstm import AcousticModel
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path
-from asr.utils.atomic import write_text
 from asr.utils.device import select_device
 from asr.utils.errors import InputError
 
@@ -42,22 +42,6 @@ def load_decoding_model(cfg, device: torch.device) -> tuple[AcousticModel, Token
         )
     log.info("decoding with %s (epoch %d, step %d)", path, state["epoch"], state["step"])
     return model, tokenizer
-
-
-def report_skipped(out_dir: Path, set_name: str, skipped: dict[str, str]) -> None:
-    """Log and list (decode_<set>/skipped) the utterances left undecoded; none: no file."""
-    path = out_dir / "skipped"
-    if not skipped:
-        path.unlink(missing_ok=True)
-        return
-    write_text(path, "".join(f"{utt} {reason}\n" for utt, reason in sorted(skipped.items())))
-    log.warning(
-        "%s: %d utterances not decoded (NaN/inf features; scored as deletions), listed in %s: %s",
-        set_name,
-        len(skipped),
-        path,
-        " ".join(sorted(skipped)[:10]),
-    )
 
 
 class SetDecoder:
@@ -120,4 +104,4 @@ def decode_with_lm(cfg) -> list[Path]:
         return [decode_set(cfg, name, model, tokenizer, device, search) for name in evaluation_sets(cfg)]
 
 
-DECODERS = {"greedy": decode_greedy, "beam_lm": decode_with_lm, "loglikes": export_loglikes}
+DECODERS = {"greedy": decode_greedy, "beam_lm": decode_with_lm, "loglikes": export_loglikes, "wfst": decode_wfst}

@@ -39,6 +39,8 @@ class GmmConfig:
     acoustic_scale: float = 0.1
     transition_scale: float = 1.0
     self_loop_scale: float = 0.1
+    # decoding (python -m asr.gmm.decode): Kaldi decodes GMM systems at 1/12 (decode.sh --acwt)
+    decode_acoustic_scale: float = 0.083333
     # boundary accuracy against the synthetic corpus' phone timings ('' : not measured)
     phone_timings: str = ""  # e.g. ${synth.out_dir}/swb_ms98_transcriptions
     boundary_tolerance_ms: float = 20.0
@@ -64,4 +66,5 @@ class GmmConfig:
         "retry_beam": NON_NEGATIVE,
         "acoustic_scale": POSITIVE,
         "boundary_tolerance_ms": POSITIVE,
+        "decode_acoustic_scale": POSITIVE,
     }

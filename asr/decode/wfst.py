@@ -1,0 +1,135 @@
+"""Hybrid decoding with a WFST: `decode.kind=wfst`, the paper's decoder.
+
+    python -m asr.decode experiment=hybrid decode=wfst decode.graph=exp/tri1/graph \\
+        decode.hmm_model=exp/tri1/final.mdl
+
+A frame_ce (hybrid) model's scaled log-likelihoods (log posterior - prior_scale x log prior,
+as `decode.kind=loglikes` exports them for Kaldi) are searched, times decode.acoustic_scale, in
+`<decode.graph>/HCLG.fst` (mkgraph of the alignment model: its tree and transition model, the
+lexicon and the n-gram LM) by kaldi-hmm-gmm's lattice decoder, over decode.jobs forked
+processes. The best path's words and their times (its phones matched to the lexicon,
+asr/lang/search.py GraphDecoder) go to `hyp.txt` and `hyp.ctm` as the CTC decoders' do, so
+scoring is the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from asr.data.ctm import write_ctm
+from asr.decode.acoustic import ScoredSet
+from asr.decode.loglikes import load_frame_ce_model, load_log_priors, scaled_loglikes, upsample
+from asr.decode.output import TimedWord, ctm_words, decode_dir, evaluation_sets, report_skipped, write_hyp_text
+from asr.hmm.model_io import read_model
+from asr.lang.langdir import Lang
+from asr.lang.search import GraphDecoder, SearchOptions
+from asr.utils.device import select_device
+
+log = logging.getLogger(__name__)
+
+_DECODER: GraphDecoder | None = None  # the worker's graph, read once per process
+
+
+@dataclass(frozen=True)
+class WfstSpec:
+    graph: str
+    hmm_model: str
+    lang: str
+    options: SearchOptions
+
+    @classmethod
+    def of(cls, cfg) -> "WfstSpec":
+        d = cfg.decode
+        options = SearchOptions(d.acoustic_scale, d.wfst_beam, d.max_active, d.lattice_beam)
+        return cls(str(d.graph), str(d.hmm_model), str(cfg.lang.dir), options)
+
+    def decoder(self) -> GraphDecoder:
+        trans_model, _ = read_model(self.hmm_model)
+        return GraphDecoder(self.graph, trans_model, Lang.load(self.lang), self.options)
+
+
+def _init_worker(spec: WfstSpec) -> None:
+    global _DECODER
+    _DECODER = spec.decoder()
+
+
+def _decode_in_worker(task: tuple[str, np.ndarray]) -> tuple[str, list[TimedWord]]:
+    utt, loglikes = task
+    return utt, [TimedWord(w.word, w.start, w.end, 1.0) for w in _DECODER(loglikes)]
+
+
+class ParallelWfstSearch:
+    """WFST search of many utterances over `jobs` processes (in-process when jobs <= 1), forked
+    before torch runs; each worker reads the graph once."""
+
+    def __init__(self, spec: WfstSpec, jobs: int):
+        if jobs <= 1:
+            _init_worker(spec)
+            self.pool = None
+        else:
+            self.pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_init_worker, initargs=(spec,))
+
+    def __call__(self, items: list[tuple[str, np.ndarray]]) -> list[tuple[str, list[TimedWord]]]:
+        if self.pool is None:
+            return [_decode_in_worker(item) for item in items]
+        return self.pool.map(_decode_in_worker, items)
+
+    def __enter__(self) -> "ParallelWfstSearch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.pool is not None:
+            self.pool.terminate() if exc[0] is not None else self.pool.close()
+            self.pool.join()
+
+
+def set_loglikes(cfg, scored: ScoredSet, log_prior: torch.Tensor) -> list[tuple[str, np.ndarray]]:
+    """(utt, frames x pdfs scaled log-likelihoods at 10 ms) of every utterance of the set."""
+    log_prior = log_prior.to(scored.device)
+    items = []
+    for batch in scored.batches(f"wfst {scored.set_name}"):
+        for b, utt in enumerate(batch.utts):
+            loglikes = scaled_loglikes(batch.log_probs[b, : int(batch.out_lens[b])], log_prior, cfg.decode.prior_scale)
+            loglikes = upsample(loglikes, scored.model.subsample, int(batch.feat_lens[b]))
+            items.append((utt, loglikes.float().cpu().numpy()))
+    return items
+
+
+def write_set(cfg, set_name: str, scored: ScoredSet, decoded: list[tuple[str, list[TimedWord]]]) -> Path:
+    hyps, ctm = {}, []
+    for utt, words in decoded:
+        hyps[utt] = " ".join(w.word for w in words)
+        ctm.extend(ctm_words(scored.data, utt, words, cfg.decode.frame_shift_ms / 1000.0))
+    out_dir = decode_dir(cfg, set_name)
+    write_hyp_text(out_dir / "hyp.txt", hyps)
+    write_ctm(out_dir / "hyp.ctm", ctm)
+    report_skipped(out_dir, set_name, scored.skipped)
+    log.info(
+        "%s: %d hypotheses, %d words (acoustic scale %g) -> %s",
+        set_name,
+        len(hyps),
+        len(ctm),
+        cfg.decode.acoustic_scale,
+        out_dir,
+    )
+    return out_dir
+
+
+def decode_wfst(cfg) -> list[Path]:
+    """The decode stage for decode.kind=wfst; returns the output directories."""
+    with ParallelWfstSearch(WfstSpec.of(cfg), cfg.decode.jobs) as search:  # forked before torch runs
+        torch.set_num_threads(cfg.decode.threads)
+        device = select_device(cfg.device)
+        model = load_frame_ce_model(cfg, device)
+        log_prior = load_log_priors(cfg, model.head.linear.out_features)
+        out_dirs = []
+        for name in evaluation_sets(cfg):
+            scored = ScoredSet(cfg, name, model, device)
+            out_dirs.append(write_set(cfg, name, scored, search(set_loglikes(cfg, scored, log_prior))))
+        return out_dirs

@@ -1,0 +1,126 @@
+"""Decoding with a GMM-HMM system, as Kaldi's utils/mkgraph.sh then steps/decode.sh:
+
+    python -m asr.gmm.decode gmm=mono        # or gmm=tri; decode.sets as for the other decoders
+
+The graph `<gmm.dir>/graph/HCLG.fst` (the lang dir's lexicon, the model's tree and transition
+model, the recipe's `<lm.decode_order>`-gram ARPA LM; asr/lang/graph.py) is built once and kept
+while its record (`graph.json`: the LM and the model's sha1) matches. Every utterance of a set
+is scored by the model's GMMs on its features (the training front end: asr/gmm/frontend.py),
+searched with gmm.decode_acoustic_scale, its words and times written to
+`<gmm.dir>/decode_<set>/hyp.{txt,ctm}` over gmm.nj forked processes. Score them with
+`python -m asr.score exp_dir=<gmm.dir>`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import multiprocessing
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from asr.data.ctm import CtmWord, write_ctm
+from asr.data.datadir import read_data_dir
+from asr.decode.output import TimedWord, ctm_words, evaluation_sets, write_hyp_text
+from asr.features.featureset import feature_set_dir
+from asr.gmm.frontend import GmmFeatures, with_deltas
+from asr.gmm.stats import ModelArrays
+from asr.hmm.model_io import read_model
+from asr.hmm.tree_io import load_context_dependency
+from asr.lang.graph import mkgraph
+from asr.lang.langdir import Lang
+from asr.lang.search import GraphDecoder, SearchOptions
+
+log = logging.getLogger("asr.gmm")
+
+FRAME_CHUNK = 512  # frames scored at once: (chunk x Gaussians) float64 stays in tens of MB
+
+
+def pdf_log_likelihoods(model: ModelArrays, feats: np.ndarray) -> np.ndarray:
+    """(T, pdfs) float32: each pdf's log-likelihood, the log-sum-exp of its Gaussians'
+    (Kaldi's DiagGmm::LogLikelihood; the weights are in the gconsts)."""
+    starts = model.offsets[:-1]
+    sizes = np.diff(model.offsets)
+    out = np.empty((len(feats), len(starts)), np.float32)
+    for t0 in range(0, len(feats), FRAME_CHUNK):
+        x = feats[t0 : t0 + FRAME_CHUNK].astype(np.float64)
+        ll = model.gconsts[None, :] + x @ model.means_invvars.T - 0.5 * (x * x) @ model.inv_vars.T
+        peak = np.maximum.reduceat(ll, starts, axis=1)
+        total = np.add.reduceat(np.exp(ll - np.repeat(peak, sizes, axis=1)), starts, axis=1)
+        out[t0 : t0 + FRAME_CHUNK] = peak + np.log(total)
+    return out
+
+
+def sha1_of(path: Path) -> str:
+    return hashlib.sha1(path.read_bytes()).hexdigest()
+
+
+def ensure_graph(cfg, model_dir: Path) -> Path:
+    """`<model_dir>/graph`, built unless its record says it is of this model and LM already."""
+    graph_dir = model_dir / "graph"
+    arpa = Path(cfg.lm.dir) / f"{cfg.lm.decode_order}gram.arpa"
+    made_of = {"arpa": str(arpa), "arpa_sha1": sha1_of(arpa), "model_sha1": sha1_of(model_dir / "final.mdl")}
+    record = graph_dir / "graph.json"
+    if record.is_file() and all(json.loads(record.read_text()).get(k) == v for k, v in made_of.items()):
+        log.info("%s: built from this model and LM already; keeping it", graph_dir)
+        return graph_dir
+
+    def read_tree_and_model(directory: Path):
+        return load_context_dependency(directory / "tree"), read_model(directory / "final.mdl")[0]
+
+    built = mkgraph(cfg.gmm.lang_dir, model_dir, arpa, graph_dir, read_tree_and_model)
+    record.write_text(json.dumps({**built, **made_of}, indent=2, sort_keys=True) + "\n")
+    return graph_dir
+
+
+@dataclass(frozen=True)
+class GmmDecodeSpec:
+    model_dir: str
+    lang_dir: str
+    options: SearchOptions
+
+
+_WORKER: tuple[GraphDecoder, ModelArrays] | None = None
+
+
+def _init_worker(spec: GmmDecodeSpec) -> None:
+    global _WORKER
+    trans_model, am = read_model(Path(spec.model_dir) / "final.mdl")
+    decoder = GraphDecoder(Path(spec.model_dir) / "graph", trans_model, Lang.load(spec.lang_dir), spec.options)
+    _WORKER = decoder, ModelArrays.of(am)
+
+
+def _decode_in_worker(task: tuple[str, np.ndarray]) -> tuple[str, list[TimedWord]]:
+    utt, feats = task
+    decoder, model = _WORKER
+    return utt, [TimedWord(w.word, w.start, w.end, 1.0) for w in decoder(pdf_log_likelihoods(model, feats))]
+
+
+def decode_set(cfg, set_name: str, pool, out_root: Path) -> Path:
+    data = read_data_dir(Path(cfg.data.data_dir) / set_name)
+    g = cfg.gmm
+    feats = GmmFeatures(feature_set_dir(cfg, set_name), data.utt2spk, g.front_end, g.num_ceps, g.cepstral_lifter)
+    tasks = ((utt, with_deltas(feats.statics(utt), g.delta_order)) for utt in feats.reader.utts())
+    hyps: dict[str, str] = {}
+    ctm: list[CtmWord] = []
+    for utt, words in pool.imap(_decode_in_worker, tasks, chunksize=8):
+        hyps[utt] = " ".join(w.word for w in words)
+        ctm.extend(ctm_words(data, utt, words, cfg.decode.frame_shift_ms / 1000.0))
+    out_dir = out_root / f"decode_{set_name}"
+    write_hyp_text(out_dir / "hyp.txt", hyps)
+    write_ctm(out_dir / "hyp.ctm", ctm)
+    log.info("%s: %d hypotheses, %d words -> %s", set_name, len(hyps), len(ctm), out_dir)
+    return out_dir
+
+
+def decode_gmm(cfg) -> list[Path]:
+    """The GMM decode stage; returns the output directories."""
+    model_dir = Path(cfg.gmm.dir)
+    ensure_graph(cfg, model_dir)
+    options = SearchOptions(cfg.gmm.decode_acoustic_scale, cfg.decode.wfst_beam, cfg.decode.max_active)
+    spec = GmmDecodeSpec(str(model_dir), str(cfg.gmm.lang_dir), options)
+    with multiprocessing.get_context("fork").Pool(cfg.gmm.nj, initializer=_init_worker, initargs=(spec,)) as pool:
+        return [decode_set(cfg, name, pool, model_dir) for name in evaluation_sets(cfg)]
