@@ -177,14 +177,17 @@ override_value() {
 # The config groups each stage reads: an override of any other group does not make a done
 # stage run again. Overrides outside these groups (exp_name, seed, device, experiment=...)
 # count for every stage, and so do all overrides for a stage not listed.
-config_groups=" data synth features tokenizer lm model train distributed decode score sweep average "
+config_groups=" data synth features tokenizer lm lang gmm model train distributed decode score sweep average "
 declare -A stage_groups=(
   [synth]="synth" [prepare]="data" [validate]="data" [perturb]="data" [features]="data features"
   [phone_ali]="data synth features"
-  [tokenizer]="data tokenizer" [lm]="data tokenizer lm"
+  [tokenizer]="data tokenizer" [lm]="data tokenizer lm" [lang]="data lang"
+  [mono]="data features lang gmm" [tri1]="data features lang gmm" [tri1_dev]="data features lang gmm"
+  [mono_decode]="data features lang lm gmm decode" [tri1_decode]="data features lang lm gmm decode"
+  [mono_score]="data decode score" [tri1_score]="data decode score"
   [train]="data features tokenizer model train distributed"
   [tune]="data features tokenizer lm model train distributed decode"
-  [decode]="data features tokenizer lm model train distributed decode"
+  [decode]="data features tokenizer lm lang model train distributed decode"
   [decode_greedy]="data features tokenizer lm model train distributed decode"
   [score]="data decode score" [score_greedy]="data decode score"
 )

@@ -9,6 +9,7 @@ from asr.utils.checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Check, each, 
 @dataclass
 class GmmConfig:
     kind: str = "mono"  # mono: flat start (train_mono.sh) | tri: a tree on `alignments` (train_deltas.sh)
+    # | align: the model of `alignments` aligns align_set into dir (align_si.sh)
     dir: str = "exp/mono"  # the model, tree, ali.N.gz and log go here (Kaldi's exp/mono, exp/tri1)
     lang_dir: str = "${lang.dir}"  # the Kaldi lang dir (python -m asr.lang)
     train_set: str = "${data.train_set}"
@@ -46,7 +47,7 @@ class GmmConfig:
     boundary_tolerance_ms: float = 20.0
 
     CHECKS: ClassVar[dict[str, Check]] = {
-        "kind": one_of("mono", "tri"),
+        "kind": one_of("mono", "tri", "align"),
         "subset": NON_NEGATIVE,
         "nj": AT_LEAST_ONE,
         "front_end": one_of("mfcc", "stored"),

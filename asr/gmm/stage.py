@@ -10,7 +10,7 @@ import numpy as np
 
 from asr.features.featureset import feature_set_dir
 from asr.gmm.boundaries import boundary_accuracy
-from asr.gmm.train import TrainingData, read_alignments, run_gmm_training, training_data
+from asr.gmm.train import TrainingData, read_alignments, run_gmm_alignment, run_gmm_training, training_data
 
 log = logging.getLogger("asr.gmm")
 
@@ -48,6 +48,9 @@ def run(cfg: Any) -> dict:
     gmm = cfg.gmm
     lang = Lang.load(gmm.lang_dir)
     data_root = Path(cfg.data.data_dir)
+    if gmm.kind == "align":
+        align = training_data(data_root / gmm.align_set, feature_set_dir(cfg, gmm.align_set), lang)
+        return run_gmm_alignment(cfg, lang, align, Path(gmm.dir))
     train = training_data(data_root / gmm.train_set, feature_set_dir(cfg, gmm.train_set), lang, gmm.subset)
     align = None
     if gmm.align_set:

@@ -45,7 +45,8 @@ from asr.gmm.shares import (
     split_shares,
 )
 from asr.gmm.stats import ModelArrays, Stats, update
-from asr.hmm.model_io import write_model
+from asr.hmm.model_io import read_model, write_model
+from asr.hmm.tree_io import load_context_dependency
 from asr.train.alignments import natural_key, parse_int_vector_archive, read_archive_bytes
 from asr.utils.atomic import atomic_dir, write_text
 from asr.utils.errors import InputError
@@ -458,6 +459,33 @@ def run_gmm_training(
             num_shares = len(list(tmp.glob("ali.*.gz")))
         if boundary_report is not None:
             summary["boundaries"] = boundary_report(tmp, tm)
+        shutil.rmtree(work)
+        write_outputs(tmp, tree, tm, am, num_shares, summary)
+    return summary
+
+
+def run_gmm_alignment(cfg: Any, lang, align: TrainingData, out_dir: Path) -> dict:
+    """kind=align, align_si.sh on another set: the model of the gmm.alignments dir (its
+    final.mdl and tree, copied) aligns `align` into out_dir/ali.N.gz, atomically."""
+    gmm, source = cfg.gmm, Path(cfg.gmm.alignments)
+    for name in ("final.mdl", "tree"):
+        if not (source / name).is_file():
+            raise InputError(f"gmm.alignments={source}: no {name}; point it at a trained GMM dir (e.g. exp/tri1)")
+    tm, am = read_model(source / "final.mdl")
+    tree = load_context_dependency(source / "tree")
+    with atomic_dir(out_dir) as tmp, Jobs(gmm.nj) as jobs:
+        work = tmp / "work"
+        work.mkdir()
+        num_shares, result, seconds = align_set(gmm, lang, align, tree, tm, am, work, tmp, jobs)
+        summary = {
+            "kind": "align",
+            "model": str(source),
+            "passes": [],
+            "align_utterances": len(align.utts),
+            "align_failed": len(result.failed),
+            "align_seconds": seconds,
+            "align_real_time_factor": seconds / (sum(align.frames.values()) / 100.0),
+        }
         shutil.rmtree(work)
         write_outputs(tmp, tree, tm, am, num_shares, summary)
     return summary

@@ -2,6 +2,9 @@
 # Mini recipe: the synthetic LDC-format Switchboard-1 + Hub5-2000 corpus, end to end.
 #   ./run.sh [--stage N] [--stop-stage M] [--exp NAME] [--decode beam_lm|greedy] [--score hub5|jiwer] [hydra overrides...]
 # Stages: 0 synth, 1 prepare, 2 validate, 3 features, 4 tokenizer, 5 lm and lang, 6 train, 7 tune (LM weight on dev), 8 decode, 9 score.
+# With experiment=hybrid the toolkit's own GMM-HMM systems come first (stage 5: lang, monophones,
+# triphones, each decoded with its HCLG and scored), the BLSTM trains on the triphone alignments
+# (frame cross-entropy) and decodes with the triphone HCLG; exp/NAME/report.md compares the three.
 # With experiment=hybrid_ce the BLSTM trains on frame targets from the synthesiser's phone timings
 # (stage 3 phone_ali, exp/NAME/phone_ali/) and the recipe ends after training: hybrid decoding
 # needs a Kaldi graph (python -m asr.decode experiment=hybrid_ce writes log-likelihoods for it).
@@ -15,8 +18,10 @@ usage() { sed -n '2,4p' "$0"; }
 parse_options "$@"
 [[ $speed_perturb == true || $speed_perturb == false ]] || usage_error "--speed-perturb '$speed_perturb': true or false"
 data=$(override_value data.data_dir data)
-hybrid=false
+hybrid=false  # hybrid_ce: frame targets from the synthesiser's phone timings, no decoding
 [[ $(override_value experiment "") == hybrid_ce ]] && hybrid=true
+gmm_hybrid=false  # hybrid: GMM-HMM systems, the BLSTM on their alignments, WFST decoding
+[[ $(override_value experiment "") == hybrid ]] && gmm_hybrid=true
 
 run_stage 0 synth     python -m asr.data.synth "${overrides[@]}"
 run_stage 1 prepare   python -m asr.data.prepare "${overrides[@]}"
@@ -40,10 +45,27 @@ fi
 run_stage 4 tokenizer python -m asr.text "${overrides[@]}"
 run_stage 5 lm        python -m asr.lm "${overrides[@]}"
 run_stage 5 lang      python -m asr.lang "${overrides[@]}"
+if [[ $gmm_hybrid == true ]]; then  # Kaldi s5c's first stages: monophones, triphones, their WERs
+  timings=$(override_value synth.out_dir corpus)/swb_ms98_transcriptions
+  run_stage 5 mono        python -m asr.gmm gmm=mono "gmm.phone_timings=$(hydra_quote "$timings")" "${overrides[@]}"
+  run_stage 5 mono_decode python -m asr.gmm.decode gmm=mono "${overrides[@]}"
+  run_stage 5 mono_score  python -m asr.score "score=$score" exp_dir=exp/mono "${overrides[@]}"
+  run_stage 5 tri1        python -m asr.gmm gmm=tri "gmm.phone_timings=$(hydra_quote "$timings")" "${overrides[@]}"
+  run_stage 5 tri1_dev    python -m asr.gmm gmm=tri gmm.kind=align gmm.alignments=exp/tri1 gmm.dir=exp/tri1_ali_dev \
+    "gmm.align_set=$(override_value data.dev_set train_dev)" "${overrides[@]}"
+  run_stage 5 tri1_decode python -m asr.gmm.decode gmm=tri "${overrides[@]}"
+  run_stage 5 tri1_score  python -m asr.score "score=$score" exp_dir=exp/tri1 "${overrides[@]}"
+fi
 train_launcher
 run_stage 6 train     "${launcher[@]}" asr.train "${overrides[@]}"
 if [[ $hybrid == true ]]; then
   log "hybrid_ce: dev frame accuracy per epoch in $exp_dir/log/; decoding needs a Kaldi graph, so the recipe ends here"
+  exit 0
+fi
+if [[ $gmm_hybrid == true ]]; then  # the BLSTM's log-likelihoods in tri1's graph; one table of all three
+  run_stage 8 decode python -m asr.decode decode=wfst "${overrides[@]}"
+  run_stage 9 score  python -m asr.score "score=$score" "${overrides[@]}"
+  (( stop_stage < 9 )) || python -m asr.report exp/mono exp/tri1 "$exp_dir" --out "$exp_dir/report"
   exit 0
 fi
 decode_stages 7
