@@ -159,3 +159,33 @@ def test_hybrid_ce_trains_on_the_synthesisers_phone_targets(mini_recipe):
     assert re.search(r"data/train: kept (\d+) of \1 utterances", train_log), train_log[-2000:]
     assert f"counts of {len(phones)} pdfs" in train_log
     assert len(re.findall(r"dev frame accuracy 0\.\d+", train_log)) == 2  # one per epoch
+
+
+# GMM systems small enough for the tiny corpus: fewer passes, Gaussians and leaves, one job.
+TINY_GMM = [
+    "gmm.num_iters=10",
+    "gmm.realign_iters=[1,2,3,5,7,9]",
+    "gmm.max_iter_inc=8",
+    "gmm.total_gauss=200",
+    "gmm.num_leaves=100",
+    "gmm.nj=1",
+    "decode.jobs=1",
+]
+
+
+def test_hybrid_trains_on_the_triphone_states_and_decodes_with_their_graph(mini_recipe):
+    r = mini_recipe
+    proc = r.run("--exp", "gmmhyb", "experiment=hybrid", *TINY, *TINY_GMM)
+    done = r.dir / "exp/gmmhyb/.done"
+    for stage in ("5.lang", "5.mono", "5.mono_decode", "5.tri1", "5.tri1_dev", "5.tri1_decode", "6.train", "9.score"):
+        assert (done / stage).is_file(), f"no marker {stage}:\n{proc.stderr[-3000:]}"
+    tri1 = json.loads((r.dir / "exp/tri1/summary.json").read_text())
+    train_log = (r.dir / "exp/gmmhyb/log/train.log").read_text()
+    # the BLSTM has one output per triphone state, read from tri1's final.mdl
+    assert f"-> {tri1['num_pdfs']} pdfs" in train_log, train_log[-2000:]
+    report = (r.dir / "exp/gmmhyb/report.md").read_text()
+    for system in ("exp/mono", "exp/tri1", "exp/gmmhyb"):
+        wer = json.loads((r.dir / system / "decode_eval2000/wer.json").read_text())
+        assert wer["total"]["words"] > 0 and system.split("/")[1] in report
+    hyps = (r.dir / "exp/gmmhyb/decode_eval2000/hyp.txt").read_text().splitlines()
+    assert sum(len(line.split()) > 1 for line in hyps) > len(hyps) / 2  # words decoded, not empty lines
