@@ -1,5 +1,6 @@
 # make install   set up everything (system packages where possible, a venv with the toolkit)
-# make demo      run the mini recipe end to end on the synthetic corpus (prints a WER table)
+# make demo      run the mini recipe end to end on the synthetic corpus (prints a WER table);
+#                make demo DEMO='--exp hybrid experiment=hybrid' runs the hybrid BLSTM-HMM system
 # make lint      ruff check and ruff format --check over asr/ and tests/ (settings: pyproject.toml)
 # make test      run the test suite (CPU only)
 # make test-avx2 the same suite as an AVX2-only CPU runs it (no AVX-512, no bf16 kernels)
@@ -28,8 +29,10 @@ $(STAMP): setup.py scripts/install_system.sh scripts/build_kenlm.sh
 	$(PY) -c "import asr.config, torch, kaldiio, sentencepiece, jiwer, soundfile, kaldi_hmm_gmm, kaldifst, kaldilm; print('asr toolkit installed, torch', torch.__version__)"
 	touch $(STAMP)
 
+DEMO ?=
+
 demo: install
-	cd recipes/mini && ./run.sh
+	cd recipes/mini && ./run.sh $(DEMO)
 
 lint: install
 	$(VENV)/bin/ruff check asr tests
