@@ -186,7 +186,7 @@ declare -A stage_groups=(
   [mono_decode]="data features lang lm gmm decode" [tri1_decode]="data features lang lm gmm decode"
   [mono_score]="data decode score" [tri1_score]="data decode score"
   [train]="data features tokenizer model train distributed"
-  [tune]="data features tokenizer lm model train distributed decode"
+  [tune]="data features tokenizer lm lang model train distributed decode"
   [decode]="data features tokenizer lm lang model train distributed decode"
   [decode_greedy]="data features tokenizer lm model train distributed decode"
   [score]="data decode score" [score_greedy]="data decode score"

@@ -42,6 +42,7 @@ class DecodeConfig:
     tune_set: str = "${data.dev_set}"
     tune_lm_weights: list = field(default_factory=lambda: [0.3, 0.5, 0.8, 1.2])
     tune_word_scores: list = field(default_factory=lambda: [-1.0, 0.0, 1.0, 2.0])
+    tune_acoustic_scales: list = field(default_factory=lambda: [0.05, 0.067, 0.083, 0.1, 0.125])  # kind=wfst
 
     CHECKS: ClassVar[dict[str, Check]] = {
         "kind": one_of("greedy", "beam_lm", "loglikes", "wfst"),

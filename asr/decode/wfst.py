@@ -14,6 +14,7 @@ scoring is the same.
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ class WfstSpec:
     @classmethod
     def of(cls, cfg) -> "WfstSpec":
         d = cfg.decode
-        options = SearchOptions(d.acoustic_scale, d.wfst_beam, d.max_active, d.lattice_beam)
+        options = SearchOptions(tuned_acoustic_scale(cfg), d.wfst_beam, d.max_active, d.lattice_beam)
         return cls(str(d.graph), str(d.hmm_model), str(cfg.lang.dir), options)
 
     def decoder(self) -> GraphDecoder:
@@ -54,14 +55,26 @@ class WfstSpec:
         return GraphDecoder(self.graph, trans_model, Lang.load(self.lang), self.options)
 
 
+def tuned_acoustic_scale(cfg) -> float:
+    """decode.acoustic_scale, or the dev set's best (python -m asr.tune decode=wfst) when
+    decode.use_tuned and the tuning file holds one."""
+    path = Path(cfg.decode.tuning_file)
+    if cfg.decode.use_tuned and path.is_file():
+        best = json.loads(path.read_text()).get("best", {})
+        if "acoustic_scale" in best:
+            log.info("acoustic scale %g: the best on %s (%s)", best["acoustic_scale"], cfg.decode.tune_set, path)
+            return float(best["acoustic_scale"])
+    return float(cfg.decode.acoustic_scale)
+
+
 def _init_worker(spec: WfstSpec) -> None:
     global _DECODER
     _DECODER = spec.decoder()
 
 
-def _decode_in_worker(task: tuple[str, np.ndarray]) -> tuple[str, list[TimedWord]]:
-    utt, loglikes = task
-    return utt, [TimedWord(w.word, w.start, w.end, 1.0) for w in _DECODER(loglikes)]
+def _decode_in_worker(task: tuple[str, np.ndarray, float | None]) -> tuple[str, list[TimedWord]]:
+    utt, loglikes, acoustic_scale = task
+    return utt, [TimedWord(w.word, w.start, w.end, 1.0) for w in _DECODER(loglikes, acoustic_scale)]
 
 
 class ParallelWfstSearch:
@@ -75,10 +88,14 @@ class ParallelWfstSearch:
         else:
             self.pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_init_worker, initargs=(spec,))
 
-    def __call__(self, items: list[tuple[str, np.ndarray]]) -> list[tuple[str, list[TimedWord]]]:
+    def __call__(
+        self, items: list[tuple[str, np.ndarray]], acoustic_scale: float | None = None
+    ) -> list[tuple[str, list[TimedWord]]]:
+        """Each (utt, log-likelihoods) decoded at `acoustic_scale` (None: the spec's)."""
+        tasks = [(utt, loglikes, acoustic_scale) for utt, loglikes in items]
         if self.pool is None:
-            return [_decode_in_worker(item) for item in items]
-        return self.pool.map(_decode_in_worker, items)
+            return [_decode_in_worker(task) for task in tasks]
+        return self.pool.map(_decode_in_worker, tasks)
 
     def __enter__(self) -> "ParallelWfstSearch":
         return self
@@ -111,11 +128,10 @@ def write_set(cfg, set_name: str, scored: ScoredSet, decoded: list[tuple[str, li
     write_ctm(out_dir / "hyp.ctm", ctm)
     report_skipped(out_dir, set_name, scored.skipped)
     log.info(
-        "%s: %d hypotheses, %d words (acoustic scale %g) -> %s",
+        "%s: %d hypotheses, %d words -> %s",
         set_name,
         len(hyps),
         len(ctm),
-        cfg.decode.acoustic_scale,
         out_dir,
     )
     return out_dir

@@ -99,8 +99,10 @@ class GraphDecoder:
         self.trans_model, self.lang, self.options = trans_model, lang, options
         self.word_names, self.prons = lang.word_names, lang.pronunciations()
 
-    def __call__(self, loglikes_by_pdf: np.ndarray) -> list[DecodedWord]:
-        scaled = pdf_to_transition_loglikes(loglikes_by_pdf, self.trans_model) * self.options.acoustic_scale
+    def __call__(self, loglikes_by_pdf: np.ndarray, acoustic_scale: float | None = None) -> list[DecodedWord]:
+        """The words of one utterance; `acoustic_scale` replaces the options' (a tuning sweep)."""
+        scale = self.options.acoustic_scale if acoustic_scale is None else acoustic_scale
+        scaled = pdf_to_transition_loglikes(loglikes_by_pdf, self.trans_model) * scale
         o = self.options
         words, tids = decode_wfst(self.hclg, scaled, self.trans_model, o.beam, o.max_active, o.lattice_beam)
         if not tids:

@@ -1,4 +1,5 @@
-"""`python -m asr.tune decode=beam_lm`: sweep LM weight and word score on the dev set.
+"""`python -m asr.tune decode=beam_lm`: sweep LM weight and word score on the dev set
+(decode=wfst: the hybrid model's acoustic scale, `tune_acoustic_scale`).
 
 The acoustic model runs once over decode.tune_set (the held-out train_dev by default); the
 beam search then decodes it for every (lm_weight, word_score) of decode.tune_lm_weights x
@@ -23,7 +24,9 @@ import torch
 from asr.data.datadir import data_set_dir
 from asr.decode.acoustic import ScoredSet
 from asr.decode.search import ParallelBeamSearch, as_arrays, beam_options, beam_spec
+from asr.decode.loglikes import load_frame_ce_model, load_log_priors
 from asr.decode.stage import load_decoding_model
+from asr.decode.wfst import ParallelWfstSearch, WfstSpec, set_loglikes
 from asr.score.wer import score
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path
 from asr.utils.atomic import write_text
@@ -73,9 +76,46 @@ def sweep(
     return grid
 
 
+def tune_acoustic_scale(cfg) -> dict:
+    """decode=wfst: the hybrid model's log-likelihoods of the dev set, computed once, decoded in
+    the graph at every scale of decode.tune_acoustic_scales; the best (lowest WER, ties to the
+    smaller scale) goes to decode.tuning_file for the decode stage."""
+    if not cfg.decode.tune_acoustic_scales:
+        raise InputError("decode.tune_acoustic_scales must list at least one value")
+    with ParallelWfstSearch(WfstSpec.of(cfg), cfg.decode.jobs) as search:  # forked before torch runs
+        torch.set_num_threads(cfg.decode.threads)
+        device = select_device(cfg.device)
+        model = load_frame_ce_model(cfg, device)
+        log_prior = load_log_priors(cfg, model.head.linear.out_features)
+        scored = ScoredSet(cfg, cfg.decode.tune_set, model, device, wanted=lambda data: data.text)
+        items = set_loglikes(cfg, scored, log_prior)
+        refs = {utt: scored.data.text[utt] for utt, _ in items}
+        grid = []
+        for scale in cfg.decode.tune_acoustic_scales:
+            texts = {utt: " ".join(w.word for w in words) for utt, words in search(items, float(scale))}
+            grid.append({"acoustic_scale": float(scale), "wer": score(refs, texts).subsets["total"].wer})
+            log.info("acoustic scale %g: WER %.2f%%", grid[-1]["acoustic_scale"], grid[-1]["wer"])
+    best = min(grid, key=lambda g: (g["wer"], g["acoustic_scale"]))
+    result = {"set": cfg.decode.tune_set, "utterances": len(items), "grid": grid, "best": best}
+    write_text(Path(cfg.decode.tuning_file), json.dumps(result, indent=2) + "\n")
+    log.info(
+        "best on %s: acoustic scale %g (WER %.2f%%) -> %s",
+        result["set"],
+        best["acoustic_scale"],
+        best["wer"],
+        cfg.decode.tuning_file,
+    )
+    return result
+
+
 def tune(cfg) -> dict:
+    if cfg.decode.kind == "wfst":
+        return tune_acoustic_scale(cfg)
     if cfg.decode.kind != "beam_lm":
-        raise InputError(f"decode.kind={cfg.decode.kind!r}: tuning is for the LM beam search; add decode=beam_lm")
+        raise InputError(
+            f"decode.kind={cfg.decode.kind!r}: tuning is for the LM beam search (decode=beam_lm) "
+            "or the hybrid model's acoustic scale (decode=wfst)"
+        )
     if not cfg.decode.tune_lm_weights or not cfg.decode.tune_word_scores:
         raise InputError("decode.tune_lm_weights and decode.tune_word_scores must each list at least one value")
     tokenizer = Tokenizer(tokenizer_model_path(cfg.tokenizer))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Mini recipe: the synthetic LDC-format Switchboard-1 + Hub5-2000 corpus, end to end.
 #   ./run.sh [--stage N] [--stop-stage M] [--exp NAME] [--decode beam_lm|greedy] [--score hub5|jiwer] [hydra overrides...]
-# Stages: 0 synth, 1 prepare, 2 validate, 3 features, 4 tokenizer, 5 lm and lang, 6 train, 7 tune (LM weight on dev), 8 decode, 9 score.
+# Stages: 0 synth, 1 prepare, 2 validate, 3 features, 4 tokenizer, 5 lm and lang, 6 train, 7 tune (LM weight, or
+# the hybrid model's acoustic scale, on dev), 8 decode, 9 score.
 # With experiment=hybrid the toolkit's own GMM-HMM systems come first (stage 5: lang, monophones,
 # triphones, each decoded with its HCLG and scored), the BLSTM trains on the triphone alignments
 # (frame cross-entropy) and decodes with the triphone HCLG; exp/NAME/report.md compares the three.
@@ -63,6 +64,7 @@ if [[ $hybrid == true ]]; then
   exit 0
 fi
 if [[ $gmm_hybrid == true ]]; then  # the BLSTM's log-likelihoods in tri1's graph; one table of all three
+  run_stage 7 tune   python -m asr.tune "${overrides[@]}"  # the acoustic scale on the dev set
   run_stage 8 decode python -m asr.decode decode=wfst "${overrides[@]}"
   run_stage 9 score  python -m asr.score "score=$score" "${overrides[@]}"
   (( stop_stage < 9 )) || python -m asr.report exp/mono exp/tri1 "$exp_dir" --out "$exp_dir/report"

@@ -177,12 +177,18 @@ def test_hybrid_trains_on_the_triphone_states_and_decodes_with_their_graph(mini_
     r = mini_recipe
     proc = r.run("--exp", "gmmhyb", "experiment=hybrid", *TINY, *TINY_GMM)
     done = r.dir / "exp/gmmhyb/.done"
-    for stage in ("5.lang", "5.mono", "5.mono_decode", "5.tri1", "5.tri1_dev", "5.tri1_decode", "6.train", "9.score"):
+    stages = ("5.lang", "5.mono", "5.mono_decode", "5.tri1", "5.tri1_dev", "5.tri1_decode", "6.train", "7.tune", "9.score")
+    for stage in stages:
         assert (done / stage).is_file(), f"no marker {stage}:\n{proc.stderr[-3000:]}"
     tri1 = json.loads((r.dir / "exp/tri1/summary.json").read_text())
     train_log = (r.dir / "exp/gmmhyb/log/train.log").read_text()
     # the BLSTM has one output per triphone state, read from tri1's final.mdl
     assert f"-> {tri1['num_pdfs']} pdfs" in train_log, train_log[-2000:]
+    tuning = json.loads((r.dir / "exp/gmmhyb/lm_tuning.json").read_text())
+    assert len(tuning["grid"]) == 5 and tuning["best"] in tuning["grid"]
+    assert f"acoustic scale {tuning['best']['acoustic_scale']:g}: the best" in proc.stderr + (
+        r.dir / "exp/gmmhyb/log/decode.log"
+    ).read_text()
     report = (r.dir / "exp/gmmhyb/report.md").read_text()
     for system in ("exp/mono", "exp/tri1", "exp/gmmhyb"):
         wer = json.loads((r.dir / system / "decode_eval2000/wer.json").read_text())
