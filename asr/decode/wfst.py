@@ -31,6 +31,7 @@ from asr.hmm.model_io import read_model
 from asr.lang.langdir import Lang
 from asr.lang.search import GraphDecoder, SearchOptions
 from asr.utils.device import select_device
+from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,11 @@ class WfstSpec:
     @classmethod
     def of(cls, cfg) -> "WfstSpec":
         d = cfg.decode
+        if not d.graph or not d.hmm_model:
+            raise InputError(
+                "decode.graph and decode.hmm_model: set them to the alignment model's graph dir and final.mdl "
+                "(experiment=hybrid sets exp/tri1/graph and exp/tri1/final.mdl)"
+            )
         options = SearchOptions(tuned_acoustic_scale(cfg), d.wfst_beam, d.max_active, d.lattice_beam)
         return cls(str(d.graph), str(d.hmm_model), str(cfg.lang.dir), options)
 
@@ -79,14 +85,13 @@ def _decode_in_worker(task: tuple[str, np.ndarray, float | None]) -> tuple[str, 
 
 class ParallelWfstSearch:
     """WFST search of many utterances over `jobs` processes (in-process when jobs <= 1), forked
-    before torch runs; each worker reads the graph once."""
+    before torch runs, after the graph is read."""
 
     def __init__(self, spec: WfstSpec, jobs: int):
-        if jobs <= 1:
-            _init_worker(spec)
-            self.pool = None
-        else:
-            self.pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_init_worker, initargs=(spec,))
+        # The graph is read here, so that a missing or damaged file is this process' clear error
+        # (a pool initializer that fails is restarted forever); the forked workers share it.
+        _init_worker(spec)
+        self.pool = multiprocessing.get_context("fork").Pool(jobs) if jobs > 1 else None
 
     def __call__(
         self, items: list[tuple[str, np.ndarray]], acoustic_scale: float | None = None

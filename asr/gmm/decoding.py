@@ -122,5 +122,6 @@ def decode_gmm(cfg) -> list[Path]:
     ensure_graph(cfg, model_dir)
     options = SearchOptions(cfg.gmm.decode_acoustic_scale, cfg.decode.wfst_beam, cfg.decode.max_active)
     spec = GmmDecodeSpec(str(model_dir), str(cfg.gmm.lang_dir), options)
-    with multiprocessing.get_context("fork").Pool(cfg.gmm.nj, initializer=_init_worker, initargs=(spec,)) as pool:
+    _init_worker(spec)  # here: a failing pool initializer is restarted forever; the forked workers share it
+    with multiprocessing.get_context("fork").Pool(cfg.gmm.nj) as pool:
         return [decode_set(cfg, name, pool, model_dir) for name in evaluation_sets(cfg)]
