@@ -13,7 +13,6 @@ searched with gmm.decode_acoustic_scale, its words and times written to
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import multiprocessing
@@ -32,6 +31,7 @@ from asr.hmm.model_io import read_model
 from asr.hmm.tree_io import load_context_dependency
 from asr.lang.graph import mkgraph
 from asr.lang.langdir import Lang
+from asr.lang.prepare import sha1_of
 from asr.lang.search import GraphDecoder, SearchOptions
 
 log = logging.getLogger("asr.gmm")
@@ -52,10 +52,6 @@ def pdf_log_likelihoods(model: ModelArrays, feats: np.ndarray) -> np.ndarray:
         total = np.add.reduceat(np.exp(ll - np.repeat(peak, sizes, axis=1)), starts, axis=1)
         out[t0 : t0 + FRAME_CHUNK] = peak + np.log(total)
     return out
-
-
-def sha1_of(path: Path) -> str:
-    return hashlib.sha1(path.read_bytes()).hexdigest()
 
 
 def ensure_graph(cfg, model_dir: Path) -> Path:
