@@ -405,7 +405,7 @@ def load_index(sources: IndexSources, tokenizer, root: Path, build: bool) -> Tra
         return TrainingIndex(directory)
     if not build:
         return None
-    with atomic_dir(directory) as tmp:
+    with atomic_dir(directory, replace=False) as tmp:  # another learner's finished copy may be in use
         builder = IndexBuilder(sources, tokenizer, tmp)
         meta = builder.build()
         (tmp / "meta.json").write_text(json.dumps(meta) + "\n")

@@ -174,10 +174,12 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_dir(path: str | os.PathLike, replace: bool = True) -> Iterator[Path]:
     """Build a whole directory under a temporary name, then swap it in.
 
-    An existing directory at `path` is replaced only after the new one is complete.
+    An existing directory at `path` is replaced only after the new one is complete; with
+    replace=False it is kept and the new one dropped (content named by its inputs, which a
+    concurrent writer of the same inputs finished first while others may be reading it).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -186,7 +188,9 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     tmp.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary shared directory
     try:
         yield tmp
-        if path.exists():
+        if path.exists() and not replace:
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif path.exists():
             old = path.with_name(f".{path.name}.old.{_owner_tag()}")
             os.replace(path, old)
             os.replace(tmp, path)
