@@ -32,7 +32,7 @@ NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 # A failed write that left less than this free is taken as a full disk (libraries that do not
 # raise OSError leave nothing else to go by; a full file system has less than a block left).
 FULL_BELOW_BYTES = 1 << 20
-_HOST = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "host"
+HOST = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "host"
 
 
 class DiskFull(InputError):
@@ -40,7 +40,7 @@ class DiskFull(InputError):
 
 
 def _owner_tag() -> str:
-    return f"{_HOST}+{os.getpid()}"
+    return f"{HOST}+{os.getpid()}"
 
 
 def _tmp_name(path: Path) -> Path:
@@ -51,14 +51,21 @@ def _stale_pattern(path: Path) -> re.Pattern:
     return re.compile(rf"^\.{re.escape(path.name)}\.(?P<kind>tmp|old)\.(?P<host>[^+]*)\+(?P<pid>\d+)(?:\+.*)?$")
 
 
-def _alive(pid: int) -> bool:
+def process_running(pid: int) -> bool:
+    """Whether `pid` is a live process of this host. A zombie (killed, not yet reaped by its
+    parent) counts as gone: it holds no files and will never write again, and after a kill -9
+    of a whole process group it may stay a zombie for seconds until init reaps it."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True  # someone else's process
-    return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc: kill(0) is all there is to go by
+    return state not in ("Z", "X")
 
 
 def remove_stale(path: str | os.PathLike) -> list[Path]:
@@ -73,7 +80,7 @@ def remove_stale(path: str | os.PathLike) -> list[Path]:
     pattern, removed = _stale_pattern(path), []
     for entry in path.parent.iterdir():
         match = pattern.match(entry.name)
-        if not match or match["host"] != _HOST or _alive(int(match["pid"])):
+        if not match or match["host"] != HOST or process_running(int(match["pid"])):
             continue
         if match["kind"] == "old" and not path.exists():
             os.replace(entry, path)

@@ -18,7 +18,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from asr.utils.atomic import _HOST, _alive
+from asr.utils.atomic import HOST, process_running
 from asr.utils.errors import InputError
 
 log = logging.getLogger("asr.lock")
@@ -41,7 +41,7 @@ class DirLock:
         self.path = Path(path)
         self.what = what  # for messages: "training of exp/x"
         self.me = {
-            "host": _HOST,
+            "host": HOST,
             "pid": os.getpid(),
             "process_start": process_start(os.getpid()),
             "started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -65,14 +65,14 @@ class DirLock:
         """Why the holder is gone ('' if it may be running)."""
         if not holder:
             return "unreadable"
-        if holder.get("host") == _HOST and holder.get("pid") == self.me["pid"]:
+        if holder.get("host") == HOST and holder.get("pid") == self.me["pid"]:
             return "this process"
         if self.me["job"] and holder.get("job") == self.me["job"]:
             return f"an earlier attempt of this job ({self.me['job']})"
-        if holder.get("host") != _HOST:
+        if holder.get("host") != HOST:
             return ""
         pid = int(holder.get("pid", 0))
-        if pid <= 0 or not _alive(pid):
+        if pid <= 0 or not process_running(pid):
             return f"pid {pid} is no longer running"
         if holder.get("process_start") and process_start(pid) not in ("", holder["process_start"]):
             return f"pid {pid} now belongs to another process"
@@ -117,5 +117,5 @@ class DirLock:
             return
         self.held = False
         holder = self.holder()
-        if holder and holder.get("host") == _HOST and holder.get("pid") == self.me["pid"]:
+        if holder and holder.get("host") == HOST and holder.get("pid") == self.me["pid"]:
             self.path.unlink(missing_ok=True)

@@ -70,7 +70,10 @@ def test_decentralized_nodes_claim_every_sample_batch_once_an_epoch(corpus, runs
     state = last(corpus / name)
     assert state["epoch"] == 2 and state["distributed"]["algorithm"] == name
     steps = [json.loads((corpus / name / "timing" / f"learner-{r}.json").read_text())["steps"] for r in leaders]
-    assert sum(steps) == 2 * 28 and min(steps) > 0  # ceil(220 / 8) node batches a epoch, claimed between the nodes
+    # ceil(220 / 8) node batches a epoch, claimed between the nodes. How many each node takes is
+    # a race here (a step takes ~5 ms, rank 0 also evaluates at every epoch end, and there is no
+    # barrier after it), so that a faster node takes more is tested with paced nodes (test_claims.py).
+    assert sum(steps) == 2 * 28
     assert all(torch.isfinite(t).all() for t in state["model"].values())
     print(name, "dev frame accuracy by epoch", frame_accuracies(runs[name]))
     assert frame_accuracies(runs[name])[-1] > 0.9

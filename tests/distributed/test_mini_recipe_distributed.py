@@ -144,8 +144,9 @@ def test_decentralized_learners_exchange_every_step_and_stay_close(recipe, runs,
         r: json.loads((recipe.dir / "exp" / name / "timing" / f"learner-{r}.json").read_text()) for r in exchangers
     }
     actives = [r for r in exchangers if (r // (2 if name == "hadpsgd4" else 1)) % 2 == 0]
-    for rank in actives:
-        assert counts[rank] == timing[rank]["steps"] > 0
+    for rank in actives:  # an active may train no batch at all: rank 0 evaluates while the others claim
+        assert counts[rank] == timing[rank]["steps"]
+    assert sum(counts[r] for r in actives) > 0
     per_node = 2 if name == "hadpsgd4" else 1
     node_steps = sum(timing[r]["steps"] for r in exchangers if r % per_node == 0)
     assert node_steps == 2 * 64 // (2 * per_node)  # two epochs of 64 utterances, 2 per learner

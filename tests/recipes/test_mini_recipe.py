@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -94,6 +95,19 @@ def _wait_for(predicate, timeout: float, what: str, proc, log) -> None:
     raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()[-4000:]}")
 
 
+def _running_in_group(pgid: int) -> list[int]:
+    """Pids of process group `pgid` that still run (zombies are over: they only wait to be reaped)."""
+    running = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue
+        if int(group) == pgid and state not in ("Z", "X"):
+            running.append(int(stat.parent.name))
+    return running
+
+
 def test_killed_training_resumes_from_last_checkpoint(mini_recipe, tmp_path):
     r = mini_recipe
     r.run("--exp", "kill", "--stop-stage", "5", *TINY)
@@ -117,6 +131,10 @@ def test_killed_training_resumes_from_last_checkpoint(mini_recipe, tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    deadline = time.time() + 60  # the user re-runs once the killed job is over, as a scheduler does
+    while _running_in_group(proc.pid) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _running_in_group(proc.pid)
     assert not (r.dir / "exp/kill/.done/6.train").exists(), "a killed stage must not look finished"
     assert not (ckpt_dir / "last.pt").exists()
     saved = max(torch.load(p, weights_only=True)["step"] for p in ckpt_dir.glob("step-*.pt"))

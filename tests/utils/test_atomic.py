@@ -58,7 +58,7 @@ def test_other_errors_and_interrupts_pass_through(tmp_path):
 
 
 def test_temporaries_of_a_dead_writer_are_removed_by_the_next_write(tmp_path):
-    host, pid = atomic._HOST, dead_pid()
+    host, pid = atomic.HOST, dead_pid()
     stale_dir = tmp_path / f".train.tmp.{host}+{pid}+abc123"
     (stale_dir / "sub").mkdir(parents=True)
     (stale_dir / "sub" / "feats.ark").write_bytes(b"\0" * 1000)
@@ -78,7 +78,7 @@ def test_temporaries_of_a_dead_writer_are_removed_by_the_next_write(tmp_path):
 
 
 def test_a_previous_version_moved_aside_by_a_killed_swap_is_put_back(tmp_path):
-    aside = tmp_path / f".train.old.{atomic._HOST}+{dead_pid()}"
+    aside = tmp_path / f".train.old.{atomic.HOST}+{dead_pid()}"
     aside.mkdir()
     (aside / "text").write_text("the complete previous version\n")
     assert remove_stale(tmp_path / "train") == []
