@@ -16,7 +16,9 @@ overriding torchrun's 1, which tears the process down without a word) it aborts 
 communicators and the error is raised in the learner's own thread at its next wait, inside
 `collective()`. A collective that hangs without an error is caught by `HangWatchdog`, which
 names it and the learner the others wait for, and exits: inside the training steps after ten
-times the slowest step (at least three minutes), elsewhere a minute after distributed.timeout_s.
+times the slowest step (at least three minutes); elsewhere (start-up, epoch ends) after three
+minutes if no learner is computing any more (all wait in collectives, or the awaited one went
+silent), else a minute after distributed.timeout_s.
 """
 
 from __future__ import annotations
@@ -89,10 +91,13 @@ class HangWatchdog:
     finishes nor fails.
 
     Too long is, inside the training steps (`stepping`), STEP_HANG_FACTOR times the slowest
-    step seen, at least STEP_HANG_MIN_S; elsewhere (start-up, where learner 0 may build the
-    training index, and epoch ends) distributed.timeout_s and a grace. Every learner publishes
-    what it is doing in the job's store every HEARTBEAT_S (from this thread, so a learner stuck
-    in its own computation still answers); the message names the learner that is behind."""
+    step seen, at least STEP_HANG_MIN_S. Elsewhere (start-up, where learner 0 may build the
+    training index, and epoch ends, where learner 0 evaluates) waiting is normal while another
+    learner computes: the wait is a hang after STEP_HANG_MIN_S once no other learner computes
+    (each waits in a collective or went silent: a deadlock, a stopped process, a lost host), and
+    after distributed.timeout_s and a grace in any case. Every learner publishes what it is doing
+    in the job's store every HEARTBEAT_S (from this thread, so a learner stuck in its own
+    computation still answers); the message names the learner that is behind."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -106,6 +111,8 @@ class HangWatchdog:
         self.step = 0
         self.store = None  # the job's store, for heartbeats
         self.rank, self.world_size = 0, 1
+        self.stalled_state: tuple | None = None  # the other learners' waits, unchanged...
+        self.stalled_since = 0.0  # ...since then
 
     def arm(self, limit_s: float, poll_s: float = 1.0) -> None:
         self.limit_s = limit_s
@@ -132,11 +139,12 @@ class HangWatchdog:
                 )
         return self.limit_s, "distributed.timeout_s and a grace"
 
-    def doing(self) -> str:
+    def doing(self) -> tuple[str, bool]:
+        """What the main thread does, and whether it waits in a collective."""
         with self.lock:
             main = self.current.get(threading.main_thread().ident)
         where = f"step {self.step + 1}" if self.stepping else "outside the training steps"
-        return f"{where}, {main[0] if main else 'computing (not in a collective)'}"
+        return f"{where}, {main[0] if main else 'computing (not in a collective)'}", main is not None
 
     def _watch(self, poll_s: float) -> None:
         published = -math.inf
@@ -149,23 +157,64 @@ class HangWatchdog:
                 current = list(self.current.values())
             for what, rank, timeout_s, since, limit in current:
                 waited = time.monotonic() - since
-                if waited > limit:
-                    why = (
-                        self.current_limit()[1]
-                        if limit < self.limit_s
-                        else f"distributed.timeout_s={timeout_s:g} and a grace"
-                    )
+                why = self._why_hung(waited, limit, timeout_s)
+                if why:
                     fail_fast(
                         DistributedError(
-                            f"learner {rank}: {what} got no answer for {waited:.0f} s (limit {limit:.3g} s: {why}); "
-                            f"{self.laggard()}"
+                            f"learner {rank}: {what} got no answer for {waited:.0f} s ({why}); {self.laggard()}"
                         )
                     )
 
+    def _why_hung(self, waited: float, limit: float, timeout_s: float) -> str:
+        """Why a wait of `waited` s under `limit` is a hang ('' if it is not, yet)."""
+        if waited > limit:
+            why = (
+                self.current_limit()[1] if limit < self.limit_s else f"distributed.timeout_s={timeout_s:g} and a grace"
+            )
+            return f"limit {limit:.3g} s: {why}"
+        if limit >= self.limit_s and waited > STEP_HANG_MIN_S and self.stalled_for() > 3 * HEARTBEAT_S:
+            return f"after {STEP_HANG_MIN_S:g} s no learner computes any more"
+        return ""
+
+    def stalled_for(self) -> float:
+        """For how long every other learner has been waiting or silent without moving on (0: one
+        computes, or one's step or collective changed): a learner between a step's collectives
+        (a backward under DDP counts as one) moves on within a heartbeat or two, a stuck one never."""
+        state = self.others_waiting()
+        if state is None or state != self.stalled_state:
+            self.stalled_state = state
+            self.stalled_since = time.monotonic()
+        return 0.0 if state is None else time.monotonic() - self.stalled_since
+
+    def heartbeats(self) -> dict[int, dict]:
+        """The other learners' last heartbeats (rank -> beat); those not published yet are missing."""
+        beats = {}
+        for rank in range(self.world_size):
+            key = f"heartbeat/{rank}"
+            if rank != self.rank and self.store is not None and self.store.check([key]):
+                beats[rank] = json.loads(self.store.get(key))
+        return beats
+
+    def others_waiting(self) -> tuple | None:
+        """Every other learner's (step, what it does) if each has published and now waits in a
+        collective or went silent; None if one computes, has not published yet, or is unknown."""
+        try:
+            beats = self.heartbeats()
+        except Exception:  # noqa: BLE001  (the store itself is gone: its host is; the backends' timeouts tell)
+            return None
+        if len(beats) < self.world_size - 1:
+            return None  # a learner still starting up (importing, loading) has not published
+        now = time.time()
+        if not all(beat.get("waiting", False) or now - beat["t"] > 3 * HEARTBEAT_S for beat in beats.values()):
+            return None
+        return tuple((rank, beat["step"], beat["doing"]) for rank, beat in sorted(beats.items()))
+
     def _publish(self) -> None:
+        doing, waiting = self.doing()
         try:
             self.store.set(
-                f"heartbeat/{self.rank}", json.dumps({"t": time.time(), "step": self.step, "doing": self.doing()})
+                f"heartbeat/{self.rank}",
+                json.dumps({"t": time.time(), "step": self.step, "doing": doing, "waiting": waiting}),
             )
         except Exception:  # noqa: BLE001  (a store gone at the end of the job: nothing to tell)
             pass
@@ -173,12 +222,8 @@ class HangWatchdog:
     def laggard(self) -> str:
         """Which learner the others wait for, from the heartbeats: the one silent the longest,
         else the one furthest behind."""
-        beats = {}
         try:
-            for rank in range(self.world_size):
-                key = f"heartbeat/{rank}"
-                if rank != self.rank and self.store is not None and self.store.check([key]):
-                    beats[rank] = json.loads(self.store.get(key))
+            beats = self.heartbeats()
         except Exception as err:  # noqa: BLE001
             return f"the other learners' state is unknown ({type(err).__name__}); see their logs"
         if not beats:

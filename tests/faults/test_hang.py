@@ -1,14 +1,17 @@
 """Issue 31, item 4: a hung learner is found within seconds of the steps it usually takes (ten
 times the slowest step, at least STEP_HANG_MIN_S), and the one line printed names the learner
-the others wait for and what it was doing."""
+the others wait for and what it was doing. Outside the steps (start-up, epoch ends) a wait is a
+hang after STEP_HANG_MIN_S once no other learner computes or moves on."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
 
 import pytest
+import torch.distributed as dist
 
 from asr.distributed import context
 from tests.distributed.conftest import REPO, torchrun_command, train_overrides, worker_env
@@ -26,6 +29,67 @@ def test_the_limit_inside_the_steps_follows_the_slowest_step():
     assert watchdog.current_limit()[0] == 1000.0
     watchdog.stepping = False  # epoch ends wait for the slowest learner: the whole timeout
     assert watchdog.current_limit()[0] == 1860.0
+
+
+def beat(store, rank: int, step: int, doing: str, waiting: bool, age_s: float = 0.0) -> None:
+    record = {"t": time.time() - age_s, "step": step, "doing": doing, "waiting": waiting}
+    store.set(f"heartbeat/{rank}", json.dumps(record))
+
+
+@pytest.fixture
+def epoch_end(monkeypatch):
+    """Learner 0 of 3 waiting at an epoch end (limit: distributed.timeout_s), with the outside-
+    the-steps rule's times shortened: a stall counts after 0.2 s of waiting and 0.15 s unchanged."""
+    monkeypatch.setattr(context, "STEP_HANG_MIN_S", 0.2)
+    monkeypatch.setattr(context, "HEARTBEAT_S", 0.05)
+    watchdog = context.HangWatchdog()
+    watchdog.limit_s = 1860.0
+    store = dist.HashStore()
+    watchdog.attach(store, 0, 3)
+    return watchdog, store
+
+
+def hung_after(watchdog, waited: float = 1.0, polls: int = 5) -> str:
+    """The watchdog's verdict on a wait of `waited` s at the epoch end, polled as its thread does."""
+    why = ""
+    for _ in range(polls):
+        why = watchdog._why_hung(waited, watchdog.limit_s, 1800.0)
+        time.sleep(0.05)
+    return why
+
+
+def test_at_an_epoch_end_a_wait_is_a_hang_once_every_other_learner_waits_unchanged(epoch_end):
+    watchdog, store = epoch_end
+    beat(store, 1, 7, "outside the training steps, waiting for every learner at the epoch end", True)
+    beat(store, 2, 6, "outside the training steps, averaging of all learners' weights", True)
+    assert watchdog._why_hung(0.1, watchdog.limit_s, 1800.0) == ""  # three minutes first
+    assert hung_after(watchdog) == "after 0.2 s no learner computes any more"
+    assert "learner 2 is behind" in watchdog.laggard()
+
+
+def test_at_an_epoch_end_waiting_for_a_learner_that_computes_is_no_hang(epoch_end):
+    watchdog, store = epoch_end
+    beat(store, 1, 7, "outside the training steps, waiting for every learner at the epoch end", True)
+    beat(store, 2, 7, "outside the training steps, computing (not in a collective)", False)  # evaluating
+    assert hung_after(watchdog) == ""
+
+
+def test_learners_moving_through_collectives_are_no_hang(epoch_end):
+    watchdog, store = epoch_end
+    beat(store, 1, 7, "outside the training steps, waiting for every learner at the epoch end", True)
+    for step in range(10):  # learner 2 still trains: each heartbeat finds it in another step's all-reduce
+        beat(store, 2, step, f"step {step + 1}, gradient all-reduce inside the node", True)
+        assert watchdog._why_hung(1.0, watchdog.limit_s, 1800.0) == ""
+        time.sleep(0.05)
+
+
+def test_a_silent_learner_is_a_hang_and_one_not_yet_started_is_not(epoch_end):
+    watchdog, store = epoch_end
+    beat(store, 1, 7, "outside the training steps, waiting for every learner at the epoch end", True)
+    assert hung_after(watchdog) == ""  # learner 2 has not published: still starting up
+    beat(store, 2, 3, "step 4, computing (not in a collective)", False, age_s=60.0)  # stopped or lost
+    assert hung_after(watchdog) == "after 0.2 s no learner computes any more"
+    assert "learner 2 is behind (no heartbeat for 60 s, last at step 4" in watchdog.laggard()
 
 
 @pytest.mark.slow
