@@ -149,7 +149,7 @@ def _decide(checkpoints: CheckpointDir, current: RunLayout, num_utts: int) -> tu
         unreadable = ""
     except InputError as err:  # every periodic checkpoint unreadable
         global_state, unreadable = None, str(err)
-    nodes, missing = _newest_node_states(checkpoints, num_utts)
+    nodes, missing, sums = newest_node_states(checkpoints, num_utts)
     if nodes:
         behind = global_state is not None and progress_key(global_state, num_utts)
         if not behind or _node_progress(nodes, num_utts) >= behind:
@@ -157,7 +157,7 @@ def _decide(checkpoints: CheckpointDir, current: RunLayout, num_utts: int) -> tu
                 _cut_records_to_nodes(checkpoints, nodes)
                 return "own", ""
             if not behind or _node_progress(nodes, num_utts) > behind:
-                global_state = merge_nodes(checkpoints, nodes, num_utts)
+                global_state = merge_nodes(checkpoints, nodes, sums, num_utts)
             # else: the nodes stand at the epoch end whose average is the newest step-*.pt
     if global_state is None:
         global_state, path = _last_resort(checkpoints, unreadable)
@@ -232,16 +232,22 @@ def _has_content(path: Path) -> bool:
     return path.is_file() and len(path.read_text().splitlines()) > 1  # a header and rows
 
 
-def _newest_node_states(checkpoints: CheckpointDir, num_utts: int) -> tuple[list[dict], list[int]]:
-    """Every node's newest state, in node order, and the nodes of their layout that saved none
-    (killed before their first checkpoint); ([], []) when the states are not of one layout and
-    one epoch (with a warning saying what is set aside)."""
+def newest_node_states(checkpoints: CheckpointDir, num_utts: int) -> tuple[list[dict], list[int], "NodeStates"]:
+    """Every node's newest state without its weights and moments, in node order; the nodes of
+    their layout that saved none (killed before their first checkpoint); and the weights' and
+    moments' sums over the nodes read. ([], [], the sums) when the states are not of one layout
+    and one epoch (with a warning saying what is set aside)."""
     dirs = node_checkpoint_dirs(checkpoints)
-    states = [s for s in (CheckpointDir(d, checkpoints.keep).load_newest(map_location="cpu") for d in dirs) if s]
+    states, sums = [], NodeStates()
+    for directory in dirs:  # one node's whole state in memory at a time (64 nodes: 64 models)
+        state = CheckpointDir(directory, checkpoints.keep).load_newest(map_location="cpu")
+        if state:
+            states.append(sums.fold(state))
+        del state
     if not states:
         if dirs:
             log.warning("%s: no node checkpoint in %s", checkpoints.dir, ", ".join(d.name for d in dirs))
-        return [], []
+        return [], [], sums
     layouts = {RunLayout.from_state(s) for s in states}
     epochs = {int(s["progress"]["epoch"]) for s in states}
     nodes = sorted(int(s["layout"]["node"]) for s in states)
@@ -255,7 +261,7 @@ def _newest_node_states(checkpoints: CheckpointDir, num_utts: int) -> tuple[list
             sorted(epochs),
             nodes,
         )
-        return [], []
+        return [], [], sums
     missing = sorted(set(range(layout.num_nodes)) - set(nodes))
     if missing:
         log.warning(
@@ -268,7 +274,7 @@ def _newest_node_states(checkpoints: CheckpointDir, num_utts: int) -> tuple[list
             "their" if len(missing) > 1 else "its",
             "s" if len(missing) > 1 else "",
         )
-    return sorted(states, key=lambda s: int(s["layout"]["node"])), missing
+    return sorted(states, key=lambda s: int(s["layout"]["node"])), missing, sums
 
 
 def _node_progress(nodes: list[dict], num_utts: int) -> tuple[int, int]:
@@ -276,14 +282,85 @@ def _node_progress(nodes: list[dict], num_utts: int) -> tuple[int, int]:
     return int(nodes[0]["progress"]["epoch"]), int(union.sum())
 
 
-def merge_nodes(checkpoints: CheckpointDir, nodes: list[dict], num_utts: int) -> dict:
-    """One checkpoint from the nodes' states: the mean of their weights and optimizer moments,
-    what any of them trained this epoch, the first node's counters (node 0's when it saved:
-    learner 0 writes the training log). Nodes that saved nothing count as having taken no step
-    of the epoch (node_steps -1), so their learners' records of it are cut."""
+class NodeStates:
+    """The nodes' weights and optimizer moments as running float64 sums, so that merging N
+    nodes holds one node's state and the sums, not N states. `fold(state)` adds a state's
+    tensors and returns the state without them (what deciding where to start needs)."""
+
+    def __init__(self):
+        self.count = 0
+        self.model: dict[str, tuple] = {}  # name -> (sum, dtype)
+        self.moments: dict[tuple, tuple] = {}  # (param, key) -> (sum, dtype)
+
+    def fold(self, state: dict) -> dict:
+        self.add(state)
+        return dict(state, model=None, updater=_without_tensors(state["updater"]))
+
+    def add(self, state: dict) -> None:
+        self.count += 1
+        for key, tensor in state["model"].items():
+            self.model[key] = _add(self.model.get(key), tensor)
+        for param, entry in state["updater"]["optimizer"]["state"].items():
+            for key, value in entry.items():
+                if _is_moment(value):
+                    self.moments[(param, key)] = _add(self.moments.get((param, key)), value)
+
+    def mean_model(self) -> dict[str, torch.Tensor]:
+        return {key: _divided(tensor, self.count) for key, tensor in self.model.items()}
+
+    def mean_updater(self, first: dict) -> dict:
+        """`first`'s updater state (counters, settings) with the mean moments put back."""
+        merged = dict(first)
+        optimizer = dict(first["optimizer"])
+        optimizer["state"] = {
+            param: {
+                key: _divided(self.moments[(param, key)], self.count) if (param, key) in self.moments else value
+                for key, value in entry.items()
+            }
+            for param, entry in first["optimizer"]["state"].items()
+        }
+        merged["optimizer"] = optimizer
+        return merged
+
+
+def _is_moment(value) -> bool:
+    return torch.is_tensor(value) and value.dim() > 0
+
+
+def _add(total: tuple | None, tensor: torch.Tensor) -> tuple:
+    """(float64 sum, dtype) of floating tensors; a non-floating one (a counter) is the first's."""
+    if total is None:
+        return (tensor.to(torch.float64, copy=True) if tensor.is_floating_point() else tensor), tensor.dtype
+    return _sum(total[0], tensor), total[1]
+
+
+def _sum(total: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
+    return total.add_(tensor.double()) if total.is_floating_point() else total
+
+
+def _divided(total: tuple, count: int) -> torch.Tensor:
+    tensor, dtype = total
+    return (tensor / count).to(dtype) if tensor.is_floating_point() else tensor
+
+
+def _without_tensors(updater: dict) -> dict:
+    """The updater state with its moments left out (kept: step counters and settings)."""
+    optimizer = dict(updater["optimizer"])
+    optimizer["state"] = {
+        param: {key: (None if _is_moment(value) else value) for key, value in entry.items()}
+        for param, entry in updater["optimizer"]["state"].items()
+    }
+    return dict(updater, optimizer=optimizer)
+
+
+def merge_nodes(checkpoints: CheckpointDir, nodes: list[dict], sums: "NodeStates", num_utts: int) -> dict:
+    """One checkpoint from the nodes' states (their tensors folded into `sums`): the mean of their weights
+    and optimizer moments, what any of them trained this epoch, the first node's counters (node
+    0's when it saved: learner 0 writes the training log). Nodes that saved nothing count as
+    having taken no step of the epoch (node_steps -1), so their learners' records of it are cut."""
     merged = dict(nodes[0])
-    merged["model"] = {k: _mean([n["model"][k] for n in nodes]) for k in nodes[0]["model"]}
-    merged["updater"] = _merge_updaters([n["updater"] for n in nodes])
+    merged["model"] = sums.mean_model()
+    merged["updater"] = sums.mean_updater(nodes[0]["updater"])
     trained = np.logical_or.reduce([trained_mask(s, num_utts) for s in nodes])
     merged["sampler"] = dict(nodes[0]["sampler"], trained=pack_mask(trained), done=pack_mask(trained), batches_done=0)
     merged["progress"] = dict(
@@ -304,30 +381,6 @@ def merge_nodes(checkpoints: CheckpointDir, nodes: list[dict], num_utts: int) ->
         num_utts,
         path,
     )
-    return merged
-
-
-def _mean(tensors: list[torch.Tensor]) -> torch.Tensor:
-    if not tensors[0].is_floating_point():
-        return tensors[0]
-    return torch.stack([t.double() for t in tensors]).mean(0).to(tensors[0].dtype)
-
-
-def _merge_updaters(states: list[dict]) -> dict:
-    merged = dict(states[0])
-    optimizer = dict(states[0]["optimizer"])
-    optimizer["state"] = {
-        param: {
-            key: (
-                _mean([s["optimizer"]["state"][param][key] for s in states])
-                if torch.is_tensor(value) and value.dim() > 0
-                else value
-            )
-            for key, value in entry.items()
-        }
-        for param, entry in states[0]["optimizer"]["state"].items()
-    }
-    merged["optimizer"] = optimizer
     return merged
 
 

@@ -3,16 +3,20 @@ node checkpoints (elastic), fresh; and what is set aside."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 import torch
 
 from asr.distributed.context import DistributedContext
+from asr.models import checkpoint as checkpoint_module
 from asr.models.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, load_checkpoint, save_checkpoint
 from asr.train.data import pack_mask, unpack_mask
 from asr.train.loop import Progress
 from asr.train.record import read_record, record_path
-from asr.train.resume import RunLayout, find_start, node_dir
+from asr.train.resume import RunLayout, find_start, newest_node_states, node_dir
 from asr.utils.errors import InputError
 
 UTTS = 20
@@ -117,6 +121,36 @@ def test_another_layout_merges_the_nodes_into_one_checkpoint(checkpoints, caplog
     assert "merged the 2 nodes' checkpoints (epoch 2, 3 of 20 utterances of it trained)" in caplog.text
     # One learner goes on from the merged checkpoint the same way.
     assert find_start(checkpoints, DistributedContext(), SINGLE, UTTS).kind == "replan"
+
+
+def test_merging_many_nodes_holds_one_nodes_state_at_a_time(checkpoints, monkeypatch):
+    """64 learners' node states do not fit in learner 0's memory together: they are summed as
+    they are read. Counted with the states' weight tensors alive when the next one is read."""
+    nodes = 6
+    save_nodes(
+        checkpoints, RunLayout(True, nodes, 1), 1, [mask(n) for n in range(nodes)], [float(n) for n in range(nodes)]
+    )
+    alive, peak = set(), []
+    read = checkpoint_module.load_checkpoint
+
+    def counting_read(path, map_location="cpu"):
+        gc.collect()
+        peak.append(len(alive))
+        state = read(path, map_location)
+        weakref.finalize(state["model"]["w"], alive.discard, str(path))
+        alive.add(str(path))
+        return state
+
+    monkeypatch.setattr(checkpoint_module, "load_checkpoint", counting_read)
+    summaries, missing, sums = newest_node_states(checkpoints, UTTS)
+    assert len(peak) == nodes and max(peak) == 0  # none still held when the next is read
+    assert len(summaries) == nodes and not missing and sums.count == nodes
+    assert summaries[0]["model"] is None and summaries[0]["updater"]["optimizer"]["state"][0]["exp_avg"] is None
+    start = find_start(checkpoints, DistributedContext(), ADPSGD3, UTTS)
+    merged = load_checkpoint(start.source)
+    assert torch.equal(merged["model"]["w"], torch.full((3,), 2.5))  # mean of 0..5
+    assert torch.allclose(merged["updater"]["optimizer"]["state"][0]["exp_avg"], torch.full((3,), 0.25))
+    assert start.done.tolist() == mask(*range(nodes)).tolist()
 
 
 def test_node_checkpoints_older_than_the_last_epoch_end_are_set_aside(checkpoints, caplog):
