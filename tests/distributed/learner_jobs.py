@@ -2,7 +2,8 @@
 
     python learner_jobs.py '[JSON_SPEC, ...]'
 
-A spec says how many learners, which algorithm, how many steps, and optionally which
+A spec says how many learners, which algorithm, how many steps (or a `plan` of batches that
+the nodes claim first come first served, as the trainer does), and optionally which
 learner freezes (SIGSTOP, a process that stops answering) at which step, or takes no step
 at all (as one that claims no batch of the epoch). The driver imports
 torch once and forks one child per learner (no threads exist before the fork), so a job
@@ -27,8 +28,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+import torch.distributed as dist
 
 from asr.distributed.build import build_training_updater  # imported before forking
+from asr.distributed.claims import BatchClaims, claims_store
 from asr.distributed.context import DistributedError, fail_fast, init_distributed
 
 # The first optimizer imports torch's compiler machinery (seconds): once, before forking.
@@ -88,7 +91,9 @@ def learner(spec: dict, rank: int, out: Path) -> None:
     t0 = time.monotonic()
     report = {"rank": rank, "init_s": report_init, "build_s": time.monotonic() - t}
     try:
-        for step in range(0 if rank == spec.get("idle_rank", -1) else spec["steps"]):
+        if spec.get("plan"):
+            report["claimed"] = train_claimed(spec, updater, net, target, ctx)
+        for step in range(0 if rank == spec.get("idle_rank", -1) or spec.get("plan") else spec["steps"]):
             if rank == spec.get("freeze_rank", -1) and step == spec.get("freeze_step", -1):
                 os.kill(os.getpid(), signal.SIGSTOP)
             updater.begin_step()
@@ -116,6 +121,32 @@ def learner(spec: dict, rank: int, out: Path) -> None:
         fail_fast(err)
     ctx.close()
     (out / f"report.{rank}.json").write_text(json.dumps(report))
+
+
+def train_claimed(spec: dict, updater, net, target, ctx) -> list[int]:
+    """An epoch of `plan` batches claimed first come first served (the real BatchClaims on the
+    job's store, shared inside a node); each learner's share of batch i is drawn from (i, its
+    place in the node). Returns the batches this learner trained."""
+    layout = updater.layout
+    claims = BatchClaims(
+        claims_store(),
+        is_leader=layout.is_leader,
+        leader=layout.leader_of(layout.node),
+        control_group=updater.groups.node_claims,
+        rank=ctx.rank,
+        timeout_s=ctx.timeout_s,
+    )
+    claimed = []
+    dist.barrier()  # every learner ready before the first claim, as after the trainer's start-up
+    while (index := claims(spec["plan"])) is not None:
+        gen = torch.Generator().manual_seed(1000 * index + layout.local_index)
+        updater.begin_step()
+        x = torch.randn(16, 8, generator=gen)
+        loss = (net(x) - x @ target).pow(2).mean()
+        updater.step(loss * 0.0 if spec.get("mix_only") else loss, weight=16)  # mix_only: the step only averages
+        claimed.append(index)
+        time.sleep(spec.get("pace_s", 0.0))  # a step's compute, so that start-up order does not decide the claims
+    return claimed
 
 
 def flat(model) -> list[float]:

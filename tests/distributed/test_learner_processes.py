@@ -1,6 +1,7 @@
 """The real updaters in real processes (forked learners on gloo, tests/distributed/learner_jobs.py):
 ADPSGD/H-ADPSGD exchanges (exactly the average, the sum kept), straggler independence, clean shutdown (20 times,
-with the fixed and the randomized ring, the exponential graph), delay-by-one's average one step late, and a learner
+with the fixed and the randomized ring, the exponential graph), delay-by-one's average one step late, 16 learners
+claiming an epoch (three topologies and H-ADPSGD 4x4), and a learner
 that stops answering hitting a timeout with a clear error instead of a hang."""
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from asr.distributed.topology import Layout
 
 pytestmark = pytest.mark.slow
 
@@ -90,6 +93,26 @@ JOB_SPECS = [
     {"name": "one-exchange", "learners": 2, "algorithm": "adpsgd", "steps": 1, "own_start": True, "mix_only": True},
     {"name": "idle-learner", "learners": 4, "algorithm": "adpsgd", "optimizer": "adam", "steps": 3, "idle_rank": 0},
     {"name": "mixing", "learners": 4, "algorithm": "adpsgd", "steps": 6, "own_start": True, "mix_only": True},
+    *(
+        {
+            "name": f"16-{name}",
+            "learners": 16,
+            "algorithm": algorithm,
+            "plan": 96,
+            "steps": 0,
+            "pace_s": 0.02,
+            "own_start": True,
+            "mix_only": True,
+            "timeout_s": 300,
+        }
+        | extra
+        for name, algorithm, extra in (
+            ("ring", "adpsgd", {}),
+            ("random-ring", "adpsgd", {"topology": "random_ring"}),
+            ("exponential", "adpsgd", {"topology": "exponential"}),
+            ("hadpsgd-4x4", "hadpsgd", {"per_node": 4}),
+        )
+    ),
 ]
 
 
@@ -245,3 +268,37 @@ def test_pairwise_averaging_keeps_the_sum_and_pulls_the_learners_together(jobs, 
     assert ((own.sum(0) - initial.sum(0)).abs() <= bound).all()
     spread = lambda w: (w - w.mean(0)).norm(dim=1).max()  # noqa: E731
     assert spread(own) < 0.5 * spread(initial)
+
+
+@pytest.mark.parametrize(
+    "job,per_node,topology",
+    [
+        ("16-ring", 1, "ring"),
+        ("16-random-ring", 1, "random_ring"),
+        ("16-exponential", 1, "exponential"),
+        ("16-hadpsgd-4x4", 4, "ring"),
+    ],
+)
+def test_sixteen_learners_claim_every_batch_once_average_and_shut_down_cleanly(jobs, job, per_node, topology):
+    """16 forked learners on 2 cores, each from its own weights, steps that only average: an
+    epoch of 96 batches claimed first come first served by the nodes (every learner of a node
+    the same ones), an exchange per active node step, each passive serving what the actives
+    sent, the learners' sum kept and their disagreement smaller at the end; a clean exit."""
+    [learners] = jobs[job]
+    assert_clean(learners)
+    nodes = [learners[n * per_node : (n + 1) * per_node] for n in range(16 // per_node)]
+    for node in nodes:
+        assert all(learner["claimed"] == node[0]["claimed"] for learner in node)
+    assert sorted(i for node in nodes for i in node[0]["claimed"]) == list(range(96))
+    ring = Layout(0, 16, per_node, topology, 1).ring
+    active = [ring.is_active(rank // per_node) for rank in range(16)]
+    sent = [learner["exchanges"] for learner, a in zip(learners, active) if a]
+    served = [learner["exchanges"] for learner, a in zip(learners, active) if not a]
+    assert sent == [len(learner["claimed"]) for learner, a in zip(learners, active) if a]
+    assert sum(sent) == sum(served) > 0
+    initial = torch.stack([torch.tensor(learner["initial"], dtype=torch.float64) for learner in learners])
+    own = torch.stack([torch.tensor(learner["own"], dtype=torch.float64) for learner in learners])
+    assert ((own.sum(0) - initial.sum(0)).abs() <= sum(sent) * 4 * U * initial.abs().sum(0)).all()
+    disagreement = lambda w: (w - w.mean(0)).pow(2).sum()  # noqa: E731  (pairwise averages only lower it)
+    print(job, "disagreement after/before", float(disagreement(own) / disagreement(initial)))
+    assert disagreement(own) < disagreement(initial)
