@@ -335,8 +335,11 @@ class Trainer:
         return resumed
 
     def _load_start(self) -> bool:
-        start = find_start(self.checkpoints, self.dist, self.layout, self.num_train_utts)
+        every = int(self.tcfg.checkpoint_every_steps)
+        start = find_start(self.checkpoints, self.dist, self.layout, self.num_train_utts, every)
         if start.kind == "fresh":
+            if self.dist.is_writer:
+                self.trainlog.truncate_after(0)  # rows of a run stopped before its first checkpoint
             return False
         state = start.state
         try:

@@ -34,6 +34,7 @@ utterances (asr/train/record.py) to what the chosen checkpoints hold.
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ from asr.distributed.context import DistributedContext
 from asr.models.checkpoint import CheckpointDir, load_checkpoint
 from asr.train.data import pack_mask, unpack_mask
 from asr.train.record import cut_records
+from asr.train.trainlog import TrainLog
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -122,12 +124,16 @@ def progress_key(state: dict, num_utts: int) -> tuple[int, int]:
     return int(state["progress"]["epoch"]), int(trained_mask(state, num_utts).sum())
 
 
-def find_start(checkpoints: CheckpointDir, ctx: DistributedContext, current: RunLayout, num_utts: int) -> Start:
-    """The same decision on every learner (learner 0 makes it); each then loads its state."""
+def find_start(
+    checkpoints: CheckpointDir, ctx: DistributedContext, current: RunLayout, num_utts: int, checkpoint_every: int = 0
+) -> Start:
+    """The same decision on every learner (learner 0 makes it); each then loads its state.
+    `checkpoint_every`: train.checkpoint_every_steps (0: at epoch ends only), which says whether
+    a log without any checkpoint is of a run stopped before its first one was due."""
     decision = ("error", "")
     if ctx.is_writer:
         try:
-            decision = _decide(checkpoints, current, num_utts)
+            decision = _decide(checkpoints, current, num_utts, checkpoint_every)
         except InputError as err:
             decision = ("error", str(err))
     kind, source = ctx.broadcast_object(decision)
@@ -143,7 +149,7 @@ def find_start(checkpoints: CheckpointDir, ctx: DistributedContext, current: Run
     return Start("replan", state, trained_mask(state, num_utts), source)
 
 
-def _decide(checkpoints: CheckpointDir, current: RunLayout, num_utts: int) -> tuple[str, str]:
+def _decide(checkpoints: CheckpointDir, current: RunLayout, num_utts: int, checkpoint_every: int) -> tuple[str, str]:
     try:
         global_state = checkpoints.load_newest(map_location="cpu")
         unreadable = ""
@@ -160,7 +166,7 @@ def _decide(checkpoints: CheckpointDir, current: RunLayout, num_utts: int) -> tu
                 global_state = merge_nodes(checkpoints, nodes, sums, num_utts)
             # else: the nodes stand at the epoch end whose average is the newest step-*.pt
     if global_state is None:
-        global_state, path = _last_resort(checkpoints, unreadable)
+        global_state, path = _last_resort(checkpoints, unreadable, checkpoint_every)
     else:
         path = str(checkpoints.dir / f"step-{global_state['step']:09d}.pt")
     _remove_node_dirs(
@@ -199,9 +205,11 @@ def _by_learner(node_steps: list[int], layout: RunLayout) -> dict[int, int]:
     return {node * per + i: step for node, step in enumerate(node_steps) for i in range(per)}
 
 
-def _last_resort(checkpoints: CheckpointDir, unreadable: str) -> tuple[dict | None, str]:
-    """No usable periodic checkpoint: go on from best.pt where it is readable; start afresh only
-    where the experiment has no history; otherwise refuse, naming the way forward."""
+def _last_resort(checkpoints: CheckpointDir, unreadable: str, checkpoint_every: int) -> tuple[dict | None, str]:
+    """No usable periodic checkpoint: go on from best.pt where it is readable; start afresh
+    where the experiment has no history, or only the log of a run stopped before its first
+    checkpoint was due (its steps are trained again, as a resume trains again the steps after
+    its checkpoint); otherwise refuse, naming the way forward."""
     exp_dir = checkpoints.dir.parent
     if checkpoints.best.is_file():
         try:
@@ -217,6 +225,17 @@ def _last_resort(checkpoints: CheckpointDir, unreadable: str) -> tuple[dict | No
         except InputError as err:
             unreadable = f"{unreadable}; {err}" if unreadable else str(err)
     history = [name for name in ("train_log.csv", "checkpoints") if _has_content(exp_dir / name)]
+    if history == ["train_log.csv"] and not unreadable:
+        logged = _stopped_before_first_checkpoint(exp_dir, checkpoint_every)
+        if logged:
+            log.warning(
+                "%s: the earlier run stopped before its first checkpoint (%d steps logged, "
+                "train.checkpoint_every_steps=%d); training starts afresh and trains them again",
+                exp_dir,
+                logged,
+                checkpoint_every,
+            )
+            return None, ""
     if history:
         raise InputError(
             f"{exp_dir}: an earlier run left {' and '.join(history)} but no checkpoint to go on from"
@@ -224,6 +243,16 @@ def _last_resort(checkpoints: CheckpointDir, unreadable: str) -> tuple[dict | No
             f"{exp_dir / 'previous'}/<N>/ and start afresh, or use a new exp_name"
         )
     return None, ""
+
+
+def _stopped_before_first_checkpoint(exp_dir: Path, checkpoint_every: int) -> int:
+    """The last step the log holds if no checkpoint was due by then (no epoch end logged, fewer
+    steps than train.checkpoint_every_steps), else 0: then checkpoints were lost, not never made."""
+    rows = TrainLog(exp_dir).rows
+    if not rows or any(not math.isnan(row.dev_loss) for row in rows):
+        return 0
+    last = max(row.step for row in rows)
+    return last if checkpoint_every <= 0 or last < checkpoint_every else 0
 
 
 def _has_content(path: Path) -> bool:

@@ -74,3 +74,28 @@ def test_history_without_any_checkpoint_refuses_until_restart(root, caplog):
     assert rows[0].step <= 3 and [r.step for r in rows] == sorted(r.step for r in rows)  # a fresh log
     assert [r.epoch for r in rows if r.dev_loss == r.dev_loss] == [1, 2]
     assert "train.restart=true: moved" in caplog.text
+
+
+def test_a_run_stopped_before_its_first_checkpoint_is_trained_again_not_refused(root, monkeypatch, caplog):
+    """Killed after logging 3 steps, before any checkpoint was due: the re-run starts afresh
+    (as a resume trains again what came after its checkpoint), with one log of its own steps."""
+    original, seen = loop.Trainer.train_batch, []
+
+    def killed_at_the_fourth_batch(self, batch):
+        if len(seen) == 3:
+            raise KeyboardInterrupt  # the run dies here, as under kill -9
+        seen.append(batch)
+        original(self, batch)
+
+    monkeypatch.setattr(loop.Trainer, "train_batch", killed_at_the_fourth_batch)
+    with pytest.raises(KeyboardInterrupt):
+        train(root, "train.log_every_steps=1", "train.checkpoint_every_steps=1000")
+    monkeypatch.undo()
+    assert [r.step for r in TrainLog(root / "exp").rows] == [1, 2, 3]
+    assert not list((root / "exp" / "checkpoints").rglob("*.pt"))
+    with caplog.at_level("WARNING"):
+        train(root, "train.log_every_steps=1", "train.checkpoint_every_steps=1000")
+    assert "stopped before its first checkpoint (3 steps logged" in caplog.text
+    steps = [r.step for r in TrainLog(root / "exp").rows if r.train_loss == r.train_loss]
+    assert steps == list(range(1, steps[-1] + 1))  # every step once: the killed run's rows are gone
+    assert load_checkpoint(root / "exp" / "checkpoints" / "last.pt")["progress"]["epoch"] == 2
