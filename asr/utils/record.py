@@ -36,8 +36,10 @@ CHEAP_SHA1_BYTES = 256 << 20
 LEVELS_UP = 2
 
 
-def record_path(directory: str | os.PathLike, stage: str) -> Path:
-    return Path(directory) / f"{stage}{SUFFIX}"
+def record_path(directory: str | os.PathLike, name: str) -> Path:
+    """`<directory>/<name>.record.json`; the name is the stage's, or a part's where a stage
+    records its outputs part by part (the LM stage, one record per order)."""
+    return Path(directory) / f"{name}{SUFFIX}"
 
 
 def sha1_of(path: str | os.PathLike) -> str:
@@ -76,6 +78,7 @@ def write_record(
     options: object,
     inputs: Iterable[str | os.PathLike],
     outputs: Mapping[str, bool],
+    name: str | None = None,
 ) -> Path:
     """Record a finished stage; `outputs` maps names relative to `directory` to whether they
     get a sha1. Call it after every output is in place."""
@@ -87,7 +90,7 @@ def write_record(
         "inputs": {str(p): input_identity(p) for p in inputs},
         "outputs": {name: output_identity(directory / name, checksum) for name, checksum in outputs.items()},
     }
-    path = record_path(directory, stage)
+    path = record_path(directory, name or stage)
     write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
     return path
 
@@ -138,12 +141,16 @@ def _output_damage(path: Path, recorded: dict) -> str | None:
 
 
 def why_rerun(
-    directory: str | os.PathLike, stage: str, options: object, inputs: Iterable[str | os.PathLike]
+    directory: str | os.PathLike,
+    stage: str,
+    options: object,
+    inputs: Iterable[str | os.PathLike],
+    name: str | None = None,
 ) -> str | None:
     """None when `directory` holds a complete record of `stage` made with these options from
     these inputs, unchanged since; else the reason to run the stage (one line, for the log)."""
     directory = Path(directory)
-    path = record_path(directory, stage)
+    path = record_path(directory, name or stage)
     record = read_record(path)
     if record is None:
         return f"{path}: no record of a finished {stage} stage"
