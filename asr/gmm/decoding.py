@@ -31,8 +31,8 @@ from asr.hmm.model_io import read_model
 from asr.hmm.tree_io import load_context_dependency
 from asr.lang.graph import mkgraph
 from asr.lang.langdir import Lang
-from asr.lang.prepare import sha1_of
 from asr.lang.search import GraphDecoder, SearchOptions
+from asr.utils.record import sha1_of
 
 log = logging.getLogger("asr.gmm")
 

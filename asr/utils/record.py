@@ -66,6 +66,15 @@ def output_identity(path: str | os.PathLike, checksum: bool) -> dict:
     return identity
 
 
+def outputs_of(directory: str | os.PathLike, sizes_only: tuple[str, ...] = (".ark",)) -> dict[str, bool]:
+    """Every file under `directory` (a stage's whole output dir, records aside) as `outputs` for
+    write_record: a sha1 for each, except archives (sizes only: they are large and read in
+    pieces)."""
+    directory = Path(directory)
+    names = (p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
+    return {n: not n.endswith(sizes_only) for n in sorted(names) if not n.endswith(SUFFIX)}
+
+
 def _plain(options: object) -> object:
     """Options as JSON reads them back (tuples become lists, paths strings), for comparing."""
     return json.loads(json.dumps(options, sort_keys=True, default=str))
@@ -202,3 +211,11 @@ def verify(path: str | os.PathLike, what: str = "file") -> None:
         raise InputError(
             f"{path}: damaged, truncated or replaced {what} ({damage}); re-run the {record['stage']} stage ({rerun})"
         )
+
+
+def verify_table(scp: str | os.PathLike, what: str) -> None:
+    """verify() a Kaldi script file and the archive beside it that it names (`x.scp`, `x.ark`)."""
+    scp = Path(scp)
+    verify(scp, what)
+    if scp.with_suffix(".ark").is_file():
+        verify(scp.with_suffix(".ark"), what)
