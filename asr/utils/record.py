@@ -20,13 +20,14 @@ is read unchecked.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
-from asr.utils.atomic import write_text
+from asr.utils.atomic import atomic_path, write_text
 from asr.utils.errors import InputError
 
 SUFFIX = ".record.json"
@@ -114,6 +115,24 @@ def add_outputs(directory: str | os.PathLike, stage: str, rerun: str, outputs: M
     kept.update({name: output_identity(directory / name, checksum) for name, checksum in outputs.items()})
     record["outputs"] = kept
     write_text(record_path(directory, stage), json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def _drop_output(path: Path, stage: str) -> None:
+    record = read_record(record_path(path.parent, stage))
+    if record is not None and record["outputs"].pop(path.name, None) is not None:
+        write_text(record_path(path.parent, stage), json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+@contextlib.contextmanager
+def recorded_output(path: str | os.PathLike, stage: str, rerun: str, checksum: bool = True) -> Iterator[Path]:
+    """atomic_path() for one output of a stage that writes its files one at a time: the file's
+    old entry is dropped before it is replaced and the new one added after, so a crash in
+    between leaves the file unchecked, never falsely refused."""
+    path = Path(path)
+    _drop_output(path, stage)
+    with atomic_path(path) as tmp:
+        yield tmp
+    add_outputs(path.parent, stage, rerun, {path.name: checksum})
 
 
 def read_record(path: Path) -> dict | None:
