@@ -97,12 +97,22 @@ def write_record(
         "stage": stage,
         "rerun": rerun,
         "options": _plain(options),
-        "inputs": {str(p): input_identity(p) for p in inputs},
-        "outputs": {name: output_identity(directory / name, checksum) for name, checksum in outputs.items()},
+        "inputs": {_key(p): input_identity(p) for p in inputs},
+        "outputs": {output: output_identity(directory / output, sha1) for output, sha1 in outputs.items()},
     }
     path = record_path(directory, name or stage)
-    write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    _save(path, record)
     return path
+
+
+def _key(path: str | os.PathLike) -> str:
+    """An input's name in a record: absolute, so a stage run from another directory (or given a
+    relative path once and an absolute one later) sees the same input."""
+    return os.path.abspath(path)
+
+
+def _save(path: Path, record: dict) -> None:
+    write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
 def add_outputs(directory: str | os.PathLike, stage: str, rerun: str, outputs: Mapping[str, bool]) -> None:
@@ -114,13 +124,13 @@ def add_outputs(directory: str | os.PathLike, stage: str, rerun: str, outputs: M
     kept = {name: entry for name, entry in record["outputs"].items() if (directory / name).exists()}
     kept.update({name: output_identity(directory / name, checksum) for name, checksum in outputs.items()})
     record["outputs"] = kept
-    write_text(record_path(directory, stage), json.dumps(record, indent=1, sort_keys=True) + "\n")
+    _save(record_path(directory, stage), record)
 
 
 def _drop_output(path: Path, stage: str) -> None:
     record = read_record(record_path(path.parent, stage))
     if record is not None and record["outputs"].pop(path.name, None) is not None:
-        write_text(record_path(path.parent, stage), json.dumps(record, indent=1, sort_keys=True) + "\n")
+        _save(record_path(path.parent, stage), record)
 
 
 @contextlib.contextmanager
@@ -185,7 +195,7 @@ def why_rerun(
     if record["options"] != _plain(options):
         changed = _changed_keys(record["options"], _plain(options))
         return f"{stage} options changed since {path} ({changed})"
-    inputs = [str(p) for p in inputs]
+    inputs = [_key(p) for p in inputs]
     if sorted(record["inputs"]) != sorted(inputs):
         return f"{stage} inputs changed since {path} (now {', '.join(inputs)})"
     for name in inputs:
