@@ -366,3 +366,20 @@ def test_a_recording_whose_utterances_are_apart_in_sorted_order(tmp_path):
         kaldiio.load_scp(str(tmp_path / "apart" / "cmvn.scp")),
     )
     assert list(c) == list(s) and all(np.allclose(c[k], s[k], rtol=1e-12) for k in c)
+
+
+def test_a_truncated_feature_archive_is_refused_before_reading(tmp_path):
+    """Issue 31, item 3: the feature set's reader checks its files against the set's record."""
+    from asr.data.datadir import read_data_dir
+    from asr.features.featureset import FeatureReader
+    from asr.utils.errors import InputError
+
+    data_dir, _ = make_data_dir(tmp_path)
+    out = tmp_path / "feats" / "train"
+    extract_set(data_dir, out, OPTIONS, jobs=1)
+    utt2spk = read_data_dir(data_dir).utt2spk
+    FeatureReader(out, utt2spk)
+    ark = out / "feats.ark"
+    ark.write_bytes(ark.read_bytes()[: ark.stat().st_size // 2])
+    with pytest.raises(InputError, match=rf"^{ark}: damaged, truncated or replaced feature set file \(\d+ bytes"):
+        FeatureReader(out, utt2spk)
