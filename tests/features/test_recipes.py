@@ -303,6 +303,13 @@ def flip_a_byte(path) -> None:
     path.write_bytes(bytes(data))
 
 
+def assert_refused(path, what: str, read, detail: str = r"\(\d+ bytes") -> None:
+    """`read()` raises the record's one line for `path` (the features stage to re-run)."""
+    rerun = r"; re-run the features stage \(python -m asr.features\)$"
+    with pytest.raises(InputError, match=rf"^{path}: damaged, truncated or replaced {what} {detail}.*{rerun}"):
+        read()
+
+
 def test_a_damaged_fmllr_model_or_transform_is_refused_in_one_line(fmllr_run, tmp_path):
     """Issue 31, item 3: the model's LDA+MLLT matrix and a set's per-speaker transforms are
     verified against the features stage's record before use (the module's run, copied)."""
@@ -311,14 +318,9 @@ def test_a_damaged_fmllr_model_or_transform_is_refused_in_one_line(fmllr_run, tm
     model = shutil.copytree(out / "gmm", tmp_path / "gmm")
     FmllrModel.load(model)
     flip_a_byte(model / "final.mat")
-    rerun = r"; re-run the features stage \(python -m asr.features\)$"
-    with pytest.raises(
-        InputError, match=rf"^{model / 'final.mat'}: damaged, truncated or replaced fMLLR model file \(sha1"
-    ):
-        FmllrModel.load(model)
+    assert_refused(model / "final.mat", "fMLLR model file", lambda: FmllrModel.load(model), r"\(sha1")
     with damaged(out / "eval" / "trans.ark", lambda data: data[:-40]) as ark:
-        with pytest.raises(InputError, match=rf"^{ark}: damaged, .* fMLLR transforms \(\d+ bytes.*{rerun}"):
-            read_transforms(out / "eval" / "trans.scp")
+        assert_refused(ark, "fMLLR transforms", lambda: read_transforms(out / "eval" / "trans.scp"))
     assert read_transforms(out / "eval" / "trans.scp")
 
 
