@@ -99,7 +99,7 @@ def average(cfg) -> Path:
     names = [c.path.name for c in chosen]
     state = average_states([load_checkpoint(c.path) for c in chosen], names)
     state["averaged"] = {"by": str(cfg.average.by), "checkpoints": names, "steps": [c.step for c in chosen]}
-    out = save_checkpoint(output_path(cfg), state)
+    out = save_checkpoint(output_path(cfg), state, stage="average")
     losses = ", ".join(f"{c.path.name} ({c.dev_loss:.4f})" if c.epoch_end else c.path.name for c in chosen)
     log.info(
         "averaged %d checkpoints (by %s): %s -> %s; decode it with decode.checkpoint=%s",

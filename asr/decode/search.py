@@ -28,6 +28,7 @@ from asr.lm.build import WORDS, binary_path
 from asr.lm.corpus import read_vocabulary
 from asr.text.tokenizer import BLANK_ID, Tokenizer
 from asr.utils.errors import InputError
+from asr.utils.record import verify
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ def lm_path(cfg) -> str | None:
     path = binary_path(cfg.lm.dir, cfg.lm.decode_order) if choice == "auto" else Path(choice)
     if not path.is_file():
         raise InputError(f"{path}: language model not found; run the LM stage (`python -m asr.lm`) or set decode.lm")
+    verify(path, "KenLM binary")
     return str(path)
 
 

@@ -65,11 +65,13 @@ from asr.features.featureset import DELTA_COLUMNS, FeatureLayout, FeatureWriter,
 from asr.features.parts import COPY_CHUNK, join_parts, merge_part_tables, merge_skipped
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
+from asr.utils.record import outputs_of, record_path, why_rerun, write_record
 from asr.utils.memory import freeze_imports
 
 log = logging.getLogger("asr.features")
 
-# Files whose presence marks a complete set directory (it only appears once complete).
+STAGE, RERUN = "features", "python -m asr.features"  # the stage record of a log-mel set (asr/utils/record.py)
+# Files whose presence marked a complete set directory before stage records (_unrecorded_set_complete).
 OUTPUT_FILES = ("feats.ark", "feats.scp", "utt2num_frames", "feat_dim", "cmvn_type", "fbank.conf", "data_checksum")
 # The data dir files that decide which samples each utterance has.
 SOURCE_FILES = ("wav.scp", "segments", "utt2spk")
@@ -393,6 +395,7 @@ def _finish_set(
     for file_name, content in recorded.items():
         if content:  # an empty record means "must not exist" (see _provenance)
             (tmp / file_name).write_text(content)
+    write_record(tmp, STAGE, RERUN, recorded, [], outputs_of(tmp))
     return SetSummary(name, total.utterances, total.frames, total.seconds, 0.0, skipped)
 
 
@@ -438,16 +441,21 @@ def _provenance(
 
 
 def _why_incomplete(out_dir: Path, recorded: dict[str, str]) -> str | None:
-    """None when `out_dir` is complete and was made from the same inputs, else the reason."""
+    """None when the set's stage record says it is complete and made from `recorded` (the
+    options and the data dir's checksum), else the reason. A set extracted before stage
+    records existed is taken as complete when its own files say so, and recorded now."""
     if not out_dir.is_dir():
         return "not extracted yet"
+    if not record_path(out_dir, STAGE).is_file() and _unrecorded_set_complete(out_dir, recorded):
+        write_record(out_dir, STAGE, RERUN, recorded, [], outputs_of(out_dir))
+        return None
+    return why_rerun(out_dir, STAGE, recorded, [])
+
+
+def _unrecorded_set_complete(out_dir: Path, recorded: dict[str, str]) -> bool:
+    """The rule before stage records: every output there, every recorded file as expected."""
     missing = [f for f in OUTPUT_FILES if not (out_dir / f).is_file()]
-    if missing:
-        return f"incomplete: no {', '.join(missing)}"
-    changed = [f for f, content in recorded.items() if _recorded_text(out_dir / f) != content]
-    if changed:
-        return f"inputs changed since ({', '.join(changed)} differ)"
-    return None
+    return not missing and all(_recorded_text(out_dir / f) == content for f, content in recorded.items())
 
 
 def _recorded_text(path: Path) -> str:

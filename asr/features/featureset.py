@@ -36,6 +36,7 @@ from asr.data.datadir import c_sort_key, read_table
 from asr.features.cmvn import CmvnApplier
 from asr.features.deltas import add_deltas, delta_opts, delta_scales
 from asr.utils.errors import InputError, error_detail
+from asr.utils.record import verify
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +179,8 @@ class FeatureReader:
         scp = self.set_dir / "feats.scp"
         if not scp.is_file():
             raise InputError(f"{scp}: missing; run the features stage for this set")
+        for name in ("feats.scp", "feats.ark", "utt2num_frames", "cmvn.scp", "cmvn.ark"):
+            verify(self.set_dir / name, "feature set file")
         self.feats = commands.load_scp(scp)
         self.num_frames = read_num_frames(self.set_dir, self.feats)
         self.layout = FeatureLayout.read(self.set_dir)

@@ -46,6 +46,7 @@ from asr.features.splice import SplicedBlocks, splice, splice_opts
 from asr.features.subset import FrameSubset, split_speakers
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
+from asr.utils.record import verify
 
 log = logging.getLogger("asr.features")
 
@@ -80,6 +81,8 @@ class FmllrModel:
     @classmethod
     def load(cls, model_dir: str | os.PathLike, device: str | torch.device = "cpu") -> "FmllrModel":
         model_dir = Path(model_dir)
+        for name in ("final.mat", "final.dubm", "splice_opts", "cmvn_opts"):
+            verify(model_dir / name, "fMLLR model file")
         try:
             opts = dict(o.lstrip("-").split("=") for o in (model_dir / "splice_opts").read_text().split())
             norm_vars = "--norm-vars=true" in (model_dir / "cmvn_opts").read_text()

@@ -23,7 +23,7 @@ Layout under <feats_dir>/<name>/:
   <set>/         feats.{ark,scp}, utt2num_frames, feat_dim, cmvn.{ark,scp}, cmvn_type,
                  trans.{ark,scp} (per-speaker fMLLR transforms, Kaldi matrices d x (d+1)),
                  fmllr_speakers (per speaker: frames, adapted|identity, log-likelihood per
-                 frame before/after, and with log|det A| added before/after), recipe_checksum
+                 frame before/after, and with log|det A| added before/after), features.record.json
 Each directory is built under a temporary name and renamed when complete; a re-run skips
 the parts whose inputs and options did not change. The speakers of a set are split over
 `features.jobs` worker processes (one torch thread each).
@@ -70,18 +70,27 @@ from asr.features.fmllr_model import (
 )
 from asr.features.ivector_recipe import IvectorReader, ivector_sets, make_base_sets
 from asr.features.parts import in_key_order, join_parts, merge_part_tables, merge_skipped
-from asr.features.provenance import CHECKSUM_FILE, checksum, complete, plain, source_checksum
+from asr.features.provenance import (
+    MODEL_STAGE,
+    RERUN,
+    checksum,
+    recorded_checksum,
+    seal,
+    plain,
+    source_checksum,
+    source_files,
+    why_incomplete,
+)
 from asr.features.subset import balance_speakers, speaker_frames, streamed_subset
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
+from asr.utils.record import outputs_of, why_rerun, write_record
 
 log = logging.getLogger("asr.features")
 
 KINDS = ("fmllr", "fmllr_fbank", "fmllr_ivector_fbank")
 WITH_LOGMEL = ("fmllr_fbank", "fmllr_ivector_fbank")
-SET_OUTPUTS = ("feats.ark", "feats.scp", "utt2num_frames", "feat_dim", "cmvn_type", "trans.scp", CHECKSUM_FILE)
 STORED_LAYOUT = "deltas appended on reading"  # sets that stored their deltas are made again
-MODEL_OUTPUTS = ("final.dubm", "splice_opts", "cmvn_opts", "report.json", CHECKSUM_FILE)
 PART_TABLES = ("utt2num_frames", "fmllr_speakers", "skipped")  # written by each part, merged in key order
 
 
@@ -133,14 +142,20 @@ def make_fmllr_features(cfg: Any) -> list[SetSummary]:
 # ------------------------------------------------------------------------ model
 
 
+def model_checksum(fcfg: Any, base_dir: Path) -> str:
+    """What the adapted sets' records name of the model: its options and the log-mel's."""
+    return checksum(plain(fcfg.fmllr), source_checksum(base_dir))
+
+
 def ensure_model(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any) -> str:
-    """Train the adaptation model unless `model_dir` holds one made from the same inputs;
-    returns the checksum of those inputs (what the adapted sets depend on)."""
-    expected = checksum(plain(fcfg.fmllr), source_checksum(base_dir))
-    if not fcfg.force and complete(model_dir, MODEL_OUTPUTS, expected):
+    """Train the adaptation model unless its stage record says it is made from the same
+    options and log-mel set; returns `model_checksum` (what the adapted sets depend on)."""
+    expected, options, inputs = model_checksum(fcfg, base_dir), plain(fcfg.fmllr), source_files(base_dir)
+    reason = "features.force=true" if fcfg.force else why_rerun(model_dir, MODEL_STAGE, options, inputs)
+    if reason is None:
         log.info("fMLLR model: complete already (%s)", model_dir)
         return expected
-    log.info("fMLLR model: training on %s into %s", base_dir, model_dir)
+    log.info("fMLLR model: training on %s into %s (%s)", base_dir, model_dir, reason)
     started = time.perf_counter()
     subset = streamed_subset(
         utt2spk_of(data_dir), base_dir / "utt2num_frames", fcfg.fmllr.max_train_frames, fcfg.fmllr.min_count
@@ -151,7 +166,7 @@ def ensure_model(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any) -> 
     with atomic_dir(model_dir) as tmp:
         model.save(tmp)
         write_report(tmp / "report.json", report)
-        (tmp / CHECKSUM_FILE).write_text(expected)
+        write_record(tmp, MODEL_STAGE, RERUN, options, inputs, outputs_of(tmp))
     log.info(
         "fMLLR model: %d Gaussians of dim %d trained in %.1f s", model.gmm.num_components, model.dim, report["seconds"]
     )
@@ -236,7 +251,7 @@ def adapt_set(
     processes. Every process reads the set's tables in step, so none holds a line per utterance."""
     if fcfg.kind == "fmllr_ivector_fbank" and ivector_dir is None:
         raise ValueError("fmllr_ivector_fbank needs the set's i-vector directory")
-    ivectors = (ivector_dir / CHECKSUM_FILE).read_text() if ivector_dir is not None else ""
+    ivectors = recorded_checksum(ivector_dir) if ivector_dir is not None else ""
     expected = checksum(
         model_checksum,
         source_checksum(base_dir),
@@ -249,7 +264,7 @@ def adapt_set(
         STORED_LAYOUT,
         fcfg.compress,
     )
-    if not fcfg.force and complete(out_dir, SET_OUTPUTS, expected):
+    if not fcfg.force and why_incomplete(out_dir, expected) is None:
         log.info("%s: complete already (%s), skipping; features.force=true recomputes it", out_dir.name, out_dir)
         return SetSummary(out_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
     started = time.perf_counter()
@@ -459,7 +474,7 @@ def _finish_set(
             repoint_scp(tmp / "cmvn.scp", out_dir.absolute() / "cmvn.ark")
     if (base_dir / "fbank.conf").is_file():
         shutil.copyfile(base_dir / "fbank.conf", tmp / "fbank.conf")
-    (tmp / CHECKSUM_FILE).write_text(expected)
+    seal(tmp, expected)
     log.info(
         "%s: %d of %d speakers adapted (the others had fewer than %g frames: identity)",
         out_dir.name,

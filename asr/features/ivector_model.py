@@ -56,6 +56,7 @@ from asr.features.splice import splice, splice_opts
 from asr.features.subset import speaker_subset, speaker_utterances, split_speakers
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
+from asr.utils.record import verify
 
 log = logging.getLogger("asr.features")
 
@@ -96,6 +97,8 @@ class IvectorModel:
         cls, model_dir: str | os.PathLike, device: str | torch.device = "cpu", with_extractor: bool = True
     ) -> "IvectorModel":
         model_dir = Path(model_dir)
+        for name in ("final.mat", "splice_opts", "final.dubm", "final.ubm", "final.ie", CONF_FILE):
+            verify(model_dir / name, "i-vector extractor file")
         try:
             context = _options(model_dir / "splice_opts")
             options = _options(model_dir / CONF_FILE)

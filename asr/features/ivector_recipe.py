@@ -48,28 +48,26 @@ from asr.features.extract import SetSummary, _log_summary, extract_set, repoint_
 from asr.features.fbank import FbankOptions
 from asr.features.featureset import FeatureWriter
 from asr.features.fmllr_model import single_thread
-from asr.features.ivector_model import CONF_FILE, IvectorModel, LogmelFrames, train_ivector_model, write_report
+from asr.features.ivector_model import IvectorModel, LogmelFrames, train_ivector_model, write_report
 from asr.features.parts import join_parts
-from asr.features.provenance import CHECKSUM_FILE, checksum, complete, plain, source_checksum
+from asr.features.provenance import (
+    MODEL_STAGE,
+    RERUN,
+    checksum,
+    seal,
+    plain,
+    source_checksum,
+    source_files,
+    why_incomplete,
+)
 from asr.features.subset import speaker_utterances, split_speakers
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
+from asr.utils.record import outputs_of, verify, verify_table, why_rerun, write_record
 
 log = logging.getLogger("asr.features")
 
 MODES = ("speaker", "online")
-MODEL_OUTPUTS = (
-    "final.mat",
-    "splice_opts",
-    "final.dubm",
-    "final.ubm",
-    "final.ie",
-    CONF_FILE,
-    "report.json",
-    CHECKSUM_FILE,
-)
-IVECTOR_OUTPUTS = ("ivector_online.scp", "ivector_period", "ivector_report.json", CHECKSUM_FILE)
-FEATURE_OUTPUTS = IVECTOR_OUTPUTS + ("feats.ark", "feats.scp", "utt2num_frames", "feat_dim", "cmvn_type")
 # The options the extractor depends on (the others only change how sets are extracted).
 MODEL_OPTIONS = (
     "dim",
@@ -192,10 +190,12 @@ def ensure_extractor(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any)
     """Train the extractor unless `model_dir` holds one made from the same inputs; returns
     the checksum of those inputs (what the i-vector sets depend on)."""
     expected = checksum(model_options(fcfg.ivector), source_checksum(base_dir))
-    if not fcfg.force and complete(model_dir, MODEL_OUTPUTS, expected):
+    options, inputs = model_options(fcfg.ivector), source_files(base_dir)
+    reason = "features.force=true" if fcfg.force else why_rerun(model_dir, MODEL_STAGE, options, inputs)
+    if reason is None:
         log.info("i-vector extractor: complete already (%s)", model_dir)
         return expected
-    log.info("i-vector extractor: training on %s into %s", base_dir, model_dir)
+    log.info("i-vector extractor: training on %s into %s (%s)", base_dir, model_dir, reason)
     started = time.perf_counter()
     utt2spk = read_data_dir(data_dir, tables=()).utt2spk
     num_frames = {u: int(n) for u, n in read_table(base_dir / "utt2num_frames").items() if u in utt2spk}
@@ -203,7 +203,7 @@ def ensure_extractor(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any)
         report = train_ivector_model(base_dir, utt2spk, num_frames, fcfg.ivector, tmp, fcfg.device, fcfg.jobs)
         report["seconds"] = round(time.perf_counter() - started, 1)
         write_report(tmp / "report.json", report)
-        (tmp / CHECKSUM_FILE).write_text(expected)
+        write_record(tmp, MODEL_STAGE, RERUN, options, inputs, outputs_of(tmp))
     log.info("i-vector extractor: trained in %.1f s", report["seconds"])
     return expected
 
@@ -256,7 +256,7 @@ def extract_ivector_set(
         write_feats,
         fcfg.compress if write_feats else None,
     )
-    if not fcfg.force and complete(out_dir, FEATURE_OUTPUTS if write_feats else IVECTOR_OUTPUTS, expected):
+    if not fcfg.force and why_incomplete(out_dir, expected) is None:
         log.info(
             "%s: i-vectors complete already (%s), skipping; features.force=true recomputes them", out_dir.name, out_dir
         )
@@ -339,7 +339,7 @@ def _finish_set(
         for name in ("fbank.conf", "skipped"):
             if (base_dir / name).is_file():
                 shutil.copyfile(base_dir / name, tmp / name)
-    (tmp / CHECKSUM_FILE).write_text(expected)
+    seal(tmp, expected)
 
 
 def eer_report(last_ivectors: dict[str, np.ndarray], utt2spk: dict[str, str]) -> dict:
@@ -443,6 +443,8 @@ class IvectorReader:
         scp, period = self.set_dir / "ivector_online.scp", self.set_dir / "ivector_period"
         if not scp.is_file() or not period.is_file():
             raise InputError(f"{self.set_dir}: no ivector_online.scp and ivector_period; re-run the features stage")
+        verify(period, "i-vector period")
+        verify_table(scp, "i-vectors")
         try:
             self.period = int(period.read_text().split()[0])
         except (ValueError, IndexError):
@@ -492,7 +494,7 @@ def import_ivector_set(
         fcfg.ivector.period,
         fcfg.compress if write_feats else None,
     )
-    if not fcfg.force and complete(out_dir, FEATURE_OUTPUTS if write_feats else IVECTOR_OUTPUTS, expected):
+    if not fcfg.force and why_incomplete(out_dir, expected) is None:
         log.info("%s: i-vectors complete already (%s), skipping", out_dir.name, out_dir)
         return SetSummary(out_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
     utt2spk = read_data_dir(data_dir, tables=()).utt2spk

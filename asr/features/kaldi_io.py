@@ -32,6 +32,7 @@ from asr.data.datadir import c_sort_key
 from asr.utils.atomic import atomic_path
 from asr.utils.errors import InputError
 from asr.utils.kaldi_binary import KaldiBinaryReader
+from asr.utils.record import verify_table
 
 BINARY_MARK = b"\0B"
 
@@ -87,6 +88,7 @@ def read_transforms(scp: str | os.PathLike) -> dict[str, np.ndarray]:
     """A `trans.scp` (Kaldi's or ours): speaker -> d x (d+1) (or d x d) float64 matrix."""
     if not Path(scp).is_file():
         raise InputError(f"{scp}: missing transforms; re-run the features stage")
+    verify_table(scp, "fMLLR transforms")
     try:
         return {k: np.asarray(v, dtype=np.float64) for k, v in commands.load_scp(scp).items()}
     except Exception as err:

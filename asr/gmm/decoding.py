@@ -13,7 +13,6 @@ searched with gmm.decode_acoustic_scale, its words and times written to
 
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing
 from dataclasses import dataclass
@@ -31,11 +30,12 @@ from asr.hmm.model_io import read_model
 from asr.hmm.tree_io import load_context_dependency
 from asr.lang.graph import mkgraph
 from asr.lang.langdir import Lang
-from asr.lang.prepare import sha1_of
 from asr.lang.search import GraphDecoder, SearchOptions
+from asr.utils.record import outputs_of, why_rerun, write_record
 
 log = logging.getLogger("asr.gmm")
 
+GRAPH_RERUN = "python -m asr.gmm.decode"
 FRAME_CHUNK = 512  # frames scored at once: (chunk x Gaussians) float64 stays in tens of MB
 
 
@@ -58,17 +58,20 @@ def ensure_graph(cfg, model_dir: Path) -> Path:
     """`<model_dir>/graph`, built unless its record says it is of this model and LM already."""
     graph_dir = model_dir / "graph"
     arpa = Path(cfg.lm.dir) / f"{cfg.lm.decode_order}gram.arpa"
-    made_of = {"arpa": str(arpa), "arpa_sha1": sha1_of(arpa), "model_sha1": sha1_of(model_dir / "final.mdl")}
-    record = graph_dir / "graph.json"
-    if record.is_file() and all(json.loads(record.read_text()).get(k) == v for k, v in made_of.items()):
+    lang_dir = Path(cfg.gmm.lang_dir)
+    inputs = [arpa, model_dir / "final.mdl", model_dir / "tree", lang_dir / "L_disambig.fst", lang_dir / "words.txt"]
+    reason = why_rerun(graph_dir, "graph", {}, inputs)
+    if reason is None:
         log.info("%s: built from this model and LM already; keeping it", graph_dir)
         return graph_dir
+    log.info("%s: building (%s)", graph_dir, reason)
 
     def read_tree_and_model(directory: Path):
         return load_context_dependency(directory / "tree"), read_model(directory / "final.mdl")[0]
 
-    built = mkgraph(cfg.gmm.lang_dir, model_dir, arpa, graph_dir, read_tree_and_model)
-    record.write_text(json.dumps({**built, **made_of}, indent=2, sort_keys=True) + "\n")
+    mkgraph(lang_dir, model_dir, arpa, graph_dir, read_tree_and_model)
+    # FSTs by size only: HCLG reaches gigabytes, and each decoding worker verifies it
+    write_record(graph_dir, "graph", GRAPH_RERUN, {}, inputs, outputs_of(graph_dir, sizes_only=(".ark", ".fst")))
     return graph_dir
 
 

@@ -50,8 +50,10 @@ from asr.hmm.tree_io import load_context_dependency
 from asr.train.alignments import natural_key, parse_int_vector_archive, read_archive_bytes
 from asr.utils.atomic import atomic_dir, write_text
 from asr.utils.errors import InputError
+from asr.utils.record import outputs_of, write_record
 
 log = logging.getLogger("asr.gmm")
+RERUN = "python -m asr.gmm"
 
 
 @dataclass
@@ -415,6 +417,7 @@ def write_outputs(out: Path, tree, tm, am, num_shares: int, summary: dict) -> No
     tree.write(binary=True, filename=str(out / "tree"))
     write_text(out / "num_jobs", f"{num_shares}\n")
     write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+    write_record(out, "gmm", RERUN, {"kind": summary["kind"]}, [], outputs_of(out))
 
 
 def run_gmm_training(

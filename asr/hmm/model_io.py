@@ -30,6 +30,7 @@ import numpy as np
 
 from asr.utils.atomic import atomic_path
 from asr.utils.errors import InputError
+from asr.utils.record import verify
 from asr.utils.kaldi_binary import (
     BINARY_MARK,
     KaldiBinaryReader,
@@ -268,6 +269,7 @@ def read_model(path: str | os.PathLike) -> tuple[khg.TransitionModel, khg.AmDiag
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: model not found; run the GMM stage (python -m asr.gmm) first")
+    verify(path, "GMM model")
     data = path.read_bytes()
     r = KaldiBinaryReader(io.BytesIO(data[2:]), str(path), "GMM model (final.mdl)")
     if not data.startswith(BINARY_MARK):

@@ -37,6 +37,7 @@ import numpy as np
 from asr.utils.atomic import atomic_open
 from asr.utils.errors import InputError
 from asr.utils.kaldi_binary import KaldiBinaryReader
+from asr.utils.record import verify
 
 PDF_CLASS = -1  # Kaldi's kPdfClass: the event key whose value is the HMM state's pdf-class
 VAR_FLOOR = 0.01  # acc-tree-stats' --var-floor
@@ -230,6 +231,7 @@ def read_tree(path: str | os.PathLike) -> tuple[Node, int, int]:
 
 def load_context_dependency(path: str | os.PathLike) -> khg.ContextDependency:
     """A binary Kaldi `tree` file as kaldi_hmm_gmm's ContextDependency."""
+    verify(path, "decision tree")
     return context_dependency(*read_tree(path))
 
 

@@ -30,6 +30,7 @@ import kaldilm
 from asr.lang.langdir import Lang
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
+from asr.utils.record import verify
 
 log = logging.getLogger("asr.lang")
 
@@ -49,6 +50,7 @@ def grammar_fst(arpa: str | Path, lang: Lang) -> kaldifst.StdVectorFst:
     when given a symbol table). Input-label sorted."""
     if not Path(arpa).is_file():
         raise InputError(f"{arpa}: ARPA LM not found; the lm stage writes lang/lm/<N>gram.arpa (python -m asr.lm)")
+    verify(arpa, "ARPA LM")
     text = kaldilm.arpa2fst(
         input_arpa=str(arpa), disambig_symbol="#0", read_symbol_table=str(lang.dir / "words.txt"), max_arpa_warnings=3
     )

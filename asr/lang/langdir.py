@@ -11,6 +11,7 @@ import kaldi_hmm_gmm
 import kaldifst  # after kaldi_hmm_gmm: with kaldifst 1.8 the other order deadlocks
 
 from asr.utils.errors import InputError
+from asr.utils.record import verify
 from asr.utils.textfile import iter_lines
 
 FILES = (
@@ -63,6 +64,8 @@ class Lang:
         missing = [name for name in FILES if not (lang_dir / name).is_file()]
         if missing:
             raise InputError(f"{lang_dir}: not a complete lang dir, {missing[0]} is missing; run python -m asr.lang")
+        for name in FILES:
+            verify(lang_dir / name, "lang dir file")
         return cls(
             dir=lang_dir,
             phones=read_symbols(lang_dir / "phones.txt"),

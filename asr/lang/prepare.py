@@ -9,7 +9,6 @@ and prefixes in the lexicon and #K follows the optional silence in L_disambig.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -20,6 +19,7 @@ import kaldi_hmm_gmm  # noqa: F401  (before kaldifst: with kaldifst 1.8 the othe
 from asr.lang.lexicon import OOV_WORD, OPTIONAL_SILENCE, SILENCE_PHONES, Lexicon, read_ms98_dictionary
 from asr.lang.lexicon_fst import add_lex_disambig, lexicon_fst
 from asr.utils.atomic import atomic_dir
+from asr.utils.record import outputs_of, why_rerun, write_record
 
 log = logging.getLogger("asr.lang")
 
@@ -131,46 +131,30 @@ def write_lang_dir(lexicon: Lexicon, out: Path, sil_prob: float = SIL_PROB) -> d
     }
 
 
-RECORD = "lang.json"
-
-
-def source_record(dictionary: Path, sil_prob: float) -> dict:
-    """What the lang dir is made from: the dictionary's bytes and the silence probability."""
-    return {"dictionary": str(dictionary), "sha1": sha1_of(dictionary), "sil_prob": sil_prob}
-
-
-def sha1_of(path: Path) -> str:
-    digest = hashlib.sha1()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def is_made_from(lang_dir: Path, source: dict) -> bool:
-    record = lang_dir / RECORD
-    if not record.is_file():
-        return False
-    made = json.loads(record.read_text(encoding="utf-8"))
-    return made.get("sha1") == source["sha1"] and made.get("sil_prob") == source["sil_prob"]
+SUMMARY = "lang.json"
+RERUN = "python -m asr.lang"
 
 
 def build_lang_dir(
     dictionary: str | Path, lang_dir: str | Path, sil_prob: float = SIL_PROB, force: bool = False
 ) -> dict:
     """The lang stage: read the dictionary and write the lang dir whole (a temporary dir renamed
-    into place), unless it exists already made from the same dictionary; returns its record."""
+    into place), unless its stage record says it is made from this dictionary and silence
+    probability already; returns its summary (sizes of tables and L.fst)."""
     dictionary, lang_dir = Path(dictionary), Path(lang_dir)
-    lexicon = read_ms98_dictionary(dictionary)
-    source = source_record(dictionary, sil_prob)
-    if not force and is_made_from(lang_dir, source):
+    options = {"sil_prob": sil_prob}
+    reason = "lang.force=true" if force else why_rerun(lang_dir, "lang", options, [dictionary])
+    if reason is None:
         log.info("%s: made from this dictionary already; keeping it (lang.force=true rebuilds)", lang_dir)
-        return json.loads((lang_dir / RECORD).read_text(encoding="utf-8"))
+        return json.loads((lang_dir / SUMMARY).read_text(encoding="utf-8"))
+    log.info("%s: building (%s)", lang_dir, reason)
+    lexicon = read_ms98_dictionary(dictionary)
     started = time.perf_counter()
     with atomic_dir(lang_dir) as tmp:
         tmp.chmod(0o755)
-        record = {**source, **write_lang_dir(lexicon, tmp, sil_prob)}
+        record = {"dictionary": str(dictionary), "sil_prob": sil_prob, **write_lang_dir(lexicon, tmp, sil_prob)}
         record["seconds"] = round(time.perf_counter() - started, 3)
-        (tmp / RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        (tmp / SUMMARY).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_record(tmp, "lang", RERUN, options, [dictionary], outputs_of(tmp))
     log.info("%s: %s", lang_dir, ", ".join(f"{k} {record[k]}" for k in ("words", "prons", "phones", "disambig")))
     return record

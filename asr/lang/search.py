@@ -20,6 +20,7 @@ import numpy as np
 from asr.lang.langdir import Lang
 from asr.lang.word_align import phone_segments, word_spans
 from asr.utils.errors import InputError
+from asr.utils.record import verify
 
 
 def transition_id_pdfs(trans_model: kaldi_hmm_gmm.TransitionModel) -> np.ndarray:
@@ -95,6 +96,7 @@ class GraphDecoder:
         path = Path(graph_dir) / "HCLG.fst"
         if not path.is_file():
             raise InputError(f"{path}: no decoding graph; build it with the recipe's mkgraph stage")
+        verify(path, "decoding graph")
         self.hclg = kaldifst.StdVectorFst.read(str(path))
         self.trans_model, self.lang, self.options = trans_model, lang, options
         self.word_names, self.prons = lang.word_names, lang.pronunciations()

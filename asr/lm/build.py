@@ -2,9 +2,11 @@
 binary), and perplexity on the reference text of the evaluation sets.
 
 Files in `lm.dir`: `text.txt` (training sentences), `words.txt` (vocabulary with counts),
-`<N>gram.arpa`, `<N>gram.bin`, `perplexity.json` ({"<N>gram": {set: {...}}}). Each LM is
-written under a temporary name and renamed when complete; an order whose binary exists is
-skipped, so a re-run after an interruption continues where it stopped.
+`<N>gram.arpa`, `<N>gram.bin`, `perplexity.json` ({"<N>gram": {set: {...}}}), and one stage
+record per order, `<N>gram.record.json` (asr/utils/record.py), written after its LM: an order
+whose record matches its options and training texts is skipped, so a re-run after an
+interruption continues where it stopped and an edited transcript re-trains. Readers verify the
+ARPA, the binary and `words.txt` against it before use.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from asr.lm.perplexity import Perplexity, perplexity
 from asr.lm.tools import kenlm_tool, run_tool
 from asr.utils.atomic import atomic_path, write_text
 from asr.utils.errors import InputError
+from asr.utils.record import why_rerun, write_record
 
 log = logging.getLogger(__name__)
 
+RERUN = "python -m asr.lm"
 TEXT = "text.txt"
 WORDS = "words.txt"
 PERPLEXITY_JSON = "perplexity.json"
@@ -99,6 +103,17 @@ def report_perplexities(cfg, binaries: dict[int, Path]) -> dict:
     return report
 
 
+def order_options(lm_cfg, order: int) -> dict:
+    """What changes an order's LM (lmplz's memory and the tools' location do not)."""
+    prune = list(lm_cfg.prune)
+    return {
+        "order": order,
+        "discount_fallback": bool(lm_cfg.discount_fallback),
+        "prune": prune,
+        "extra_text_has_ids": bool(lm_cfg.extra_text_has_ids),
+    }
+
+
 def training_sources(cfg) -> list[tuple[Path, bool]]:
     sources = [(Path(cfg.data.data_dir) / cfg.data.train_set / "text", True)]
     sources += [(Path(p), bool(cfg.lm.extra_text_has_ids)) for p in cfg.lm.extra_text]
@@ -111,16 +126,23 @@ def build_lms(cfg) -> dict[int, Path]:
         raise InputError("lm.orders is empty; give at least one n-gram order, e.g. lm.orders=[3,4]")
     lm_dir = Path(cfg.lm.dir)
     lm_dir.mkdir(parents=True, exist_ok=True)
+    sources = training_sources(cfg)
+    inputs = [path for path, _ in sources]
+    orders = sorted(int(o) for o in cfg.lm.orders)
+    reasons = {o: why_rerun(lm_dir, "lm", order_options(cfg.lm, o), inputs, name=f"{o}gram") for o in orders}
     text = lm_dir / TEXT
-    sentences, words = write_corpus(training_sources(cfg), text, lm_dir / WORDS)
-    log.info("LM training text: %d sentences, %d words -> %s", sentences, words, text)
+    if any(reasons.values()):
+        sentences, words = write_corpus(sources, text, lm_dir / WORDS)
+        log.info("LM training text: %d sentences, %d words -> %s", sentences, words, text)
     binaries = {}
-    for order in sorted(int(o) for o in cfg.lm.orders):
-        binary = binary_path(lm_dir, order)
-        if binary.is_file() and arpa_path(lm_dir, order).is_file():
-            log.info("%d-gram LM %s exists; skipping", order, binary)
+    for order in orders:
+        if reasons[order] is None:
+            log.info("%d-gram LM %s is up to date; skipping", order, binary_path(lm_dir, order))
         else:
-            binary = train_lm(cfg.lm, order, text)
-        binaries[order] = binary
+            log.info("%d-gram LM: training (%s)", order, reasons[order])
+            train_lm(cfg.lm, order, text)
+            outputs = {arpa_path(lm_dir, order).name: True, binary_path(lm_dir, order).name: True, WORDS: True}
+            write_record(lm_dir, "lm", RERUN, order_options(cfg.lm, order), inputs, outputs, name=f"{order}gram")
+        binaries[order] = binary_path(lm_dir, order)
     report_perplexities(cfg, binaries)
     return binaries

@@ -16,6 +16,7 @@ from typing import Iterable, Iterator
 
 from asr.utils.atomic import atomic_open
 from asr.utils.errors import InputError
+from asr.utils.record import verify
 from asr.utils.textfile import iter_lines
 
 # Tokens lmplz reserves; a transcript containing them would corrupt the model.
@@ -61,5 +62,6 @@ def read_vocabulary(words_path: str | os.PathLike) -> list[str]:
     words_path = Path(words_path)
     if not words_path.is_file():
         raise InputError(f"{words_path}: LM vocabulary not found; run the LM stage (`python -m asr.lm`) first")
+    verify(words_path, "LM vocabulary")
     with open(words_path, encoding="utf-8") as f:
         return [line.split()[0] for line in f if line.strip()]

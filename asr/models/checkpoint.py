@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from asr.utils.atomic import atomic_path
 from asr.utils.errors import InputError
+from asr.utils.record import recorded_output, verify
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +45,17 @@ CHECKPOINT_FORMAT = 1
 REQUIRED_KEYS = ("format", "model", "model_info", "updater", "sampler", "rng", "step", "epoch", "progress", "config")
 PERIODIC = re.compile(r"^step-(\d+)\.pt$")
 EPOCH_END = re.compile(r"^epoch-(\d+)\.pt$")
+RERUN = {"train": "python -m asr.train", "average": "python -m asr.average"}  # the stages that write checkpoints
 
 
 class CorruptCheckpoint(InputError):
     """A checkpoint file that cannot be read back (truncated, overwritten, incomplete)."""
 
 
-def save_checkpoint(path: str | os.PathLike, state: dict) -> Path:
+def save_checkpoint(path: str | os.PathLike, state: dict, stage: str = "train") -> Path:
+    """Write a checkpoint and its entry in `<dir>/<stage>.record.json` (its size and sha1)."""
     path = Path(path)
-    with atomic_path(path) as tmp:
+    with recorded_output(path, stage, RERUN[stage]) as tmp:
         torch.save(state, tmp)
     return path
 
@@ -63,6 +65,10 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: checkpoint not found")
+    try:
+        verify(path, "checkpoint")
+    except InputError as err:
+        raise CorruptCheckpoint(str(err)) from None
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # torch raises RuntimeError, EOFError, UnpicklingError, ... for bad files
@@ -141,7 +147,7 @@ class CheckpointDir:
         return path
 
     def copy_to(self, source: Path, target: Path) -> None:
-        with atomic_path(target) as tmp:
+        with recorded_output(target, "train", RERUN["train"]) as tmp:
             shutil.copyfile(source, tmp)
 
     def load_newest(self, map_location: str | torch.device = "cpu") -> dict | None:

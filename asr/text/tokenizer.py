@@ -20,9 +20,7 @@ truncated model without a word (fewer pieces), so every reader checks the model 
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import logging
 import os
 from pathlib import Path
@@ -30,8 +28,9 @@ from typing import Iterable
 
 import sentencepiece as spm
 
-from asr.utils.atomic import atomic_open, write_text
+from asr.utils.atomic import atomic_open
 from asr.utils.errors import InputError
+from asr.utils.record import verify, why_rerun, write_record
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +41,7 @@ UNK_PIECE = "<unk>"
 WORD_BOUNDARY = "\u2581"  # sentencepiece's '▁'
 
 
-def integrity_path(model_path: Path) -> Path:
-    return model_path.with_name(model_path.name + ".json")
-
-
-def integrity(proto: bytes) -> dict:
-    return {"bytes": len(proto), "sha1": hashlib.sha1(proto).hexdigest()}
+RERUN = "python -m asr.text"
 
 
 def model_name(model_type: str, vocab_size: int) -> str:
@@ -97,7 +91,7 @@ class Tokenizer:
         self.path = Path(model_path)
         if not self.path.is_file():
             raise InputError(f"{self.path}: tokenizer model not found; run `python -m asr.text` first")
-        self.check_integrity()
+        verify(self.path, "tokenizer model")
         self.sp = spm.SentencePieceProcessor()
         try:
             self.sp.load(str(self.path))
@@ -108,25 +102,6 @@ class Tokenizer:
         if self.sp.piece_to_id(BLANK_PIECE) != BLANK_ID or not self.sp.is_control(BLANK_ID):
             raise InputError(
                 f"{self.path}: id {BLANK_ID} is not the CTC blank {BLANK_PIECE!r}; train it with `python -m asr.text`"
-            )
-
-    def check_integrity(self) -> None:
-        """The model is what the tokenizer stage wrote (its size and sha1 in the record beside
-        it). Models from before the record are read unchecked."""
-        record = integrity_path(self.path)
-        if not record.is_file():
-            return
-        fix = f"delete {self.path} and re-run the tokenizer stage (python -m asr.text)"
-        try:
-            expected = json.loads(record.read_text())
-        except ValueError:
-            raise InputError(f"{record}: unreadable record of the tokenizer model; {fix}") from None
-        got = integrity(self.path.read_bytes())
-        if got != expected:
-            raise InputError(
-                f"{self.path}: damaged or truncated ({got['bytes']} bytes, sha1 {got['sha1'][:12]}; "
-                "the tokenizer stage "
-                f"wrote {expected.get('bytes')} bytes, sha1 {str(expected.get('sha1'))[:12]}); {fix}"
             )
 
     @classmethod
@@ -199,17 +174,23 @@ def read_transcripts(text_file: str | os.PathLike) -> list[str]:
     return texts
 
 
-def build_tokenizer(text_file: str | os.PathLike, tokenizer_cfg) -> Path:
-    """Train the tokenizer on a Kaldi `text` file unless its model already exists.
+def tokenizer_options(tokenizer_cfg) -> dict:
+    """What changes the model (where it goes does not)."""
+    names = ("model_type", "vocab_size", "character_coverage")
+    return {**{k: getattr(tokenizer_cfg, k) for k in names}, "user_symbols": list(tokenizer_cfg.user_symbols)}
 
-    The `.model` file is written last (each file atomically), so its presence means done.
-    """
+
+def build_tokenizer(text_file: str | os.PathLike, tokenizer_cfg) -> Path:
+    """Train the tokenizer on a Kaldi `text` file unless its record says it is up to date."""
     model_path = tokenizer_model_path(tokenizer_cfg)
     vocab_path = model_path.with_suffix(".vocab")
     tokens_path = model_path.parent / "tokens.txt"
-    if model_path.is_file() and vocab_path.is_file() and tokens_path.is_file():
-        log.info("tokenizer %s exists; skipping", model_path)
+    options, name = tokenizer_options(tokenizer_cfg), model_path.stem
+    reason = why_rerun(model_path.parent, "tokenizer", options, [text_file], name=name)
+    if reason is None:
+        log.info("tokenizer %s is up to date; skipping", model_path)
         return model_path
+    log.info("training the tokenizer: %s", reason)
     texts = read_transcripts(text_file)
     proto = train_sentencepiece(
         texts,
@@ -221,9 +202,10 @@ def build_tokenizer(text_file: str | os.PathLike, tokenizer_cfg) -> Path:
     tok = Tokenizer.from_bytes(proto)
     tok.write_vocab(vocab_path)
     tok.write_tokens_txt(tokens_path)
-    write_text(integrity_path(model_path), json.dumps(integrity(proto)) + "\n")
     with atomic_open(model_path, "wb") as f:
         f.write(proto)
+    outputs = {model_path.name: True, vocab_path.name: True, tokens_path.name: True}
+    write_record(model_path.parent, "tokenizer", RERUN, options, [text_file], outputs, name=name)
     if tok.vocab_size < tokenizer_cfg.vocab_size:
         log.warning(
             "%s: the %d transcripts support only %d pieces (asked for %d)",

@@ -47,6 +47,7 @@ from asr.data import commands
 from asr.utils.atomic import atomic_path
 from asr.utils.errors import InputError
 from asr.utils.kaldi_binary import KaldiBinaryReader
+from asr.utils.record import verify
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ def alignment_files(spec: str) -> list[Path]:
 
 def read_archive_bytes(path: Path) -> bytes:
     """The whole archive, gunzipped if it is gzipped (alignment archives are small: 5 bytes a frame)."""
+    verify(path, "alignment archive")
     with open(path, "rb") as f:
         magic = f.read(2)
     try:

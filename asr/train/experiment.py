@@ -12,6 +12,12 @@ and found where to start (`save_config`), so a run that fails before that change
 
 `train.restart=true` moves the experiment's training outputs (checkpoints, log, plots,
 snapshot) to `<exp_dir>/previous/<N>/` and starts afresh: nothing is deleted.
+
+Beside the snapshot, the stage record `<exp_dir>/train.record.json` (asr/utils/record.py)
+names the files training reads (`training_inputs`: each set's transcripts and feature table,
+the tokenizer model). When one has changed since (the tokenizer re-trained on an edited
+transcript, say), a finished experiment is restarted the same way, with the reason in the
+log; an unfinished one is refused, since its checkpoints were trained on the old inputs.
 """
 
 from __future__ import annotations
@@ -22,9 +28,12 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from asr.features.featureset import feature_set_dir
+from asr.text.tokenizer import tokenizer_model_path
 from asr.train.record import RECORD_DIR
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
+from asr.utils.record import record_path, why_rerun, write_record
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +47,8 @@ IGNORED_KEYS = {
     "features.jobs",
 }
 SNAPSHOT_NAME = "train_config.yaml"
+STAGE = "train"
+RERUN = "python -m asr.train"
 
 
 def guarded_config(cfg) -> dict:
@@ -94,8 +105,37 @@ def check_config(exp_dir: str | Path, cfg, force: bool = False) -> list[str]:
 
 
 def save_config(exp_dir: str | Path, cfg) -> None:
-    """Record what this experiment trains (after the run has started for real)."""
+    """Record what this experiment trains, and from which files (after the run has started for real)."""
     write_text(Path(exp_dir) / SNAPSHOT_NAME, OmegaConf.to_yaml(OmegaConf.create(guarded_config(cfg))))
+    write_record(exp_dir, STAGE, RERUN, {}, training_inputs(cfg), {})
+
+
+def training_inputs(cfg) -> list[Path]:
+    """The files a training reads that other stages write: each set's transcripts and feature
+    table, and the tokenizer model of a CTC training (those that exist)."""
+    files = []
+    for set_name in dict.fromkeys((cfg.data.train_set, cfg.data.dev_set)):
+        files += [Path(cfg.data.data_dir) / set_name / "text", feature_set_dir(cfg, set_name) / "feats.scp"]
+    if cfg.train.objective == "ctc":
+        files.append(tokenizer_model_path(cfg.tokenizer))
+    return [f for f in files if f.is_file()]
+
+
+def restart_if_inputs_changed(exp_dir: str | Path, cfg) -> None:
+    """Start a finished experiment afresh when a file it trained on changed; refuse to go on
+    with an unfinished one. Experiments recorded before the record existed are left as they are."""
+    exp_dir = Path(exp_dir)
+    if cfg.train.restart or not record_path(exp_dir, STAGE).is_file():
+        return
+    reason = why_rerun(exp_dir, STAGE, {}, training_inputs(cfg))
+    if reason is None:
+        return
+    if not (exp_dir / "checkpoints" / "last.pt").is_file():
+        raise InputError(
+            f"{reason}, but {exp_dir} is part-trained on the old one: restore it, or pass train.restart=true "
+            "to start afresh (the outputs so far move to previous/<N>/)"
+        )
+    restart_experiment(exp_dir, why=reason)
 
 
 TRAINING_OUTPUTS = (
@@ -106,6 +146,7 @@ TRAINING_OUTPUTS = (
     "bad_utterances.txt",
     RECORD_DIR,
     SNAPSHOT_NAME,
+    f"{STAGE}.record.json",
 )
 
 
@@ -114,7 +155,7 @@ def training_history(exp_dir: str | Path) -> list[str]:
     return [name for name in TRAINING_OUTPUTS if (Path(exp_dir) / name).exists()]
 
 
-def restart_experiment(exp_dir: str | Path) -> Path | None:
+def restart_experiment(exp_dir: str | Path, why: str = "train.restart=true") -> Path | None:
     """Move the training outputs to `<exp_dir>/previous/<N>/` (the first free N)."""
     exp_dir = Path(exp_dir)
     found = training_history(exp_dir)
@@ -127,5 +168,5 @@ def restart_experiment(exp_dir: str | Path) -> Path | None:
     target.mkdir(parents=True)
     for name in found:
         (exp_dir / name).rename(target / name)
-    log.warning("train.restart=true: moved %s to %s; training starts afresh", ", ".join(found), target)
+    log.warning("%s: moved %s to %s; training starts afresh", why, ", ".join(found), target)
     return target

@@ -66,7 +66,7 @@ from asr.train.data import (
     pack_mask,
     unpack_mask,
 )
-from asr.train.experiment import check_config, restart_experiment, save_config
+from asr.train.experiment import check_config, restart_experiment, restart_if_inputs_changed, save_config
 from asr.train.objectives import build_objective, ctc_loss_sum  # noqa: F401  (ctc_loss_sum: re-exported)
 from asr.train.precision import autocast, grad_scaler, training_precision
 from asr.train.record import TrainedRecord
@@ -848,6 +848,7 @@ def train(cfg) -> Path | None:
         if dist.is_writer:
             try:
                 lock.acquire()
+                restart_if_inputs_changed(exp_dir, cfg)
             except InputError as err:
                 refused = str(err)
         refused = dist.broadcast_object(refused)

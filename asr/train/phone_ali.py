@@ -44,6 +44,7 @@ from asr.features.fbank import FbankOptions, num_frames
 from asr.train.alignments import write_int_vector_archive
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
+from asr.utils.record import add_outputs
 
 log = logging.getLogger("asr.train.phone_ali")
 
@@ -51,6 +52,7 @@ SPEED_PREFIX = re.compile(r"^sp(?P<factor>[0-9.]+)-(?P<recording>.+)$")
 SWB_SIDE = re.compile(r"^sw0\d{4}-[AB]$", re.IGNORECASE)
 ARCHIVE = "pdf.1.gz"
 PHONES = "phones.txt"
+RERUN = "python -m asr.train.phone_ali"
 
 
 def phone_inventory(ms98_dir: Path) -> dict[str, int]:
@@ -147,6 +149,7 @@ def write_phone_alignments(ms98_dir: Path, data_dirs: list[Path], out: Path, opt
         log.info("%s: %d utterances -> %s", data_dir, written[data_dir.name], out / data_dir.name / ARCHIVE)
     write_text(out / PHONES, "".join(f"{p} {i}\n" for p, i in phone_ids.items()))
     log.info("%s: %d phones (model.num_pdfs=%d)", out / PHONES, len(phone_ids), len(phone_ids))
+    add_outputs(out, "phone_ali", RERUN, {f"{name}/{ARCHIVE}": True for name in written} | {PHONES: True})
     return written
 
 

@@ -36,7 +36,7 @@ def test_checkpoint_on_a_full_disk(tmp_path):
         f"{target}: no space left on device (ENOSPC) while writing it; free space on {mnt} "
         "(or write elsewhere) and re-run: nothing was replaced"
     )
-    assert result["left"] == ["step-000000200.pt"]  # no temporary left behind
+    assert result["left"] == ["step-000000200.pt", "train.record.json"]  # no temporary left behind
     assert result["kept"] == 1000.0  # the previous checkpoint, whole
 
 

@@ -119,6 +119,21 @@ def test_rerun_skips_complete_set_and_redoes_changed_one(tmp_path):
     assert not forced.skipped and forced.utterances == 12
 
 
+def test_the_stage_record_decides_and_older_sets_are_adopted(tmp_path, caplog):
+    """The skip rule is the set's stage record (features.record.json); a set made before
+    records existed is complete by its own files and recorded on the next run."""
+    data_dir, _ = make_data_dir(tmp_path)
+    out = tmp_path / "feats" / "train"
+    extract_set(data_dir, out, OPTIONS, jobs=1)
+    (out / "features.record.json").unlink()  # as a set extracted before stage records
+    assert extract_set(data_dir, out, OPTIONS, jobs=1).skipped and (out / "features.record.json").is_file()
+    ark = out / "feats.ark"
+    ark.write_bytes(ark.read_bytes()[:-100])
+    with caplog.at_level("INFO", logger="asr.features"):
+        assert not extract_set(data_dir, out, OPTIONS, jobs=1).skipped
+    assert f"{ark}: " in caplog.text and "bytes, the stage wrote" in caplog.text
+
+
 def test_unreadable_recording_is_skipped_and_counted(tmp_path, caplog):
     data_dir, _ = make_data_dir(tmp_path, bad_recording=True)
     out = tmp_path / "feats" / "train"
@@ -351,3 +366,20 @@ def test_a_recording_whose_utterances_are_apart_in_sorted_order(tmp_path):
         kaldiio.load_scp(str(tmp_path / "apart" / "cmvn.scp")),
     )
     assert list(c) == list(s) and all(np.allclose(c[k], s[k], rtol=1e-12) for k in c)
+
+
+def test_a_truncated_feature_archive_is_refused_before_reading(tmp_path):
+    """Issue 31, item 3: the feature set's reader checks its files against the set's record."""
+    from asr.data.datadir import read_data_dir
+    from asr.features.featureset import FeatureReader
+    from asr.utils.errors import InputError
+
+    data_dir, _ = make_data_dir(tmp_path)
+    out = tmp_path / "feats" / "train"
+    extract_set(data_dir, out, OPTIONS, jobs=1)
+    utt2spk = read_data_dir(data_dir).utt2spk
+    FeatureReader(out, utt2spk)
+    ark = out / "feats.ark"
+    ark.write_bytes(ark.read_bytes()[: ark.stat().st_size // 2])
+    with pytest.raises(InputError, match=rf"^{ark}: damaged, truncated or replaced feature set file \(\d+ bytes"):
+        FeatureReader(out, utt2spk)

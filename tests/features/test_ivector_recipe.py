@@ -212,3 +212,21 @@ def test_parallel_jobs_give_the_same_extractor_and_ivectors(ivector_run, tmp_pat
     for set_name in SETS:
         a, b = (kaldiio.load_scp(str(d / set_name / "ivector_online.scp")) for d in (one, two))
         assert list(a) == list(b) and all(np.allclose(a[u], b[u], rtol=1e-6, atol=1e-6) for u in a)
+
+
+def test_a_damaged_extractor_or_ivector_archive_is_refused_in_one_line(ivector_run, tmp_path):
+    """Issue 31, item 3: the extractor's files and a set's i-vectors are verified against the
+    features stage's record before use (the module's run, copied)."""
+    from asr.features.ivector_model import IvectorModel
+    from asr.features.ivector_recipe import IvectorReader
+    from tests.features.test_recipes import assert_refused, damaged, flip_a_byte
+
+    root, _, _ = ivector_run
+    out = root / "feats" / "ivector100"
+    extractor = shutil.copytree(out / "extractor", tmp_path / "extractor")
+    IvectorModel.load(extractor)
+    flip_a_byte(extractor / "final.ie")
+    assert_refused(extractor / "final.ie", "i-vector extractor file", lambda: IvectorModel.load(extractor), r"\(sha1")
+    with damaged(out / "eval" / "ivector_online.ark", lambda data: data[:-40]) as ark:
+        assert_refused(ark, "i-vectors", lambda: IvectorReader(out / "eval"))
+    IvectorReader(out / "eval")

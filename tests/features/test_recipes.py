@@ -1,6 +1,7 @@
 """The feature recipes on a small SPHERE data dir: log-mel with deltas, fMLLR (+ log-mel with
 deltas), the Kaldi files they leave, and reading them back as Kaldi features (kind=kaldi)."""
 
+import contextlib
 import json
 import shutil
 
@@ -18,10 +19,11 @@ from asr.features.fmllr import transform_frames
 from asr.features.gmm import DiagGmm
 from asr.data.datadir import read_data_dir
 from asr.features.fmllr_model import FmllrModel, SatFrames, SpeakerFrames, train_fmllr_model
-from asr.features.fmllr_recipe import adapt_set
+from asr.features.fmllr_recipe import adapt_set, model_checksum
 from asr.features.kaldi_io import read_transforms
 from asr.features.recipes import feature_dim, make_features
 from asr.features.subset import streamed_subset
+from asr.utils.errors import InputError
 from tests.features.conftest import SETS
 
 # Small enough for 12 utterances of ~0.9 s (about 180 frames per speaker).
@@ -239,7 +241,7 @@ def test_parallel_adaptation_gives_the_same_features(fmllr_run, tmp_path):
     """Speakers split over two worker processes: the same features and transforms as one."""
     root, cfg, _ = fmllr_run
     out = root / "feats" / "fmllr40_logmel40_deltas"
-    checksum = (out / "gmm" / "recipe_checksum").read_text()
+    checksum = model_checksum(cfg.features, out / "fbank" / "train")
     for jobs in (1, 2):
         fcfg = cfg.features.copy()
         fcfg.jobs = jobs
@@ -292,3 +294,42 @@ def test_sat_frames_are_each_speakers_projected_frames_end_to_end(tmp_path):
     only_b = frames.subset(["b"])
     assert only_b.rows == {"b": (12, 16)}
     np.testing.assert_array_equal(only_b.of("b"), frames.of("b"))
+
+
+def flip_a_byte(path) -> None:
+    """Damage `path` without changing its size (a swapped or bit-rotten file)."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def assert_refused(path, what: str, read, detail: str = r"\(\d+ bytes") -> None:
+    """`read()` raises the record's one line for `path` (the features stage to re-run)."""
+    rerun = r"; re-run the features stage \(python -m asr.features\)$"
+    with pytest.raises(InputError, match=rf"^{path}: damaged, truncated or replaced {what} {detail}.*{rerun}"):
+        read()
+
+
+def test_a_damaged_fmllr_model_or_transform_is_refused_in_one_line(fmllr_run, tmp_path):
+    """Issue 31, item 3: the model's LDA+MLLT matrix and a set's per-speaker transforms are
+    verified against the features stage's record before use (the module's run, copied)."""
+    root, _, _ = fmllr_run
+    out = root / "feats" / "fmllr40_logmel40_deltas"
+    model = shutil.copytree(out / "gmm", tmp_path / "gmm")
+    FmllrModel.load(model)
+    flip_a_byte(model / "final.mat")
+    assert_refused(model / "final.mat", "fMLLR model file", lambda: FmllrModel.load(model), r"\(sha1")
+    with damaged(out / "eval" / "trans.ark", lambda data: data[:-40]) as ark:
+        assert_refused(ark, "fMLLR transforms", lambda: read_transforms(out / "eval" / "trans.scp"))
+    assert read_transforms(out / "eval" / "trans.scp")
+
+
+@contextlib.contextmanager
+def damaged(path, change):
+    """`path` changed in place for the with-block, then restored (a module fixture's file)."""
+    data = path.read_bytes()
+    path.write_bytes(change(data))
+    try:
+        yield path
+    finally:
+        path.write_bytes(data)

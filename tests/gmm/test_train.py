@@ -51,7 +51,15 @@ def kaldiio_alignments(path: Path) -> dict:
 
 def test_outputs_are_kaldis(trained):
     out, lang, feats, _, summary = trained
-    assert sorted(p.name for p in out.iterdir()) == ["ali.1.gz", "final.mdl", "log", "num_jobs", "summary.json", "tree"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "ali.1.gz",
+        "final.mdl",
+        "gmm.record.json",
+        "log",
+        "num_jobs",
+        "summary.json",
+        "tree",
+    ]
     assert len((out / "log" / "train.log").read_text().splitlines()) == 12 + 1
     tm, am = read_model(out / "final.mdl")
     assert am.num_pdfs == tm.num_pdfs == 4 * 3 + 5 and am.num_gauss == summary["num_gauss"]
@@ -92,3 +100,30 @@ def test_missing_transcripts_are_input_errors(tmp_path):
     (tmp_path / "data" / "utt2spk").write_text("u1 s1\n")
     with pytest.raises(InputError, match="text"):
         training_data(tmp_path / "data", Path(tmp_path / "feats"), HandmadeLang())
+
+
+def test_a_damaged_model_tree_or_alignment_is_refused_in_one_line(trained, tmp_path):
+    """Issue 31, item 3: final.mdl, tree and ali.N.gz are verified against the GMM stage's
+    record before use (a copy of the module's run)."""
+    import shutil
+
+    from asr.hmm.tree_io import load_context_dependency
+    from asr.utils.errors import InputError
+
+    out = shutil.copytree(trained[0], tmp_path / "mono")
+    rerun = r"; re-run the gmm stage \(python -m asr.gmm\)$"
+    ali = out / "ali.1.gz"
+    ali.write_bytes(ali.read_bytes()[:-12])
+    with pytest.raises(
+        InputError, match=rf"^{ali}: damaged, truncated or replaced alignment archive \(\d+ bytes.*{rerun}"
+    ):
+        list(AlignmentArchives(str(out)).read(set(trained[2])))
+    tree = out / "tree"
+    data = bytearray(tree.read_bytes())
+    data[-5] ^= 0x01
+    tree.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=rf"^{tree}: damaged, .* decision tree \(sha1.*{rerun}"):
+        load_context_dependency(tree)
+    shutil.copyfile(tree, out / "final.mdl")  # a swapped file
+    with pytest.raises(InputError, match=rf"^{out / 'final.mdl'}: damaged, .* GMM model \(\d+ bytes.*{rerun}"):
+        read_model(out / "final.mdl")

@@ -97,6 +97,10 @@ def test_char_model_and_skip_when_present(tmp_path, caplog):
         assert build_tokenizer(text, c) == path
     assert path.stat().st_mtime_ns == mtime and "skipping" in caplog.text
     assert tokenizer_model_path(c) == path
+    text.write_text(text.read_text() + "zz1 zebra\n")  # an edited transcript re-trains
+    with caplog.at_level("INFO"):
+        build_tokenizer(text, c)
+    assert path.stat().st_mtime_ns != mtime and f"{text} changed since the tokenizer stage" in caplog.text
 
 
 def test_bad_inputs(tmp_path):

@@ -155,3 +155,19 @@ def test_the_command_line_writes_the_sets_and_exits_2_on_user_errors(corpus, tmp
         main(["--ms98-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "ali2"), str(root / "data/train_dev")])
         == 2
     )
+
+
+def test_a_truncated_phone_alignment_is_refused_in_one_line(corpus, tmp_path):
+    """Issue 31, item 3: the phone_ali archives are verified against its record before use."""
+    import shutil
+
+    root, _, _ = corpus
+    ali = shutil.copytree(root / "ali", tmp_path / "ali")
+    archive_path = ali / "train_dev" / ARCHIVE
+    archive_path.write_bytes(archive_path.read_bytes()[:-20])
+    with pytest.raises(
+        InputError,
+        match=rf"^{archive_path}: damaged, truncated or replaced alignment archive \(\d+ bytes, the stage wrote \d+\); "
+        r"re-run the phone_ali stage \(python -m asr.train.phone_ali\)$",
+    ):
+        dict(read_int_vectors(archive_path))
