@@ -2,6 +2,7 @@
 
 import pytest
 
+from tests.fixtures.ssgd_reference import train_ssgd_reference
 from tests.fixtures.toy_corpus import make_toy_experiment
 
 pytest_plugins = ["tests.cpu_report"]
@@ -13,3 +14,10 @@ def toy_corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("toy")
     make_toy_experiment(root)
     return root
+
+
+@pytest.fixture(scope="session")
+def ssgd_reference(toy_corpus, tmp_path_factory):
+    """The exp dir of the uninterrupted SSGD run (tests/fixtures/ssgd_reference.py), trained once
+    per session for the tests that compare an interrupted run with it; read it, never write."""
+    return train_ssgd_reference(toy_corpus, tmp_path_factory.mktemp("ssgd_reference") / "exp")

@@ -16,6 +16,7 @@ import torch
 from asr.train.data import unpack_mask
 from asr.utils.stop import EXIT_PREEMPTED
 from tests.distributed.conftest import REPO, run_torchrun, torchrun_command, train_overrides, worker_env
+from tests.fixtures.ssgd_reference import SSGD_REFERENCE_RUN
 
 pytestmark = pytest.mark.slow
 
@@ -29,12 +30,10 @@ RUN = [
 ]
 
 
-def signal_one_learner(toy_corpus: Path, exp: Path, overrides: list[str], victim: int, after: int) -> str:
-    """Run the job with learner `victim` alone sending itself SIGTERM in its batch `after` + 1
-    (tests/faults/signalled_train.py); every learner must exit 75. Returns the job's output."""
-    cmd = torchrun_command(
-        2, ["tests.faults.signalled_train", *train_overrides(toy_corpus, *RUN, *overrides, f"exp_dir={exp}")]
-    )
+def signal_one_learner(toy_corpus: Path, exp: Path, run: list[str], victim: int, after: int) -> str:
+    """Run the job (settings `run`) with learner `victim` alone sending itself SIGTERM in its batch
+    `after` + 1 (tests/faults/signalled_train.py); every learner must exit 75. Returns its output."""
+    cmd = torchrun_command(2, ["tests.faults.signalled_train", *train_overrides(toy_corpus, *run, f"exp_dir={exp}")])
     proc = subprocess.run(
         cmd, env=worker_env(ASR_TEST_SIGNAL=f"{victim}:{after}"), cwd=REPO, capture_output=True, text=True, timeout=240
     )
@@ -45,17 +44,16 @@ def signal_one_learner(toy_corpus: Path, exp: Path, overrides: list[str], victim
     return text
 
 
-def test_ssgd_one_learner_signalled_all_stop_and_the_rerun_equals_the_uninterrupted_run(toy_corpus, tmp_path):
-    reference = tmp_path / "reference"
-    done = run_torchrun(
-        2, ["asr.train", *train_overrides(toy_corpus, *RUN, "distributed=ssgd", f"exp_dir={reference}")]
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+def test_ssgd_one_learner_signalled_all_stop_and_the_rerun_equals_the_uninterrupted_run(
+    toy_corpus, ssgd_reference, tmp_path
+):
+    # The session's uninterrupted SSGD run (tests/fixtures/ssgd_reference.py) and its settings.
+    reference, run = ssgd_reference, SSGD_REFERENCE_RUN
     exp = tmp_path / "stopped"
-    text = signal_one_learner(toy_corpus, exp, ["distributed=ssgd"], victim=1, after=12)  # 10 steps per epoch
+    text = signal_one_learner(toy_corpus, exp, run, victim=1, after=12)  # 10 steps an epoch, 4 between checkpoints
     stopped = [int(s) for s in re.findall(r"stopped by SIGTERM at step (\d+)", text)]
     assert len(stopped) == 1 and "SIGTERM received" in text, text[-4000:]  # learner 0 reports for all
-    again = run_torchrun(2, ["asr.train", *train_overrides(toy_corpus, *RUN, "distributed=ssgd", f"exp_dir={exp}")])
+    again = run_torchrun(2, ["asr.train", *train_overrides(toy_corpus, *run, f"exp_dir={exp}")])
     assert again.returncode == 0, again.stderr[-4000:]
     assert f"resumed from step {stopped[0]}" in again.stderr and "exact start" in again.stderr
     expected = torch.load(reference / "checkpoints" / "last.pt", weights_only=True)["model"]
@@ -69,7 +67,7 @@ ADPSGD = ["distributed=adpsgd", "train.epochs=4"]
 
 def test_adpsgd_one_learner_signalled_every_node_saves_and_each_utterance_is_trained_once(toy_corpus, tmp_path):
     exp = tmp_path / "stopped"
-    signal_one_learner(toy_corpus, exp, [*ADPSGD], victim=1, after=5)
+    signal_one_learner(toy_corpus, exp, [*RUN, *ADPSGD], victim=1, after=5)
     nodes = [
         torch.load(max((exp / "checkpoints" / f"node-{n:03d}").glob("step-*.pt")), weights_only=True) for n in range(2)
     ]
