@@ -231,15 +231,16 @@ def diagnostics_md(head: dict) -> str:
         "lr and seed). Last epoch: the learners' average, then each learner's own model (best / mean / worst), and "
         "the spread (max |w_i - mean| / |mean|).",
         "",
-        "| run | cause | change | batch | learners | lr | consensus rate | held-out | excess | vs ref | "
+        "| run | cause | change | batch | learners | lr | seed | consensus rate | held-out | excess | vs ref | "
         "learners best / mean / worst | spread |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for r in head["diagnostics"]:
         last = r["epochs"][-1] if r["epochs"] else {}
         learners = " / ".join(number(last.get(k)) for k in ("learners_best", "learners_mean", "learners_worst"))
         lines.append(
             f"| {r['name']} | {r['cause']} | {r['change']} | {r['global_batch']} | {r['learners']} | {r['lr']:g} | "
+            f"{r['seed']} | "
             f"{r['consensus_rate']:.3f} | {'diverged' if r['diverged'] else number(r['held_out_loss'])} | "
             f"{percent(r['excess'])} | {percent(r['over_reference'])} ({r['reference']}) | {learners} | "
             f"{number(last.get('spread'))} |"
