@@ -139,6 +139,9 @@ class SweepConfig:
     # Train on the first N utterances only (0 = all): a quicker sweep; a multiple of every global
     # batch, so that every run's epoch is cut into the same full batches.
     max_train_utts: int = 3072
+    # python -m asr.sweep.diagnose: which of its runs (asr/sweep/diagnose DIAGNOSTICS), by name; [] = all
+    diagnostics: list = field(default_factory=list)
+    diagnostic_batches: list = field(default_factory=list)  # its global batches; [] = base_batch and critical_batch
     jobs: int = 2  # runs trained side by side, in processes of train.threads / jobs threads each
     out_dir: str = "${exp_dir}/sweep"
 
@@ -165,5 +168,6 @@ class SweepConfig:
         "close_margin": NON_NEGATIVE,
         "tolerance": NON_NEGATIVE,
         "max_train_utts": NON_NEGATIVE,
+        "diagnostic_batches": each(AT_LEAST_ONE),
         "jobs": AT_LEAST_ONE,
     }

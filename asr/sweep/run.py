@@ -266,9 +266,10 @@ def averaged_model(model, weights: torch.Tensor):
     return out
 
 
-def train_run(data: SweepData, settings: RunSettings, progress=None) -> dict:
+def train_run(data: SweepData, settings: RunSettings, progress=None, learner_losses: bool = False) -> dict:
     """Train one run; returns its settings with the held-out loss per epoch. `progress(n)` is
-    told of every n steps taken."""
+    told of every n steps taken. With `learner_losses` every epoch also records each node's own
+    held-out loss (asr/sweep/diagnose: the learners' average against the learners)."""
     start = time.monotonic()
     torch.manual_seed(settings.init_seed)
     model = build_model(OmegaConf.create(settings.model), data.train.feat_dim, data.objective.num_outputs)
@@ -284,8 +285,10 @@ def train_run(data: SweepData, settings: RunSettings, progress=None) -> dict:
         lr = sim.lr
         average, spread = sim.end_epoch()
         held_out = data.held_out_loss(averaged_model(sim.models[0], average))
+        record = {"learner_held_out": [finite_or_none(data.held_out_loss(m)) for m in sim.models]}
         epochs.append(
-            {
+            (record if learner_losses else {})
+            | {
                 "epoch": epoch + 1,
                 "train_loss": run.loss / max(run.count, 1),
                 "held_out_loss": finite_or_none(held_out),

@@ -145,11 +145,12 @@ def node_batch(settings: RunSettings) -> int:
 class Runner:
     """Trains runs (in sweep.jobs processes) and keeps sweep.json up to date."""
 
-    def __init__(self, cfg, results_path: Path):
+    def __init__(self, cfg, results_path: Path, learner_losses: bool = False):
         self.cfg = cfg
         self.results_path = results_path
         self.done: list[dict] = previous_runs(results_path)
         self.runs: list[dict] = []
+        self.learner_losses = learner_losses  # train_run's: every node's own held-out loss too
 
     def previous(self, settings: RunSettings) -> dict | None:
         key = settings.key()
@@ -172,7 +173,7 @@ class Runner:
         if jobs <= 1:
             data = data if data is not None or not todo else SweepData(self.cfg)
             for settings in tqdm(todo, desc="sweep runs", disable=None, leave=False, dynamic_ncols=True):
-                self.finished(train_run(data, settings, self.step_bar(settings)))
+                self.finished(train_run(data, settings, self.step_bar(settings), self.learner_losses))
             return
         self.run_in_processes(todo, jobs)
 
@@ -193,7 +194,7 @@ class Runner:
         with ProcessPoolExecutor(
             jobs, mp_context=context, initializer=_start_worker, initargs=(config, threads)
         ) as pool:
-            pending = {pool.submit(_train, settings) for settings in todo}
+            pending = {pool.submit(_train, settings, self.learner_losses) for settings in todo}
             with tqdm(total=len(todo), desc="sweep runs", disable=None, leave=False, dynamic_ncols=True) as bar:
                 while pending:
                     finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -246,8 +247,8 @@ def _start_worker(config: dict, threads: int) -> None:
     _worker_data = SweepData(OmegaConf.create(config))
 
 
-def _train(settings: RunSettings) -> dict:
-    return train_run(_worker_data, settings)
+def _train(settings: RunSettings, learner_losses: bool) -> dict:
+    return train_run(_worker_data, settings, learner_losses=learner_losses)
 
 
 def sorted_runs(runs: list[dict]) -> list[dict]:

@@ -1,0 +1,114 @@
+"""The diagnostic runs (asr/sweep/diagnose) on the hybrid toy corpus: each variant changes
+what it says, every learner's own held-out loss is recorded, and the rows compare each run
+with its SSGD reference and the baseline of its seed."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from tests.sweep.test_sweep_samples import SWEEP, root, sweep_config  # noqa: F401  (root: the corpus fixture)
+
+from asr.sweep.diagnose import NO_MOMENTUM, Diagnostic, diagnostics_md, run_diagnostics
+from asr.sweep.sweep import run_sweep
+from asr.utils.errors import InputError
+
+torch.set_num_threads(1)
+DIAGNOSTICS = (
+    Diagnostic("ssgd", "ssgd", "reference", "SSGD"),
+    Diagnostic("adpsgd", "adpsgd", "reference", "ADPSGD"),
+    Diagnostic("adpsgd_lockstep", "adpsgd", "staleness", "lockstep", {"speed_spread": 0.0, "exchange_time": 0.0}),
+    Diagnostic("adpsgd_2_learners", "adpsgd", "noise", "2 learners", {"learners": 2}),
+    Diagnostic("ssgd_momentum_0", "ssgd", "reference", "SSGD momentum 0", NO_MOMENTUM, 10.0),
+    Diagnostic("adpsgd_momentum_0", "adpsgd", "momentum", "momentum 0", NO_MOMENTUM, 10.0, "ssgd_momentum_0"),
+)
+
+
+@pytest.fixture(scope="module")
+def diagnosed(root):  # noqa: F811
+    cfg = sweep_config(root, ["sweep.epochs=1", "sweep.baseline_lrs=[0.1]", f"sweep.out_dir={root / 'diagnose'}"])
+    run_sweep(cfg)
+    return cfg, run_diagnostics(cfg, DIAGNOSTICS)
+
+
+def rows(head, name):
+    return [r for r in head["diagnostics"] if r["name"] == name]
+
+
+def test_every_variant_runs_at_both_batches_with_what_it_changes(diagnosed):
+    cfg, head = diagnosed
+    assert [r["global_batch"] for r in head["diagnostics"]] == [16] * 6 + [8] * 6  # the critical batch first
+    for batch, lr in ((16, 0.2), (8, 0.1)):  # lr 0.1 at the base batch 8, scaled linearly
+        by_name = {r["name"]: r for r in head["diagnostics"] if r["global_batch"] == batch}
+        assert math.isclose(by_name["adpsgd"]["lr"], lr) and math.isclose(by_name["adpsgd_momentum_0"]["lr"], 10 * lr)
+        assert by_name["adpsgd"]["learners"] == 4 and by_name["adpsgd_2_learners"]["learners"] == 2
+        assert by_name["adpsgd_2_learners"]["per_learner_batch"] == batch // 2
+        assert by_name["adpsgd"]["nodes"] == 4 and by_name["ssgd"]["nodes"] == 1
+    runs = json.loads((Path(cfg.sweep.out_dir) / "diagnostics.json").read_text())["runs"]
+    lockstep = next(r for r in runs if r["timing"]["exchange_time"] == 0.0)
+    assert lockstep["timing"]["speed_spread"] == 0.0 and lockstep["algorithm"] == "adpsgd"
+    still = next(r for r in runs if r["train"]["momentum"] == 0.0 and r["algorithm"] == "adpsgd")
+    assert still["train"]["nesterov"] is False
+
+
+def test_each_learner_is_scored_and_rows_compare_with_their_reference(diagnosed):
+    _, head = diagnosed
+    for batch in (8, 16):
+        adpsgd = next(r for r in rows(head, "adpsgd") if r["global_batch"] == batch)
+        ssgd = next(r for r in rows(head, "ssgd") if r["global_batch"] == batch)
+        assert adpsgd["over_reference"] == pytest.approx(adpsgd["held_out_loss"] / ssgd["held_out_loss"] - 1)
+        assert ssgd["over_reference"] is None
+        still = next(r for r in rows(head, "adpsgd_momentum_0") if r["global_batch"] == batch)
+        assert still["reference"] == "ssgd_momentum_0"
+        last = adpsgd["epochs"][-1]
+        assert last["learners_best"] <= last["learners_mean"] <= last["learners_worst"]
+        assert last["spread"] > 0  # ADPSGD's learners differ
+    lockstep = rows(head, "adpsgd_lockstep")[0]
+    assert lockstep["consensus_rate"] == pytest.approx(0.5)  # the fixed ring on 4 nodes
+
+
+def test_an_ssgd_learner_scores_what_the_average_scores(root):  # noqa: F811
+    """SSGD's one node is its learners' average: its own held-out loss is the same number,
+    so the learners' losses are of the learners' models, not of anything else."""
+    from asr.sweep.run import SweepData, run_settings, train_run, with_train_config
+
+    cfg = with_train_config(sweep_config(root, ["sweep.epochs=1"]))
+    data = SweepData(cfg)
+    ssgd = train_run(data, run_settings(cfg, "ssgd", 8, 0.1, 1), learner_losses=True)
+    assert ssgd["epochs_log"][0]["learner_held_out"] == [ssgd["held_out_loss"]]
+    adpsgd = train_run(data, run_settings(cfg, "adpsgd", 8, 0.1, 1), learner_losses=True)
+    losses = adpsgd["epochs_log"][0]["learner_held_out"]
+    assert len(losses) == 4 and len(set(losses)) == 4
+    assert "learner_held_out" not in train_run(data, run_settings(cfg, "ssgd", 8, 0.1, 1))["epochs_log"][0]
+
+
+def test_the_markdown_names_every_run(diagnosed):
+    _, head = diagnosed
+    text = diagnostics_md(head)
+    assert text.count("| adpsgd_lockstep |") == 2 and "python -m asr.sweep.diagnose" in text
+
+
+def test_a_chosen_diagnostic_brings_its_reference_and_unknown_names_are_refused(root):  # noqa: F811
+    from asr.sweep.diagnose import chosen
+
+    cfg = sweep_config(root, ["sweep.diagnostics=[adpsgd_momentum_0]"])
+    assert [d.name for d in chosen(cfg, DIAGNOSTICS)] == ["ssgd_momentum_0", "adpsgd_momentum_0"]
+    assert len(chosen(sweep_config(root), DIAGNOSTICS)) == len(DIAGNOSTICS)
+    with pytest.raises(InputError, match=r"sweep.diagnostics: \['adpsgd_fast'\] unknown"):
+        chosen(sweep_config(root, ["sweep.diagnostics=[adpsgd_fast]"]), DIAGNOSTICS)
+
+
+def test_the_batches_can_be_chosen(root):  # noqa: F811
+    from asr.sweep.diagnose import diagnostic_batches
+
+    assert diagnostic_batches(sweep_config(root).sweep) == [16, 8]
+    assert diagnostic_batches(sweep_config(root, ["sweep.diagnostic_batches=[8]"]).sweep) == [8]
+    with pytest.raises(InputError, match="sweep.diagnostic_batches: 6 is not a multiple of sweep.learners=4"):
+        diagnostic_batches(sweep_config(root, ["sweep.diagnostic_batches=[6]"]).sweep)
+
+
+def test_diagnostics_need_the_sweeps_baseline(root):  # noqa: F811
+    cfg = sweep_config(root, [f"sweep.out_dir={root / 'nothing'}"])
+    with pytest.raises(InputError, match="run python -m asr.sweep with the same overrides first"):
+        run_diagnostics(cfg, DIAGNOSTICS)
