@@ -37,10 +37,9 @@ check_cmd_options() {
   [[ "$cmd" == slurm ]] || return 0
   (( nj >= 1 )) || nj=4
   local conf=${slurm_conf:-conf/slurm.conf}
-  if [[ -z "$slurm_conf" && ! -e "$conf" ]]; then
-    return 0  # no per-recipe options: sbatch's own defaults
+  if [[ -n "$slurm_conf" || -e "$conf" ]]; then  # else no per-recipe options: sbatch's defaults
+    read_slurm_conf "$conf"
   fi
-  read_slurm_conf "$conf"
   command -v sbatch >/dev/null || usage_error "--cmd slurm: sbatch not found on PATH (run on a SLURM submit host)"
 }
 
@@ -162,12 +161,17 @@ slurm_train() {
 # All completed: return. Else cancel the DEPENDENT jobs and end the recipe (exit 1) with one
 # line naming the first failed task and its log (LOG, %a standing for the task).
 wait_for_job() {
-  local n=$1 name=$2 job=$3 pattern=$4 states id state code task
+  local n=$1 name=$2 job=$3 pattern=$4 states id state code task sacct_failures=0
   shift 4
   while true; do
     if [[ -z "$(squeue -h -j "$job" -o %i 2>/dev/null)" ]]; then
-      states=$(sacct -n -P -X -j "$job" --format=JobID,State,ExitCode 2>/dev/null) || states=""
-      all_ended "$states" && break
+      # Left the queue: sacct says how each task ended (it may lag a little behind squeue).
+      if states=$(sacct -n -P -X -j "$job" --format=JobID,State,ExitCode 2>/dev/null); then
+        sacct_failures=0
+        all_ended "$states" && break
+      elif (( ++sacct_failures >= 10 )); then
+        die "stage $n ($name): sacct -j $job failed 10 times; --cmd slurm needs SLURM accounting to see how jobs ended (job log: ${pattern//%a/*})"
+      fi
     fi
     sleep "${ASR_SLURM_POLL_S:-10}"
   done
