@@ -7,7 +7,7 @@ import pytest
 
 from asr.data.datadir import read_data_dir
 from tests.fixtures.swb_corpus import TINY_SWB, corpus_options, quirky_corpus
-from tests.recipes.conftest import Recipe
+from tests.recipes.conftest import REPO, Recipe
 
 pytestmark = pytest.mark.slow
 
@@ -30,3 +30,15 @@ def test_speed_perturbed_training_set_from_db_conf(tmp_path):
     feats = (recipe.dir / "feats/logmel40/train_nodup_sp/feats.scp").read_text().splitlines()
     assert 2 * len(train.utt2spk) < len(feats) <= len(perturbed.utt2spk)
     assert not (recipe.dir / "feats/logmel40/train_nodup").exists()  # features of the perturbed set only
+
+
+@pytest.mark.parametrize("name", ["swb300", "swb2000"])
+def test_the_example_db_conf_parses_and_the_command_line_wins(tmp_path, name):
+    recipe = Recipe(tmp_path, name)
+    example = REPO / "recipes" / name / "db.conf.example"
+    roots = ["--data-root", str(tmp_path / "d"), "--exp-root", str(tmp_path / "e")]
+    proc = recipe.run("--config", str(example), *roots, "--stop-stage", "0", check=False)
+    # every option of the file was accepted; prepare then refuses the corpus paths, which do not exist here
+    assert proc.returncode == 2 and "stage 0 (prepare) failed (exit 2)" in proc.stderr
+    assert (recipe.dir / "data").resolve() == tmp_path / "d/data"  # not the file's /scratch/asr
+    assert "experiment=" in (recipe.dir / "exp/base/.done/0.prepare.cmd").read_text()
