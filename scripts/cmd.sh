@@ -36,7 +36,8 @@ check_cmd_options() {
   [[ "$cmd" == local || "$cmd" == slurm ]] || usage_error "--cmd '$cmd': choose local or slurm"
   [[ "$cmd" == slurm ]] || return 0
   (( nj >= 1 )) || nj=4
-  local conf=${slurm_conf:-conf/slurm.conf}
+  local conf=conf/slurm.conf
+  [[ -z "$slurm_conf" ]] || conf=$(absolute_path "$here" "$slurm_conf")  # from where run.sh started
   if [[ -n "$slurm_conf" || -e "$conf" ]]; then  # else no per-recipe options: sbatch's defaults
     read_slurm_conf "$conf"
   fi
@@ -86,11 +87,23 @@ dispatch() {
   local logs="$PWD/$exp_dir/log/$n.$name.slurm"
   mkdir -p "$logs"
   rm -f "$logs"/*.log
+  in_flight=()
+  # Interrupted while waiting: the stage's jobs would go on without anyone to use their outputs.
+  trap 'cancel_in_flight; exit 130' INT
+  trap 'cancel_in_flight; exit 143' TERM
   case "$name" in
     features) slurm_split_stage "$n" "$name" "$logs" "$@" ;;
     train) slurm_train "$n" "$name" "$logs" "$@" ;;
     *) slurm_single "$n" "$name" "$logs" "$@" ;;
   esac
+  trap - INT TERM
+}
+
+in_flight=()
+cancel_in_flight() {
+  (( ${#in_flight[@]} )) || return 0
+  log "cancelling slurm jobs ${in_flight[*]}"
+  scancel "${in_flight[@]}" 2>/dev/null || true
 }
 
 # job_script FILE COMMAND...: a script that runs COMMAND in the recipe dir; a word @TASK@ becomes
@@ -126,8 +139,10 @@ slurm_split_stage() {
   job_script "$logs/merge.sh" "$@" features.split.count="$nj"
   local array merge
   array=$(submit "$name" -- --job-name="$name" --array="0-$((nj - 1))" --output="$logs/%a.log" "$logs/task.sh") || exit 1
+  in_flight+=("$array")
   merge=$(submit "$name" "$name.merge" -- --job-name="$name.merge" --dependency="afterok:$array" \
     --kill-on-invalid-dep=yes --output="$logs/merge.log" "$logs/merge.sh") || exit 1
+  in_flight+=("$merge")
   log "stage $n ($name): slurm array job $array ($nj tasks), then merge job $merge; logs in $logs/"
   wait_for_job "$n" "$name" "$array" "$logs/%a.log" "$merge"
   wait_for_job "$n" "$name" "$merge" "$logs/merge.log"
@@ -138,6 +153,7 @@ slurm_single() {
   job_script "$logs/job.sh" "$@"
   local job
   job=$(submit "$name" -- --job-name="$name" --output="$logs/job.log" "$logs/job.sh") || exit 1
+  in_flight+=("$job")
   log "stage $n ($name): slurm job $job; log $logs/job.log"
   wait_for_job "$n" "$name" "$job" "$logs/job.log"
 }
@@ -153,6 +169,7 @@ slurm_train() {
   (( max_restarts_given == 0 )) || export ASR_MAX_RESTARTS=$max_restarts
   job=$(submit "$name" -- --job-name="$name" "${extra[@]}" --output="$logs/job.log" \
     "$repo_root/scripts/slurm/train.sbatch" "$@") || exit 1
+  in_flight+=("$job")
   log "stage $n ($name): slurm job $job (scripts/slurm/train.sbatch); log $logs/job.log"
   wait_for_job "$n" "$name" "$job" "$logs/job.log"
 }

@@ -56,7 +56,6 @@ local_addr=""
 data_root=""
 exp_root=""
 data_root_dirs=(data feats lang)  # what --data-root moves
-config_file=""
 overrides=()
 declare -A recipe_opts=()
 declare -A recipe_list_opts=()

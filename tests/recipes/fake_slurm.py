@@ -8,7 +8,8 @@ runs in a background process of its own, after its `--dependency=afterok:ID` job
 another, each with SLURM_JOB_ID, SLURM_ARRAY_TASK_ID, ... set and its output in --output
 (%A, %a, %j, %x replaced). While a job waits or runs, squeue lists it; sacct reports each
 task's state and exit code. FAKE_SLURM_FAIL="NAME:TASK" in sbatch's environment makes that
-task of the job named NAME fail (exit 1) instead of running, as a lost node would.
+task of the job named NAME fail (exit 1) instead of running, as a lost node would. While a
+file `hold` exists in state_dir, jobs stay pending (a full cluster).
 
     python fake_slurm.py sbatch|squeue|sacct|scancel|srun|scontrol ARGS...   (what the scripts run)
 """
@@ -109,6 +110,8 @@ def run(state: Path, job: int) -> int:
             for task in meta["tasks"]:
                 _set_state(state, job, task, "CANCELLED", 0)
             return 0
+    while (state / "hold").exists():
+        time.sleep(0.05)
     for task in meta["tasks"]:
         if _states(state, job)[_task_key(task)][0] != "PENDING":
             continue  # scancel'd

@@ -7,9 +7,9 @@ multi-node launcher's rendezvous options. On the tiny corpus, up to greedy decod
 from __future__ import annotations
 
 import json
-import re
-import shutil
+import signal
 import socket
+import time
 from pathlib import Path
 
 import kaldiio
@@ -188,6 +188,22 @@ def test_a_failed_task_ends_the_recipe_with_one_line_naming_its_log(tmp_path):
     assert not (recipe.dir / "exp/f/log/3.features.slurm/merge.log").exists()  # the merge never ran
     assert not (recipe.dir / "exp/f/.done/3.features").exists() and "stage 4" not in proc.stderr
     assert str(merge["job"]) in " ".join(c["argv"][0] for c in fake_slurm.calls(recipe.state, "scancel"))
+
+
+def test_an_interrupted_recipe_cancels_the_jobs_it_waits_for(tmp_path):
+    recipe = slurm_recipe(tmp_path)
+    (recipe.state / "hold").touch()  # the cluster is full: the job stays pending
+    proc = recipe.start("--cmd", "slurm", "--exp", "i", "--stop-stage", "0", *TINY, log=tmp_path / "run.log")
+    deadline = time.time() + 60
+    while not fake_slurm.calls(recipe.state, "squeue"):  # submitted, and waiting
+        assert time.time() < deadline and proc.poll() is None, (tmp_path / "run.log").read_text()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143
+    [job] = sbatch_calls(recipe, "synth")
+    assert [c["argv"] for c in fake_slurm.calls(recipe.state, "scancel")] == [[str(job["job"])]]
+    assert (recipe.state / "jobs" / str(job["job"]) / "-.state").read_text().startswith("CANCELLED")
+    (recipe.state / "hold").unlink()
 
 
 @pytest.mark.parametrize(
