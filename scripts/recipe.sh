@@ -6,8 +6,17 @@
 #   --exp NAME                  experiment name -> exp/NAME (default: base)
 #   --nproc N                   training processes per node (torchrun); 1 = plain python
 #   --nnodes N --node-rank K --rdzv-endpoint HOST:PORT   several machines (torchrun)
+#   --local-addr ADDRESS        this machine's address for the rendezvous (torchrun's --local-addr),
+#                               when its host name does not resolve to the address the others reach
 #   --max-restarts N            torchrun restarts a failed training job N times (it resumes
 #                               from its last checkpoint); default 0
+#   --cmd local|slurm --nj N    where the stages run, and in how many parts (scripts/cmd.sh)
+#   --slurm-conf FILE           sbatch options per stage (default conf/slurm.conf; scripts/cmd.sh)
+#   --data-root DIR             data/, feats/ and lang/ live in DIR: the recipe dir gets
+#                               symbolic links to them (another disk)
+#   --exp-root DIR              the same for exp/
+#   --config FILE               options read before the command line's (default: db.conf in the
+#                               recipe dir, if there is one); see read_config_file
 #   --force                     re-run stages even if they are done
 #   anything else               a Hydra override passed to every stage (key=value)
 #
@@ -20,7 +29,8 @@
 # ran with (its command line less the overrides of config groups it does not read). A re-run
 # skips a done stage whose options are the same; with other options it says which changed and
 # runs the stage again. A stage that runs removes the markers of the stages after it (they
-# used its outputs), so they run again too.
+# used its outputs), so they run again too. The stages whose outputs experiments share also
+# leave a marker in data/.done/ (see "shared stages" below), so a new --exp skips them.
 
 set -euo pipefail
 
@@ -39,11 +49,20 @@ node_rank=0
 rdzv_endpoint=""
 max_restarts=0
 force=false
+nproc_given=0
+nnodes_given=0
+max_restarts_given=0
+local_addr=""
+data_root=""
+exp_root=""
+data_root_dirs=(data feats lang)  # what --data-root moves
 overrides=()
 declare -A recipe_opts=()
 declare -A recipe_list_opts=()
 corpus_paths=()
 corpus_lists=()
+
+. "$repo_root/scripts/cmd.sh"
 
 log() { echo "$(date '+%Y-%m-%d %H:%M:%S') [$(basename "$PWD")] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -69,6 +88,8 @@ integer_option() {
 
 parse_options() {
   local name value
+  read_config_file "$@"
+  set -- "${config_args[@]}" "$@"
   while [[ $# -gt 0 ]]; do
     case "$1" in
       --force) force=true; shift; continue ;;
@@ -83,9 +104,11 @@ parse_options() {
       *) usage_error "unexpected argument '$1': options start with --, Hydra overrides look like key=value" ;;
     esac
     case "$name" in
-      stage|stop_stage|nproc|nnodes|node_rank|max_restarts) integer_option "$name" "$value" ;;
+      stage|stop_stage|node_rank|nj) integer_option "$name" "$value" ;;
+      nproc|nnodes|max_restarts) integer_option "$name" "$value"; printf -v "${name}_given" 1 ;;
       exp) exp=$value ;;
-      rdzv_endpoint) rdzv_endpoint=$value ;;
+      rdzv_endpoint|local_addr|cmd|slurm_conf|data_root|exp_root) printf -v "$name" '%s' "$value" ;;
+      config) ;;  # read first, by read_config_file
       *)
         if [[ -n "${recipe_list_opts[$name]:-}" ]]; then
           local -n list=$name; list+=("$value"); unset -n list
@@ -97,6 +120,8 @@ parse_options() {
     esac
   done
   check_options
+  link_root "$data_root" "${data_root_dirs[@]}"
+  link_root "$exp_root" exp
   overrides=("exp_name=$(hydra_quote "$exp")" "${overrides[@]}")
   exp_dir=exp/$exp
   mkdir -p "$exp_dir/.done"
@@ -127,6 +152,77 @@ check_options() {
   (( node_rank < nnodes )) || usage_error "--node-rank $node_rank: must be below --nnodes $nnodes"
   (( nnodes == 1 )) || [[ -n "$rdzv_endpoint" ]] || usage_error "--nnodes $nnodes needs --rdzv-endpoint HOST:PORT"
   [[ -z "${recipe_opts[decode]:-}" ]] || check_decode_options
+  [[ -z "${recipe_opts[speed_perturb]:-}" || $speed_perturb == true || $speed_perturb == false ]] ||
+    usage_error "--speed-perturb '$speed_perturb': true or false"
+  check_cmd_options
+}
+
+# read_config_file ARGS...: config_args = the options of --config FILE (or of db.conf in the
+# recipe dir when there is no --config), which go before the command line's, so that the
+# command line wins. One option a line: `--name value` (the rest of the line is the value,
+# spaces and all) or a Hydra override `key=value`; blank lines and lines starting with # are
+# skipped. A relative path given to a path option (--data-root, --exp-root, --slurm-conf, the
+# corpus directories) counts from the file's directory.
+config_args=()
+read_config_file() {
+  local file="" line name value lineno=0 dir
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --config) [[ $# -ge 2 ]] || usage_error "option --config needs a value"; file=$(absolute_path "$here" "$2"); shift 2 ;;
+      --config=*) file=$(absolute_path "$here" "${1#*=}"); shift ;;
+      *) shift ;;
+    esac
+  done
+  if [[ -z "$file" ]]; then
+    [[ -f db.conf ]] || return 0
+    file=$PWD/db.conf
+  fi
+  [[ -f "$file" && -r "$file" ]] || usage_error "--config $file: no such readable file"
+  dir=$(dirname "$file")
+  while IFS= read -r line || [[ -n "$line" ]]; do
+    lineno=$((lineno + 1))
+    line=${line#"${line%%[![:space:]]*}"}; line=${line%"${line##*[![:space:]]}"}  # trim
+    [[ -z "$line" || "$line" == \#* ]] && continue
+    if [[ "$line" == --* ]]; then
+      name=${line%%[[:space:]]*}; value=${line#"$name"}; value=${value#"${value%%[![:space:]]*}"}
+      [[ -n "$value" ]] || usage_error "$file:$lineno: $name needs a value on the same line"
+      [[ "$name" != --config ]] || usage_error "$file:$lineno: --config cannot be nested"
+      is_path_option "${name#--}" && value=$(absolute_path "$dir" "$value")
+      config_args+=("$name" "$value")
+    elif [[ "$line" == *=* ]]; then
+      config_args+=("$line")
+    else
+      usage_error "$file:$lineno: expected --option value or key=value, got '$line'"
+    fi
+  done < "$file"
+  log "options from $file: ${config_args[*]}"
+}
+
+is_path_option() {
+  local name=${1//-/_} p
+  for p in data_root exp_root slurm_conf "${corpus_paths[@]}"; do [[ "$name" == "$p" ]] && return 0; done
+  for p in "${corpus_lists[@]}"; do [[ "$name" == "${p#*:}" ]] && return 0; done
+  return 1
+}
+
+# link_root ROOT NAME...: with a ROOT (--data-root, --exp-root), each NAME in the recipe dir is a
+# symbolic link to ROOT/NAME, made when missing. A NAME that is a directory here, or a link to
+# another place, is an error (exit 2): moving outputs is the user's decision, never silent.
+link_root() {
+  local root=$1 name target; shift
+  [[ -n "$root" ]] || return 0
+  root=$(realpath -m -- "$(absolute_path "$here" "$root")")
+  for name in "$@"; do
+    target=$root/$name
+    if [[ -L "$name" ]]; then
+      [[ "$(readlink "$name")" == "$target" ]] || usage_error "$PWD/$name links to $(readlink "$name"), not $target; remove the link (rm $name) to move it, after moving its contents"
+    elif [[ -e "$name" ]]; then
+      usage_error "$PWD/$name is a directory here; move it to $target first (mv $name $root/)"
+    else
+      mkdir -p "$target"
+      ln -s "$target" "$name"
+    fi
+  done
 }
 
 # replayable_command: `cd DIR && bash RUN.SH ARGS`, every word quoted for the shell (printf %q).
@@ -231,6 +327,7 @@ invalidate_after() {
       removed+=("$base")
     fi
   done
+  invalidate_shared_after "$n"
   (( ${#removed[@]} == 0 )) || log "stage $n runs, so the stages after it run again (markers removed: ${removed[*]})"
 }
 
@@ -249,21 +346,65 @@ run_stage() {
       return 0
     fi
     log "stage $n ($name): done before with other options; running it again. Changed:"$'\n'"$changes"
+  elif [[ "$force" != true ]] && reuse_shared_marker "$name" "$marker" "$options"; then
+    log "stage $n ($name): done already by another experiment ($(shared_marker "$n.$name")), skipping"
+    return 0
   fi
   rm -f "$marker"
   [[ -n "${checks_only[$name]:-}" ]] || invalidate_after "$n"
   log "stage $n ($name): $*"
   { printf '%q ' "$@"; echo; } > "$exp_dir/.done/$n.$name.cmd"
   local start=$SECONDS
-  "$@" && status=0 || status=$?
+  dispatch "$n" "$name" "$@" && status=0 || status=$?
   if (( status != 0 )); then
     log "ERROR: stage $n ($name) failed (exit $status); fix the problem above and re-run with --stage $n"
     exit "$status"
   fi
   { echo "# finished $(date '+%Y-%m-%d %H:%M:%S'); the options it ran with:"; printf '%s\n' "$options"; } > "$marker.tmp"
   mv "$marker.tmp" "$marker"
+  write_shared_marker "$name" "$marker"
   written_now[$n.$name]=1
   log "stage $n ($name): finished in $((SECONDS - start)) s"
+}
+
+# --- shared stages: a new --exp reuses them -------------------------------------------------
+# The stages below write into data/, feats/ and lang/, which every experiment of a recipe
+# shares. When one finishes it also leaves its marker in data/.done/, less the exp_name line;
+# an experiment without its own marker of that stage takes the shared one, when the options
+# are the same, instead of running the stage again. Kept apart from the marker rule above.
+shared_stages=" synth prepare validate perturb features tokenizer lm lang "
+shared_marker() { printf '%s/.done/%s' "$(override_value data.data_dir data)" "$1"; }
+without_exp_name() { grep -v '^exp_name=' || true; }
+
+# reuse_shared_marker NAME MARKER OPTIONS: copy the shared marker to MARKER if it holds OPTIONS.
+reuse_shared_marker() {
+  local name=$1 marker=$2 options=$3 shared
+  [[ "$shared_stages" == *" $name "* ]] || return 1
+  shared=$(shared_marker "${marker##*/}")
+  [[ -f "$shared" ]] || return 1
+  [[ "$(tail -n +2 "$shared")" == "$(without_exp_name <<< "$options")" ]] || return 1
+  { head -1 "$shared"; printf '%s\n' "$options"; } > "$marker.tmp"
+  mv "$marker.tmp" "$marker"
+}
+
+write_shared_marker() {
+  local name=$1 marker=$2 shared
+  [[ "$shared_stages" == *" $name "* ]] || return 0
+  shared=$(shared_marker "${marker##*/}")
+  mkdir -p "$(dirname "$shared")"
+  { head -1 "$marker"; tail -n +2 "$marker" | without_exp_name; } > "$shared.tmp"
+  mv "$shared.tmp" "$shared"
+}
+
+# invalidate_shared_after N: a stage that runs makes the shared markers after it stale.
+invalidate_shared_after() {
+  local n=$1 marker base
+  for marker in "$(shared_marker '')"*; do
+    base=${marker##*/}
+    [[ -f "$marker" && "${base%%.*}" =~ ^[0-9]+$ && -z "${written_now[$base]:-}" ]] || continue
+    (( 10#${base%%.*} > n )) && rm -f "$marker"
+  done
+  return 0
 }
 
 # train_launcher: sets the array `launcher` to plain python for one process, torchrun otherwise.
@@ -272,9 +413,12 @@ train_launcher() {
     launcher=(python -m)
   elif (( nnodes == 1 )); then
     launcher=(torchrun --standalone --nproc-per-node "$nproc" --max-restarts "$max_restarts" -m)
-  else
+  else  # the rendezvous id: the experiment's name, the same on every machine
     launcher=(torchrun --nnodes "$nnodes" --node-rank "$node_rank" --nproc-per-node "$nproc"
-              --max-restarts "$max_restarts" --rdzv-backend c10d --rdzv-endpoint "$rdzv_endpoint" -m)
+              --max-restarts "$max_restarts" --rdzv-backend c10d --rdzv-endpoint "$rdzv_endpoint"
+              --rdzv-id "$exp")
+    [[ -z "$local_addr" ]] || launcher+=(--local-addr "$local_addr")
+    launcher+=(-m)
   fi
 }
 
@@ -343,6 +487,7 @@ switchboard_stages() {
   run_stage 0 prepare   python -m asr.data.prepare "${overrides[@]}"
   run_stage 1 validate  python -m asr.data.validate "$data/$(override_value data.train_set train_nodup)" \
                           "$data/$(override_value data.dev_set train_dev)" "$data/$(override_value data.eval_set eval2000)"
+  speed_perturb_stage 2 "$data" train_nodup
   run_stage 2 features  python -m asr.features "${overrides[@]}"
   run_stage 3 tokenizer python -m asr.text "${overrides[@]}"
   run_stage 4 lm        python -m asr.lm "${overrides[@]}"
@@ -350,6 +495,18 @@ switchboard_stages() {
   run_stage 5 train     "${launcher[@]}" asr.train "${overrides[@]}"
   decode_stages 6
   show_wer
+}
+
+# speed_perturb_option: --speed-perturb true|false, Kaldi's 3-way speed perturbation (0.9 1.0 1.1)
+# of the training set; speed_perturb_stage N DATA DEFAULT_TRAIN_SET runs it as stage N and points
+# every later stage at <train>_sp.
+speed_perturb_option() { recipe_option speed_perturb false; }
+speed_perturb_stage() {
+  [[ $speed_perturb == true ]] || return 0
+  local train_set
+  train_set=$(override_value data.train_set "$3")
+  run_stage "$1" perturb python -m asr.data.perturb "$2/$train_set"
+  overrides+=("data.train_set=$(hydra_quote "${train_set}_sp")")
 }
 
 # show_wer: print the eval set's WER tables after the score stage (decode_stages ran).

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Mini recipe: the synthetic LDC-format Switchboard-1 + Hub5-2000 corpus, end to end.
-#   ./run.sh [--stage N] [--stop-stage M] [--exp NAME] [--decode beam_lm|greedy] [--score hub5|jiwer] [hydra overrides...]
+#   ./run.sh [--stage N] [--stop-stage M] [--exp NAME] [--decode beam_lm|greedy] [--score hub5|jiwer]
+#            [--speed-perturb true] [--cmd local|slurm] [--nj N] [--data-root DIR] [--exp-root DIR]
+#            [--config FILE] [hydra overrides...]   (all options: scripts/recipe.sh, scripts/cmd.sh)
 # Stages: 0 synth, 1 prepare, 2 validate, 3 features, 4 tokenizer, 5 lm and lang, 6 train, 7 tune (LM weight, or
 # the hybrid model's acoustic scale, on dev), 8 decode, 9 score.
 # With experiment=hybrid the toolkit's own GMM-HMM systems come first (stage 5: lang, monophones,
@@ -14,10 +16,9 @@ cd "$(dirname "$0")"
 RECIPE_ARGS=("$@")
 . ../../scripts/recipe.sh
 decode_options
-recipe_option speed_perturb false  # true: train on <train>_sp, Kaldi's 3-way speed perturbation (0.9 1.0 1.1)
-usage() { sed -n '2,4p' "$0"; }
+speed_perturb_option  # true: train on <train>_sp, Kaldi's 3-way speed perturbation (0.9 1.0 1.1)
+usage() { sed -n '2,6p' "$0"; }
 parse_options "$@"
-[[ $speed_perturb == true || $speed_perturb == false ]] || usage_error "--speed-perturb '$speed_perturb': true or false"
 data=$(override_value data.data_dir data)
 hybrid=false  # hybrid_ce: frame targets from the synthesiser's phone timings, no decoding
 [[ $(override_value experiment "") == hybrid_ce ]] && hybrid=true
@@ -27,11 +28,7 @@ gmm_hybrid=false  # hybrid: GMM-HMM systems, the BLSTM on their alignments, WFST
 run_stage 0 synth     python -m asr.data.synth "${overrides[@]}"
 run_stage 1 prepare   python -m asr.data.prepare "${overrides[@]}"
 run_stage 2 validate  python -m asr.data.validate "$data/train" "$data/train_dev" "$data/eval2000"
-if [[ $speed_perturb == true ]]; then  # from here on every stage trains on the perturbed set
-  train_set=$(override_value data.train_set train)
-  run_stage 3 perturb python -m asr.data.perturb "$data/$train_set"
-  overrides+=("data.train_set=$(hydra_quote "${train_set}_sp")")
-fi
+speed_perturb_stage 3 "$data" train  # with --speed-perturb true every later stage trains on train_sp
 run_stage 3 features  python -m asr.features "${overrides[@]}"
 if [[ $hybrid == true ]]; then  # phone targets per frame from the corpus' phone timings (a few seconds)
   ali=$exp_dir/phone_ali

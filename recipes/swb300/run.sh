@@ -3,14 +3,17 @@
 #   ./run.sh --swbd-dir DIR --ms98-dir DIR --eval2000-dir DIR --eval2000-text-dir DIR \
 #            [--stage N] [--stop-stage M] [--exp NAME] [--nproc N --nnodes N ...] [overrides...]
 # Stages: 0 prepare, 1 validate, 2 features, 3 tokenizer, 4 lm, 5 train, 6 tune (LM weight on dev),
-#         7 decode (--decode beam_lm|greedy), 8 score (--score hub5|jiwer).
+#         7 decode (--decode beam_lm|greedy), 8 score (--score hub5|jiwer); --speed-perturb true adds
+#         stage 2 perturb (train on train_nodup_sp). --cmd local|slurm --nj N: where stages run (scripts/cmd.sh);
+#         --data-root/--exp-root DIR: outputs on another disk; corpus paths and presets once in db.conf.
 # Presets: experiment=swb300_ssgd | swb300_adpsgd; results and GPU commands in RESULTS.md.
 here=$PWD
 cd "$(dirname "$0")"
 RECIPE_ARGS=("$@")
 . ../../scripts/recipe.sh
-usage() { sed -n '2,8p' "$0"; }
+usage() { sed -n '2,10p' "$0"; }
 decode_options
+speed_perturb_option
 corpus_option swbd_dir
 corpus_option ms98_dir
 corpus_option eval2000_dir

@@ -251,5 +251,8 @@ def test_a_second_run_of_the_same_experiment_is_refused_naming_the_first(fake):
     finally:
         os.killpg(holder.pid, signal.SIGKILL)  # the run and its stages (they inherit the lock)
         holder.wait()
-    assert run(fake, "--exp", "l").returncode == 0  # the lock ends with its holder: nothing stale
-    assert [r[0] for r in ran(fake)] == ALL
+    proc = run(fake, "--exp", "l")
+    assert proc.returncode == 0  # the lock ends with its holder: nothing stale
+    # prepare and validate (shared data/) were done by --exp other: a new experiment reuses them
+    assert [r[0] for r in ran(fake)] == ALL[2:]
+    assert "stage 0 (prepare): done already by another experiment" in proc.stderr
