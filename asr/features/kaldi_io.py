@@ -31,7 +31,7 @@ from asr.data import commands
 from asr.data.datadir import c_sort_key
 from asr.utils.atomic import atomic_path
 from asr.utils.errors import InputError
-from asr.utils.kaldi_binary import KaldiBinaryReader
+from asr.kaldi.binary import KaldiBinaryReader
 
 BINARY_MARK = b"\0B"
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from asr.utils.atomic import atomic_path
 from asr.utils.errors import InputError
-from asr.utils.kaldi_binary import (
+from asr.kaldi.binary import (
     BINARY_MARK,
     KaldiBinaryReader,
     float_matrix_bytes,

@@ -46,7 +46,7 @@ import numpy as np
 from asr.data import commands
 from asr.utils.atomic import atomic_path
 from asr.utils.errors import InputError
-from asr.utils.kaldi_binary import KaldiBinaryReader
+from asr.kaldi.binary import KaldiBinaryReader
 
 log = logging.getLogger(__name__)
 
