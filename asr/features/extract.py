@@ -54,15 +54,17 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from asr.data import commands
 from asr.data.audio import cut_segment, read_recording, shell_command
-from asr.data.datadir import Lookup, c_sort_key, parse_duration, parse_segment, read_table, sorted_table
+from asr.data.datadir import require_data_dir
 from asr.features import cmvn
 from asr.features.config import FeaturesConfig
 from asr.features.deltas import delta_opts
 from asr.features.fbank import FbankOptions, fbank_batch
 from asr.features.featureset import DELTA_COLUMNS, FeatureLayout, FeatureWriter, LoadDeltas
 from asr.features.parts import COPY_CHUNK, join_parts, merge_part_tables, merge_skipped
+from asr.kaldi import commands
+from asr.kaldi.segments import parse_duration, parse_segment
+from asr.kaldi.table import Lookup, c_sort_key, read_table, sorted_table
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 from asr.utils.memory import freeze_imports
@@ -205,7 +207,7 @@ def extract_set(
         raise InputError(f"features.cmvn={cmvn_unit!r}: choose one of {cmvn.UNITS}")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise InputError(f"features.device={device!r} but torch sees no GPU; use features.device=cpu")
-    _check_data_dir(data_dir)
+    require_data_dir(data_dir)
     if (data_dir / "wav.scp").is_file():
         commands.check_table(data_dir / "wav.scp", shell_command)  # refused here, or logged, before any work
     recorded = _provenance(data_dir, options, cmvn_unit, deltas, compress)
@@ -459,13 +461,6 @@ def _recorded_text(path: Path) -> str:
 
 NO_SEGMENT = "no line in segments"
 SKIPPED_NAMED = 10  # utterances the log names per skipped recording and reason
-
-
-def _check_data_dir(data_dir: Path) -> None:
-    if not data_dir.is_dir():
-        raise InputError(f"{data_dir}: data directory not found; run the prepare stage first")
-    if not (data_dir / "utt2spk").is_file():
-        raise InputError(f"{data_dir / 'utt2spk'}: missing; a Kaldi data dir needs utt2spk (and wav.scp or feats.scp)")
 
 
 @dataclass(frozen=True)

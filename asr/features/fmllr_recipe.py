@@ -43,8 +43,6 @@ import kaldiio
 import numpy as np
 import torch
 
-from asr.data import commands
-from asr.data.datadir import Lookup, c_sort_key, sorted_table
 from asr.features import cmvn
 from asr.features.extract import (
     SetSummary,
@@ -72,6 +70,8 @@ from asr.features.ivector_recipe import IvectorReader, ivector_sets, make_base_s
 from asr.features.parts import in_key_order, join_parts, merge_part_tables, merge_skipped
 from asr.features.provenance import CHECKSUM_FILE, checksum, complete, plain, source_checksum
 from asr.features.subset import balance_speakers, speaker_frames, streamed_subset
+from asr.kaldi import commands
+from asr.kaldi.table import Lookup, c_sort_key, sorted_table
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 

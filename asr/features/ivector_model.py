@@ -44,7 +44,6 @@ import kaldiio
 import numpy as np
 import torch
 
-from asr.data.datadir import c_sort_key
 from asr.features import ivector as iv
 from asr.features.extract import run_parts
 from asr.features.fmllr_model import single_thread
@@ -54,6 +53,7 @@ from asr.features.kaldi_io import read_matrix, write_matrix
 from asr.features.pca import estimate_pca
 from asr.features.splice import splice, splice_opts
 from asr.features.subset import speaker_subset, speaker_utterances, split_speakers
+from asr.kaldi.table import c_sort_key
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
 

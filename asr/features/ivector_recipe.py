@@ -41,7 +41,7 @@ import kaldiio
 import numpy as np
 import torch
 
-from asr.data.datadir import read_data_dir, read_table, write_table
+from asr.data.datadir import read_data_dir
 from asr.features import cmvn
 from asr.features import ivector as iv
 from asr.features.extract import SetSummary, _log_summary, extract_set, repoint_scp, run_parts
@@ -52,6 +52,7 @@ from asr.features.ivector_model import CONF_FILE, IvectorModel, LogmelFrames, tr
 from asr.features.parts import join_parts
 from asr.features.provenance import CHECKSUM_FILE, checksum, complete, plain, source_checksum
 from asr.features.subset import speaker_utterances, split_speakers
+from asr.kaldi.table import read_table, write_table
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 

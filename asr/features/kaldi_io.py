@@ -27,11 +27,11 @@ from pathlib import Path
 import kaldiio
 import numpy as np
 
-from asr.data import commands
-from asr.data.datadir import c_sort_key
+from asr.kaldi import commands
+from asr.kaldi.binary import KaldiBinaryReader
+from asr.kaldi.table import c_sort_key
 from asr.utils.atomic import atomic_path
 from asr.utils.errors import InputError
-from asr.kaldi.binary import KaldiBinaryReader
 
 BINARY_MARK = b"\0B"
 

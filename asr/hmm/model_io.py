@@ -28,8 +28,6 @@ import _kaldi_hmm_gmm
 import kaldi_hmm_gmm as khg
 import numpy as np
 
-from asr.utils.atomic import atomic_path
-from asr.utils.errors import InputError
 from asr.kaldi.binary import (
     BINARY_MARK,
     KaldiBinaryReader,
@@ -39,6 +37,8 @@ from asr.kaldi.binary import (
     int32_vector_bytes,
     token_bytes,
 )
+from asr.utils.atomic import atomic_path
+from asr.utils.errors import InputError
 
 NO_PDF = -1  # Kaldi's kNoPdf: the final, non-emitting state of a topology entry
 

@@ -34,9 +34,9 @@ from typing import BinaryIO, Union
 import kaldi_hmm_gmm as khg
 import numpy as np
 
+from asr.kaldi.binary import KaldiBinaryReader
 from asr.utils.atomic import atomic_open
 from asr.utils.errors import InputError
-from asr.kaldi.binary import KaldiBinaryReader
 
 PDF_CLASS = -1  # Kaldi's kPdfClass: the event key whose value is the HMM state's pdf-class
 VAR_FLOOR = 0.01  # acc-tree-stats' --var-floor

@@ -43,10 +43,10 @@ from typing import BinaryIO, Container, Iterator
 
 import numpy as np
 
-from asr.data import commands
+from asr.kaldi import commands
+from asr.kaldi.binary import KaldiBinaryReader
 from asr.utils.atomic import atomic_path
 from asr.utils.errors import InputError
-from asr.kaldi.binary import KaldiBinaryReader
 
 log = logging.getLogger(__name__)
 

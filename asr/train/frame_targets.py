@@ -24,8 +24,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from asr.data.datadir import c_sort_key, read_data_dir
+from asr.data.datadir import read_data_dir
 from asr.features.featureset import FeatureReader
+from asr.kaldi.table import c_sort_key
 from asr.train.alignments import AlignmentArchives
 from asr.utils.errors import InputError
 
