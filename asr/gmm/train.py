@@ -46,7 +46,7 @@ from asr.gmm.shares import (
 )
 from asr.gmm.stats import ModelArrays, Stats, update
 from asr.hmm.model_io import read_model, write_model
-from asr.hmm.tree_io import load_context_dependency
+from asr.kaldi.tree import load_context_dependency
 from asr.kaldi.table import c_sort_key
 from asr.train.alignments import natural_key, parse_int_vector_archive, read_archive_bytes
 from asr.utils.atomic import atomic_dir, write_text

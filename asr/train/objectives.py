@@ -30,7 +30,7 @@ from torch import Tensor
 
 from asr.data.datadir import data_set_dir
 from asr.features.featureset import feature_set_dir
-from asr.models.pdf_counts import PDF_COUNTS_NAME, write_pdf_counts
+from asr.kaldi.pdf_counts import PDF_COUNTS_NAME, write_pdf_counts
 from asr.text.tokenizer import BLANK_ID, Tokenizer, tokenizer_model_path
 from asr.train.alignments import AlignmentArchives
 from asr.train.data import Batch, CtcDataset
