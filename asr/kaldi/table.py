@@ -25,6 +25,9 @@ class Row(NamedTuple):
     value: str
 
 
+_new = tuple.__new__  # a Row without NamedTuple's __new__ (a Python call): a third less time per line
+
+
 def c_sort_key(key: str) -> bytes:
     """Kaldi sorts with LC_ALL=C: by bytes, so 'B' < 'a' and '-' < '_'."""
     return key.encode("utf-8")
@@ -41,41 +44,42 @@ def iter_table(path: str | os.PathLike, on_bad_line: BadLine | None = None) -> I
     file and line. Lenient with it: encoding, blank-line and newline problems are reported to
     `on_bad_line(line, message)` (line None for an empty file) and the line skipped or kept.
     """
-    path = Path(path)
+    return _strict_rows(Path(path)) if on_bad_line is None else _lenient_rows(Path(path), on_bad_line)
+
+
+def _strict_rows(path: Path) -> Iterator[Row]:
+    with open(path, "rb") as f:
+        for lineno, data in enumerate(f, 1):
+            try:
+                parts = data.decode("utf-8").split(maxsplit=1)
+            except UnicodeDecodeError:
+                decode_line(data.rstrip(b"\n").rstrip(b"\r"), path, lineno)  # raises, naming the line and column
+                raise
+            if not parts:
+                raise InputError(f"{path}:{lineno}: empty line; Kaldi tables have one 'key value' per line")
+            yield _new(Row, (lineno, parts[0], parts[1].strip() if len(parts) > 1 else ""))
+
+
+def _lenient_rows(path: Path, on_bad_line: BadLine) -> Iterator[Row]:
     lineno = 0
     with open(path, "rb") as lines:
         for lineno, data in enumerate(lines, 1):
-            row = _usual_row(lineno, data) or _unusual_row(path, lineno, data, on_bad_line)
+            row = _usual_row(lineno, data) or _lenient_row(lineno, data, on_bad_line)
             if row is not None:
                 yield row
-    if lineno == 0 and on_bad_line is not None:
+    if lineno == 0:
         on_bad_line(None, "empty file; a data dir table needs at least one line")
 
 
 def _usual_row(lineno: int, data: bytes) -> Row | None:
-    """A line that neither mode would find anything wrong with (most lines), split quickly; else None."""
+    """A line that _lenient_row would find nothing wrong with (most lines), split quickly; else None."""
     if not (b"!" <= data[:1] <= b"~" and data.endswith(b"\n") and not data.endswith(b"\r\n")):
         return None
     try:
         parts = data.decode("utf-8").split(maxsplit=1)
     except UnicodeDecodeError:
         return None
-    return Row(lineno, parts[0], parts[1].strip() if len(parts) > 1 else "")
-
-
-def _unusual_row(path: Path, lineno: int, data: bytes, on_bad_line: BadLine | None) -> Row | None:
-    return _strict_row(path, lineno, data) if on_bad_line is None else _lenient_row(lineno, data, on_bad_line)
-
-
-def _strict_row(path: Path, lineno: int, data: bytes) -> Row:
-    try:
-        parts = data.decode("utf-8").split(maxsplit=1)
-    except UnicodeDecodeError:
-        decode_line(data.rstrip(b"\n").rstrip(b"\r"), path, lineno)  # raises, naming the line and column
-        raise
-    if not parts:
-        raise InputError(f"{path}:{lineno}: empty line; Kaldi tables have one 'key value' per line")
-    return Row(lineno, parts[0], parts[1].strip() if len(parts) > 1 else "")
+    return _new(Row, (lineno, parts[0], parts[1].strip() if len(parts) > 1 else ""))
 
 
 def _lenient_row(lineno: int, data: bytes, on_bad_line: BadLine) -> Row | None:
