@@ -7,7 +7,7 @@ target size is reached with a few EM iterations after each split, then iterate E
 are one matrix product per chunk of frames, in torch, so they run on CPU or GPU; parameters
 and statistics are float64 (Kaldi accumulates in double), the E-step float32 by default.
 
-Files: the GMM is saved in Kaldi's binary DiagGmm format (asr.features.kaldi_io), so Kaldi's
+Files: the GMM is saved in Kaldi's binary DiagGmm format (asr.kaldi.gmm), so Kaldi's
 `gmm-global-get-post` or `gmm-global-copy --binary=false` read it.
 """
 
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from asr.features import kaldi_io
+from asr.kaldi import gmm as kaldi_io
 from asr.utils.memory import release_freed_memory
 
 log = logging.getLogger("asr.features")

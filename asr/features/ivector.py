@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from asr.features import kaldi_io
+from asr.kaldi import gmm as kaldi_io
 from asr.features.full_gmm import CHUNK_FRAMES, FullGmm, gselect
 from asr.features.gmm import DiagGmm
 

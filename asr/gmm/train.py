@@ -45,10 +45,10 @@ from asr.gmm.shares import (
     split_shares,
 )
 from asr.gmm.stats import ModelArrays, Stats, update
-from asr.hmm.model_io import read_model, write_model
+from asr.kaldi.model import read_model, write_model
 from asr.kaldi.tree import load_context_dependency
 from asr.kaldi.table import c_sort_key
-from asr.train.alignments import natural_key, parse_int_vector_archive, read_archive_bytes
+from asr.kaldi.alignments import natural_key, parse_int_vector_archive, read_archive_bytes
 from asr.utils.atomic import atomic_dir, write_text
 from asr.utils.errors import InputError
 
@@ -353,7 +353,7 @@ def train_tri(cfg: Any, lang, data: TrainingData, work_dir: Path, out_dir: Path,
     converted to the new tree by aligning with that model (Kaldi's convert-ali keeps the old
     timing instead), then EM as for monophones."""
     old_dir = Path(cfg.alignments)
-    from asr.hmm.model_io import read_model
+    from asr.kaldi.model import read_model
 
     old_tm, _ = read_model(old_dir / "final.mdl")
     alignments = read_alignments(old_dir)

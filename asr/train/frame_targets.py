@@ -27,7 +27,7 @@ from torch.utils.data import Dataset
 from asr.data.datadir import read_data_dir
 from asr.features.featureset import FeatureReader
 from asr.kaldi.table import c_sort_key
-from asr.train.alignments import AlignmentArchives
+from asr.kaldi.alignments import AlignmentArchives
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)

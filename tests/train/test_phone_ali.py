@@ -19,7 +19,7 @@ from asr.data.prepare import prepare_data
 from asr.data.synth.corpus import synthesize_corpus
 from asr.features.fbank import FbankOptions, fbank
 from asr.kaldi.segments import Segment
-from asr.train.alignments import AlignmentArchives, read_int_vectors
+from asr.kaldi.alignments import AlignmentArchives, read_int_vectors
 from asr.train.phone_ali import (
     ARCHIVE,
     PHONES,

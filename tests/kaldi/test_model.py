@@ -1,13 +1,13 @@
 """final.mdl: Kaldi's binary TransitionModel + AmDiagGmm, read back by the bindings and by the
-hybrid training path's reader (asr/train/alignments.py) with the same transition-id -> pdf map."""
+hybrid training path's reader (asr/kaldi/alignments.py) with the same transition-id -> pdf map."""
 
 import io
 
 import numpy as np
 import pytest
 
-from asr.hmm.model_io import read_model, write_model
-from asr.train.alignments import read_text_transition_model, read_transition_model
+from asr.kaldi.model import read_model, write_model
+from asr.kaldi.alignments import read_text_transition_model, read_transition_model
 from asr.utils.errors import InputError
 
 

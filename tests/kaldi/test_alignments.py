@@ -17,7 +17,7 @@ from tests.fixtures.hybrid_corpus import (
 )
 
 from asr.kaldi.pdf_counts import read_pdf_counts, write_pdf_counts
-from asr.train.alignments import AlignmentArchives, parse_int_vector_archive, read_int_vectors, read_transition_model
+from asr.kaldi.alignments import AlignmentArchives, parse_int_vector_archive, read_int_vectors, read_transition_model
 from asr.train.frame_targets import subsample_targets
 from asr.utils.errors import InputError
 

@@ -9,7 +9,7 @@ import scipy.stats
 import torch
 
 from asr.features.gmm import DiagGmm
-from asr.features.kaldi_io import (
+from asr.kaldi.gmm import (
     apply_transform,
     diag_gmm_bytes,
     read_diag_gmm,

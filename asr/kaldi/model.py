@@ -14,7 +14,7 @@ bytes are written here from those fields, as TransitionModel::Write, HmmTopology
 AmDiagGmm::Write (binary) emit them; reading rebuilds the objects through the same pickle
 state, the transition model's derived tables computed as Kaldi's ComputeDerived does. Kaldi's
 own tools (gmm-info, ali-to-pdf, gmm-align-compiled) read the file, and so does the hybrid
-training path's reader of transition ids (`asr.train.alignments.read_transition_model`).
+training path's reader of transition ids (`asr.kaldi.alignments.read_transition_model`).
 """
 
 from __future__ import annotations
