@@ -38,7 +38,7 @@ from asr.features.cmvn import CmvnApplier
 from asr.features.extract import run_parts
 from asr.features.fmllr import FmllrResult, estimate_fmllr, transform_frames
 from asr.features.gmm import CHUNK_FRAMES, DiagGmm
-from asr.kaldi.gmm import read_matrix, write_matrix
+from asr.kaldi.matrix import read_matrix, write_matrix
 from asr.features.lda_mllt import train_front_end
 from asr.features.splice import SplicedBlocks, splice, splice_opts
 from asr.features.subset import FrameSubset, split_speakers

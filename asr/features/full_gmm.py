@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from asr.kaldi import gmm as kaldi_io
+from asr.kaldi.gmm import read_full_gmm, write_full_gmm
 from asr.features.gmm import MIN_LOG_POSTERIOR, DiagGmm
 
 CHUNK_FRAMES = 8192  # frames per pass over the selected pairs (bounds memory to chunk x num_gselect x D)
@@ -86,13 +86,11 @@ class FullGmm:
         return log_posteriors.masked_fill(log_posteriors < MIN_LOG_POSTERIOR, -math.inf).exp(), total
 
     def save(self, path: str | os.PathLike) -> None:
-        kaldi_io.write_full_gmm(
-            path, *(t.detach().cpu().double().numpy() for t in (self.weights, self.means, self.covariances))
-        )
+        write_full_gmm(path, *(t.detach().cpu().double().numpy() for t in (self.weights, self.means, self.covariances)))
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: torch.device | str = "cpu") -> "FullGmm":
-        weights, means, covariances = kaldi_io.read_full_gmm(path)
+        weights, means, covariances = read_full_gmm(path)
         return cls(*(torch.from_numpy(a).to(device) for a in (weights, means, covariances)))
 
 

@@ -49,7 +49,7 @@ from asr.features.extract import run_parts
 from asr.features.fmllr_model import single_thread
 from asr.features.full_gmm import FullGmm, train_full_ubm
 from asr.features.gmm import DiagGmm, train_gmm
-from asr.kaldi.gmm import read_matrix, write_matrix
+from asr.kaldi.matrix import read_matrix, write_matrix
 from asr.features.pca import estimate_pca
 from asr.features.splice import splice, splice_opts
 from asr.features.subset import speaker_subset, speaker_utterances, split_speakers

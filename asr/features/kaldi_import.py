@@ -30,7 +30,7 @@ from tqdm import tqdm
 from asr.data.datadir import read_data_dir
 from asr.features import cmvn
 from asr.features.extract import SetSummary, _add_stats, non_finite_problem, repoint_scp
-from asr.kaldi.gmm import apply_transform, read_matrix, read_transforms
+from asr.kaldi.matrix import apply_transform, read_matrix, read_transforms
 from asr.features.splice import splice
 from asr.kaldi import commands
 from asr.kaldi.table import c_sort_key, read_table, write_table

@@ -13,7 +13,7 @@ from asr.features.deltas import add_deltas
 from asr.features.featureset import FeatureReader
 from asr.features.fmllr import transform_frames
 from asr.features.fmllr_model import FmllrModel
-from asr.kaldi.gmm import read_transforms
+from asr.kaldi.matrix import read_transforms
 from asr.features.recipes import feature_dim, make_features
 from asr.kaldi.table import read_table
 from asr.utils.errors import InputError
