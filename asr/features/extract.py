@@ -138,7 +138,7 @@ class PartResult:
         self.utterances += other.utterances
         self.frames += other.frames
         self.seconds += other.seconds
-        _add_stats(self.stats, other.stats)
+        add_stats(self.stats, other.stats)
         for (recording, reason), (count, utts) in other.skipped.items():
             self.skip(recording, reason, utts, count)
 
@@ -254,7 +254,7 @@ def extract_set(
         summary = _finish_set(data_dir, results, tmp, out_dir, options.dim * (1 + deltas[0]), cmvn_unit, recorded)
     shutil.rmtree(shares_dir(out_dir), ignore_errors=True)
     summary.wall_seconds = time.perf_counter() - started
-    _log_summary(summary)
+    log_summary(summary)
     return summary
 
 
@@ -398,7 +398,8 @@ def _finish_set(
     return SetSummary(name, total.utterances, total.frames, total.seconds, 0.0, skipped)
 
 
-def _log_summary(s: SetSummary) -> None:
+def log_summary(s: SetSummary) -> None:
+    """One log line of what extracting a set did (every recipe's driver ends with it)."""
     rtf = s.wall_seconds / s.seconds if s.seconds else float("nan")
     log.info(
         "%s: %d utterances, %d frames, %.1f s of audio in %.1f s (real-time factor %.4f); %d utterances skipped",
@@ -682,7 +683,7 @@ class UtteranceWriter:
         if self.task.cmvn_unit == "utterance":
             self.stats_writer(row.utt, stats)
         else:
-            _add_stats(self.result.stats, {cmvn.cmvn_key(self.task.cmvn_unit, row.utt, row.speaker): stats})
+            add_stats(self.result.stats, {cmvn.cmvn_key(self.task.cmvn_unit, row.utt, row.speaker): stats})
 
     def skip(self, recording: str, reason: str, utts: list[str]) -> None:
         self.result.skip(recording, reason, utts)
@@ -809,7 +810,8 @@ def write_cmvn_stats(tmp: Path, out_dir: Path, results: list[PartResult], unit: 
     repoint_scp(tmp / "cmvn.scp", out_dir.absolute() / "cmvn.ark")  # it names the temporary dir
 
 
-def _add_stats(total: dict[str, np.ndarray], stats: dict[str, np.ndarray]) -> None:
+def add_stats(total: dict[str, np.ndarray], stats: dict[str, np.ndarray]) -> None:
+    """Add CMVN statistics (per speaker, utterance or 'global') into `total`, key by key."""
     for key, value in stats.items():
         total[key] = total[key] + value if key in total else value
 
@@ -818,5 +820,5 @@ def merge_stats(parts) -> dict[str, np.ndarray]:
     """CMVN statistics of all parts (a speaker's utterances may lie in several)."""
     total: dict[str, np.ndarray] = {}
     for stats in parts:
-        _add_stats(total, stats)
+        add_stats(total, stats)
     return total

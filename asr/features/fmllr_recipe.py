@@ -46,8 +46,8 @@ import torch
 from asr.features import cmvn
 from asr.features.extract import (
     SetSummary,
-    _add_stats,
-    _log_summary,
+    add_stats,
+    log_summary,
     merge_stats,
     non_finite_problem,
     repoint_scp,
@@ -276,7 +276,7 @@ def adapt_set(
         summary = _finish_set(results, tmp, out_dir, base_dir, fcfg, options, expected, len(frames))
     summary.wall_seconds = time.perf_counter() - started
     summary.seconds = summary.frames * fcfg.frame_shift_ms / 1000.0  # one frame per shift
-    _log_summary(summary)
+    log_summary(summary)
     return summary
 
 
@@ -408,7 +408,7 @@ class PartOutputs:
         if self.utterance_stats is not None:
             self.utterance_stats(utt, stats[utt])
         else:
-            _add_stats(self.result.stats, stats)
+            add_stats(self.result.stats, stats)
 
     def __enter__(self) -> "PartOutputs":
         return self
