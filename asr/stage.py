@@ -25,7 +25,7 @@ import hydra
 from omegaconf import DictConfig
 
 from asr import config
-from asr.data import commands as command_policy
+from asr.kaldi import commands as command_policy
 from asr.utils.atomic import NO_SPACE, disk_full_message
 from asr.utils.errors import InputError
 from asr.utils.log import setup_logging

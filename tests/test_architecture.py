@@ -15,6 +15,7 @@ ASR = Path(__file__).resolve().parents[1] / "asr"
 # Bottom to top; a package may import its own modules and those of any lower layer.
 LAYERS = [
     {"utils"},
+    {"kaldi"},  # Kaldi's file formats: what every stage reads and writes, owned by none of them
     {"data"},
     {"text", "features", "models", "optim", "lm", "hmm", "lang"},
     {"distributed"},

@@ -46,13 +46,14 @@ import soundfile as sf
 import torch
 
 from asr.data.audio import RecordingCache, cut_segment
-from asr.data.datadir import DataDir, Segment, read_data_dir, write_data_dir
+from asr.data.datadir import DataDir, read_data_dir, write_data_dir
 from asr.features.extract import compute_features, extract_set
 from asr.features.fbank import INT16_SCALE, FbankOptions
 from asr.features.featureset import FeatureReader
 from asr.features.fmllr_recipe import adapt_set, ensure_model
 from asr.features.ivector_recipe import ensure_extractor, extract_ivector_set
 from asr.features.recipes import feature_dim
+from asr.kaldi.segments import Segment
 from asr.utils.atomic import write_text
 
 log = logging.getLogger("asr.bench.features")

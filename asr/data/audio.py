@@ -10,7 +10,7 @@ A wav.scp value is one of
     `sox -t wav <file> -t wav - speed F |`), read natively with the speed change done in
     Python (asr.data.perturb), so sox need not be installed;
   * any other command ending in `|` whose standard output is a WAV file, run by /bin/sh as
-    Kaldi runs it, when the command policy allows (asr.data.commands: a data dir is trusted
+    Kaldi runs it, when the command policy allows (asr.kaldi.commands: a data dir is trusted
     code; validate and fix do not run commands unless asked).
 Samples are returned as float32 in [-1, 1) at the file's own rate.
 """
@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from asr.data.commands import run_command
 from asr.data.perturb import change_speed, sox_speed_pipe
 from asr.data.shorten import CONVERT_HINT, decode_shorten
 from asr.data.sphere import SphereHeader, is_sphere, read_sphere_header
+from asr.kaldi.commands import run_command
 from asr.utils.errors import InputError
 
 # How far a segment may end past the last sample: a frame of rounding, as Kaldi tolerates.

@@ -15,38 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Collection, Iterable, Iterator
 
+from asr.kaldi.segments import Segment, read_durations, read_segments
+from asr.kaldi.table import c_sort_key, read_table, write_table
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
-from asr.utils.textfile import decode_line, read_text
+from asr.utils.textfile import read_text
 
 # Files holding one "key value" line per key, in the order they are written.
 TABLE_FILES = ("wav.scp", "segments", "text", "utt2spk", "reco2file_and_channel", "utt2dur", "feats.scp", "cmvn.scp")
 # Files copied as they are (scoring references).
 VERBATIM_FILES = ("stm", "glm")
-
-
-def c_sort_key(key: str) -> bytes:
-    """Kaldi sorts with LC_ALL=C: by bytes, so 'B' < 'a' and '-' < '_'."""
-    return key.encode("utf-8")
-
-
-def sorted_items(table: dict[str, str]) -> list[tuple[str, str]]:
-    return sorted(table.items(), key=lambda kv: c_sort_key(kv[0]))
-
-
-@dataclass(frozen=True)
-class Segment:
-    recording: str
-    start: float
-    end: float
-
-    def __str__(self) -> str:
-        return f"{self.recording} {self.start:.2f} {self.end:.2f}"
-
-    @property
-    def duration(self) -> float:
-        """Its utt2dur value (Kaldi's get_utt2dur.sh does the same with segments)."""
-        return round(self.end - self.start, 3)
 
 
 @dataclass(frozen=True)
@@ -161,104 +139,12 @@ def spk2utt(utt2spk: dict[str, str]) -> dict[str, list[str]]:
     return out
 
 
-def iter_table(path: str | os.PathLike) -> Iterator[tuple[int, str, str]]:
-    """Yield (line number, key, rest) for each line of a Kaldi table file.
-
-    Blank lines and bytes that are not UTF-8 raise InputError naming file and line.
-    """
-    path = Path(path)
-    with open(path, "rb") as f:
-        for lineno, data in enumerate(f, 1):
-            try:
-                parts = data.decode("utf-8").split(maxsplit=1)
-            except UnicodeDecodeError:
-                decode_line(data.rstrip(b"\n").rstrip(b"\r"), path, lineno)  # raises, naming the line and column
-                raise
-            if not parts:
-                raise InputError(f"{path}:{lineno}: empty line; Kaldi tables have one 'key value' per line")
-            yield lineno, parts[0], parts[1].strip() if len(parts) > 1 else ""
-
-
-def sorted_table(path: str | os.PathLike) -> Iterator[tuple[int, str, str]]:
-    """iter_table, checking the C-locale order the streaming pass relies on (UTF-8's byte
-    order, which is the order of code points, so str comparison is that order)."""
-    previous = ""
-    for lineno, key, value in iter_table(path):
-        if key <= previous:
-            raise InputError(
-                f"{path}:{lineno}: key {key!r} out of order (or repeated); Kaldi tables are sorted by key "
-                "in the C locale: run python -m asr.data.fix on the data dir, or re-run the features stage"
-            )
-        previous = key
-        yield lineno, key, value
-
-
-class Lookup:
-    """Values of a sorted table, looked up in increasing key order (a merge join)."""
-
-    def __init__(self, path: str | os.PathLike):
-        self.path = path = Path(path)
-        self.rows = sorted_table(path) if path.is_file() else iter(())
-        self.key, self.value = "", ""
-        self.lineno = 0  # of the row last read, for errors naming it
-
-    def get(self, key: str) -> str | None:
-        while self.key < key:
-            row = next(self.rows, None)
-            if row is None:
-                self.key = "\U0010ffff" * 8  # after every key
-                return None
-            self.lineno, self.key, self.value = row
-        return self.value if self.key == key else None
-
-
-def read_table(path: str | os.PathLike, allow_empty_value: bool = False) -> dict[str, str]:
-    """Read a `key value` file into a dict; duplicate keys and missing values are errors."""
-    table: dict[str, str] = {}
-    for lineno, key, value in iter_table(path):
-        if key in table:
-            raise InputError(f"{path}:{lineno}: duplicate key {key!r}; each key must appear once")
-        if not value and not allow_empty_value:
-            raise InputError(f"{path}:{lineno}: key {key!r} has no value")
-        table[key] = value
-    return table
-
-
-def write_table(path: str | os.PathLike, table: dict[str, str]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        for key, value in sorted_items(table):
-            f.write(f"{key} {value}\n" if value != "" else f"{key}\n")
-
-
-def parse_segment(path: Path, lineno: int, utt: str, value: str) -> Segment:
-    """A segments line's value (`<recording> <start> <end>`); InputError naming the line if not."""
-    fields = value.split()
-    try:
-        return Segment(fields[0], float(fields[1]), float(fields[2]))
-    except (IndexError, ValueError):
-        raise InputError(f"{path}:{lineno}: expected '<utt> <recording> <start> <end>', got {utt} {value!r}") from None
-
-
-def parse_duration(path: Path, lineno: int, utt: str, value: str) -> float:
-    """An utt2dur line's value; InputError naming the line if it is not a number."""
-    try:
-        return float(value)
-    except ValueError:
-        raise InputError(f"{path}:{lineno}: expected '<utt> <seconds>', got {utt} {value!r}") from None
-
-
-def _parse_segments(path: Path) -> dict[str, Segment]:
-    segments = {}
-    for lineno, key, rest in iter_table(path):
-        segment = parse_segment(path, lineno, key, rest)
-        if key in segments:
-            raise InputError(f"{path}:{lineno}: duplicate utterance {key!r}")
-        segments[key] = segment
-    return segments
-
-
-def _read_durations(path: Path) -> dict[str, float]:
-    return {key: parse_duration(path, lineno, key, value) for lineno, key, value in iter_table(path)}
+def require_data_dir(path: Path) -> None:
+    """InputError unless `path` is a data dir with its one required table, utt2spk."""
+    if not path.is_dir():
+        raise InputError(f"{path}: data directory not found; run the prepare stage first")
+    if not (path / "utt2spk").is_file():
+        raise InputError(f"{path / 'utt2spk'}: missing; a Kaldi data dir needs utt2spk (and wav.scp or feats.scp)")
 
 
 def read_data_dir(path: str | os.PathLike, tables: Collection[str] | None = None) -> DataDir:
@@ -269,11 +155,7 @@ def read_data_dir(path: str | os.PathLike, tables: Collection[str] | None = None
     def wanted(name: str) -> bool:
         return (path / name).is_file() and (tables is None or name in tables)
 
-    if not path.is_dir():
-        raise InputError(f"{path}: data directory not found; run the prepare stage first")
-    for required in ("utt2spk",):
-        if not (path / required).is_file():
-            raise InputError(f"{path / required}: missing; a Kaldi data dir needs utt2spk (and wav.scp or feats.scp)")
+    require_data_dir(path)
     d = DataDir()
     d.utt2spk = read_table(path / "utt2spk")
     if wanted("text"):
@@ -281,14 +163,14 @@ def read_data_dir(path: str | os.PathLike, tables: Collection[str] | None = None
     if wanted("wav.scp"):
         d.wav_scp = read_table(path / "wav.scp")
     if wanted("segments"):
-        d.segments = _parse_segments(path / "segments")
+        d.segments = read_segments(path / "segments")
     if wanted("reco2file_and_channel"):
         d.reco2file_and_channel = {
             k: tuple(v.split()[:2])
             for k, v in read_table(path / "reco2file_and_channel").items()  # type: ignore[misc]
         }
     if wanted("utt2dur"):
-        d.utt2dur = _read_durations(path / "utt2dur")
+        d.utt2dur = read_durations(path / "utt2dur")
     if wanted("feats.scp"):
         d.feats_scp = read_table(path / "feats.scp")
     if wanted("cmvn.scp"):

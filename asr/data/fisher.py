@@ -29,11 +29,13 @@ from itertools import groupby
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from asr.data.datadir import DataDir, Segment, StreamedDataDir, Utterance, c_sort_key
+from asr.data.datadir import DataDir, StreamedDataDir, Utterance
 from asr.data.fix import AudioFit
 from asr.data.pairing import names, pair_sides
 from asr.data.swbd import sph2pipe_command
 from asr.data.text_norm import normalize_fisher_text
+from asr.kaldi.segments import Segment
+from asr.kaldi.table import c_sort_key
 from asr.utils.errors import InputError
 from asr.utils.textfile import read_text
 

@@ -8,7 +8,7 @@ recordings and speakers no utterance uses and regenerates spk2utt. The new dir r
 old in one rename; the old tables are kept in `<dir>/.backup/`, as Kaldi does.
 
 A wav.scp entry that is a command (`cmd |`, other than the sph2pipe and sox forms read
-natively) is not run unless --run-commands is given (asr.data.commands); its utterances are
+natively) is not run unless --run-commands is given (asr.kaldi.commands); its utterances are
 kept unchecked, and the report says so.
 
     python -m asr.data.fix data/train [--no-audio] [--run-commands]
@@ -29,17 +29,10 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from asr.data.audio import SEGMENT_END_TOLERANCE_S
-from asr.data.datadir import TABLE_FILES, VERBATIM_FILES, DataDir, Segment, Utterance, c_sort_key, write_data_dir
-from asr.data.validate import (
-    DURATION_MISMATCH_S,
-    Problem,
-    RecordingProbe,
-    Row,
-    probe_recording,
-    read_rows,
-    segment_line_problem,
-    validate_data_dir,
-)
+from asr.data.datadir import TABLE_FILES, VERBATIM_FILES, DataDir, Utterance, write_data_dir
+from asr.data.validate import DURATION_MISMATCH_S, Problem, RecordingProbe, probe_recording, validate_data_dir
+from asr.kaldi.segments import Segment, positive_duration, valid_segment
+from asr.kaldi.table import Row, c_sort_key, iter_table
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 
@@ -214,41 +207,23 @@ class _LenientDir:
         path = self.path / name
         if not path.is_file():
             return None
-        rows, problems = read_rows(path)
+        bad_lines: list[int] = []
+        rows = list(iter_table(path, on_bad_line=lambda line, message: bad_lines.append(line)))
         table: dict[str, str] = {}
         for row in rows:
             table.setdefault(row.key, row.value)
-        self._note(name, rows, problems, len(rows) - len(table))
+        self._note(name, rows, sum(line is not None for line in bad_lines), len(rows) - len(table))
         self.tables[name] = table
         return table
 
-    def _note(self, name: str, rows: list[Row], problems: list[Problem], duplicates: int) -> None:
+    def _note(self, name: str, rows: list[Row], bad_lines: int, duplicates: int) -> None:
         keys = [c_sort_key(r.key) for r in rows]
         if keys != sorted(keys):
             self.repairs.append(f"{name}: sorted")
         if duplicates:
             self.repairs.append(f"{name}: removed {duplicates} repeated keys (kept the first line of each)")
-        format_problems = [p for p in problems if p.line is not None]
-        if format_problems:
-            self.repairs.append(
-                f"{name}: rewrote {len(format_problems)} badly formatted lines (blank, CR, no final newline)"
-            )
-
-
-def _parse_segment(utt: str, value: str) -> Segment | None:
-    """The segment, or None when the validator would call the line bad."""
-    if segment_line_problem(Row(0, utt, value)):
-        return None
-    recording, start, end = value.split()
-    return Segment(recording, float(start), float(end))
-
-
-def _positive_float(value: str) -> float | None:
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return number if number > 0 and math.isfinite(number) else None
+        if bad_lines:
+            self.repairs.append(f"{name}: rewrote {bad_lines} badly formatted lines (blank, CR, no final newline)")
 
 
 def _load(src: _LenientDir) -> DataDir:
@@ -261,10 +236,10 @@ def _load(src: _LenientDir) -> DataDir:
     d.cmvn_scp = src.read("cmvn.scp") or {}
     segments = src.read("segments")
     if segments is not None:
-        d.segments = {u: s for u, v in segments.items() if (s := _parse_segment(u, v)) is not None}
+        d.segments = {u: s for u, v in segments.items() if (s := valid_segment(u, v)) is not None}
     r2fc = src.read("reco2file_and_channel") or {}
     d.reco2file_and_channel = {r: tuple(v.split()) for r, v in r2fc.items() if len(v.split()) == 2}  # type: ignore[misc]
-    d.utt2dur = {u: x for u, v in (src.read("utt2dur") or {}).items() if (x := _positive_float(v)) is not None}
+    d.utt2dur = {u: x for u, v in (src.read("utt2dur") or {}).items() if (x := positive_duration(v)) is not None}
     for name in VERBATIM_FILES:
         if (src.path / name).is_file():
             d.verbatim[name] = (src.path / name).read_text(encoding="utf-8")

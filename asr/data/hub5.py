@@ -22,11 +22,13 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from asr.data.datadir import DataDir, Segment, c_sort_key
+from asr.data.datadir import DataDir
 from asr.data.fix import fit_segments_to_audio
 from asr.data.stm import StmSegment, fix_stm, read_stm
 from asr.data.swbd import sph2pipe_command
 from asr.data.text_norm import is_ignored_segment, normalize_stm_text
+from asr.kaldi.segments import Segment
+from asr.kaldi.table import c_sort_key
 from asr.utils.errors import InputError
 from asr.utils.textfile import read_text
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Iterable
 
-from asr.data.datadir import c_sort_key
+from asr.kaldi.table import c_sort_key
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)

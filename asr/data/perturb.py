@@ -23,7 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from asr.data.datadir import DataDir, Segment, read_data_dir, write_data_dir, write_table
+from asr.data.datadir import DataDir, read_data_dir, write_data_dir
+from asr.kaldi.segments import Segment
+from asr.kaldi.table import write_table
 from asr.utils.errors import InputError
 
 log = logging.getLogger("asr.data.perturb")

@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from asr.data.datadir import DataDir, Segment, StreamedDataDir, Utterance, c_sort_key, swbd_utt_id
+from asr.data.datadir import DataDir, StreamedDataDir, Utterance, swbd_utt_id
 from asr.data.fix import AudioFit
 from asr.data.pairing import names, pair_sides
 from asr.data.text_norm import normalize_ms98_text
+from asr.kaldi.segments import Segment
+from asr.kaldi.table import c_sort_key
 from asr.utils.errors import InputError
 from asr.utils.textfile import iter_lines
 

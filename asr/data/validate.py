@@ -8,7 +8,7 @@ file size), and a sample of files is decoded in full.
 
 A wav.scp entry that is a command (`cmd |`, other than the sph2pipe and sox forms read
 natively) is not run unless --run-commands is given: validating a data dir must not execute
-what it contains (asr.data.commands). Such entries are listed as notes, unchecked.
+what it contains (asr.kaldi.commands). Such entries are listed as notes, unchecked.
 
 Memory does not grow with the number of utterances: the tables must be sorted (LC_ALL=C), so each
 is read line by line, and tables keyed by utterance are compared as merge-joins of sorted streams,
@@ -21,7 +21,6 @@ is held. A table that is not sorted is sorted in memory (the data dir is invalid
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from dataclasses import dataclass
@@ -34,6 +33,8 @@ import soundfile as sf
 
 from asr.data.audio import SEGMENT_END_TOLERANCE_S, parse_wav_scp_entry, read_recording, shell_command
 from asr.data.sphere import is_sphere, read_sphere_header, sphere_size_problem
+from asr.kaldi.segments import positive_duration, segment_problem
+from asr.kaldi.table import Row, iter_table
 from asr.utils.errors import InputError
 
 # Tables keyed by utterance that, when present, must cover exactly the utterances of utt2spk.
@@ -58,13 +59,6 @@ class Problem:
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
         return f"{where}: {self.message}"
-
-
-@dataclass(slots=True)
-class Row:
-    line: int
-    key: str
-    value: str
 
 
 Rows = Iterable[Row]
@@ -92,59 +86,6 @@ def _capped(problems: list[Problem], what: str, total: int | None = None) -> lis
     return problems[:MAX_EXAMPLES] + (
         [Problem(problems[0].file, None, f"... and {rest} more {what}")] if rest > 0 else []
     )
-
-
-def iter_rows(path: Path, report: Callable[[Problem], None] = lambda problem: None) -> Iterator[Row]:
-    """The rows of a table file, one line at a time (never the whole file), reporting encoding,
-    blank-line and newline problems to `report`."""
-    lineno = 0
-    with open(path, "rb") as lines:
-        for lineno, data in enumerate(lines, 1):
-            row = _usual_row(lineno, data) or _parse_line(path, lineno, data, report)
-            if row is not None:
-                yield row
-    if lineno == 0:
-        report(Problem(str(path), None, "empty file; a data dir table needs at least one line"))
-
-
-def _usual_row(lineno: int, data: bytes) -> Row | None:
-    """A line that _parse_line would find nothing wrong with (most lines), split quickly; else None."""
-    if not (b"!" <= data[:1] <= b"~" and data.endswith(b"\n") and not data.endswith(b"\r\n")):
-        return None
-    try:
-        parts = data.decode("utf-8").split(maxsplit=1)
-    except UnicodeDecodeError:
-        return None
-    return Row(lineno, parts[0], parts[1].strip() if len(parts) > 1 else "")
-
-
-def _parse_line(path: Path, lineno: int, data: bytes, report: Callable[[Problem], None]) -> Row | None:
-    if data.endswith(b"\n"):
-        data = data[:-1]
-    else:
-        report(Problem(str(path), lineno, "last line does not end with a newline"))
-    try:
-        line = data.decode("utf-8")
-    except UnicodeDecodeError:
-        report(Problem(str(path), lineno, "not valid UTF-8"))
-        return None
-    if line.endswith("\r"):
-        report(Problem(str(path), lineno, "Windows line ending (\\r); convert the file with dos2unix"))
-        line = line.rstrip("\r")
-    if not line.strip():
-        report(Problem(str(path), lineno, "empty line; each line must be 'key value'"))
-        return None
-    if line[0].isspace():
-        report(Problem(str(path), lineno, "line starts with white space; the key must come first"))
-    parts = line.split(maxsplit=1)
-    return Row(lineno, parts[0], parts[1].strip() if len(parts) > 1 else "")
-
-
-def read_rows(path: Path) -> tuple[list[Row], list[Problem]]:
-    """All rows of a table file at once (for asr.data.fix, which rewrites the whole table anyway)."""
-    problems: list[Problem] = []
-    rows = list(iter_rows(path, problems.append))
-    return rows, problems
 
 
 class _KeyOrder:
@@ -326,7 +267,7 @@ class _Validator:
 
     def rows(self, name: str) -> Iterator[Row]:
         """The rows of table `name` in file order, streamed (format problems were reported by scan)."""
-        return iter_rows(self.dir / name)
+        return iter_table(self.dir / name, on_bad_line=lambda line, message: None)  # scan reported them
 
     def ordered(self, name: str) -> Rows:
         """The rows of table `name` in key order, for merge-joins: streamed from a sorted file. An
@@ -380,7 +321,7 @@ class _Validator:
         formats, order = _Capped(f"format problems in {name}"), _KeyOrder(path, name)
         line_checks = LINE_CHECKS.get(name, ()) if (self.dir / "utt2spk").is_file() else ()
         flagged = [(check, _Capped(what)) for check, what in line_checks]
-        for row in iter_rows(path, formats.add):
+        for row in iter_table(path, on_bad_line=lambda line, message: formats.add(Problem(str(path), line, message))):
             order.see(row)
             for check, capped in flagged:
                 if message := check(row):
@@ -557,15 +498,8 @@ def _utt2spk_line_problem(row: Row) -> str | None:
     return None if len(row.value.split()) == 1 else f"expected 'utterance speaker', got {row.key} {row.value!r}"
 
 
-def segment_line_problem(row: Row) -> str | None:
-    fields = row.value.split()
-    try:
-        start, end = float(fields[1]), float(fields[2])
-    except (IndexError, ValueError):
-        return f"expected '<utt> <recording> <start> <end>', got {row.key} {row.value!r}"
-    if len(fields) != 3 or not (0 <= start < end) or not math.isfinite(end):
-        return f"bad times for {row.key}: start {start} end {end} (need 0 <= start < end)"
-    return None
+def _segment_line_problem(row: Row) -> str | None:
+    return segment_problem(row.key, row.value)
 
 
 def _r2fc_line_problem(row: Row) -> str | None:
@@ -576,10 +510,7 @@ def _r2fc_line_problem(row: Row) -> str | None:
 
 
 def _positive_number(value: str) -> bool:
-    try:
-        return float(value) > 0 and math.isfinite(float(value))
-    except ValueError:
-        return False
+    return positive_duration(value) is not None
 
 
 def _duration_line_problem(row: Row) -> str | None:
@@ -611,7 +542,7 @@ def _unknown_recording_problem(row: Row, recordings: set[str]) -> str | None:
 
 
 def _duration_mismatch(row: Row, segment: Row | None) -> str | None:
-    if segment is None or not _positive_number(row.value) or segment_line_problem(segment):
+    if segment is None or not _positive_number(row.value) or _segment_line_problem(segment):
         return None
     _, start, end = segment.value.split()
     length = float(end) - float(start)
@@ -627,7 +558,7 @@ def _recording_duration_mismatch(row: Row, duration: float | None) -> str | None
 
 
 def _segment_end_problem(row: Row, durations: dict[str, float]) -> str | None:
-    if segment_line_problem(row):
+    if _segment_line_problem(row):
         return None
     recording, _, end = row.value.split()
     duration = durations.get(recording)
@@ -642,7 +573,7 @@ LINE_CHECKS: dict[str, tuple[tuple[LineCheck, str], ...]] = {
         (_utt2spk_line_problem, "malformed utt2spk lines"),
         (_speaker_prefix_problem, "utterances without their speaker prefix"),
     ),
-    "segments": ((segment_line_problem, "bad segments"),),
+    "segments": ((_segment_line_problem, "bad segments"),),
     "reco2file_and_channel": ((_r2fc_line_problem, "malformed reco2file_and_channel lines"),),
     "utt2dur": ((_duration_line_problem, "bad utt2dur lines"),),
     "reco2dur": ((_duration_line_problem, "bad reco2dur lines"),),

@@ -38,11 +38,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from asr.data.datadir import c_sort_key
 from asr.decode.acoustic import ScoredSet, load_model
 from asr.decode.output import decode_dir, evaluation_sets
+from asr.kaldi.table import c_sort_key
 from asr.models.blstm import AcousticModel
-from asr.models.pdf_counts import PDF_COUNTS_NAME, read_pdf_counts
+from asr.kaldi.pdf_counts import PDF_COUNTS_NAME, read_pdf_counts
 from asr.utils.atomic import atomic_path
 from asr.utils.device import select_device
 from asr.utils.errors import InputError

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from asr.data.ctm import CtmWord
-from asr.data.datadir import DataDir, write_table
+from asr.data.datadir import DataDir
 from asr.decode.hypothesis import Hypothesis
+from asr.kaldi.table import write_table
 from asr.text.tokenizer import Tokenizer
 from asr.utils.atomic import atomic_path, write_text
 

@@ -27,7 +27,7 @@ from asr.data.ctm import write_ctm
 from asr.decode.acoustic import ScoredSet
 from asr.decode.loglikes import load_frame_ce_model, load_log_priors, scaled_loglikes, upsample
 from asr.decode.output import TimedWord, ctm_words, decode_dir, evaluation_sets, report_skipped, write_hyp_text
-from asr.hmm.model_io import read_model
+from asr.kaldi.model import read_model
 from asr.lang.langdir import Lang
 from asr.lang.search import GraphDecoder, SearchOptions
 from asr.utils.device import select_device

@@ -1,2 +1,2 @@
 """Features: Kaldi-compatible filterbanks, deltas, splicing, CMVN, a GMM system (LDA+MLLT,
-fMLLR), Kaldi file interop and the extraction driver; asr.features.recipes composes them."""
+fMLLR), the import of Kaldi feature sets and the extraction driver; asr.features.recipes composes them."""

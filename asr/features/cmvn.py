@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 import kaldiio
 import numpy as np
 
-from asr.data import commands
+from asr.kaldi import commands
 from asr.utils.errors import InputError, error_detail
 
 UNITS = ("utterance", "speaker", "global", "none")

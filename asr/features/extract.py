@@ -54,15 +54,17 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from asr.data import commands
 from asr.data.audio import cut_segment, read_recording, shell_command
-from asr.data.datadir import Lookup, c_sort_key, parse_duration, parse_segment, read_table, sorted_table
+from asr.data.datadir import require_data_dir
 from asr.features import cmvn
 from asr.features.config import FeaturesConfig
 from asr.features.deltas import delta_opts
 from asr.features.fbank import FbankOptions, fbank_batch
 from asr.features.featureset import DELTA_COLUMNS, FeatureLayout, FeatureWriter, LoadDeltas
 from asr.features.parts import COPY_CHUNK, join_parts, merge_part_tables, merge_skipped
+from asr.kaldi import commands
+from asr.kaldi.segments import parse_duration, parse_segment
+from asr.kaldi.table import Lookup, c_sort_key, read_table, sorted_table
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 from asr.utils.record import outputs_of, record_path, why_rerun, write_record
@@ -138,7 +140,7 @@ class PartResult:
         self.utterances += other.utterances
         self.frames += other.frames
         self.seconds += other.seconds
-        _add_stats(self.stats, other.stats)
+        add_stats(self.stats, other.stats)
         for (recording, reason), (count, utts) in other.skipped.items():
             self.skip(recording, reason, utts, count)
 
@@ -207,7 +209,7 @@ def extract_set(
         raise InputError(f"features.cmvn={cmvn_unit!r}: choose one of {cmvn.UNITS}")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise InputError(f"features.device={device!r} but torch sees no GPU; use features.device=cpu")
-    _check_data_dir(data_dir)
+    require_data_dir(data_dir)
     if (data_dir / "wav.scp").is_file():
         commands.check_table(data_dir / "wav.scp", shell_command)  # refused here, or logged, before any work
     recorded = _provenance(data_dir, options, cmvn_unit, deltas, compress)
@@ -254,7 +256,7 @@ def extract_set(
         summary = _finish_set(data_dir, results, tmp, out_dir, options.dim * (1 + deltas[0]), cmvn_unit, recorded)
     shutil.rmtree(shares_dir(out_dir), ignore_errors=True)
     summary.wall_seconds = time.perf_counter() - started
-    _log_summary(summary)
+    log_summary(summary)
     return summary
 
 
@@ -399,7 +401,8 @@ def _finish_set(
     return SetSummary(name, total.utterances, total.frames, total.seconds, 0.0, skipped)
 
 
-def _log_summary(s: SetSummary) -> None:
+def log_summary(s: SetSummary) -> None:
+    """One log line of what extracting a set did (every recipe's driver ends with it)."""
     rtf = s.wall_seconds / s.seconds if s.seconds else float("nan")
     log.info(
         "%s: %d utterances, %d frames, %.1f s of audio in %.1f s (real-time factor %.4f); %d utterances skipped",
@@ -467,13 +470,6 @@ def _recorded_text(path: Path) -> str:
 
 NO_SEGMENT = "no line in segments"
 SKIPPED_NAMED = 10  # utterances the log names per skipped recording and reason
-
-
-def _check_data_dir(data_dir: Path) -> None:
-    if not data_dir.is_dir():
-        raise InputError(f"{data_dir}: data directory not found; run the prepare stage first")
-    if not (data_dir / "utt2spk").is_file():
-        raise InputError(f"{data_dir / 'utt2spk'}: missing; a Kaldi data dir needs utt2spk (and wav.scp or feats.scp)")
 
 
 @dataclass(frozen=True)
@@ -695,7 +691,7 @@ class UtteranceWriter:
         if self.task.cmvn_unit == "utterance":
             self.stats_writer(row.utt, stats)
         else:
-            _add_stats(self.result.stats, {cmvn.cmvn_key(self.task.cmvn_unit, row.utt, row.speaker): stats})
+            add_stats(self.result.stats, {cmvn.cmvn_key(self.task.cmvn_unit, row.utt, row.speaker): stats})
 
     def skip(self, recording: str, reason: str, utts: list[str]) -> None:
         self.result.skip(recording, reason, utts)
@@ -822,7 +818,8 @@ def write_cmvn_stats(tmp: Path, out_dir: Path, results: list[PartResult], unit: 
     repoint_scp(tmp / "cmvn.scp", out_dir.absolute() / "cmvn.ark")  # it names the temporary dir
 
 
-def _add_stats(total: dict[str, np.ndarray], stats: dict[str, np.ndarray]) -> None:
+def add_stats(total: dict[str, np.ndarray], stats: dict[str, np.ndarray]) -> None:
+    """Add CMVN statistics (per speaker, utterance or 'global') into `total`, key by key."""
     for key, value in stats.items():
         total[key] = total[key] + value if key in total else value
 
@@ -831,5 +828,5 @@ def merge_stats(parts) -> dict[str, np.ndarray]:
     """CMVN statistics of all parts (a speaker's utterances may lie in several)."""
     total: dict[str, np.ndarray] = {}
     for stats in parts:
-        _add_stats(total, stats)
+        add_stats(total, stats)
     return total

@@ -31,10 +31,10 @@ import torch
 from kaldiio.compression_header import GlobalHeader, PerColHeader
 from torch import Tensor
 
-from asr.data import commands
-from asr.data.datadir import c_sort_key, read_table
 from asr.features.cmvn import CmvnApplier
 from asr.features.deltas import add_deltas, delta_opts, delta_scales
+from asr.kaldi import commands
+from asr.kaldi.table import c_sort_key, read_table
 from asr.utils.errors import InputError, error_detail
 from asr.utils.record import verify
 

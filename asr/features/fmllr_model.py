@@ -33,17 +33,17 @@ import kaldiio
 import numpy as np
 import torch
 
-from asr.data import commands
-from asr.data.datadir import c_sort_key, iter_table
 from asr.features import gmm as gmm_lib
 from asr.features.cmvn import CmvnApplier
 from asr.features.extract import run_parts
 from asr.features.fmllr import FmllrResult, estimate_fmllr, transform_frames
 from asr.features.gmm import CHUNK_FRAMES, DiagGmm
-from asr.features.kaldi_io import read_matrix, write_matrix
+from asr.kaldi.matrix import read_matrix, write_matrix
 from asr.features.lda_mllt import train_front_end
 from asr.features.splice import SplicedBlocks, splice, splice_opts
 from asr.features.subset import FrameSubset, split_speakers
+from asr.kaldi import commands
+from asr.kaldi.table import c_sort_key, iter_table
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
 from asr.utils.record import verify

@@ -43,13 +43,11 @@ import kaldiio
 import numpy as np
 import torch
 
-from asr.data import commands
-from asr.data.datadir import Lookup, c_sort_key, sorted_table
 from asr.features import cmvn
 from asr.features.extract import (
     SetSummary,
-    _add_stats,
-    _log_summary,
+    add_stats,
+    log_summary,
     merge_stats,
     non_finite_problem,
     repoint_scp,
@@ -82,6 +80,8 @@ from asr.features.provenance import (
     why_incomplete,
 )
 from asr.features.subset import balance_speakers, speaker_frames, streamed_subset
+from asr.kaldi import commands
+from asr.kaldi.table import Lookup, c_sort_key, sorted_table
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 from asr.utils.record import outputs_of, why_rerun, write_record
@@ -291,7 +291,7 @@ def adapt_set(
         summary = _finish_set(results, tmp, out_dir, base_dir, fcfg, options, expected, len(frames))
     summary.wall_seconds = time.perf_counter() - started
     summary.seconds = summary.frames * fcfg.frame_shift_ms / 1000.0  # one frame per shift
-    _log_summary(summary)
+    log_summary(summary)
     return summary
 
 
@@ -423,7 +423,7 @@ class PartOutputs:
         if self.utterance_stats is not None:
             self.utterance_stats(utt, stats[utt])
         else:
-            _add_stats(self.result.stats, stats)
+            add_stats(self.result.stats, stats)
 
     def __enter__(self) -> "PartOutputs":
         return self

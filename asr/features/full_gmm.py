@@ -11,7 +11,7 @@ A component's log-likelihood is computed as gconst_c - |L_c^T (x - mu_c)|^2 / 2 
 Cholesky factor of its precision, in float64, grouping the selected (frame, component) pairs
 by component: T x k x D^2 operations instead of T x C x D^2 for all components.
 
-Files: Kaldi's binary FullGmm (asr.features.kaldi_io), what `fgmm-global-copy` reads.
+Files: Kaldi's binary FullGmm (asr.kaldi.gmm), what `fgmm-global-copy` reads.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from asr.features import kaldi_io
+from asr.kaldi.gmm import read_full_gmm, write_full_gmm
 from asr.features.gmm import MIN_LOG_POSTERIOR, DiagGmm
 
 CHUNK_FRAMES = 8192  # frames per pass over the selected pairs (bounds memory to chunk x num_gselect x D)
@@ -86,13 +86,11 @@ class FullGmm:
         return log_posteriors.masked_fill(log_posteriors < MIN_LOG_POSTERIOR, -math.inf).exp(), total
 
     def save(self, path: str | os.PathLike) -> None:
-        kaldi_io.write_full_gmm(
-            path, *(t.detach().cpu().double().numpy() for t in (self.weights, self.means, self.covariances))
-        )
+        write_full_gmm(path, *(t.detach().cpu().double().numpy() for t in (self.weights, self.means, self.covariances)))
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: torch.device | str = "cpu") -> "FullGmm":
-        weights, means, covariances = kaldi_io.read_full_gmm(path)
+        weights, means, covariances = read_full_gmm(path)
         return cls(*(torch.from_numpy(a).to(device) for a in (weights, means, covariances)))
 
 

@@ -7,7 +7,7 @@ target size is reached with a few EM iterations after each split, then iterate E
 are one matrix product per chunk of frames, in torch, so they run on CPU or GPU; parameters
 and statistics are float64 (Kaldi accumulates in double), the E-step float32 by default.
 
-Files: the GMM is saved in Kaldi's binary DiagGmm format (asr.features.kaldi_io), so Kaldi's
+Files: the GMM is saved in Kaldi's binary DiagGmm format (asr.kaldi.gmm), so Kaldi's
 `gmm-global-get-post` or `gmm-global-copy --binary=false` read it.
 """
 
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from asr.features import kaldi_io
+from asr.kaldi.gmm import read_diag_gmm, write_diag_gmm
 from asr.utils.memory import release_freed_memory
 
 log = logging.getLogger("asr.features")
@@ -100,13 +100,11 @@ class DiagGmm:
         return torch.cat([self.posteriors(chunk)[1] for chunk in x.split(CHUNK_FRAMES)])
 
     def save(self, path: str | os.PathLike) -> None:
-        kaldi_io.write_diag_gmm(
-            path, *(t.detach().cpu().double().numpy() for t in (self.weights, self.means, self.variances))
-        )
+        write_diag_gmm(path, *(t.detach().cpu().double().numpy() for t in (self.weights, self.means, self.variances)))
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: torch.device | str = "cpu") -> "DiagGmm":
-        weights, means, variances = kaldi_io.read_diag_gmm(path)
+        weights, means, variances = read_diag_gmm(path)
         return cls(*(torch.from_numpy(a).to(device) for a in (weights, means, variances)))
 
 

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from asr.features import kaldi_io
+from asr.kaldi.ivector import read_ivector_extractor, write_ivector_extractor
 from asr.features.full_gmm import CHUNK_FRAMES, FullGmm, gselect
 from asr.features.gmm import DiagGmm
 
@@ -105,7 +105,7 @@ class IvectorExtractor:
         return 0.5 * torch.linalg.slogdet(self.inv_covars)[1] - 0.5 * self.feat_dim * math.log(2 * math.pi)
 
     def save(self, path: str | os.PathLike) -> None:
-        kaldi_io.write_ivector_extractor(
+        write_ivector_extractor(
             path,
             *(t.detach().cpu().double().numpy() for t in (self.weights, self.projections, self.inv_covars)),
             self.prior_offset,
@@ -113,7 +113,7 @@ class IvectorExtractor:
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: torch.device | str = "cpu") -> "IvectorExtractor":
-        weights, projections, inv_covars, offset = kaldi_io.read_ivector_extractor(path)
+        weights, projections, inv_covars, offset = read_ivector_extractor(path)
         return cls(*(torch.from_numpy(a).to(device) for a in (weights, projections, inv_covars)), offset)
 
 

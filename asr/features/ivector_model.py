@@ -44,16 +44,16 @@ import kaldiio
 import numpy as np
 import torch
 
-from asr.data.datadir import c_sort_key
 from asr.features import ivector as iv
 from asr.features.extract import run_parts
 from asr.features.fmllr_model import single_thread
 from asr.features.full_gmm import FullGmm, train_full_ubm
 from asr.features.gmm import DiagGmm, train_gmm
-from asr.features.kaldi_io import read_matrix, write_matrix
+from asr.kaldi.matrix import read_matrix, write_matrix
 from asr.features.pca import estimate_pca
 from asr.features.splice import splice, splice_opts
 from asr.features.subset import speaker_subset, speaker_utterances, split_speakers
+from asr.kaldi.table import c_sort_key
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
 from asr.utils.record import verify

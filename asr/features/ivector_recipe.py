@@ -41,10 +41,10 @@ import kaldiio
 import numpy as np
 import torch
 
-from asr.data.datadir import read_data_dir, read_table, write_table
+from asr.data.datadir import read_data_dir
 from asr.features import cmvn
 from asr.features import ivector as iv
-from asr.features.extract import SetSummary, _log_summary, extract_set, repoint_scp, run_parts
+from asr.features.extract import SetSummary, log_summary, extract_set, repoint_scp, run_parts
 from asr.features.fbank import FbankOptions
 from asr.features.featureset import FeatureWriter
 from asr.features.fmllr_model import single_thread
@@ -61,6 +61,7 @@ from asr.features.provenance import (
     why_incomplete,
 )
 from asr.features.subset import speaker_utterances, split_speakers
+from asr.kaldi.table import read_table, write_table
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 from asr.utils.record import outputs_of, verify, verify_table, why_rerun, write_record
@@ -316,7 +317,7 @@ def extract_ivector_set(
         )
     summary = SetSummary(out_dir.name, len(num_frames), sum(num_frames.values()), 0.0, time.perf_counter() - started, 0)
     summary.seconds = summary.frames * fcfg.frame_shift_ms / 1000.0
-    _log_summary(summary)
+    log_summary(summary)
     return summary
 
 

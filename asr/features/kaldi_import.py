@@ -27,12 +27,13 @@ import kaldiio
 import numpy as np
 from tqdm import tqdm
 
-from asr.data import commands
-from asr.data.datadir import c_sort_key, read_data_dir, read_table, write_table
+from asr.data.datadir import read_data_dir
 from asr.features import cmvn
-from asr.features.extract import SetSummary, _add_stats, non_finite_problem, repoint_scp
-from asr.features.kaldi_io import apply_transform, read_matrix, read_transforms
+from asr.features.extract import SetSummary, add_stats, non_finite_problem, repoint_scp
+from asr.kaldi.matrix import apply_transform, read_matrix, read_transforms
 from asr.features.splice import splice
+from asr.kaldi import commands
+from asr.kaldi.table import c_sort_key, read_table, write_table
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 
@@ -160,7 +161,7 @@ def _materialise(
             writer(utt, out)
             num_frames[utt], dim = out.shape[0], out.shape[1]
             if cmvn_unit != "none":
-                _add_stats(stats, cmvn.compute_stats(cmvn_unit, {utt: out}, utt2spk))
+                add_stats(stats, cmvn.compute_stats(cmvn_unit, {utt: out}, utt2spk))
     repoint_scp(tmp / "feats.scp", out_dir.absolute() / "feats.ark")
     _write_stats(stats, tmp, out_dir, cmvn_unit)
     if skipped:

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from asr.data.datadir import c_sort_key, iter_table
+from asr.kaldi.table import c_sort_key, iter_table
 
 COPY_CHUNK = 1 << 20  # bytes per read when concatenating arks: more only raises the peak memory
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from asr.data.datadir import Lookup, c_sort_key, sorted_table
+from asr.kaldi.table import Lookup, c_sort_key, sorted_table
 
 log = logging.getLogger("asr.features")
 

@@ -26,8 +26,8 @@ from asr.decode.output import TimedWord, ctm_words, evaluation_sets, write_hyp_t
 from asr.features.featureset import feature_set_dir
 from asr.gmm.frontend import GmmFeatures, with_deltas
 from asr.gmm.stats import ModelArrays
-from asr.hmm.model_io import read_model
-from asr.hmm.tree_io import load_context_dependency
+from asr.kaldi.model import read_model
+from asr.kaldi.tree import load_context_dependency
 from asr.lang.graph import mkgraph
 from asr.lang.langdir import Lang
 from asr.lang.search import GraphDecoder, SearchOptions

@@ -25,7 +25,7 @@ import numpy as np
 from asr.gmm.frontend import GmmFeatures, with_deltas
 from asr.gmm.graphs import AlignOptions, align, equal_alignment, graph_compiler
 from asr.gmm.stats import ModelArrays, Stats, accumulate
-from asr.train.alignments import parse_int_vector_archive, read_archive_bytes, write_int_vector_archive
+from asr.kaldi.alignments import parse_int_vector_archive, read_archive_bytes, write_int_vector_archive
 from asr.utils.atomic import atomic_path, write_text
 from asr.utils.errors import InputError
 

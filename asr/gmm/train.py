@@ -28,7 +28,7 @@ from typing import Any, Callable
 import kaldi_hmm_gmm as khg
 import numpy as np
 
-from asr.data.datadir import c_sort_key, read_data_dir
+from asr.data.datadir import read_data_dir
 from asr.features.extract import one_blas_thread_in_children
 from asr.features.featureset import read_num_frames
 from asr.gmm.graphs import AlignOptions
@@ -45,9 +45,10 @@ from asr.gmm.shares import (
     split_shares,
 )
 from asr.gmm.stats import ModelArrays, Stats, update
-from asr.hmm.model_io import read_model, write_model
-from asr.hmm.tree_io import load_context_dependency
-from asr.train.alignments import natural_key, parse_int_vector_archive, read_archive_bytes
+from asr.kaldi.model import read_model, write_model
+from asr.kaldi.tree import load_context_dependency
+from asr.kaldi.table import c_sort_key
+from asr.kaldi.alignments import natural_key, parse_int_vector_archive, read_archive_bytes
 from asr.utils.atomic import atomic_dir, write_text
 from asr.utils.errors import InputError
 from asr.utils.record import outputs_of, write_record
@@ -354,7 +355,7 @@ def train_tri(cfg: Any, lang, data: TrainingData, work_dir: Path, out_dir: Path,
     converted to the new tree by aligning with that model (Kaldi's convert-ali keeps the old
     timing instead), then EM as for monophones."""
     old_dir = Path(cfg.alignments)
-    from asr.hmm.model_io import read_model
+    from asr.kaldi.model import read_model
 
     old_tm, _ = read_model(old_dir / "final.mdl")
     alignments = read_alignments(old_dir)

@@ -1,3 +1,3 @@
 """Kaldi HMM models through kaldi-hmm-gmm: context-dependency trees (statistics, questions,
-building, Kaldi's `tree` file), Kaldi's `final.mdl` (transition model + diagonal GMMs) and what
-the GMM-HMM system needs around them."""
+building) and what the GMM-HMM system needs around them; their files (`tree`, `final.mdl`)
+are read and written by asr.kaldi."""

@@ -44,7 +44,7 @@ from pathlib import Path
 import kaldi_hmm_gmm as khg
 import numpy as np
 
-from asr.hmm.tree_io import (
+from asr.kaldi.tree import (
     PDF_CLASS,
     VAR_FLOOR,
     Constant,

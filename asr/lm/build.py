@@ -16,7 +16,7 @@ import logging
 import tempfile
 from pathlib import Path
 
-from asr.data.datadir import read_table
+from asr.kaldi.table import read_table
 from asr.lm.corpus import write_corpus
 from asr.lm.perplexity import Perplexity, perplexity
 from asr.lm.tools import kenlm_tool, run_tool

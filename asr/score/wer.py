@@ -15,7 +15,7 @@ from pathlib import Path
 
 import jiwer
 
-from asr.data.datadir import c_sort_key, read_table
+from asr.kaldi.table import c_sort_key, read_table
 from asr.score.normalize import normalize_words
 from asr.score.result import (
     CORRECT,

@@ -163,7 +163,7 @@ class Tokenizer:
 
 def read_transcripts(text_file: str | os.PathLike) -> list[str]:
     """The transcripts of a Kaldi `text` file, without keys; empty transcripts dropped."""
-    from asr.data.datadir import read_table
+    from asr.kaldi.table import read_table
 
     text_file = Path(text_file)
     if not text_file.is_file():

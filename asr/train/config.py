@@ -53,7 +53,7 @@ class TrainConfig:
     # start afresh: the experiment's training outputs move to <exp_dir>/previous/<N>/ first
     restart: bool = False
     # What is trained (asr/train/objectives.py): ctc, or frame_ce on Kaldi alignments
-    # (asr/train/alignments.py) with model.head=frame_ce (experiment=hybrid_ce sets both).
+    # (asr/kaldi/alignments.py) with model.head=frame_ce (experiment=hybrid_ce sets both).
     objective: str = "ctc"  # ctc | frame_ce
     alignments: str = ""  # frame_ce: Kaldi alignments: a dir (its ali.N.gz), a glob, an .ark/.gz or .scp
     dev_alignments: str = ""  # frame_ce: of the dev set; empty = train.alignments

@@ -24,9 +24,10 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from asr.data.datadir import c_sort_key, read_data_dir
+from asr.data.datadir import read_data_dir
 from asr.features.featureset import FeatureReader
-from asr.train.alignments import AlignmentArchives
+from asr.kaldi.table import c_sort_key
+from asr.kaldi.alignments import AlignmentArchives
 from asr.utils.errors import InputError
 
 log = logging.getLogger(__name__)

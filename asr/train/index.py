@@ -39,8 +39,8 @@ from pathlib import Path
 import kaldiio
 import numpy as np
 
-from asr.data import commands
-from asr.data.datadir import Lookup, iter_table, sorted_table
+from asr.kaldi import commands
+from asr.kaldi.table import Lookup, iter_table, sorted_table
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError, error_detail
 

@@ -15,7 +15,7 @@ The loop (asr/train/loop.py) is the same for every objective. It asks the object
                                        what decoding needs later (CE: the pdf counts)
 
 `train.objective` chooses one: `ctc` (token targets from the transcripts and the tokenizer)
-or `frame_ce` (Kaldi alignments, asr/train/alignments.py), and each needs its `model.head`.
+or `frame_ce` (Kaldi alignments, asr/kaldi/alignments.py), and each needs its `model.head`.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from torch import Tensor
 
 from asr.data.datadir import data_set_dir
 from asr.features.featureset import feature_set_dir
-from asr.models.pdf_counts import PDF_COUNTS_NAME, write_pdf_counts
+from asr.kaldi.pdf_counts import PDF_COUNTS_NAME, write_pdf_counts
 from asr.text.tokenizer import BLANK_ID, Tokenizer, tokenizer_model_path
-from asr.train.alignments import AlignmentArchives
+from asr.kaldi.alignments import AlignmentArchives
 from asr.train.data import Batch, CtcDataset
 from asr.train.frame_targets import FrameCeDataset
 from asr.utils.errors import InputError

@@ -38,10 +38,11 @@ from typing import Iterator
 
 import numpy as np
 
-from asr.data.datadir import c_sort_key, read_data_dir
+from asr.data.datadir import read_data_dir
 from asr.data.synth.phones import SILENCE, SUFFIX, Timeline, read_phone_lines, read_timeline, side_phone_path
 from asr.features.fbank import FbankOptions, num_frames
-from asr.train.alignments import write_int_vector_archive
+from asr.kaldi.table import c_sort_key
+from asr.kaldi.alignments import write_int_vector_archive
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
 from asr.utils.record import add_outputs

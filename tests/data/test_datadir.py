@@ -1,6 +1,7 @@
 """Kaldi data dirs: reading only the tables a stage needs."""
 
-from asr.data.datadir import DataDir, Segment, read_data_dir, write_data_dir
+from asr.data.datadir import DataDir, read_data_dir, write_data_dir
+from asr.kaldi.segments import Segment
 
 
 def test_read_only_the_tables_asked_for(tmp_path):

@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from asr.data.datadir import Segment
 from asr.data.fisher import find_fisher_folders, missing_fisher_inputs, prepare_fisher, read_fisher_transcript
+from asr.kaldi.segments import Segment
 from asr.utils.errors import InputError
 
 

@@ -6,9 +6,11 @@ import scipy.signal
 import soundfile as sf
 
 from asr.data.audio import parse_wav_scp_entry, read_recording
-from asr.data.datadir import DataDir, Segment, read_data_dir, read_table, write_data_dir
+from asr.data.datadir import DataDir, read_data_dir, write_data_dir
 from asr.data.perturb import change_speed, main, sox_speed_pipe
 from asr.data.validate import validate_data_dir
+from asr.kaldi.segments import Segment
+from asr.kaldi.table import read_table
 
 RATE = 8000
 

@@ -13,12 +13,13 @@ import pytest
 from omegaconf import OmegaConf
 
 from asr.data.config import DataConfig
-from asr.data.datadir import Segment, read_data_dir, write_data_dir
+from asr.data.datadir import read_data_dir, write_data_dir
 from asr.data.hub5 import extend_segments, prepare_eval2000
+from asr.data.prepare import preflight, prepare_data
 from asr.data.stm import fix_stm
-from asr.data.prepare import prepare_data, preflight
 from asr.data.swbd import prepare_swbd
 from asr.data.validate import validate_data_dir
+from asr.kaldi.segments import Segment
 from asr.utils.errors import InputError
 from tests.data.conftest import LdcTree
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from asr.data.datadir import DataDir, Segment, streamed
+from asr.data.datadir import DataDir, streamed
 from asr.data.prepare.spool import Spool
 from asr.data.subsets import check_first, duplicate_cap, kaldi_random, remove_duplicates
+from asr.kaldi.segments import Segment
 from asr.utils.errors import InputError
 
 

@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from asr.data.ctm import CtmWord, write_ctm
-from asr.data.datadir import DataDir, Segment
+from asr.data.datadir import DataDir
 from asr.decode.greedy import ctc_greedy
 from asr.decode.output import TimedWord, ctm_words, timed_words, write_hyp_text
+from asr.kaldi.segments import Segment
 from asr.text.tokenizer import Tokenizer, train_sentencepiece
 
 TEXT = ["yes no okay [noise] ab-", "no no yes [laughter] well", "ab- okay well yes"] * 5

@@ -16,7 +16,7 @@ from asr.features.featureset import FeatureReader
 from asr.models.blstm import build_model
 from asr.models.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, model_from_checkpoint, save_checkpoint
 from asr.models.config import ModelConfig
-from asr.models.pdf_counts import write_pdf_counts
+from asr.kaldi.pdf_counts import write_pdf_counts
 from asr.utils.errors import InputError
 
 torch.set_num_threads(1)

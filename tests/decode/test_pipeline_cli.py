@@ -6,12 +6,13 @@ import sys
 
 import jiwer
 import pytest
-from tests.fixtures.toy_corpus import toy_overrides, write_toy_corpus
 
 from asr.config import load_config
-from asr.data.datadir import read_data_dir, read_table
+from asr.data.datadir import read_data_dir
 from asr.decode.stage import decode
+from asr.kaldi.table import read_table
 from asr.utils.errors import InputError
+from tests.fixtures.toy_corpus import toy_overrides, write_toy_corpus
 
 pytestmark = pytest.mark.slow
 

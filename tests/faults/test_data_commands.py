@@ -12,7 +12,6 @@ import kaldiio
 import numpy as np
 import pytest
 
-from asr.data import commands
 from asr.data.audio import shell_command
 from asr.data.datadir import read_data_dir
 from asr.data.fix import main as fix_main
@@ -21,6 +20,7 @@ from asr.data.prepare import prepare_data
 from asr.data.validate import main as validate_main
 from asr.features.extract import extract_set
 from asr.features.featureset import FeatureReader
+from asr.kaldi import commands
 from tests.data.conftest import build_ldc_tree
 from tests.faults.conftest import fbank_options, features_overrides, run_stage, tone, write_wav_data_dir
 

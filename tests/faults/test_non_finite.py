@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from asr.data.datadir import read_data_dir, read_table
+from asr.data.datadir import read_data_dir
 from asr.decode.stage import decode_set
 from asr.features import cmvn
 from asr.features.extract import extract_set
 from asr.features.featureset import FeatureReader, NonFiniteFeatures, feature_set_dir
+from asr.kaldi.table import read_table
 from asr.models.blstm import build_model
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path
 from asr.train.data import CtcDataset

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from asr.data.datadir import read_table
 from asr.features import cmvn
 from asr.features.deltas import add_deltas
 from asr.features.featureset import FeatureReader
 from asr.features.fmllr import transform_frames
 from asr.features.fmllr_model import FmllrModel
-from asr.features.kaldi_io import read_transforms
+from asr.kaldi.matrix import read_transforms
 from asr.features.recipes import feature_dim, make_features
+from asr.kaldi.table import read_table
 from asr.utils.errors import InputError
 from tests.features.conftest import SETS
 from tests.features.test_recipes import SMALL_FMLLR, config, one_torch_thread  # noqa: F401 (autouse fixture)

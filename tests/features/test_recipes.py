@@ -20,7 +20,7 @@ from asr.features.gmm import DiagGmm
 from asr.data.datadir import read_data_dir
 from asr.features.fmllr_model import FmllrModel, SatFrames, SpeakerFrames, train_fmllr_model
 from asr.features.fmllr_recipe import adapt_set, model_checksum
-from asr.features.kaldi_io import read_transforms
+from asr.kaldi.matrix import read_transforms
 from asr.features.recipes import feature_dim, make_features
 from asr.features.subset import streamed_subset
 from asr.utils.errors import InputError

@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 from asr.gmm.boundaries import BoundaryScore
 from asr.gmm.config import GmmConfig
 from asr.gmm.train import run_gmm_training, training_data
-from asr.hmm.model_io import read_model
-from asr.train.alignments import AlignmentArchives
+from asr.kaldi.model import read_model
+from asr.kaldi.alignments import AlignmentArchives
 from tests.gmm.handmade import HandmadeLang, sample_utterances, write_corpus
 
 

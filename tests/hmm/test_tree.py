@@ -1,4 +1,4 @@
-"""The decision tree (asr/hmm/tree.py, tree_io.py) against Kaldi's own code in kaldi_hmm_gmm
+"""The decision tree (asr/hmm/tree.py, asr/kaldi/tree.py) against Kaldi's own code in kaldi_hmm_gmm
 (ContextDependency's Read/Write/Compute, TransitionModel) and against hand-made references:
 stats equal a frame-by-frame acc-tree-stats, the tree reduces to the monophone tree, splits
 never lower the objective, a context that matters is asked first."""
@@ -24,7 +24,7 @@ from asr.hmm.tree import (
     objf_given_tree,
     pdf_gaussians,
 )
-from asr.hmm.tree_io import (
+from asr.kaldi.tree import (
     Constant,
     Split,
     Table,

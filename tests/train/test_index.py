@@ -13,11 +13,11 @@ import kaldiio
 import numpy as np
 import pytest
 
-from asr.data.datadir import read_table
 from asr.features.cmvn import apply, read_stats
+from asr.kaldi.table import read_table
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path
-from asr.train.data import Prefetcher
 from asr.train import index as index_module
+from asr.train.data import Prefetcher
 from asr.train.index import IndexBuilder, IndexSources, TrainingIndex, load_index
 from asr.utils.errors import InputError
 from tests.fixtures.toy_corpus import toy_config

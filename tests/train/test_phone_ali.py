@@ -13,12 +13,13 @@ import pytest
 
 from asr.config import load_config
 from asr.data.audio import read_segment
-from asr.data.datadir import Segment, read_data_dir, write_data_dir
+from asr.data.datadir import read_data_dir, write_data_dir
 from asr.data.perturb import speed_perturb
 from asr.data.prepare import prepare_data
 from asr.data.synth.corpus import synthesize_corpus
 from asr.features.fbank import FbankOptions, fbank
-from asr.train.alignments import AlignmentArchives, read_int_vectors
+from asr.kaldi.segments import Segment
+from asr.kaldi.alignments import AlignmentArchives, read_int_vectors
 from asr.train.phone_ali import (
     ARCHIVE,
     PHONES,

@@ -100,8 +100,8 @@ def transcribe(*args: str, cwd: Path | None = None) -> subprocess.CompletedProce
 def test_a_wav_comes_out_as_words_the_recipes_decode_gives(experiment):
     """Training wavs through the CLI give what the decode stage gives for those utterances
     (same features, CMVN, model and search), and that is words the model learnt."""
-    from asr.data.datadir import read_table
     from asr.decode.stage import decode
+    from asr.kaldi.table import read_table
 
     decode(load_config(overrides(experiment, "decode.sets=[train]")))
     recipe = read_table(experiment / "exp" / "spoken" / "decode_train" / "hyp.txt", allow_empty_value=True)

@@ -15,7 +15,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Iterator
 
-from asr.data.datadir import Segment, StreamedDataDir, Utterance
+from asr.data.datadir import StreamedDataDir, Utterance
+from asr.kaldi.segments import Segment
 
 
 class Spool:

@@ -1,13 +1,13 @@
 """final.mdl: Kaldi's binary TransitionModel + AmDiagGmm, read back by the bindings and by the
-hybrid training path's reader (asr/train/alignments.py) with the same transition-id -> pdf map."""
+hybrid training path's reader (asr/kaldi/alignments.py) with the same transition-id -> pdf map."""
 
 import io
 
 import numpy as np
 import pytest
 
-from asr.hmm.model_io import read_model, write_model
-from asr.train.alignments import read_text_transition_model, read_transition_model
+from asr.kaldi.model import read_model, write_model
+from asr.kaldi.alignments import read_text_pdf_map, read_pdf_map
 from asr.utils.errors import InputError
 
 
@@ -45,8 +45,8 @@ def write_and_read_bytes(tmp_path, tm, am):
 def test_the_hybrid_reader_maps_transition_ids_as_the_bindings(tmp_path, mono_model):
     tm, am = mono_model
     write_model(tmp_path / "final.mdl", tm, am)
-    ours = read_transition_model(tmp_path / "final.mdl")
-    kaldi_text = read_text_transition_model(io.StringIO(str(tm)), "text")  # Kaldi's text Write, parsed
+    ours = read_pdf_map(tmp_path / "final.mdl")
+    kaldi_text = read_text_pdf_map(io.StringIO(str(tm)), "text")  # Kaldi's text Write, parsed
     expected = [tm.transition_id_to_pdf(t) for t in range(1, tm.num_transition_ids + 1)]
     assert ours.pdf_of[1:].tolist() == expected == kaldi_text.pdf_of[1:].tolist()
     assert ours.num_pdfs == tm.num_pdfs == am.num_pdfs

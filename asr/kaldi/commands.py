@@ -27,9 +27,10 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Iterator
 
+from asr.kaldi.table import iter_table
 from asr.utils.errors import InputError
 
-log = logging.getLogger("asr.data.commands")
+log = logging.getLogger("asr.kaldi.commands")
 
 RUN_HINT = "a data dir is trusted code: check it, then pass data.run_commands=true"
 _allowed = True
@@ -85,8 +86,6 @@ def commands_in(path: str | os.PathLike, command_of: Callable[[str], str | None]
     Every command is a pipe (`cmd |`, `| cmd`), so a table without a '|' byte has none, and is
     not parsed line by line (a learner checks its feats.scp and cmvn.scp at start-up): it is read
     in blocks of 64 KB."""
-    from asr.data.datadir import iter_table  # imported here: datadir's writers import nothing of this
-
     if not _has_byte(path, b"|"):
         return []
     return [(lineno, key, command) for lineno, key, value in iter_table(path) if (command := command_of(value))]

@@ -1,4 +1,4 @@
-"""Kaldi alignments as frame targets: alignment archives, the transition model, pdf counts.
+"""Kaldi alignments as frame targets: alignment archives and the transition-id -> pdf-id map.
 
 Kaldi's GMM and nnet systems write alignments as `ali.N.gz` (one per job): gzipped Kaldi
 archives holding, per utterance, an int32 vector of *transition ids*, one per 10 ms feature
@@ -14,7 +14,7 @@ alignments (`train.alignments`, read by `AlignmentArchives`)
     `*.scp`                a Kaldi script file pointing into such archives (read by kaldiio)
   holding either transition ids or pdf ids (`ali-to-pdf` output).
 
-transition-id -> pdf-id mapping (`train.transition_model`, read by `read_transition_model`)
+transition-id -> pdf-id mapping (`train.transition_model`, read by `read_pdf_map`)
     `final.mdl`            binary (as Kaldi writes it) or text (`copy-transition-model
                            --binary=false`, `gmm-copy --binary=false`, ...); only the leading
                            <TransitionModel> is read, the GMMs or network after it are not
@@ -23,8 +23,8 @@ transition-id -> pdf-id mapping (`train.transition_model`, read by `read_transit
                            them; any other file holds pdf ids
     `none`                 the alignments hold pdf ids already
 
-pdf counts (`write_pdf_counts` / `read_pdf_counts`) use the text vector format of Kaldi's
-`analyze-counts --binary=false` (` [ 120 0 37 ]`), which nnet1's `--class-frame-counts` reads.
+The transition model's topology and transition states are read by asr/kaldi/transition_model.py,
+the one reader of that format.
 """
 
 from __future__ import annotations
@@ -41,20 +41,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Container, Iterator
 
+import kaldi_hmm_gmm as khg
 import numpy as np
 
-from asr.data import commands
+from asr.kaldi import commands
+from asr.kaldi.binary import BINARY_MARK, KaldiBinaryReader
+from asr.kaldi.transition_model import (
+    Fail,
+    TextTokens,
+    pdf_of_transition_ids,
+    read_text_topology,
+    read_topology,
+    read_tuples,
+)
 from asr.utils.atomic import atomic_path
 from asr.utils.errors import InputError
-from asr.utils.kaldi_binary import KaldiBinaryReader
 from asr.utils.record import verify
 
 log = logging.getLogger(__name__)
 
 KALDI_ALI_NAME = re.compile(r"^ali\.\d+(\.gz)?$")
 GZIP_MAGIC = b"\x1f\x8b"
-BINARY_HEADER = b"\0B"
-NO_PDF = -1  # Kaldi's kNoPdf: a non-emitting state
 
 
 # --- alignment archives -----------------------------------------------------------------------
@@ -122,7 +129,7 @@ def parse_int_vector_archive(
         key = data[pos:space].decode("utf-8")
         wanted = keep is None or key in keep
         pos = space + 1
-        if data[pos : pos + 2] == BINARY_HEADER:
+        if data[pos : pos + 2] == BINARY_MARK:
             count, start, pos = binary_int_vector_span(data, pos + 2, f"{where}: {key!r}")
             if wanted:
                 yield key, decode_binary_int_vector(data, count, start, f"{where}: {key!r}")
@@ -170,12 +177,7 @@ def write_int_vector_archive(path: Path, items: Iterator[tuple[str, np.ndarray]]
             records = np.empty(len(vector), dtype=[("size", "u1"), ("value", "<i4")])
             records["size"], records["value"] = 4, vector
             f.write(
-                key.encode("utf-8")
-                + b" "
-                + BINARY_HEADER
-                + b"\x04"
-                + struct.pack("<i", len(vector))
-                + records.tobytes()
+                key.encode("utf-8") + b" " + BINARY_MARK + b"\x04" + struct.pack("<i", len(vector)) + records.tobytes()
             )
             count += 1
     return count
@@ -203,18 +205,11 @@ def read_int_vectors(path: Path, keep: Container[str] | None = None) -> Iterator
         yield from parse_int_vector_archive(read_archive_bytes(path), str(path), keep)
 
 
-# --- the transition model ----------------------------------------------------------------------
+# --- transition id -> pdf id ---------------------------------------------------------------------
 
 
 @dataclass
-class HmmState:
-    forward_pdf_class: int  # NO_PDF for the final, non-emitting state
-    self_loop_pdf_class: int
-    destinations: list[int]  # of its transitions, in the order transition ids are numbered
-
-
-@dataclass
-class TransitionModel:
+class PdfMap:
     """transition id -> pdf id, as Kaldi's TransitionModel::TransitionIdToPdf."""
 
     pdf_of: np.ndarray  # indexed by transition id; entry 0 (never a valid id) is -1
@@ -238,161 +233,30 @@ class TransitionModel:
         return pdfs
 
 
-def transition_ids_to_pdfs(
-    topology: dict[int, list[HmmState]], tuples: list[tuple[int, int, int, int]], source: str
-) -> TransitionModel:
-    """Number transition ids as Kaldi's TransitionModel::ComputeDerived does.
-
-    Transition states are the (phone, hmm_state, forward_pdf, self_loop_pdf) tuples in file
-    order, 1-based; each gets one transition id per transition out of its HMM state, numbered
-    consecutively from 1. A self-loop's id maps to the self-loop pdf, every other to the
-    forward pdf (the two are equal except in chain-style topologies).
-    """
-    pdf_of = [-1]
-    for phone, hmm_state, forward_pdf, self_loop_pdf in tuples:
-        entry = topology.get(phone)
-        if entry is None or not 0 <= hmm_state < len(entry):
-            raise InputError(f"{source}: transition state ({phone}, {hmm_state}) is not in the topology")
-        pdf_of += [self_loop_pdf if dest == hmm_state else forward_pdf for dest in entry[hmm_state].destinations]
+def pdf_map(topo: khg.HmmTopology, tuples: list[tuple[int, int, int, int]], source: str, fail: Fail) -> PdfMap:
+    """The pdf of each transition id of a transition model, numbered as Kaldi's ComputeDerived does."""
+    pdf_of = pdf_of_transition_ids(topo, tuples, fail)
     num_pdfs = 1 + max(max(t[2], t[3]) for t in tuples) if tuples else 0
-    return TransitionModel(np.array(pdf_of, dtype=np.int64), num_pdfs, source)
+    return PdfMap(np.array(pdf_of, dtype=np.int64), num_pdfs, source)
 
 
-class TextTokens:
-    """Whitespace-separated tokens of a text Kaldi object, read lazily (a text final.mdl holds
-    every Gaussian after the part we need)."""
-
-    def __init__(self, lines: Iterator[str], source: str):
-        self.source = source
-        self._tokens = (tok for line in lines for tok in line.split())
-
-    def next(self) -> str:
-        token = next(self._tokens, None)
-        if token is None:
-            raise InputError(f"{self.source}: ends inside the transition model; is it complete?")
-        return token
-
-    def expect(self, wanted: str) -> None:
-        got = self.next()
-        if got != wanted:
-            raise InputError(f"{self.source}: expected {wanted}, got {got[:40]!r}")
-
-    def int(self) -> int:
-        token = self.next()
-        try:
-            return int(token)
-        except ValueError:
-            raise InputError(f"{self.source}: expected an integer, got {token[:40]!r}") from None
-
-    def float(self) -> float:
-        token = self.next()
-        try:
-            return float(token)
-        except ValueError:
-            raise InputError(f"{self.source}: expected a number, got {token[:40]!r}") from None
-
-
-def read_text_state(tokens: TextTokens, index: int) -> HmmState:
-    """`<State> i [<PdfClass> p | <ForwardPdfClass> f <SelfLoopPdfClass> s] (<Transition> d prob)* </State>`."""
-    if tokens.int() != index:
-        raise InputError(f"{tokens.source}: topology states must be numbered from 0 in order")
-    token = tokens.next()
-    forward = self_loop = NO_PDF
-    if token == "<PdfClass>":
-        forward = self_loop = tokens.int()
-        token = tokens.next()
-    elif token == "<ForwardPdfClass>":
-        forward = tokens.int()
-        tokens.expect("<SelfLoopPdfClass>")
-        self_loop = tokens.int()
-        token = tokens.next()
-    destinations = []
-    while token == "<Transition>":
-        destinations.append(tokens.int())
-        tokens.float()  # its probability: irrelevant to the mapping
-        token = tokens.next()
-    if token != "</State>":
-        raise InputError(f"{tokens.source}: unexpected {token[:40]!r} in a topology state")
-    return HmmState(forward, self_loop, destinations)
-
-
-def read_text_topology(tokens: TextTokens) -> dict[int, list[HmmState]]:
-    tokens.expect("<Topology>")
-    topology: dict[int, list[HmmState]] = {}
-    while (token := tokens.next()) != "</Topology>":
-        if token != "<TopologyEntry>":
-            raise InputError(f"{tokens.source}: expected <TopologyEntry> or </Topology>, got {token[:40]!r}")
-        tokens.expect("<ForPhones>")
-        phones = []
-        while (token := tokens.next()) != "</ForPhones>":
-            phones.append(int(token))
-        states = []
-        while (token := tokens.next()) != "</TopologyEntry>":
-            if token != "<State>":
-                raise InputError(f"{tokens.source}: expected <State> or </TopologyEntry>, got {token[:40]!r}")
-            states.append(read_text_state(tokens, len(states)))
-        topology.update((phone, states) for phone in phones)
-    return topology
-
-
-def read_text_transition_model(lines: Iterator[str], source: str) -> TransitionModel:
-    tokens = TextTokens(lines, source)
-    tokens.expect("<TransitionModel>")
-    topology = read_text_topology(tokens)
-    kind = tokens.next()
-    if kind not in ("<Triples>", "<Tuples>"):
-        raise InputError(f"{source}: expected <Triples> or <Tuples> after the topology, got {kind[:40]!r}")
-    tuples = []
-    for _ in range(tokens.int()):
-        phone, hmm_state, forward = tokens.int(), tokens.int(), tokens.int()
-        tuples.append((phone, hmm_state, forward, tokens.int() if kind == "<Tuples>" else forward))
-    tokens.expect(kind.replace("<", "</"))
-    return transition_ids_to_pdfs(topology, tuples, source)
-
-
-def read_binary_topology(r: KaldiBinaryReader) -> dict[int, list[HmmState]]:
-    """Kaldi's HmmTopology::Read, binary branch: phones, phone2idx, [-1 if chain-style], entries."""
-    r.expect("<Topology>")
-    phones, phone2idx = r.int_vector(), r.int_vector()
-    num_entries = r.int32()
-    separate_self_loop = num_entries == -1
-    if separate_self_loop:
-        num_entries = r.int32()
-    entries = []
-    for _ in range(num_entries):
-        states = []
-        for _ in range(r.int32()):
-            forward = r.int32()
-            self_loop = r.int32() if separate_self_loop else forward
-            destinations = []
-            for _ in range(r.int32()):
-                destinations.append(r.int32())
-                r.float32()
-            states.append(HmmState(forward, self_loop, destinations))
-        entries.append(states)
-    r.expect("</Topology>")
-    try:
-        return {phone: entries[phone2idx[phone]] for phone in phones}
-    except IndexError:
-        raise InputError(f"{r.name}: topology phone table is inconsistent") from None
-
-
-def read_binary_transition_model(f: BinaryIO, source: str) -> TransitionModel:
+def read_binary_pdf_map(f: BinaryIO, source: str) -> PdfMap:
+    """From a binary transition model (the head of final.mdl): its topology and transition states."""
     r = KaldiBinaryReader(f, source, "transition model")
     r.expect("<TransitionModel>")
-    topology = read_binary_topology(r)
-    kind = r.token()
-    if kind not in ("<Triples>", "<Tuples>"):
-        raise InputError(f"{source}: expected <Triples> or <Tuples> after the topology, got {kind!r}")
-    tuples = []
-    for _ in range(r.int32()):
-        phone, hmm_state, forward = r.int32(), r.int32(), r.int32()
-        tuples.append((phone, hmm_state, forward, r.int32() if kind == "<Tuples>" else forward))
-    r.expect(kind.replace("<", "</"))
-    return transition_ids_to_pdfs(topology, tuples, source)
+    topo = read_topology(r)
+    return pdf_map(topo, read_tuples(r), source, r.fail)
 
 
-def read_mapping_table(lines: list[str], source: str) -> TransitionModel:
+def read_text_pdf_map(lines: Iterator[str], source: str) -> PdfMap:
+    """From a text transition model (the head of a text final.mdl), read no further than its tuples."""
+    tokens = TextTokens(lines, source)
+    tokens.expect("<TransitionModel>")
+    topo = read_text_topology(tokens)
+    return pdf_map(topo, read_tuples(tokens), source, lambda what: InputError(f"{source}: {what}"))
+
+
+def read_mapping_table(lines: list[str], source: str) -> PdfMap:
     """`transition-id pdf-id` a line (blank lines and `#` comments allowed)."""
     pairs = {}
     for number, line in enumerate(lines, 1):
@@ -409,10 +273,10 @@ def read_mapping_table(lines: list[str], source: str) -> TransitionModel:
         raise InputError(f"{source}: empty transition-id -> pdf-id table")
     pdf_of = np.full(max(pairs) + 1, -1, dtype=np.int64)
     pdf_of[list(pairs)] = list(pairs.values())
-    return TransitionModel(pdf_of, max(pairs.values()) + 1, source)
+    return PdfMap(pdf_of, max(pairs.values()) + 1, source)
 
 
-def read_transition_model(path: str | os.PathLike) -> TransitionModel:
+def read_pdf_map(path: str | os.PathLike) -> PdfMap:
     """A Kaldi model (binary or text) or a two-column table: see the module docstring."""
     path = Path(path)
     if not path.is_file():
@@ -420,14 +284,14 @@ def read_transition_model(path: str | os.PathLike) -> TransitionModel:
             f"{path}: transition model not found (train.transition_model: a final.mdl, a `tid pdf` table, auto or none)"
         )
     with open(path, "rb") as f:
-        if f.read(2) == BINARY_HEADER:
-            model = read_binary_transition_model(f, str(path))
+        if f.read(2) == BINARY_MARK:
+            model = read_binary_pdf_map(f, str(path))
         else:
             f.seek(0)
             text = io.TextIOWrapper(f, encoding="latin-1")
             first = next((line for line in text if line.strip()), "")
             if first.split()[:1] == ["<TransitionModel>"]:
-                model = read_text_transition_model(itertools.chain([first], text), str(path))
+                model = read_text_pdf_map(itertools.chain([first], text), str(path))
             else:
                 model = read_mapping_table([first, *text], str(path))
     log.info("%s: %d transition ids -> %d pdfs", path, model.num_transition_ids, model.num_pdfs)
@@ -445,11 +309,11 @@ class AlignmentArchives:
         self.files = alignment_files(spec)
         self.mapping = self._mapping(transition_model)
 
-    def _mapping(self, choice: str) -> TransitionModel | None:
+    def _mapping(self, choice: str) -> PdfMap | None:
         if choice == "none":
             return None
         if choice != "auto":
-            return read_transition_model(choice)
+            return read_pdf_map(choice)
         if not all(KALDI_ALI_NAME.match(f.name) for f in self.files):
             return None  # not Kaldi's ali.N.gz: taken to be ali-to-pdf output
         model = self.files[0].parent / "final.mdl"
@@ -460,7 +324,7 @@ class AlignmentArchives:
                 "set train.transition_model=<final.mdl or a `tid pdf` table>, "
                 "or train.transition_model=none if they are pdf ids"
             )
-        return read_transition_model(model)
+        return read_pdf_map(model)
 
     @property
     def description(self) -> str:

@@ -1,4 +1,4 @@
-"""Commands in data files (asr.data.commands, asr.data.audio): which wav.scp entries are read
+"""Commands in data files (asr.kaldi.commands, asr.data.audio): which wav.scp entries are read
 natively and which need a shell, checked against what /bin/sh would hand sph2pipe; and the
 policy that runs, refuses or reports them."""
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from asr.data import commands
 from asr.data.audio import parse_wav_scp_entry, read_recording, shell_command
+from asr.kaldi import commands
 
 NATIVE = [
     "sph2pipe -f wav -p -c 2 /c/LDC97S62/swb1_d1/data/sw02001.sph |",

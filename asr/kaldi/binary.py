@@ -1,5 +1,6 @@
-"""Reading and writing Kaldi's binary objects (the part after the `\\0B` mark): the one reader of Kaldi
-models that kaldiio does not read (GMMs, i-vector extractors, transition models).
+"""Reading and writing Kaldi's binary objects (the part after the `\\0B` mark): the one reader and
+writer of the Kaldi objects that kaldiio does not read (GMMs, i-vector extractors, transition
+models, trees).
 
 Kaldi's binary basic types: a token is text ending with a space; an int32 is a size byte (4)
 and 4 little-endian bytes, a double a size byte (8) and 8 bytes; a vector is `FV`/`DV`, an
@@ -10,7 +11,9 @@ byte, an int32 count and the raw int32s.
 
 from __future__ import annotations
 
+import io
 import struct
+from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
@@ -112,12 +115,41 @@ def int32_vector_bytes(values) -> bytes:
     return b"\4" + struct.pack("<i", len(values)) + values.tobytes()
 
 
-def float_vector_bytes(values: np.ndarray) -> bytes:
-    values = np.ascontiguousarray(values, dtype="<f4")
-    return b"FV " + int32_bytes(len(values)) + values.tobytes()
+def double_bytes(value: float) -> bytes:
+    return b"\10" + struct.pack("<d", value)
 
 
-def float_matrix_bytes(values: np.ndarray) -> bytes:
-    values = np.ascontiguousarray(values, dtype="<f4")
+def vector_bytes(values: np.ndarray, double: bool = False) -> bytes:
+    values = np.ascontiguousarray(values, dtype="<f8" if double else "<f4")
+    return (b"DV " if double else b"FV ") + int32_bytes(len(values)) + values.tobytes()
+
+
+def matrix_bytes(values: np.ndarray, double: bool = False) -> bytes:
+    values = np.ascontiguousarray(values, dtype="<f8" if double else "<f4")
     rows, cols = values.shape
-    return b"FM " + int32_bytes(rows) + int32_bytes(cols) + values.tobytes()
+    return (b"DM " if double else b"FM ") + int32_bytes(rows) + int32_bytes(cols) + values.tobytes()
+
+
+def packed_bytes(symmetric: np.ndarray, double: bool = False) -> bytes:
+    """A Kaldi SpMatrix: the lower triangle, row by row."""
+    rows = symmetric.shape[0]
+    lower = np.asarray(symmetric)[np.tril_indices(rows)]
+    return (
+        (b"DP " if double else b"FP ")
+        + int32_bytes(rows)
+        + np.ascontiguousarray(lower, dtype="<f8" if double else "<f4").tobytes()
+    )
+
+
+# --- a whole file holding one binary object
+
+
+def binary_file_reader(path: Path, kind: str, how_to_convert: str) -> KaldiBinaryReader:
+    """A reader past the `\\0B` mark of the file at `path`, which holds one Kaldi `kind` in binary."""
+    if not path.is_file():
+        raise InputError(f"{path}: missing {kind}; re-run the features stage")
+    data = path.read_bytes()
+    reader = KaldiBinaryReader(io.BytesIO(data[2:]), str(path), kind)
+    if not data.startswith(BINARY_MARK):
+        raise reader.fail(f"no binary mark; convert text models with {how_to_convert}")
+    return reader

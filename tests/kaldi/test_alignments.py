@@ -16,9 +16,7 @@ from tests.fixtures.hybrid_corpus import (
     write_ali_gz,
 )
 
-from asr.models.pdf_counts import read_pdf_counts, write_pdf_counts
-from asr.train.alignments import AlignmentArchives, parse_int_vector_archive, read_int_vectors, read_transition_model
-from asr.train.frame_targets import subsample_targets
+from asr.kaldi.alignments import AlignmentArchives, parse_int_vector_archive, read_int_vectors, read_pdf_map
 from asr.utils.errors import InputError
 
 # A chain-style topology (one emitting state whose self-loop has its own pdf class) next to
@@ -46,7 +44,7 @@ def test_hmm_transition_model_maps_transition_ids_like_ali_to_pdf(tmp_path, form
         path.write_bytes(binary_transition_model(entries, tuples))
     else:
         path.write_text(text_transition_model(entries, tuples, GMM_TRAILER if form == "text_with_gmms" else ""))
-    model = read_transition_model(path)
+    model = read_pdf_map(path)
     assert model.pdf_of.tolist() == HMM_PDF_OF_TID
     assert model.num_pdfs == 10 and model.num_transition_ids == 24
     assert model.to_pdfs(np.array([1, 2, 19, 22, 24]), "x").tolist() == [0, 0, 6, 9, 8]
@@ -61,18 +59,18 @@ def test_chain_style_tuples_map_self_loops_to_their_own_pdf(tmp_path, binary):
         path.write_text(text_transition_model(CHAIN_ENTRIES, CHAIN_TUPLES))
     content = path.read_bytes()
     assert b"<Tuples> " in content and (b"<ForwardPdfClass> 0 <SelfLoopPdfClass> 2" in content) != binary
-    model = read_transition_model(path)
+    model = read_pdf_map(path)
     assert model.pdf_of.tolist() == CHAIN_PDF_OF_TID and model.num_pdfs == 7
 
 
 def test_two_column_table_is_a_mapping_too(tmp_path):
     path = tmp_path / "tid2pdf.txt"
     path.write_text("# transition-id pdf-id\n1 0\n2 0\n3 1\n\n4 2\n")
-    model = read_transition_model(path)
+    model = read_pdf_map(path)
     assert model.pdf_of.tolist() == [-1, 0, 0, 1, 2] and model.num_pdfs == 3
     path.write_text("1 0\n2 zero\n")
     with pytest.raises(InputError, match=r"tid2pdf.txt:2: expected `transition-id pdf-id`"):
-        read_transition_model(path)
+        read_pdf_map(path)
 
 
 def test_truncated_or_foreign_models_are_reported(tmp_path):
@@ -80,10 +78,10 @@ def test_truncated_or_foreign_models_are_reported(tmp_path):
     path = tmp_path / "final.mdl"
     path.write_bytes(binary_transition_model(entries, tuples)[:120])
     with pytest.raises(InputError, match="ends inside the transition model"):
-        read_transition_model(path)
+        read_pdf_map(path)
     path.write_bytes(b"\0B<Nnet> <NumComponents> ")
     with pytest.raises(InputError, match="expected <TransitionModel>, got '<Nnet>'"):
-        read_transition_model(path)
+        read_pdf_map(path)
 
 
 def alignments(seed: int, count: int = 5) -> dict[str, np.ndarray]:
@@ -157,23 +155,3 @@ def test_alignment_errors_name_the_file_and_the_fix(tmp_path):
         list(read_int_vectors(tmp_path / "feats.ark"))
     with pytest.raises(InputError, match="no file matches"):
         AlignmentArchives(str(tmp_path / "nothing.*.gz"))
-
-
-def test_targets_are_the_centre_frames_of_each_subsampled_block():
-    pdfs = np.array([0, 0, 0, 1, 1, 1, 2, 2])
-    assert subsample_targets(pdfs, 8, 3).tolist() == [0, 1, 2]  # frames 1, 4, 7
-    assert subsample_targets(pdfs, 8, 2).tolist() == [0, 1, 1, 2]  # frames 1, 3, 5, 7
-    assert subsample_targets(pdfs, 8, 1).tolist() == pdfs.tolist()
-    assert subsample_targets(pdfs[:7], 8, 3).tolist() == [0, 1, 2]  # one frame short: last label repeated
-    assert subsample_targets(pdfs, 7, 3).tolist() == [0, 1, 2]  # one frame long: surplus ignored
-
-
-def test_pdf_counts_are_a_kaldi_text_vector(tmp_path):
-    write_pdf_counts(tmp_path / "pdf_counts", np.array([12, 0, 3]))
-    assert (tmp_path / "pdf_counts").read_text() == " [ 12 0 3 ]\n"
-    assert read_pdf_counts(tmp_path / "pdf_counts").tolist() == [12.0, 0.0, 3.0]
-    (tmp_path / "plain").write_text("4 5\n6\n")
-    assert read_pdf_counts(tmp_path / "plain").tolist() == [4.0, 5.0, 6.0]
-    (tmp_path / "zero").write_text("[ 0 0 ]")
-    with pytest.raises(InputError, match="positive sum"):
-        read_pdf_counts(tmp_path / "zero")

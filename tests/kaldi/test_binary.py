@@ -8,8 +8,8 @@ import kaldiio
 import numpy as np
 import pytest
 
+from asr.kaldi.binary import KaldiBinaryReader
 from asr.utils.errors import InputError
-from asr.utils.kaldi_binary import KaldiBinaryReader
 
 
 def kaldiio_bytes(array: np.ndarray) -> bytes:

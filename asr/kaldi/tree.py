@@ -34,14 +34,13 @@ from typing import BinaryIO, Union
 import kaldi_hmm_gmm as khg
 import numpy as np
 
+from asr.kaldi.binary import BINARY_MARK, KaldiBinaryReader
 from asr.utils.atomic import atomic_open
 from asr.utils.errors import InputError
-from asr.utils.kaldi_binary import KaldiBinaryReader
 from asr.utils.record import verify
 
 PDF_CLASS = -1  # Kaldi's kPdfClass: the event key whose value is the HMM state's pdf-class
 VAR_FLOOR = 0.01  # acc-tree-stats' --var-floor
-BINARY_MARK = b"\0B"
 
 
 @dataclass(frozen=True)
