@@ -107,7 +107,7 @@ def test_a_damaged_model_tree_or_alignment_is_refused_in_one_line(trained, tmp_p
     record before use (a copy of the module's run)."""
     import shutil
 
-    from asr.hmm.tree_io import load_context_dependency
+    from asr.kaldi.tree import load_context_dependency
     from asr.utils.errors import InputError
 
     out = shutil.copytree(trained[0], tmp_path / "mono")
