@@ -1,7 +1,7 @@
 """Issue 31, item 1 under torchrun: a SIGTERM that reaches only one learner stops every learner
 at the same step boundary (none is left waiting in a collective or an exchange), each saves
 its part and exits 75, and the rerun goes on exactly: SSGD ends with the uninterrupted run's
-weights; under ADPSGD every utterance of the epoch is trained exactly once."""
+weights; under ADPSGD and H-ADPSGD every utterance of the epoch is trained exactly once."""
 
 from __future__ import annotations
 
@@ -30,10 +30,13 @@ RUN = [
 ]
 
 
-def signal_one_learner(toy_corpus: Path, exp: Path, run: list[str], victim: int, after: int) -> str:
-    """Run the job (settings `run`) with learner `victim` alone sending itself SIGTERM in its batch
-    `after` + 1 (tests/faults/signalled_train.py); every learner must exit 75. Returns its output."""
-    cmd = torchrun_command(2, ["tests.faults.signalled_train", *train_overrides(toy_corpus, *run, f"exp_dir={exp}")])
+def signal_one_learner(toy_corpus: Path, exp: Path, run: list[str], victim: int, after: int, nproc: int = 2) -> str:
+    """Run the job (settings `run`, `nproc` learners) with learner `victim` alone sending itself
+    SIGTERM in its batch `after` + 1 (tests/faults/signalled_train.py); every learner must exit
+    75. Returns its output."""
+    cmd = torchrun_command(
+        nproc, ["tests.faults.signalled_train", *train_overrides(toy_corpus, *run, f"exp_dir={exp}")]
+    )
     proc = subprocess.run(
         cmd, env=worker_env(ASR_TEST_SIGNAL=f"{victim}:{after}"), cwd=REPO, capture_output=True, text=True, timeout=240
     )
@@ -62,12 +65,24 @@ def test_ssgd_one_learner_signalled_all_stop_and_the_rerun_equals_the_uninterrup
         assert torch.equal(got[name], tensor), name
 
 
-ADPSGD = ["distributed=adpsgd", "train.epochs=4"]
+# (learners, settings, the learner signalled, in its batch N + 1: mid-epoch). Never learner 0's
+# node, which evaluates at every epoch end while the other node claims on, so it may train too
+# few batches to meet the signal.
+DECENTRALIZED = {
+    "adpsgd": (2, ["distributed=adpsgd", "train.epochs=4"], 1, 5),
+    "hadpsgd": (4, ["distributed=hadpsgd", "distributed.learners_per_node=2", "train.epochs=4"], 3, 2),
+}
 
 
-def test_adpsgd_one_learner_signalled_every_node_saves_and_each_utterance_is_trained_once(toy_corpus, tmp_path):
+@pytest.mark.parametrize("algorithm", sorted(DECENTRALIZED))
+def test_decentralized_one_learner_signalled_every_node_saves_and_each_utterance_is_trained_once(
+    toy_corpus, tmp_path, algorithm
+):
+    """Two nodes: ADPSGD's two learners, or H-ADPSGD's two nodes of two (the signalled learner 3
+    is then not its node's leader: the stop must reach its node's leader and node 0)."""
+    nproc, settings, victim, after = DECENTRALIZED[algorithm]
     exp = tmp_path / "stopped"
-    signal_one_learner(toy_corpus, exp, [*RUN, *ADPSGD], victim=1, after=5)
+    signal_one_learner(toy_corpus, exp, [*RUN, *settings], victim=victim, after=after, nproc=nproc)
     nodes = [
         torch.load(max((exp / "checkpoints" / f"node-{n:03d}").glob("step-*.pt")), weights_only=True) for n in range(2)
     ]
@@ -77,11 +92,11 @@ def test_adpsgd_one_learner_signalled_every_node_saves_and_each_utterance_is_tra
     assert not np.any(masks[0] & masks[1])  # no utterance trained by both nodes
     trained = int((masks[0] | masks[1]).sum())
     assert trained < 40
-    again = run_torchrun(2, ["asr.train", *train_overrides(toy_corpus, *RUN, *ADPSGD, f"exp_dir={exp}")])
+    again = run_torchrun(nproc, ["asr.train", *train_overrides(toy_corpus, *RUN, *settings, f"exp_dir={exp}")])
     assert again.returncode == 0, again.stderr[-4000:]
     resumed = re.findall(
         r"resumed from step \d+ \(epoch (\d+), (\d+) of its utterances trained; own start", again.stderr
     )
-    assert resumed == [(str(epoch + 1), str(trained))] * 2, again.stderr[-4000:]
+    assert resumed == [(str(epoch + 1), str(trained))] * nproc, again.stderr[-4000:]
     # What is left (the rest of the epoch, re-planned) is trained by the rerun, and the epoch ends.
     assert torch.load(exp / "checkpoints" / "last.pt", weights_only=True)["progress"]["epoch"] == 4
