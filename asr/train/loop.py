@@ -68,7 +68,7 @@ from asr.train.data import (
 )
 from asr.train.experiment import check_config, restart_experiment, restart_if_inputs_changed, save_config
 from asr.train.objectives import build_objective, ctc_loss_sum  # noqa: F401  (ctc_loss_sum: re-exported)
-from asr.train.precision import autocast, grad_scaler, training_precision
+from asr.train.precision import autocast, grad_scaler, training_precision, use_ieee_fp32
 from asr.train.record import TrainedRecord
 from asr.train.resume import RunLayout, Start, find_start, node_dir
 from asr.train.telemetry import Telemetry
@@ -198,6 +198,7 @@ class Trainer:
         self.dist = dist or DistributedContext(device=select_device(cfg.device))
         self.device = self.dist.device
         self.precision = training_precision(self.tcfg.precision, self.device)
+        use_ieee_fp32(self.device, self.precision)
         check_chunking(cfg)
         self.objective = build_objective(cfg)
         self.chunked = bool(self.tcfg.chunk_frames)  # fixed-length samples instead of utterances (asr/train/chunks.py)

@@ -236,6 +236,26 @@ def test_training_precision_choice(monkeypatch):
         assert (a @ a).dtype == torch.float32
 
 
+@pytest.mark.parametrize(
+    "device,precision,ieee", [("cuda", "fp32", True), ("cuda", "bf16", False), ("cpu", "fp32", False)]
+)
+def test_fp32_on_a_gpu_is_ieee_fp32_not_tf32(device, precision, ieee):
+    """PyTorch lets cuDNN's LSTM round fp32 to TF32 on Ampere and later; train.precision=fp32
+    turns that off (the settings are plain attributes: this runs without a GPU)."""
+    from asr.train.precision import use_ieee_fp32
+
+    settings = torch.backends.cudnn.rnn, torch.backends.cuda.matmul
+    saved = [s.fp32_precision for s in settings]
+    try:
+        for s in settings:
+            s.fp32_precision = "tf32"
+        use_ieee_fp32(torch.device(device), precision)
+        assert [s.fp32_precision for s in settings] == (["ieee"] * 2 if ieee else ["tf32"] * 2)
+    finally:
+        for s, value in zip(settings, saved):
+            s.fp32_precision = value
+
+
 @pytest.mark.parametrize("has_bf16_lstm", [True, False])
 def test_cpu_precision_follows_the_bf16_probe(monkeypatch, has_bf16_lstm):
     """The probe's answer, faked both ways, decides `auto` and whether `bf16` is refused."""
