@@ -383,9 +383,22 @@ def update_prior(extractor: IvectorExtractor, post: Posterior) -> IvectorExtract
         a[0] -= alpha
         reflection = reflection - 2.0 * torch.outer(a, a)
     transform = reflection @ whitening
-    transform = _sort_by_importance(extractor, transform)
+    transform = _with_fixed_signs(_sort_by_importance(extractor, transform))
     projections = extractor.projections @ torch.linalg.inv(transform)
     return IvectorExtractor(extractor.weights, projections, extractor.inv_covars, float((transform @ mean)[0]))
+
+
+def _with_fixed_signs(transform: Tensor) -> Tensor:
+    """The transform with each row negated where needed so that its largest entry is positive.
+
+    Dimensions 1.. come from eigenvectors, whose signs are arbitrary: LAPACK on the CPU and
+    cuSOLVER on a GPU choose differently, and without this the same statistics would give
+    i-vectors with some dimensions negated depending on the device. Row 0 maps the mean onto
+    the positive first axis and keeps its sign."""
+    largest = transform.abs().argmax(dim=1, keepdim=True)
+    signs = torch.sign(transform.gather(1, largest))
+    signs[0] = 1.0
+    return transform * torch.where(signs == 0, torch.ones_like(signs), signs)
 
 
 def _sort_by_importance(extractor: IvectorExtractor, transform: Tensor) -> Tensor:

@@ -179,6 +179,23 @@ def test_prior_update_keeps_the_prior_standard(training, trained):
     np.testing.assert_allclose(scatter - np.outer(mean, mean), np.eye(5), atol=1e-6)
 
 
+def test_the_prior_update_does_not_depend_on_the_eigenvectors_signs(training, trained, monkeypatch):
+    """cuSOLVER and LAPACK return eigenvectors with different signs: the update must not follow."""
+    _, _, stats = training
+    extractor, _ = trained
+    post = iv.posterior(extractor, stats.counts, stats.first, with_variance=True)
+    expected = iv.update_prior(extractor, post)
+    eigh = torch.linalg.eigh
+
+    def flipped(matrix):
+        values, vectors = eigh(matrix)
+        return values, vectors * torch.tensor([(-1.0) ** i for i in range(vectors.shape[1])], dtype=vectors.dtype)
+
+    monkeypatch.setattr(torch.linalg, "eigh", flipped)
+    got = iv.update_prior(extractor, post)
+    torch.testing.assert_close(got.projections, expected.projections, rtol=1e-9, atol=1e-9)
+
+
 def test_ivectors_tell_speakers_apart(speakers, training, trained):
     """Cosine scoring between utterances (300 frames) of 20 unseen speakers: equal error rate
     3.7% here, far below the 50% of chance (goal: below 10%)."""
