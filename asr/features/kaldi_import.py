@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from asr.data.datadir import read_data_dir
 from asr.features import cmvn
-from asr.features.extract import SetSummary, add_stats, non_finite_problem, repoint_scp
+from asr.features.logmel.extract import SetSummary, add_stats, non_finite_problem, repoint_scp
 from asr.kaldi.matrix import apply_transform, read_matrix, read_transforms
 from asr.features.splice import splice
 from asr.kaldi import commands

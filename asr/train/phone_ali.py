@@ -40,7 +40,7 @@ import numpy as np
 
 from asr.data.datadir import read_data_dir
 from asr.data.synth.phones import SILENCE, SUFFIX, Timeline, read_phone_lines, read_timeline, side_phone_path
-from asr.features.fbank import FbankOptions, num_frames
+from asr.features.logmel.fbank import FbankOptions, num_frames
 from asr.kaldi.table import c_sort_key
 from asr.kaldi.alignments import write_int_vector_archive
 from asr.utils.atomic import write_text

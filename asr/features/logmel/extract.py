@@ -59,7 +59,7 @@ from asr.data.datadir import require_data_dir
 from asr.features import cmvn
 from asr.features.config import FeaturesConfig
 from asr.features.deltas import delta_opts
-from asr.features.fbank import FbankOptions, fbank_batch
+from asr.features.logmel.fbank import FbankOptions, fbank_batch
 from asr.features.featureset import DELTA_COLUMNS, FeatureLayout, FeatureWriter, LoadDeltas
 from asr.features.parts import COPY_CHUNK, join_parts, merge_part_tables, merge_skipped
 from asr.kaldi import commands

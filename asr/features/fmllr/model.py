@@ -35,8 +35,8 @@ import torch
 
 from asr.features import gmm as gmm_lib
 from asr.features.cmvn import CmvnApplier
-from asr.features.extract import run_parts
-from asr.features.fmllr import FmllrResult, estimate_fmllr, transform_frames
+from asr.features.logmel.extract import run_parts
+from asr.features.fmllr.transform import FmllrResult, estimate_fmllr, transform_frames
 from asr.features.gmm import CHUNK_FRAMES, DiagGmm
 from asr.kaldi.matrix import read_matrix, write_matrix
 from asr.features.lda_mllt import train_front_end
