@@ -61,7 +61,7 @@ class FmllrConfig:
 
 @dataclass
 class IvectorConfig:
-    """The i-vector extractor and extraction (asr.features.ivector.model, ivector_recipe).
+    """The i-vector extractor and extraction (asr.features.ivector.model, asr.features.ivector.recipe).
     Defaults are Kaldi's (online/hybrid recipes: ivector_dim 100, posterior scale 0.1,
     min-post 0.025, 10 EM iterations; sid/train_full_ubm.sh: 4 iterations, gselect 20)."""
 

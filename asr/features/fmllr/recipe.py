@@ -44,30 +44,22 @@ import numpy as np
 import torch
 
 from asr.features import cmvn
-from asr.features.logmel.extract import (
-    SetSummary,
-    add_stats,
-    log_summary,
-    merge_stats,
-    non_finite_problem,
-    repoint_scp,
-    run_parts,
-)
+from asr.features.pool import run_parts, single_thread
+from asr.features.summary import SetSummary, log_summary
 from asr.features.logmel.fbank import FbankOptions
-from asr.features.featureset import FeatureLayout, FeatureWriter, LoadDeltas
+from asr.features.featureset import FeatureLayout, FeatureWriter, LoadDeltas, non_finite_problem
 from asr.features.fmllr.transform import FmllrResult, transform_frames
 from asr.features.fmllr.model import (
     FmllrModel,
     FmllrOptions,
     SpeakerFrames,
     read_logmel,
-    single_thread,
     speaker_cmvn,
     train_fmllr_model,
     write_report,
 )
 from asr.features.ivector.recipe import IvectorReader, ivector_sets, make_base_sets
-from asr.features.parts import in_key_order, join_parts, merge_part_tables, merge_skipped
+from asr.features.parts import in_key_order, join_parts, merge_part_tables, merge_skipped, repoint_scp
 from asr.features.provenance import (
     MODEL_STAGE,
     RERUN,
@@ -423,7 +415,7 @@ class PartOutputs:
         if self.utterance_stats is not None:
             self.utterance_stats(utt, stats[utt])
         else:
-            add_stats(self.result.stats, stats)
+            cmvn.add_stats(self.result.stats, stats)
 
     def __enter__(self) -> "PartOutputs":
         return self
@@ -468,7 +460,7 @@ def _finish_set(
         join_parts(tmp, out_dir, parts, "cmvn")
         (tmp / "cmvn_type").write_text("utterance\n")
     else:
-        stats = merge_stats(r.stats for r in results)
+        stats = cmvn.merge_stats(r.stats for r in results)
         cmvn.write_stats(stats, tmp, options.cmvn)
         if stats:
             repoint_scp(tmp / "cmvn.scp", out_dir.absolute() / "cmvn.ark")

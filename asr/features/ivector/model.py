@@ -45,8 +45,7 @@ import numpy as np
 import torch
 
 from asr.features.ivector import extractor as iv
-from asr.features.logmel.extract import run_parts
-from asr.features.fmllr.model import single_thread
+from asr.features.pool import run_parts, single_thread
 from asr.features.ivector.full_gmm import FullGmm, train_full_ubm
 from asr.features.gmm import DiagGmm, train_gmm
 from asr.kaldi.matrix import read_matrix, write_matrix

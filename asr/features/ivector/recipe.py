@@ -44,12 +44,13 @@ import torch
 from asr.data.datadir import read_data_dir
 from asr.features import cmvn
 from asr.features.ivector import extractor as iv
-from asr.features.logmel.extract import SetSummary, log_summary, extract_set, repoint_scp, run_parts
+from asr.features.logmel.extract import extract_set
+from asr.features.pool import run_parts, single_thread
+from asr.features.summary import SetSummary, log_summary
 from asr.features.logmel.fbank import FbankOptions
 from asr.features.featureset import FeatureWriter
-from asr.features.fmllr.model import single_thread
 from asr.features.ivector.model import IvectorModel, LogmelFrames, train_ivector_model, write_report
-from asr.features.parts import join_parts
+from asr.features.parts import join_parts, repoint_scp
 from asr.features.provenance import (
     MODEL_STAGE,
     RERUN,
