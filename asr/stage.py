@@ -87,9 +87,11 @@ def stage_main(
 
         def main() -> None:
             if wants_help(sys.argv[1:]):
-                doc = sys.modules[run.__module__].__doc__ or ""
+                entry = sys.modules[run.__module__]
+                usage = f"usage: python -m {entry_point(entry)} [key=value ...]  (stage {stage})"
+                overrides = [a for a in sys.argv[1:] if a not in HELP]
                 print(
-                    stage_help(doc, list(groups), reads, writes, list(uses), [a for a in sys.argv[1:] if a not in HELP])
+                    usage + "\n\n" + stage_help(entry.__doc__ or "", list(groups), reads, writes, list(uses), overrides)
                 )
                 sys.exit(0)
             config.current_stage = stage
@@ -181,6 +183,13 @@ def config_keys(node: DictConfig, path: str) -> list[tuple[str, str, str]]:
             text = "???" if OmegaConf.is_missing(node, key) else _value_text(value)
             rows.append((f"{path}.{key}" if path else str(key), text, comments.get(str(key), "")))
     return rows
+
+
+def entry_point(module) -> str:
+    """The name `python -m` runs `module` by: asr.text for asr/text/__main__.py."""
+    spec = getattr(module, "__spec__", None)
+    name = spec.name if spec is not None else module.__name__
+    return name.removesuffix(".__main__")
 
 
 def stage_help(doc: str, groups: list[str], reads: str, writes: str, uses: list[str], overrides: list[str]) -> str:

@@ -5,7 +5,7 @@
 #                 (features.jobs, decode.jobs for tune/decode, synth.jobs), nothing otherwise.
 #   --cmd slurm   the command runs as SLURM jobs and the recipe waits for them:
 #                   features        --nj array tasks (features.split.index=I of features.split.count=N,
-#                                   the stage's own shares, asr/features/extract.py), then a merge job
+#                                   the stage's own shares, asr/features/logmel/extract.py), then a merge job
 #                                   (--dependency=afterok on the array) that joins them; the fMLLR and
 #                                   i-vector kinds split their log-mel this way and fit their models
 #                                   in the merge job

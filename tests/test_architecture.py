@@ -97,3 +97,15 @@ def test_no_import_circle_between_files():
         if module not in state and (cycle := visit(module, [])):
             start = cycle.index(cycle[-1])
             raise AssertionError("import circle: " + " -> ".join(cycle[start:]))
+
+
+def test_no_module_imports_another_modules_private_names():
+    """`from asr.x import _name` couples a module to another's internals: a helper two modules
+    need is public, in the module whose concept it is."""
+    found = []
+    for path in ASR.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("asr"):
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                found += [f"{path.relative_to(ASR.parent)}: {node.module}.{name}" for name in private]
+    assert found == []

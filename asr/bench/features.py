@@ -47,11 +47,11 @@ import torch
 
 from asr.data.audio import RecordingCache, cut_segment
 from asr.data.datadir import DataDir, read_data_dir, write_data_dir
-from asr.features.extract import compute_features, extract_set
-from asr.features.fbank import INT16_SCALE, FbankOptions
+from asr.features.logmel.extract import compute_features, extract_set
+from asr.features.logmel.fbank import INT16_SCALE, FbankOptions
 from asr.features.featureset import FeatureReader
-from asr.features.fmllr_recipe import adapt_set, ensure_model
-from asr.features.ivector_recipe import ensure_extractor, extract_ivector_set
+from asr.features.fmllr.recipe import adapt_set, ensure_model
+from asr.features.ivector.recipe import ensure_extractor, extract_ivector_set
 from asr.features.recipes import feature_dim
 from asr.kaldi.segments import Segment
 from asr.utils.atomic import write_text
@@ -311,8 +311,8 @@ def _run(data_dir: Path | None, minutes: float, threads: int, overrides: list[st
         },
         "reference_fbank": {"implementation": "kaldi-native-fbank", "num_mel_bins": 80}
         | rates(reference, audio_seconds),
-        "fbank": {"implementation": "asr.features.fbank", "num_mel_bins": 80} | rates(ours, audio_seconds),
-        "fbank_float32": {"implementation": "asr.features.fbank, float32 spectrum", "num_mel_bins": 80}
+        "fbank": {"implementation": "asr.features.logmel.fbank", "num_mel_bins": 80} | rates(ours, audio_seconds),
+        "fbank_float32": {"implementation": "asr.features.logmel.fbank, float32 spectrum", "num_mel_bins": 80}
         | rates(ours_float32, audio_seconds),
         "fbank_speedup_vs_reference": {
             "wall": round(reference.wall / ours.wall, 2),

@@ -9,6 +9,7 @@ torchrun), and the same algorithms simulated with N virtual learners in one proc
     adpsgd.py      the ADPSGD / H-ADPSGD updater
     hadpsgd.py     the node and exchange process groups
     build.py       the updater of distributed.algorithm for this learner
-    simulation.py  the three algorithms with virtual learners in lockstep (the reference)
-    timed.py       the same on a clock: speeds, staleness, first-come-first-served batches, delay-by-one
+    simulation.py  the virtual nodes of the three algorithms (the lockstep reference is in
+                   tests/distributed/lockstep.py)
+    timed.py       the three on a clock: speeds, staleness, first-come-first-served batches, delay-by-one
 """

@@ -6,6 +6,7 @@ are what both gloo and NCCL move fastest.
 
 from __future__ import annotations
 
+import copy
 from typing import Sequence
 
 import torch
@@ -39,6 +40,14 @@ def set_parameters_(params: Sequence[Tensor], flat: Tensor) -> None:
         n = p.numel()
         p.copy_(flat[offset : offset + n].view_as(p))
         offset += n
+
+
+def averaged_model(model: torch.nn.Module, weights: Tensor) -> torch.nn.Module:
+    """A copy of `model` holding the flat `weights` (the learners' average, evaluated while
+    the learners go on from their own weights)."""
+    out = copy.deepcopy(model)
+    set_parameters_(list(out.parameters()), weights)
+    return out
 
 
 @torch.no_grad()

@@ -22,7 +22,8 @@ multiplied by a random factor in [1 - jitter, 1 + jitter]. Events happen in time
 
 At one time, ends come before lands, lands before begins, begins before serves, and equal
 events in the order they were scheduled. So with equal speeds, no jitter, no exchange time and
-no delay every step happens at once and this is exactly `simulation.Simulation`. An epoch ends
+no delay every step happens at once and this is exactly the lockstep reference
+(`Simulation`, tests/distributed/lockstep.py). An epoch ends
 when the plan is used up and every exchange has landed; then, as the real trainer does, actives
 apply a delayed exchange, passives their pending, and the learners' average is evaluated while
 every learner keeps its own weights. The next epoch starts for all nodes at once.

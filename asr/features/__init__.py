@@ -1,2 +1,3 @@
-"""Features: Kaldi-compatible filterbanks, deltas, splicing, CMVN, a GMM system (LDA+MLLT,
-fMLLR), the import of Kaldi feature sets and the extraction driver; asr.features.recipes composes them."""
+"""Features, one subpackage per recipe (logmel/, fmllr/, ivector/; kaldi_import for Kaldi's own)
+over shared parts: CMVN, deltas, splicing, the diagonal GMM and LDA+MLLT, the feature set
+reader and writer, the worker pool and the joining of parts. asr.features.recipes picks one."""

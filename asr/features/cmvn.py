@@ -130,3 +130,17 @@ class CmvnApplier(Cmvn):
             raise InputError(f"{type_file}: unknown CMVN unit {unit!r}; expected one of {UNITS}")
         stats = read_stats(set_dir / "cmvn.scp") if unit != "none" else {}
         super().__init__(unit, stats, utt2spk, norm_vars)
+
+
+def add_stats(total: dict[str, np.ndarray], stats: dict[str, np.ndarray]) -> None:
+    """Add CMVN statistics (per speaker, utterance or 'global') into `total`, key by key."""
+    for key, value in stats.items():
+        total[key] = total[key] + value if key in total else value
+
+
+def merge_stats(parts) -> dict[str, np.ndarray]:
+    """CMVN statistics of all parts (a speaker's utterances may lie in several)."""
+    total: dict[str, np.ndarray] = {}
+    for stats in parts:
+        add_stats(total, stats)
+    return total

@@ -20,7 +20,7 @@ from asr.utils.checks import AT_LEAST_ONE, FRACTION, NON_NEGATIVE, POSITIVE, Che
 
 @dataclass
 class FmllrConfig:
-    """The GMM front end and per-speaker fMLLR (asr.features.fmllr_recipe)."""
+    """The GMM front end and per-speaker fMLLR (asr.features.fmllr.recipe)."""
 
     dim: int = 40  # LDA output = fMLLR dimension
     splice_left: int = 3  # frames of context for LDA (Kaldi's train_lda_mllt.sh: +-3)
@@ -61,7 +61,7 @@ class FmllrConfig:
 
 @dataclass
 class IvectorConfig:
-    """The i-vector extractor and extraction (asr.features.ivector_model, ivector_recipe).
+    """The i-vector extractor and extraction (asr.features.ivector.model, asr.features.ivector.recipe).
     Defaults are Kaldi's (online/hybrid recipes: ivector_dim 100, posterior scale 0.1,
     min-post 0.025, 10 EM iterations; sid/train_full_ubm.sh: 4 iterations, gselect 20)."""
 
@@ -86,7 +86,7 @@ class IvectorConfig:
     train: str = "speaker"  # training set: speaker (one per speaker) | online (per utterance, every period frames)
     test: str = "online"  # dev and eval sets: online | speaker
     # A directory of Kaldi i-vectors per set (DIR/<set>/ or DIR/ivectors_<set>/ with ivector_online.scp and
-    # ivector_period, or ivectors_spk.scp), used as they are instead of extracting; see asr.features.ivector_recipe.
+    # ivector_period, or ivectors_spk.scp), used as they are instead of extracting; see asr.features.ivector.recipe.
     kaldi_dir: str = ""
 
 
@@ -115,7 +115,7 @@ class SpecAugmentConfig:
 @dataclass
 class SplitConfig:
     """A set's log-mel extraction split into `count` shares computed by separate processes (a
-    cluster array job each, Kaldi's nj); see asr.features.extract."""
+    cluster array job each, Kaldi's nj); see asr.features.logmel.extract."""
 
     count: int = 0  # shares; 0: none, the set is computed by features.jobs local processes
     index: int = -1  # the share this process computes (0 .. count-1); -1: merge the shares into the set

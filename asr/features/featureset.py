@@ -165,6 +165,18 @@ class FeatureWriter:
         self.close()
 
 
+def non_finite_problem(feats: np.ndarray) -> str | None:
+    """What is wrong with a feature matrix holding NaN or inf values (the audio had such
+    samples, or is damaged); None when every value is finite."""
+    if np.isfinite(feats).all():
+        return None
+    nan, inf = int(np.isnan(feats).sum()), int(np.isinf(feats).sum())
+    return (
+        f"features with non-finite values ({nan} NaN, {inf} inf of {feats.size}): "
+        "NaN/inf audio samples or damaged audio"
+    )
+
+
 class NonFiniteFeatures(InputError):
     """A feature matrix with NaN or inf values: it would make every loss and output it enters
     NaN. The features stage never writes one; features made elsewhere can hold them."""

@@ -29,7 +29,9 @@ from tqdm import tqdm
 
 from asr.data.datadir import read_data_dir
 from asr.features import cmvn
-from asr.features.extract import SetSummary, add_stats, non_finite_problem, repoint_scp
+from asr.features.featureset import non_finite_problem
+from asr.features.parts import repoint_scp
+from asr.features.summary import SetSummary
 from asr.kaldi.matrix import apply_transform, read_matrix, read_transforms
 from asr.features.splice import splice
 from asr.kaldi import commands
@@ -161,7 +163,7 @@ def _materialise(
             writer(utt, out)
             num_frames[utt], dim = out.shape[0], out.shape[1]
             if cmvn_unit != "none":
-                add_stats(stats, cmvn.compute_stats(cmvn_unit, {utt: out}, utt2spk))
+                cmvn.add_stats(stats, cmvn.compute_stats(cmvn_unit, {utt: out}, utt2spk))
     repoint_scp(tmp / "feats.scp", out_dir.absolute() / "feats.ark")
     _write_stats(stats, tmp, out_dir, cmvn_unit)
     if skipped:

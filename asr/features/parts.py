@@ -94,3 +94,12 @@ def _moved(rows: Iterator[tuple[str, str]], ark: str, shift: int) -> Iterator[tu
     """scp rows `key path:offset` renamed to `ark` with their offsets moved by `shift`."""
     for key, location in rows:
         yield key, f"{ark}:{int(location.rsplit(':', 1)[1]) + shift}"
+
+
+def repoint_scp(scp: Path, ark: Path) -> None:
+    """Make every `key path:offset` line of `scp` name `ark` (same offsets)."""
+    lines = []
+    for line in scp.read_text().splitlines():
+        key, location = line.split(maxsplit=1)
+        lines.append(f"{key} {ark}:{location.rsplit(':', 1)[1]}\n")
+    scp.write_text("".join(lines))

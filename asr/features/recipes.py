@@ -1,11 +1,11 @@
 """Feature recipes: `features.kind` picks how a set's features are made.
 
-  fbank        log-mel filterbank (asr.features.extract), optionally with deltas
+  fbank        log-mel filterbank (asr.features.logmel.extract), optionally with deltas
                (conf/features/logmel80.yaml, logmel40_deltas.yaml)
-  fmllr        speaker-adapted LDA+MLLT+fMLLR features (asr.features.fmllr_recipe; fmllr40.yaml)
+  fmllr        speaker-adapted LDA+MLLT+fMLLR features (asr.features.fmllr.recipe; fmllr40.yaml)
   fmllr_fbank  fMLLR and log-mel with deltas, concatenated per frame (fmllr40_logmel40_deltas.yaml)
   ivector      i-vectors, per speaker or online per utterance, repeated for every frame
-               (asr.features.ivector_recipe; ivector100.yaml)
+               (asr.features.ivector.recipe; ivector100.yaml)
   fmllr_ivector_fbank  fMLLR, i-vector and log-mel with deltas per frame, the paper's input
                (fmllr40_ivector100_logmel40_deltas.yaml)
   kaldi        features made by Kaldi, used as they are (asr.features.kaldi_import)
@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from asr.features.extract import SetSummary, extract_features
-from asr.features.fbank import FbankOptions
-from asr.features.fmllr_recipe import feature_dim as fmllr_feature_dim
-from asr.features.fmllr_recipe import make_fmllr_features
-from asr.features.ivector_recipe import make_ivector_features
+from asr.features.logmel.extract import extract_features
+from asr.features.summary import SetSummary
+from asr.features.logmel.fbank import FbankOptions
+from asr.features.fmllr.recipe import feature_dim as fmllr_feature_dim
+from asr.features.fmllr.recipe import make_fmllr_features
+from asr.features.ivector.recipe import make_ivector_features
 from asr.features.kaldi_import import import_kaldi_features
 from asr.utils.errors import InputError
 

@@ -29,7 +29,7 @@ import kaldi_hmm_gmm as khg
 import numpy as np
 
 from asr.data.datadir import read_data_dir
-from asr.features.extract import one_blas_thread_in_children
+from asr.features.pool import one_blas_thread_in_children
 from asr.features.featureset import read_num_frames
 from asr.gmm.graphs import AlignOptions
 from asr.gmm.shares import (

@@ -54,12 +54,19 @@ def scaled_lr(train_cfg, learners: int = 1) -> float:
         return float(train_cfg.lr)
     frames = batch_frames(train_cfg)
     reference = getattr(train_cfg, "lr_reference_frames", 0) or frames
-    ratio = learners * frames / reference
+    return lr_for_batch(float(train_cfg.lr), learners * frames / reference, mode)
+
+
+def lr_for_batch(lr: float, ratio: float, mode: str) -> float:
+    """`lr`, tuned at one batch size, for a batch `ratio` times as large: unchanged (none),
+    times ratio (linear) or times sqrt(ratio) (sqrt). The trainer and the sweep both scale so."""
+    if mode == "none":
+        return float(lr)
     if mode == "linear":
-        return float(train_cfg.lr) * ratio
+        return float(lr) * ratio
     if mode == "sqrt":
-        return float(train_cfg.lr) * ratio**0.5
-    raise ValueError(f"unknown train.lr_scaling {mode!r}; choose none, linear or sqrt")
+        return float(lr) * ratio**0.5
+    raise ValueError(f"unknown lr_scaling {mode!r}; choose none, linear or sqrt")
 
 
 def final_lr_ratio(train_cfg) -> float:

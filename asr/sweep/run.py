@@ -30,9 +30,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from asr.distributed.flat import set_parameters_
+from asr.distributed.flat import averaged_model
 from asr.distributed.timed import TimedSimulation, Timing
 from asr.models.blstm import build_model
+from asr.optim.schedule import lr_for_batch
 from asr.sweep.config import parse_algorithm
 from asr.sweep.verdict import BASELINE
 from asr.train.chunks import FrameChunks, SampleBatchSampler, check_chunking
@@ -104,8 +105,7 @@ def with_train_config(cfg) -> DictConfig:
 
 
 def scaled_lr(scfg, best_lr: float, global_batch: int) -> float:
-    ratio = global_batch / scfg.base_batch
-    return float(best_lr) * {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[scfg.lr_scaling]
+    return lr_for_batch(best_lr, global_batch / scfg.base_batch, scfg.lr_scaling)
 
 
 def run_settings(cfg, algorithm: str, global_batch: int, lr: float, seed: int) -> RunSettings:
@@ -258,12 +258,6 @@ def simulation(settings: RunSettings, model, steps_per_epoch: int) -> TimedSimul
         clock,
         seed=settings.seed,
     )
-
-
-def averaged_model(model, weights: torch.Tensor):
-    out = copy.deepcopy(model)
-    set_parameters_(list(out.parameters()), weights)
-    return out
 
 
 def train_run(data: SweepData, settings: RunSettings, progress=None, learner_losses: bool = False) -> dict:

@@ -50,7 +50,7 @@ from tqdm import tqdm
 from asr.distributed.build import build_training_updater, step_group
 from asr.distributed.claims import BatchClaims, claims_store
 from asr.distributed.context import WATCHDOG, DistributedContext, DistributedError, fail_fast, init_distributed
-from asr.distributed.flat import set_parameters_
+from asr.distributed.flat import averaged_model, set_parameters_
 from asr.features.specaugment import SpecAugment
 from asr.models.blstm import build_model
 from asr.models.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, restore_rng_state, rng_state
@@ -740,7 +740,7 @@ class Trainer:
         if self.updater.decentralized:
             self.claims.end_epoch(len(self.sampler.global_batches(self.progress.epoch, self.sampler.done)))
             average = self.updater.average_for_epoch_end()
-            model = self.averaged_model(average.weights)
+            model = averaged_model(self.model, average.weights)
             dev_loss = self.evaluate(model)
             saved = {"model_state": model.state_dict(), "updater_state": self.averaged_updater_state(average.moments)}
             spread = average.spread
@@ -794,12 +794,6 @@ class Trainer:
         if not self.dist.is_writer:
             return None
         return self.checkpoints.save(self.state(**saved))
-
-    def averaged_model(self, weights: torch.Tensor) -> torch.nn.Module:
-        """A copy of the model holding the learners' average (the training model keeps its own)."""
-        model = copy.deepcopy(self.model)
-        set_parameters_(list(model.parameters()), weights)
-        return model
 
     def averaged_updater_state(self, moments: torch.Tensor | None) -> dict:
         """This learner's updater state with the learners' mean optimizer moments."""

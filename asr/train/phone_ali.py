@@ -34,18 +34,20 @@ import re
 import sys
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
 from asr.data.datadir import read_data_dir
 from asr.data.synth.phones import SILENCE, SUFFIX, Timeline, read_phone_lines, read_timeline, side_phone_path
-from asr.features.fbank import FbankOptions, num_frames
 from asr.kaldi.table import c_sort_key
 from asr.kaldi.alignments import write_int_vector_archive
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
 from asr.utils.record import add_outputs
+
+if TYPE_CHECKING:
+    from asr.features.logmel.fbank import FbankOptions
 
 log = logging.getLogger("asr.train.phone_ali")
 
@@ -110,6 +112,8 @@ class FrameLabeller:
         the samples [round(start * rate), round(end * rate)), as asr.data.audio reads them."""
         rate, length, shift = self.opts.sample_frequency, self.opts.window_length, self.opts.window_shift
         first = int(round(start * rate))
+        from asr.features.logmel.fbank import num_frames  # here: --help answers without importing torch
+
         count = num_frames(int(round(end * rate)) - first, self.opts)
         centre = length / 2 if self.opts.snip_edges else shift / 2
         return (first + np.arange(count) * shift + centre) / rate
@@ -172,21 +176,23 @@ def main(argv: list[str] | None = None) -> int:
         "--ms98-dir", type=Path, required=True, help="the corpus' swb_ms98_transcriptions (with the -phone.text files)"
     )
     parser.add_argument("--out", type=Path, required=True, help="e.g. exp/phone_ali")
-    defaults = FbankOptions()
     parser.add_argument("--sample-frequency", type=float, default=8000.0, help="Hz (default 8000, the corpus')")
-    parser.add_argument("--frame-length-ms", type=float, default=defaults.frame_length_ms)
-    parser.add_argument("--frame-shift-ms", type=float, default=defaults.frame_shift_ms)
-    parser.add_argument(
-        "--snip-edges", type=_bool, default=defaults.snip_edges, help="as features.snip_edges (default true)"
-    )
+    parser.add_argument("--frame-length-ms", type=float, help="as features.frame_length_ms (default: Kaldi's)")
+    parser.add_argument("--frame-shift-ms", type=float, help="as features.frame_shift_ms (default: Kaldi's)")
+    parser.add_argument("--snip-edges", type=_bool, help="as features.snip_edges (default: Kaldi's, true)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+    from asr.features.logmel.fbank import FbankOptions  # here, not above: --help answers without importing torch
+
+    framing = {
+        "frame_length_ms": args.frame_length_ms,
+        "frame_shift_ms": args.frame_shift_ms,
+        "snip_edges": args.snip_edges,
+    }
     try:
         opts = FbankOptions(
             sample_frequency=args.sample_frequency,
-            frame_length_ms=args.frame_length_ms,
-            frame_shift_ms=args.frame_shift_ms,
-            snip_edges=args.snip_edges,
+            **{key: value for key, value in framing.items() if value is not None},
         )
         write_phone_alignments(args.ms98_dir, list(args.data_dirs), args.out, opts)
     except InputError as err:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from asr.distributed.flat import flat_parameters
-from asr.distributed.simulation import Simulation
+from tests.distributed.lockstep import Simulation
 from asr.optim.updater import build_updater
 from tests.distributed.sim_problem import batches, loss_fn, model, split, train_cfg
 

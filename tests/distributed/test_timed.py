@@ -5,7 +5,7 @@ hides the exchange's time; averaging keeps the learners' sum whatever the timing
 import pytest
 import torch
 
-from asr.distributed.simulation import Simulation
+from tests.distributed.lockstep import Simulation
 from asr.distributed.timed import TimedSimulation, Timing
 from tests.distributed.sim_problem import batches, loss_fn, model, split, train_cfg
 

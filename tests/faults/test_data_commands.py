@@ -18,7 +18,7 @@ from asr.data.fix import main as fix_main
 from asr.data.perturb import perturb_data_dir
 from asr.data.prepare import prepare_data
 from asr.data.validate import main as validate_main
-from asr.features.extract import extract_set
+from asr.features.logmel.extract import extract_set
 from asr.features.featureset import FeatureReader
 from asr.kaldi import commands
 from tests.data.conftest import build_ldc_tree

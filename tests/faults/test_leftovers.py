@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from asr.data.config import DataConfig
 from asr.data.prepare import prepare_data
-from asr.features.extract import extract_set
+from asr.features.logmel.extract import extract_set
 from asr.features.featureset import feature_set_dir
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path
 from asr.train.data import CtcDataset

@@ -16,7 +16,7 @@ import torch
 from asr.data.datadir import read_data_dir
 from asr.decode.stage import decode_set
 from asr.features import cmvn
-from asr.features.extract import extract_set
+from asr.features.logmel.extract import extract_set
 from asr.features.featureset import FeatureReader, NonFiniteFeatures, feature_set_dir
 from asr.kaldi.table import read_table
 from asr.models.blstm import build_model

@@ -1,4 +1,4 @@
-"""asr.features.fbank against kaldi-native-fbank (k2-fsa's C++ port of Kaldi's fbank).
+"""asr.features.logmel.fbank against kaldi-native-fbank (k2-fsa's C++ port of Kaldi's fbank).
 
 Our spectrum is computed in float64 (exact to ~1e-12 on any CPU), so what separates our
 features from the reference is the reference's own float32 round-off. The bounds below come
@@ -14,8 +14,8 @@ import torch
 kaldi_native_fbank = pytest.importorskip("kaldi_native_fbank")
 
 from asr.features.config import FeaturesConfig  # noqa: E402
-from asr.features import fbank as fbank_module  # noqa: E402
-from asr.features.fbank import INT16_SCALE, FbankOptions, fbank, fbank_batch, num_frames  # noqa: E402
+from asr.features.logmel import fbank as fbank_module  # noqa: E402
+from asr.features.logmel.fbank import INT16_SCALE, FbankOptions, fbank, fbank_batch, num_frames  # noqa: E402
 from asr.utils.errors import InputError  # noqa: E402
 
 TOLERANCE = 1e-3  # the same numbers as compute-fbank-feats within 1e-3

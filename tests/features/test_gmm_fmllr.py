@@ -6,7 +6,7 @@ import scipy.optimize
 import scipy.stats
 import torch
 
-from asr.features.fmllr import (
+from asr.features.fmllr.transform import (
     accumulate,
     aux_function,
     estimate_fmllr,

@@ -7,10 +7,10 @@ import pytest
 import scipy.stats
 import torch
 
-from asr.features import ivector as iv
-from asr.features.full_gmm import FullGmm, accumulate, gselect, train_full_ubm
+from asr.features.ivector import extractor as iv
+from asr.features.ivector.full_gmm import FullGmm, accumulate, gselect, train_full_ubm
 from asr.features.gmm import train_gmm
-from asr.features.pca import estimate_pca
+from asr.features.ivector.pca import estimate_pca
 
 D, C, RANK = 6, 8, 3  # frame dimension, Gaussians, speaker subspace rank
 

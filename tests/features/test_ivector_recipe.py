@@ -11,8 +11,8 @@ import torch
 from asr.features import cmvn
 from asr.features.deltas import add_deltas
 from asr.features.featureset import FeatureReader
-from asr.features.fmllr import transform_frames
-from asr.features.fmllr_model import FmllrModel
+from asr.features.fmllr.transform import transform_frames
+from asr.features.fmllr.model import FmllrModel
 from asr.kaldi.matrix import read_transforms
 from asr.features.recipes import feature_dim, make_features
 from asr.kaldi.table import read_table
@@ -217,8 +217,8 @@ def test_parallel_jobs_give_the_same_extractor_and_ivectors(ivector_run, tmp_pat
 def test_a_damaged_extractor_or_ivector_archive_is_refused_in_one_line(ivector_run, tmp_path):
     """Issue 31, item 3: the extractor's files and a set's i-vectors are verified against the
     features stage's record before use (the module's run, copied)."""
-    from asr.features.ivector_model import IvectorModel
-    from asr.features.ivector_recipe import IvectorReader
+    from asr.features.ivector.model import IvectorModel
+    from asr.features.ivector.recipe import IvectorReader
     from tests.features.test_recipes import assert_refused, damaged, flip_a_byte
 
     root, _, _ = ivector_run

@@ -12,14 +12,14 @@ import torch
 
 from asr.config import load_config
 from asr.features.deltas import add_deltas
-from asr.features.extract import extract_set
-from asr.features.fbank import FbankOptions
+from asr.features.logmel.extract import extract_set
+from asr.features.logmel.fbank import FbankOptions
 from asr.features.featureset import FeatureReader
-from asr.features.fmllr import transform_frames
+from asr.features.fmllr.transform import transform_frames
 from asr.features.gmm import DiagGmm
 from asr.data.datadir import read_data_dir
-from asr.features.fmllr_model import FmllrModel, SatFrames, SpeakerFrames, train_fmllr_model
-from asr.features.fmllr_recipe import adapt_set, model_checksum
+from asr.features.fmllr.model import FmllrModel, SatFrames, SpeakerFrames, train_fmllr_model
+from asr.features.fmllr.recipe import adapt_set, model_checksum
 from asr.kaldi.matrix import read_transforms
 from asr.features.recipes import feature_dim, make_features
 from asr.features.subset import streamed_subset

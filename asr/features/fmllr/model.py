@@ -20,7 +20,6 @@ Saved as Kaldi files in `<feats_dir>/<name>/gmm/`, so Kaldi reproduces the proje
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -35,8 +34,8 @@ import torch
 
 from asr.features import gmm as gmm_lib
 from asr.features.cmvn import CmvnApplier
-from asr.features.extract import run_parts
-from asr.features.fmllr import FmllrResult, estimate_fmllr, transform_frames
+from asr.features.pool import run_parts, single_thread
+from asr.features.fmllr.transform import FmllrResult, estimate_fmllr, transform_frames
 from asr.features.gmm import CHUNK_FRAMES, DiagGmm
 from asr.kaldi.matrix import read_matrix, write_matrix
 from asr.features.lda_mllt import train_front_end
@@ -93,18 +92,6 @@ class FmllrModel:
             ) from None
         matrix = read_matrix(model_dir / "final.mat") if (model_dir / "final.mat").is_file() else None
         return cls(left, right, matrix, DiagGmm.load(model_dir / "final.dubm", device), norm_vars)
-
-
-@contextlib.contextmanager
-def single_thread():
-    """One torch thread for per-speaker work: its operations are small, and a second thread
-    only synchronises (and spins when the machine is busy). Parallelism is across speakers."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 # ------------------------------------------------------------------------- data

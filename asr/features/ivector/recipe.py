@@ -1,5 +1,5 @@
 """The i-vector feature recipes: `features.kind=ivector` (per frame, the i-vector alone) and the
-i-vectors that `fmllr_ivector_fbank` puts between fMLLR and log-mel (asr.features.fmllr_recipe).
+i-vectors that `fmllr_ivector_fbank` puts between fMLLR and log-mel (asr.features.fmllr.recipe).
 
 Every set's i-vectors are extracted one of two ways (`features.ivector.train` for the
 training set, `features.ivector.test` for the dev and eval sets):
@@ -10,8 +10,8 @@ training set, `features.ivector.test` for the dev and eval sets):
             from a speaker's earlier utterances)
 
 Layout under <feats_dir>/<name>/:
-  fbank/<set>/      the log-mel filterbank (asr.features.extract)
-  extractor/        the extractor, trained on the training set (asr.features.ivector_model)
+  fbank/<set>/      the log-mel filterbank (asr.features.logmel.extract)
+  extractor/        the extractor, trained on the training set (asr.features.ivector.model)
   <set>/ (kind=ivector) or ivector/<set>/ (fmllr_ivector_fbank):
       ivector_online.{ark,scp}  per utterance, a matrix with a row per `ivector_period` frames
                                 (Kaldi's extract_ivectors_online.sh layout, read by nnet3)
@@ -43,13 +43,14 @@ import torch
 
 from asr.data.datadir import read_data_dir
 from asr.features import cmvn
-from asr.features import ivector as iv
-from asr.features.extract import SetSummary, log_summary, extract_set, repoint_scp, run_parts
-from asr.features.fbank import FbankOptions
+from asr.features.ivector import extractor as iv
+from asr.features.logmel.extract import extract_set
+from asr.features.pool import run_parts, single_thread
+from asr.features.summary import SetSummary, log_summary
+from asr.features.logmel.fbank import FbankOptions
 from asr.features.featureset import FeatureWriter
-from asr.features.fmllr_model import single_thread
-from asr.features.ivector_model import IvectorModel, LogmelFrames, train_ivector_model, write_report
-from asr.features.parts import join_parts
+from asr.features.ivector.model import IvectorModel, LogmelFrames, train_ivector_model, write_report
+from asr.features.parts import join_parts, repoint_scp
 from asr.features.provenance import (
     MODEL_STAGE,
     RERUN,

@@ -16,10 +16,10 @@ from that speaker's own frames under the GMM, so test-time adaptation is unsuper
 needs no first-pass decoding.
 
 Layout under <feats_dir>/<name>/:
-  fbank/<set>/   the log-mel filterbank (asr.features.extract), with per-speaker CMVN stats
-  gmm/           the adaptation model trained on the training set (asr.features.fmllr_model)
+  fbank/<set>/   the log-mel filterbank (asr.features.logmel.extract), with per-speaker CMVN stats
+  gmm/           the adaptation model trained on the training set (asr.features.fmllr.model)
   extractor/, ivector/<set>/   (fmllr_ivector_fbank) the i-vector extractor and each set's
-                 i-vectors (asr.features.ivector_recipe)
+                 i-vectors (asr.features.ivector.recipe)
   <set>/         feats.{ark,scp}, utt2num_frames, feat_dim, cmvn.{ark,scp}, cmvn_type,
                  trans.{ark,scp} (per-speaker fMLLR transforms, Kaldi matrices d x (d+1)),
                  fmllr_speakers (per speaker: frames, adapted|identity, log-likelihood per
@@ -44,30 +44,22 @@ import numpy as np
 import torch
 
 from asr.features import cmvn
-from asr.features.extract import (
-    SetSummary,
-    add_stats,
-    log_summary,
-    merge_stats,
-    non_finite_problem,
-    repoint_scp,
-    run_parts,
-)
-from asr.features.fbank import FbankOptions
-from asr.features.featureset import FeatureLayout, FeatureWriter, LoadDeltas
-from asr.features.fmllr import FmllrResult, transform_frames
-from asr.features.fmllr_model import (
+from asr.features.pool import run_parts, single_thread
+from asr.features.summary import SetSummary, log_summary
+from asr.features.logmel.fbank import FbankOptions
+from asr.features.featureset import FeatureLayout, FeatureWriter, LoadDeltas, non_finite_problem
+from asr.features.fmllr.transform import FmllrResult, transform_frames
+from asr.features.fmllr.model import (
     FmllrModel,
     FmllrOptions,
     SpeakerFrames,
     read_logmel,
-    single_thread,
     speaker_cmvn,
     train_fmllr_model,
     write_report,
 )
-from asr.features.ivector_recipe import IvectorReader, ivector_sets, make_base_sets
-from asr.features.parts import in_key_order, join_parts, merge_part_tables, merge_skipped
+from asr.features.ivector.recipe import IvectorReader, ivector_sets, make_base_sets
+from asr.features.parts import in_key_order, join_parts, merge_part_tables, merge_skipped, repoint_scp
 from asr.features.provenance import (
     MODEL_STAGE,
     RERUN,
@@ -192,7 +184,7 @@ class AdaptOptions:
     device: str
     layout: FeatureLayout  # what the set stores and the reader appends
     ivector_columns: tuple[int, int] = (0, 0)  # fmllr_ivector_fbank: [first, last) of the i-vector
-    ivector_dir: str = ""  # fmllr_ivector_fbank: the set's i-vectors (asr.features.ivector_recipe)
+    ivector_dir: str = ""  # fmllr_ivector_fbank: the set's i-vectors (asr.features.ivector.recipe)
     compress: bool = False
 
     @classmethod
@@ -423,7 +415,7 @@ class PartOutputs:
         if self.utterance_stats is not None:
             self.utterance_stats(utt, stats[utt])
         else:
-            add_stats(self.result.stats, stats)
+            cmvn.add_stats(self.result.stats, stats)
 
     def __enter__(self) -> "PartOutputs":
         return self
@@ -468,7 +460,7 @@ def _finish_set(
         join_parts(tmp, out_dir, parts, "cmvn")
         (tmp / "cmvn_type").write_text("utterance\n")
     else:
-        stats = merge_stats(r.stats for r in results)
+        stats = cmvn.merge_stats(r.stats for r in results)
         cmvn.write_stats(stats, tmp, options.cmvn)
         if stats:
             repoint_scp(tmp / "cmvn.scp", out_dir.absolute() / "cmvn.ark")

@@ -39,12 +39,9 @@ import contextlib
 import hashlib
 import json
 import logging
-import multiprocessing
 import os
-import queue as queue_module
 import shutil
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -52,23 +49,23 @@ from typing import Any, Callable, Iterator
 import kaldiio
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from asr.data.audio import cut_segment, read_recording, shell_command
 from asr.data.datadir import require_data_dir
 from asr.features import cmvn
 from asr.features.config import FeaturesConfig
 from asr.features.deltas import delta_opts
-from asr.features.fbank import FbankOptions, fbank_batch
-from asr.features.featureset import DELTA_COLUMNS, FeatureLayout, FeatureWriter, LoadDeltas
-from asr.features.parts import COPY_CHUNK, join_parts, merge_part_tables, merge_skipped
+from asr.features.logmel.fbank import FbankOptions, fbank_batch
+from asr.features.featureset import DELTA_COLUMNS, FeatureLayout, FeatureWriter, LoadDeltas, non_finite_problem
+from asr.features.parts import COPY_CHUNK, join_parts, merge_part_tables, merge_skipped, repoint_scp
+from asr.features.pool import run_parts
+from asr.features.summary import SetSummary, log_summary
 from asr.kaldi import commands
 from asr.kaldi.segments import parse_duration, parse_segment
 from asr.kaldi.table import Lookup, c_sort_key, read_table, sorted_table
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
 from asr.utils.record import outputs_of, record_path, why_rerun, write_record
-from asr.utils.memory import freeze_imports
 
 log = logging.getLogger("asr.features")
 
@@ -136,25 +133,13 @@ class PartResult:
         note[1].extend(utts[: SKIPPED_NAMED - len(note[1])])
 
     def add(self, other: "PartResult") -> None:
-        """Another part's counts and sums into these (statistics in part order, as merge_stats)."""
+        """Another part's counts and sums into these (statistics in part order, as cmvn.merge_stats)."""
         self.utterances += other.utterances
         self.frames += other.frames
         self.seconds += other.seconds
-        add_stats(self.stats, other.stats)
+        cmvn.add_stats(self.stats, other.stats)
         for (recording, reason), (count, utts) in other.skipped.items():
             self.skip(recording, reason, utts, count)
-
-
-@dataclass
-class SetSummary:
-    name: str
-    utterances: int
-    frames: int
-    seconds: float
-    wall_seconds: float
-    skipped_utterances: int
-    skipped: bool = False  # True when the set was complete already
-    share: str = ""  # "I-of-N" when only that share was computed (features.split.index)
 
 
 # ---------------------------------------------------------------------------- stage
@@ -251,7 +236,10 @@ def extract_set(
             ]
         else:
             results = run_parts(
-                extractor.tasks(split_into_parts(works, jobs), tmp), desc=data_dir.name, total=len(works)
+                extractor.tasks(split_into_parts(works, jobs), tmp),
+                desc=data_dir.name,
+                total=len(works),
+                work=extract_part,
             )
         summary = _finish_set(data_dir, results, tmp, out_dir, options.dim * (1 + deltas[0]), cmvn_unit, recorded)
     shutil.rmtree(shares_dir(out_dir), ignore_errors=True)
@@ -300,7 +288,7 @@ class _PartExtractor:
         skipped (if any), CMVN statistics and share.json (what it was made from, counts, seconds)."""
         with atomic_dir(share_dir) as tmp:
             parts = split_into_parts(works, self.jobs)
-            results = run_parts(self.tasks(parts, tmp), desc=desc, total=len(works))
+            results = run_parts(self.tasks(parts, tmp), desc=desc, total=len(works), work=extract_part)
             result = _combined(results)
             join_parts(tmp, share_dir, len(parts))
             merge_part_tables(tmp, "utt2num_frames", len(parts))
@@ -399,21 +387,6 @@ def _finish_set(
             (tmp / file_name).write_text(content)
     write_record(tmp, STAGE, RERUN, recorded, [], outputs_of(tmp))
     return SetSummary(name, total.utterances, total.frames, total.seconds, 0.0, skipped)
-
-
-def log_summary(s: SetSummary) -> None:
-    """One log line of what extracting a set did (every recipe's driver ends with it)."""
-    rtf = s.wall_seconds / s.seconds if s.seconds else float("nan")
-    log.info(
-        "%s: %d utterances, %d frames, %.1f s of audio in %.1f s (real-time factor %.4f); %d utterances skipped",
-        s.name,
-        s.utterances,
-        s.frames,
-        s.seconds,
-        s.wall_seconds,
-        rtf,
-        s.skipped_utterances,
-    )
 
 
 # ----------------------------------------------------------------- resumability
@@ -557,65 +530,6 @@ def split_into_parts(works: list[RecordingWork], jobs: int) -> list[list[Recordi
 # ---------------------------------------------------------------------- workers
 
 
-_progress_queue: Any = None
-
-
-def _init_worker(progress_queue: Any) -> None:
-    global _progress_queue
-    freeze_imports()  # torch and this module are imported by now: the worker's lifetime objects
-    _progress_queue = progress_queue
-    torch.set_num_threads(1)  # the jobs are the parallelism; threads would oversubscribe the cores
-
-
-BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-@contextlib.contextmanager
-def one_blas_thread_in_children():
-    """Worker processes spawned meanwhile load numpy's BLAS with one thread: the jobs are the
-    parallelism, and BLAS threads of their own spin on a busy machine (a 170 x 280 by 280 x 40
-    product took 7 ms with numpy's default threads on 2 loaded cores, 0.7 ms with one)."""
-    saved = {name: os.environ.get(name) for name in BLAS_THREAD_VARIABLES}
-    os.environ.update({name: "1" for name in BLAS_THREAD_VARIABLES})
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def _run_part_in_worker(work: Callable[[Any, Callable[[], None]], Any], task: Any) -> Any:
-    return work(task, lambda: _progress_queue.put(1))
-
-
-def run_parts(
-    tasks: list, desc: str, total: int, work: Callable[[Any, Callable[[], None]], Any] | None = None, unit: str = "rec"
-) -> list:
-    """`work(task, on_item_done)` for every task (in spawned worker processes when more than
-    one), with a progress bar of `total` items; results in task order."""
-    work = work or extract_part
-    with tqdm(total=total, desc=desc, unit=unit, mininterval=2.0, disable=None) as bar:
-        if len(tasks) == 1:
-            return [work(tasks[0], lambda: bar.update(1))]
-        # spawn, not fork: forking a process whose torch thread pools are running can hang.
-        context = multiprocessing.get_context("spawn")
-        progress = context.Queue()
-        with (
-            one_blas_thread_in_children(),
-            ProcessPoolExecutor(len(tasks), mp_context=context, initializer=_init_worker, initargs=(progress,)) as pool,
-        ):
-            futures = [pool.submit(_run_part_in_worker, work, task) for task in tasks]
-            while not all(f.done() for f in futures):
-                try:
-                    bar.update(progress.get(timeout=0.5))
-                except queue_module.Empty:
-                    pass
-            return [f.result() for f in futures]
-
-
 def extract_part(task: PartTask, on_recording_done: Callable[[], None]) -> PartResult:
     """Features of one part's recordings into feats.<index>.ark/scp in task.out_dir, their frame
     counts and skip reasons into utt2num_frames.<index> and skipped.<index> (in key order)."""
@@ -691,7 +605,7 @@ class UtteranceWriter:
         if self.task.cmvn_unit == "utterance":
             self.stats_writer(row.utt, stats)
         else:
-            add_stats(self.result.stats, {cmvn.cmvn_key(self.task.cmvn_unit, row.utt, row.speaker): stats})
+            cmvn.add_stats(self.result.stats, {cmvn.cmvn_key(self.task.cmvn_unit, row.utt, row.speaker): stats})
 
     def skip(self, recording: str, reason: str, utts: list[str]) -> None:
         self.result.skip(recording, reason, utts)
@@ -702,18 +616,6 @@ class UtteranceWriter:
         for utt, reason in sorted(self.run_skipped, key=lambda row: c_sort_key(row[0])):
             self.files.skipped.write(f"{utt} {reason}\n")
         self.run_skipped = []
-
-
-def non_finite_problem(feats: np.ndarray) -> str | None:
-    """What is wrong with a feature matrix holding NaN or inf values (the audio had such
-    samples, or is damaged); None when every value is finite."""
-    if np.isfinite(feats).all():
-        return None
-    nan, inf = int(np.isnan(feats).sum()), int(np.isinf(feats).sum())
-    return (
-        f"features with non-finite values ({nan} NaN, {inf} inf of {feats.size}): "
-        "NaN/inf audio samples or damaged audio"
-    )
 
 
 def _recording_features(work: RecordingWork, rows: list[Row], task: PartTask, writer: UtteranceWriter):
@@ -798,15 +700,6 @@ def _length_batches(order: list[int], waves: list[np.ndarray], max_batch_samples
 # ----------------------------------------------------------------------- joining
 
 
-def repoint_scp(scp: Path, ark: Path) -> None:
-    """Make every `key path:offset` line of `scp` name `ark` (same offsets)."""
-    lines = []
-    for line in scp.read_text().splitlines():
-        key, location = line.split(maxsplit=1)
-        lines.append(f"{key} {ark}:{location.rsplit(':', 1)[1]}\n")
-    scp.write_text("".join(lines))
-
-
 def write_cmvn_stats(tmp: Path, out_dir: Path, results: list[PartResult], unit: str) -> None:
     """cmvn.{ark,scp} and cmvn_type into `tmp`, the scp naming `out_dir`: per utterance the parts'
     cmvn.<i>.ark joined, else the parts' sums."""
@@ -814,19 +707,5 @@ def write_cmvn_stats(tmp: Path, out_dir: Path, results: list[PartResult], unit: 
         join_parts(tmp, out_dir, len(results), "cmvn")
         (tmp / "cmvn_type").write_text(f"{unit}\n")
         return
-    cmvn.write_stats(merge_stats(r.stats for r in results), tmp, unit)
+    cmvn.write_stats(cmvn.merge_stats(r.stats for r in results), tmp, unit)
     repoint_scp(tmp / "cmvn.scp", out_dir.absolute() / "cmvn.ark")  # it names the temporary dir
-
-
-def add_stats(total: dict[str, np.ndarray], stats: dict[str, np.ndarray]) -> None:
-    """Add CMVN statistics (per speaker, utterance or 'global') into `total`, key by key."""
-    for key, value in stats.items():
-        total[key] = total[key] + value if key in total else value
-
-
-def merge_stats(parts) -> dict[str, np.ndarray]:
-    """CMVN statistics of all parts (a speaker's utterances may lie in several)."""
-    total: dict[str, np.ndarray] = {}
-    for stats in parts:
-        add_stats(total, stats)
-    return total

@@ -6,10 +6,10 @@ training set's log-mel frames, the way Kaldi's online/hybrid recipes and `sid/` 
               carries the speaker's and the channel's offsets (what the network is given it for)
   diag UBM    512 diagonal Gaussians from one by splitting, EM (asr.features.gmm)
   full UBM    4 EM iterations with full covariances, 20 components per frame selected by the
-              diagonal UBM (sid/train_full_ubm.sh; asr.features.full_gmm)
+              diagonal UBM (sid/train_full_ubm.sh; asr.features.ivector.full_gmm)
   extractor   100-dimensional, 10 EM iterations on every training speaker's statistics (every
               2nd frame, as Kaldi's --subsample 2), with posteriors from the full UBM (gselect
-              20, pruned below 0.025, scaled by 0.1) (asr.features.ivector)
+              20, pruned below 0.025, scaled by 0.1) (asr.features.ivector.extractor)
 
 The UBMs train on `ubm_frames` frames, an equal share of every speaker's; the
 extractor's statistics come from all training frames, the speakers split over
@@ -44,13 +44,12 @@ import kaldiio
 import numpy as np
 import torch
 
-from asr.features import ivector as iv
-from asr.features.extract import run_parts
-from asr.features.fmllr_model import single_thread
-from asr.features.full_gmm import FullGmm, train_full_ubm
+from asr.features.ivector import extractor as iv
+from asr.features.pool import run_parts, single_thread
+from asr.features.ivector.full_gmm import FullGmm, train_full_ubm
 from asr.features.gmm import DiagGmm, train_gmm
 from asr.kaldi.matrix import read_matrix, write_matrix
-from asr.features.pca import estimate_pca
+from asr.features.ivector.pca import estimate_pca
 from asr.features.splice import splice, splice_opts
 from asr.features.subset import speaker_subset, speaker_utterances, split_speakers
 from asr.kaldi.table import c_sort_key

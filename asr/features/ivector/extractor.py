@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 
 from asr.kaldi.ivector import read_ivector_extractor, write_ivector_extractor
-from asr.features.full_gmm import CHUNK_FRAMES, FullGmm, gselect
+from asr.features.ivector.full_gmm import CHUNK_FRAMES, FullGmm, gselect
 from asr.features.gmm import DiagGmm
 
 PRIOR_OFFSET = 100.0  # Kaldi's IvectorExtractor: "hardwired for now"
