@@ -246,7 +246,7 @@ def clustered_frames(frames: int, dim: int, seed: int) -> torch.Tensor:
 
 def test_gmm_and_fmllr_statistics_on_the_gpu_are_the_cpu_ones():
     """The GMM training and the fMLLR estimation the fMLLR recipes run with features.device=cuda."""
-    from asr.features.fmllr import estimate_fmllr
+    from asr.features.fmllr.transform import estimate_fmllr
     from asr.features.gmm import train_gmm
 
     x = clustered_frames(4000, 13, seed=1)
