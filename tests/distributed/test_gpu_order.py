@@ -115,3 +115,8 @@ def test_a_passive_learners_snapshot_waits_for_its_last_update_not_its_queued_co
     assert sum(op.what.startswith("snapshot") for op in streams.ops) == 3
     assert sum(op.what == "fold" for op in streams.ops) == 3
     assert streams.hazards() == [], streams.report()
+    # The pending average is updated by the server on the side stream, folded (and cleared) on
+    # the main stream: each fold sees every update issued before it, and each update waits for
+    # the fold issued before it.
+    assert sum(op.what == "pending += average" for op in streams.ops) == 3
+    assert streams.order_hazards(("fold",), ("pending += average",)) == [], streams.report()
