@@ -63,6 +63,7 @@ MODELS = {
         260,
         9000,
     ),
+    "toy": (dict(num_layers=1, hidden_size=192, bottleneck=0, stack_frames=3, subsample=3), 40, 34),  # the tests'
 }
 
 
@@ -225,7 +226,7 @@ def plot(report: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m asr.bench exchange", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--models", nargs="+", default=["mini", "swb"], choices=list(MODELS))
     parser.add_argument("--exchanges", type=int, default=20, help="timed exchanges per model (default %(default)s)")
     parser.add_argument("--warmup", type=int, default=3, help="exchanges before timing (default %(default)s)")
     parser.add_argument("--label", default="", help="names this run in a later --compare (default: none)")

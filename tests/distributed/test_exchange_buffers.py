@@ -30,9 +30,9 @@ class KeepingEndpoint(Endpoint):
         super().swap(mine, theirs, peer, active)
 
 
-def two_learners(monkeypatch, delay_by_one: bool):
-    """An active (rank 0) and a passive (rank 1) updater on one wire, each from its own weights;
-    what each side's swaps and folds used is recorded."""
+def two_learners(monkeypatch, delay_by_one: bool, device: torch.device = torch.device("cpu")):
+    """An active (rank 0) and a passive (rank 1) updater on one wire, each from its own weights
+    (on `device`); what each side's swaps and folds used is recorded."""
     wire = Wire()
     swaps: dict[int, list] = {0: [], 1: []}
     folds: dict[int, list] = {0: [], 1: []}
@@ -50,7 +50,7 @@ def two_learners(monkeypatch, delay_by_one: bool):
     learners = []
     for rank in (0, 1):
         building.append(rank)
-        net = model()
+        net = model().to(device)
         with torch.no_grad():
             for p in net.parameters():
                 p.add_(float(rank))  # different weights on the two learners
@@ -63,7 +63,7 @@ def two_learners(monkeypatch, delay_by_one: bool):
                 layout=Layout(rank, 2, 1),
                 groups=DecentralizedGroups(),
                 timeout_s=10.0,
-                device=torch.device("cpu"),
+                device=device,
                 delay_by_one=delay_by_one,
             )
         )
