@@ -199,7 +199,7 @@ def measure(name: str, warmup: int, exchanges: int) -> dict:
 
 
 def plot(report: dict, path: Path) -> None:
-    runs = [("this run", report["models"])]
+    runs = [(report.get("label") or "this run", report["models"])]
     if "compare" in report:
         runs.insert(0, (report["compare"].get("label", "compare"), report["compare"]["models"]))
     names = list(report["models"])

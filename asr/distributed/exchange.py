@@ -19,6 +19,13 @@ with the same (w_a + v) / 2, plus whatever gradient the passive applied meanwhil
 ADPSGD's update. The server holds the weights lock only to read v and to update d, never while
 it sends or receives, so the passive's own steps never wait for the network.
 
+No exchange allocates a model-sized tensor: what is sent and received lives in buffers made
+once (staging.py's Slot; an active alternates two, since with delay_by_one two exchanges are in
+flight, a passive has one), the snapshot is copied straight into them, (v - w) / 2 is computed in
+place on the learner's device, and the passive's pending delta d lives on its device too: the
+main thread folds it in place and clears it, under the weights lock (H-ADPSGD: a copy of the
+share, for the node's all-gather, into one more buffer made once).
+
 Messages (gloo, on a group of their own so they never interleave with the main thread's
 collectives; tags keep the three kinds apart):
 
