@@ -26,6 +26,9 @@ after --warmup exchanges:
   transport     the same counters for a bare swap of two buffers allocated once, in the same
                 processes: the part of an exchange that is gloo's and the kernel's
 
+With --device cuda both learners keep their weights on the (one) GPU: the exchange's side stream,
+pinned buffers and events are then what runs (staging.py); the bare swap stays on the host.
+
 With --compare, an earlier run's JSON (of another version of the code) is drawn beside this one
 and kept in the report under "compare". Writes exchange.json and exchange.png into --out.
 """
@@ -99,8 +102,8 @@ class Counters:
         }
 
 
-def worker(rank: int, port: int, name: str, warmup: int, exchanges: int, results) -> None:
-    """One learner: rank 0 active, rank 1 passive."""
+def worker(rank: int, port: int, name: str, warmup: int, exchanges: int, device: str, results) -> None:
+    """One learner: rank 0 active, rank 1 passive; its weights on `device`."""
     import torch
     import torch.distributed as dist
 
@@ -113,11 +116,12 @@ def worker(rank: int, port: int, name: str, warmup: int, exchanges: int, results
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     layout = Layout(rank, 2, 1)
     groups = make_groups(layout)
-    model = build_parameters(name)
+    model_device = torch.device(device)
+    model = build_parameters(name).to(model_device)
     weights_bytes = sum(p.numel() for p in model.parameters()) * 4
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     updater = AdpsgdUpdater(
-        model, optimizer, None, 0.0, layout=layout, groups=groups, timeout_s=300.0, device=torch.device("cpu")
+        model, optimizer, None, 0.0, layout=layout, groups=groups, timeout_s=300.0, device=model_device
     )
     step = active_step if rank == 0 else passive_step
     for i in range(warmup):
@@ -126,6 +130,8 @@ def worker(rank: int, port: int, name: str, warmup: int, exchanges: int, results
     counters = Counters()
     for i in range(warmup, warmup + exchanges):
         step(updater, i)
+    if model_device.type == "cuda":
+        torch.cuda.synchronize()  # the last exchange's device work done inside the window
     exchange = counters.per(exchanges, weights_bytes)
     dist.barrier()
     updater.close()
@@ -166,7 +172,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def measure(name: str, warmup: int, exchanges: int) -> dict:
+def measure(name: str, warmup: int, exchanges: int, device: str = "cpu") -> dict:
     import torch.multiprocessing as mp
 
     context = mp.get_context("spawn")
@@ -175,7 +181,9 @@ def measure(name: str, warmup: int, exchanges: int) -> dict:
     previous = os.environ.get("MALLOC_MMAP_THRESHOLD_")
     os.environ["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)  # read by glibc as the children start
     try:
-        procs = [context.Process(target=worker, args=(r, port, name, warmup, exchanges, results)) for r in (0, 1)]
+        procs = [
+            context.Process(target=worker, args=(r, port, name, warmup, exchanges, device, results)) for r in (0, 1)
+        ]
         for p in procs:
             p.start()
         got = dict(results.get(timeout=1800) for _ in procs)
@@ -229,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=["mini", "swb"], choices=list(MODELS))
     parser.add_argument("--exchanges", type=int, default=20, help="timed exchanges per model (default %(default)s)")
     parser.add_argument("--warmup", type=int, default=3, help="exchanges before timing (default %(default)s)")
+    parser.add_argument("--device", default="cpu", help="where the weights are: cpu | cuda (default %(default)s)")
     parser.add_argument("--label", default="", help="names this run in a later --compare (default: none)")
     parser.add_argument("--compare", type=Path, help="an earlier exchange.json to draw beside this run")
     parser.add_argument("--out", type=Path, default=Path("exp/bench"))
@@ -238,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.time()
     models = {}
     for name in args.models:
-        models[name] = measure(name, args.warmup, args.exchanges)
+        models[name] = measure(name, args.warmup, args.exchanges, args.device)
         log.info("%s: %s", name, json.dumps(models[name]))
     report = {
         "benchmark": "exchange",
