@@ -57,8 +57,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Mix:
-    delta: Tensor  # (v - w) / 2 for the whole model, on the device
-    taken: Tensor | None = None  # a passive's share of it, still pending on its server
+    delta: Tensor  # (v - w) / 2 for the whole model, on the device (a passive alone: its pending average itself)
+    taken: Tensor | None = None  # a passive's share of it, still pending on its server (H-ADPSGD)
+    passive: bool = False  # read from the server's pending average: wait for its last update first
 
 
 @dataclass
@@ -108,6 +109,9 @@ class AdpsgdUpdater(Updater):
         self.lock = threading.Condition()  # the weights lock (a passive's server reads the weights)
         self.exchange_step = 0
         self._begun = False
+        self._slots: list = []  # an active's buffers: two, as up to two exchanges are in flight
+        self._taken: Tensor | None = None  # an H-ADPSGD passive's copy of its share of the pending average
+        self._gathered: tuple[Tensor, list[Tensor]] | None = None  # the node's shares laid end to end
         # Made at once: a passive's server must answer from the start, even when its own node
         # has not claimed a batch yet (or none at all in an epoch) and waits at the epoch end.
         self.exchanger = self._make_exchanger()
@@ -120,11 +124,17 @@ class AdpsgdUpdater(Updater):
         neighbours = [layout.counterpart(m) for m in ring.neighbours(layout.node)]
         if layout.role == "active":
             partner_of = lambda step: layout.counterpart(ring.partner(layout.node, step))  # noqa: E731
+            self._slots = [self.staging.slot(self.share_size) for _ in range(2)]
             return ActiveExchanger(layout.rank, partner_of, neighbours, transport, self.staging, self.timeout_s)
         actives = [layout.counterpart(m) for m in ring.active_neighbours(layout.node)]
-        snapshot = lambda: self.staging.snapshot(self.params, *self.share)  # noqa: E731
-        lo, hi = self.share
-        return PassiveServer(layout.rank, actives, transport, snapshot, hi - lo, self.timeout_s, self.lock)
+        snapshot = lambda into, plus: self.staging.snapshot(self.params, *self.share, into, plus)  # noqa: E731
+        if layout.learners_per_node > 1:
+            self._taken = self.staging.zeros(self.share_size)
+        # Every buffer has the padded share's size: the counterparts' shares are equally long,
+        # and a last share shorter than the others keeps a zero tail through the arithmetic.
+        return PassiveServer(
+            layout.rank, actives, transport, snapshot, self.share_size, self.timeout_s, self.lock, self.staging
+        )
 
     @property
     def exchanges(self) -> int:
@@ -152,8 +162,9 @@ class AdpsgdUpdater(Updater):
         self._begun = True
         exchanger = self.exchanger
         if isinstance(exchanger, ActiveExchanger):
-            mine, ready = self.staging.snapshot(self.params, *self.share)
-            exchanger.start(self.exchange_step, mine, ready)
+            slot = self._slots[self.exchange_step % 2]  # exchange k-2, its last user, has been folded
+            _, ready = self.staging.snapshot(self.params, *self.share, into=slot)
+            exchanger.start(self.exchange_step, slot, ready)
 
     def weights_lock(self):
         return self.lock
@@ -179,19 +190,26 @@ class AdpsgdUpdater(Updater):
             if due is None or (self.delay_by_one and due == self.exchange_step):
                 return None  # delay_by_one: this step's exchange lands at the next step
             return Mix(self.gather_shares(exchanger.finish(due)))
+        if self.layout.learners_per_node == 1:
+            with self.lock:
+                exchanger.check()
+            return Mix(exchanger.pending, passive=True)  # folded and cleared under the lock, no copy
         with self.lock:
-            taken = exchanger.peek_pending()
-        share = self.staging.ready_on_main(*self.staging.upload(taken))
-        return Mix(self.gather_shares(share), taken)
+            taken = exchanger.peek_pending(into=self._taken)
+        return Mix(self.gather_shares(taken), taken, passive=True)
 
     def apply_mix(self, mix: Mix | None) -> None:
         """Called with the weights lock held."""
         if mix is None:
             return
         with self.changing_weights():
+            if mix.passive:
+                self.staging.pending_on_main()
             add_to_parameters_(self.params, mix.delta)
             if mix.taken is not None:
                 self.exchanger.settle(mix.taken)
+            elif mix.passive:
+                self.exchanger.clear()
 
     def apply_update(self) -> None:
         """Called with the weights lock held."""
@@ -202,12 +220,17 @@ class AdpsgdUpdater(Updater):
         """Every node learner's share of the delta, laid end to end: the whole model's delta."""
         if self.layout.learners_per_node == 1:
             return share
-        padded = torch.zeros(self.share_size, dtype=share.dtype, device=share.device)
-        padded[: share.numel()] = share
-        parts = [torch.empty_like(padded) for _ in range(self.layout.learners_per_node)]
+        if share.numel() != self.share_size:  # a share not made in the padded buffers
+            padded = torch.zeros(self.share_size, dtype=share.dtype, device=share.device)
+            padded[: share.numel()] = share
+            share = padded
+        if self._gathered is None:  # made once: views of one buffer receive the shares
+            whole = self.staging.zeros(self.share_size * self.layout.learners_per_node)
+            self._gathered = whole, list(whole.split(self.share_size))
+        whole, parts = self._gathered
         with collective("gathering the averaged weights inside the node", self.layout.rank, self.timeout_s):
-            dist.all_gather(parts, padded, group=self.groups.node)
-        return torch.cat(parts)[: self.size]
+            dist.all_gather(parts, share, group=self.groups.node)
+        return whole[: self.size]
 
     def end_step(self) -> None:
         self._begun = False

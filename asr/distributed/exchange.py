@@ -19,6 +19,13 @@ with the same (w_a + v) / 2, plus whatever gradient the passive applied meanwhil
 ADPSGD's update. The server holds the weights lock only to read v and to update d, never while
 it sends or receives, so the passive's own steps never wait for the network.
 
+No exchange allocates a model-sized tensor: what is sent and received lives in buffers made
+once (staging.py's Slot; an active alternates two, since with delay_by_one two exchanges are in
+flight, a passive has one), the snapshot is copied straight into them, (v - w) / 2 is computed in
+place on the learner's device, and the passive's pending delta d lives on its device too: the
+main thread folds it in place and clears it, under the weights lock (H-ADPSGD: a copy of the
+share, for the node's all-gather, into one more buffer made once).
+
 Messages (gloo, on a group of their own so they never interleave with the main thread's
 collectives; tags keep the three kinds apart):
 
@@ -54,7 +61,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from asr.distributed.context import DistributedError
-from asr.distributed.staging import Staging, wait
+from asr.distributed.staging import Slot, Staging, wait
 
 log = logging.getLogger(__name__)
 
@@ -149,32 +156,36 @@ class ActiveExchanger:
         self.staging = staging
         self.timeout_s = timeout_s
         self.thread = CommThread(f"adpsgd-active-{rank}")
-        self.in_flight: deque[tuple[int, int, Future]] = deque()  # (step, partner, result), oldest first
+        self.in_flight: deque[tuple[int, int, Future, Slot]] = deque()  # (step, partner, result, buffers), oldest first
         self.exchanges = 0
         self.bytes_sent = 0
 
-    def start(self, step: int, mine: Tensor, ready) -> None:
-        """Exchange `mine` (a host snapshot, complete once `ready` is) with the step's partner."""
+    def start(self, step: int, mine: Slot | Tensor, ready) -> None:
+        """Exchange `mine` (a slot holding a snapshot, complete once `ready` is; or a host
+        snapshot of its own) with the step's partner."""
+        slot = mine if isinstance(mine, Slot) else Slot.around(mine)
+        assert all(slot is not used for *_, used in self.in_flight), "a slot is reused while its exchange is in flight"
         partner = self.partner_of(step)
-        self.in_flight.append((step, partner, self.thread.submit(self._exchange, step, partner, mine, ready)))
+        future = self.thread.submit(self._exchange, step, partner, slot, ready)
+        self.in_flight.append((step, partner, future, slot))
 
     def oldest(self) -> int | None:
         """The step of the oldest exchange not yet finished (None: none)."""
         return self.in_flight[0][0] if self.in_flight else None
 
-    def _exchange(self, step: int, partner: int, mine: Tensor, ready) -> tuple[Tensor, object]:
+    def _exchange(self, step: int, partner: int, slot: Slot, ready) -> tuple[Tensor, object]:
         wait(ready)
+        wait(slot.averaged)  # the slot's previous average has left its host buffer
         self.transport.send_header(header(self.rank, step, EXCHANGE), partner)
-        theirs = torch.empty_like(mine)
-        self.transport.swap(mine, theirs, partner, active=True)
-        self.bytes_sent += mine.numel() * mine.element_size()
-        return self.staging.upload(theirs.sub_(mine).div_(2))
+        self.transport.swap(slot.out, slot.into, partner, active=True)
+        self.bytes_sent += slot.out.numel() * slot.out.element_size()
+        return self.staging.difference(slot)
 
     def finish(self, step: int) -> Tensor:
         """The averaging delta (v - w_a) / 2 of the exchange started at `step` (the oldest in
         flight) on the device, waiting at most timeout_s."""
         assert self.oldest() == step, f"finish({step}) but the oldest exchange in flight is of step {self.oldest()}"
-        _, partner, future = self.in_flight.popleft()
+        _, partner, future, _ = self.in_flight.popleft()
         try:
             delta, event = future.result(timeout=self.timeout_s)
         except FutureTimeout:
@@ -209,8 +220,10 @@ class ActiveExchanger:
 class PassiveServer:
     """The passive side: a server thread answering the active neighbours' exchanges.
 
-    `snapshot()` returns this learner's share of its weights on the host, with the event that
-    marks the copy complete; it is called with the weights lock held."""
+    `snapshot(slot, plus)` puts this learner's share of its weights plus `plus` (the pending
+    average) into the slot (Staging.snapshot) and returns its host buffer with the event that
+    marks the copy complete; it is called with the weights lock held. The slot and the pending
+    average (on the learner's device) are made once, by `staging`."""
 
     def __init__(
         self,
@@ -221,6 +234,7 @@ class PassiveServer:
         size: int,
         timeout_s: float,
         lock: threading.Condition | None = None,
+        staging: Staging | None = None,
     ):
         self.rank = rank
         self.actives = set(actives)
@@ -228,7 +242,9 @@ class PassiveServer:
         self.snapshot = snapshot
         self.timeout_s = timeout_s
         self.lock = lock or threading.Condition()  # the weights lock; also signals finished exchanges
-        self.pending = torch.zeros(size, dtype=torch.float32)
+        self.staging = staging or Staging(torch.device("cpu"))
+        self.slot = self.staging.slot(size)
+        self.pending = self.staging.zeros(size)
         self.in_flight = 0
         self.goodbyes: set[int] = set()
         self.error: BaseException | None = None
@@ -256,16 +272,16 @@ class PassiveServer:
                 self.goodbyes.add(sender)
                 self.lock.notify_all()
             return
+        slot = self.slot
         with self.lock:
             self.in_flight += 1
-            weights, ready = self.snapshot()
-            pending = self.pending.clone()
+            virtual, ready = self.snapshot(slot, self.pending)  # the weights this learner would have: w + d
         wait(ready)
-        virtual = weights.add_(pending)  # the weights this learner would have: w + d
-        theirs = torch.empty_like(virtual)
-        self.transport.swap(virtual, theirs, sender, active=False)
+        wait(slot.averaged)  # the previous exchange's average has left the receive buffer
+        self.transport.swap(virtual, slot.into, sender, active=False)
+        delta, _ = self.staging.difference(slot)
         with self.lock:
-            self.pending.add_(theirs.sub_(virtual).div_(2))
+            self.staging.accumulate(self.pending, delta)
             self.in_flight -= 1
             self.exchanges += 1
             self.lock.notify_all()
@@ -276,15 +292,29 @@ class PassiveServer:
                 f"learner {self.rank}: the ADPSGD server thread failed: {self.error}"
             ) from self.error
 
-    def peek_pending(self) -> Tensor:
-        """A copy of the averaging not yet applied (call with the lock held). It stays pending,
-        so that the weights the server reports stay w + d, until `settle` (with the lock held,
-        once the same amount has been added to the weights) takes it off."""
+    def check(self) -> None:
+        """Raise the server thread's error, if it failed (call with the lock held)."""
         self._check()
-        return self.pending.clone()
+
+    def peek_pending(self, into: Tensor | None = None) -> Tensor:
+        """A copy of the averaging not yet applied (call with the lock held), in `into` (a
+        buffer of the same size on the device; None: a new tensor). It stays pending, so that
+        the weights the server reports stay w + d, until `settle` (with the lock held, once the
+        same amount has been added to the weights) takes it off."""
+        self._check()
+        if into is None:
+            return self.pending.clone()
+        self.staging.pending_on_main()
+        into.copy_(self.pending)
+        self.staging.pending_read()
+        return into
 
     def settle(self, applied: Tensor) -> None:
         self.pending.sub_(applied)
+
+    def clear(self) -> None:
+        """The whole pending average has been added to the weights (lock held)."""
+        self.pending.zero_()
 
     def wait_idle(self) -> None:
         """Wait (lock held) until no exchange is in flight: every exchange an active neighbour

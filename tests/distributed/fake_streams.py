@@ -119,5 +119,16 @@ class FakeStreams:
                     found.append(f"{read} waits for {op}, queued after the last weight change")
         return found
 
+    def order_hazards(self, readers: tuple[str, ...], writers: tuple[str, ...]) -> list[str]:
+        """For another buffer than the weights (a passive's pending average): every kernel named
+        in `writers` and every one named in `readers` run in the order the host issued them."""
+        found = []
+        for write in (op for op in self.ops if op.what in writers):
+            for other in (op for op in self.ops if op.what in readers + writers and op is not write):
+                first, then = (write, other) if write.host < other.host else (other, write)
+                if not self.happens_before(first, then):
+                    found.append(f"{then} is not ordered after {first}")
+        return found
+
     def report(self) -> str:
         return "\n".join(self.hazards()) + "\n--- operations, in the host's order:\n" + "\n".join(self.log)

@@ -134,8 +134,9 @@ def test_the_reduction_device_is_the_gpu_when_nccl_serves_it(device, backend, ex
 
 
 def test_a_passives_pending_average_reaches_the_learners_device_before_the_fold(monkeypatch):
-    """The server keeps its pending average on the host; the fold adds it on the device, after
-    the staging's upload (fake streams stand in for CUDA's, META for the GPU)."""
+    """The server keeps its pending average on the learner's device, where the average is
+    computed and folded in place (no upload, no copy); only what crosses the network is on the
+    host (fake streams stand in for CUDA's, META for the GPU)."""
     wire = Wire()
     monkeypatch.setattr(adpsgd, "Staging", lambda device: Staging(device, FakeStreams()))
     monkeypatch.setattr(adpsgd, "PointToPoint", lambda group: wire.endpoint(active=False))
@@ -151,10 +152,11 @@ def test_a_passives_pending_average_reaches_the_learners_device_before_the_fold(
         device=META,
     )
     updater.exchanger.pending.fill_(0.5)
+    slot = updater.exchanger.slot
+    assert slot.out.device == slot.into.device == torch.device("cpu") and slot.out_dev.device == META
     mix = updater.prepare_mix()
-    assert mix.taken.device == torch.device("cpu") and mix.delta.device == META
+    assert mix.delta is updater.exchanger.pending and mix.delta.device == META
     with updater.weights_lock():
         updater.apply_mix(mix)
-    assert updater.exchanger.pending.abs().max() == 0  # settled once added
     wire.headers.put(header(0, 0, GOODBYE))
     updater.close()

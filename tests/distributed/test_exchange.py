@@ -55,7 +55,7 @@ class Endpoint:
 
 def passive_server(wire: Wire, weights: list[torch.Tensor], lock=None) -> PassiveServer:
     params = weights
-    snapshot = lambda: CPU.snapshot(params, 0, sum(p.numel() for p in params))  # noqa: E731
+    snapshot = lambda into, plus: CPU.snapshot(params, 0, sum(p.numel() for p in params), into, plus)  # noqa: E731
     return PassiveServer(1, [0], wire.endpoint(active=False), snapshot, sum(p.numel() for p in params), 10.0, lock)
 
 

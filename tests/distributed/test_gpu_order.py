@@ -77,8 +77,9 @@ def test_an_active_learners_updates_wait_for_its_snapshots_also_with_nothing_to_
     """delay_by_one: the first step and the step after a drain have nothing to mix, and their
     optimizer step must still wait for the side stream's read of the step's snapshot."""
     wire = Wire()
-    server = passive_server(wire, [torch.zeros(sum(p.numel() for p in model().parameters()))])
+    # The updater first: its build can outlast the 10 s the wire's server waits for a message.
     updater, streams = fake_gpu_updater(monkeypatch, 0, wire, delay_by_one=True)
+    server = passive_server(wire, [torch.zeros(sum(p.numel() for p in model().parameters()))])
     data = batches(4, 8)
     train_step(updater, streams, data[0])
     train_step(updater, streams, data[1])
@@ -114,4 +115,31 @@ def test_a_passive_learners_snapshot_waits_for_its_last_update_not_its_queued_co
     assert updater.exchanges == 3
     assert sum(op.what.startswith("snapshot") for op in streams.ops) == 3
     assert sum(op.what == "fold" for op in streams.ops) == 3
+    assert streams.hazards() == [], streams.report()
+    # The pending average is updated by the server on the side stream, folded (and cleared) on
+    # the main stream: each fold sees every update issued before it, and each update waits for
+    # the fold issued before it.
+    assert sum(op.what == "pending += average" for op in streams.ops) == 3
+    assert streams.order_hazards(("fold",), ("pending += average",)) == [], streams.report()
+
+
+def test_a_passives_fold_while_its_server_swaps_comes_before_the_servers_update(monkeypatch):
+    """The passive folds (and clears) its pending average while the server is in the swap: the
+    server's update of the pending average, issued after, must wait for that fold."""
+    wire = Wire()
+    wire.gate.clear()  # the passive's swap waits until released
+    updater, streams = fake_gpu_updater(monkeypatch, 1, wire)
+    active = ActiveExchanger(0, lambda step: 1, [1], wire.endpoint(active=True), CPU, 10.0)
+    warm, first, second = batches(3, 8)
+    train_step(updater, streams, warm)  # a first step, slow to start, before the active's swap waits
+    active.start(0, torch.ones(updater.size), None)
+    assert wire.in_swap.wait(10)
+    train_step(updater, streams, first)  # folds what is pending (nothing yet) mid-exchange
+    wire.gate.set()
+    active.finish(0)
+    train_step(updater, streams, second)  # folds the exchange's average
+    active.close(1)
+    updater.close()
+    assert [op.what for op in streams.ops].count("pending += average") == 1
+    assert streams.order_hazards(("fold",), ("pending += average",)) == [], streams.report()
     assert streams.hazards() == [], streams.report()

@@ -33,12 +33,12 @@ def find_start(checkpoints, ctx, *args):
     return start
 
 
-def snapshot(self, params, lo, hi):
+def snapshot(self, params, lo, hi, *args, **kwargs):
     if "initial" in seen and "served" not in seen:  # the passive's server: its first exchange
         current = flat_parameters(params)[lo:hi]
         seen["served"] = "initial" if torch.equal(current, seen["initial"][lo:hi]) else "loaded"
         seen["report"].write_text(seen["served"])
-    return original_snapshot(self, params, lo, hi)
+    return original_snapshot(self, params, lo, hi, *args, **kwargs)
 
 
 loop.Trainer.__init__, loop.find_start, staging.Staging.snapshot = init, find_start, snapshot
