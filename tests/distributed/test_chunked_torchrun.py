@@ -1,11 +1,13 @@
 """Frame-level training on fixed-length samples (train.chunk_frames) under torchrun on gloo: SSGD
 (2 learners) equals one learner with the union batch; ADPSGD (2 learners) and H-ADPSGD (2 nodes
-x 2) claim the plan's sample batches so that each is trained once an epoch."""
+x 2) claim the plan's sample batches so that each is trained once an epoch, ADPSGD's also when
+the run is stopped and started again."""
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -31,14 +33,37 @@ def overrides(root: Path, name: str, *extra: str) -> list[str]:
     return [*hybrid_overrides(root, [*SAMPLES, *extra]), f"exp_dir={root / name}"]
 
 
+RUNS = (
+    ("ssgd", 2, ["distributed=ssgd", "train.batch_samples=8"]),
+    ("adpsgd", 2, ["distributed=adpsgd", "train.batch_samples=8"]),
+    ("hadpsgd", 4, ["distributed=hadpsgd", "distributed.learners_per_node=2", "train.batch_samples=4"]),
+)
+
+
+@dataclass
+class Stopped:
+    log: str
+    steps: list[int]  # each learner's steps in this run (timing/learner-<rank>.json)
+    wrote_last: bool  # whether it wrote checkpoints/last.pt, as only a finished run may
+
+
 @pytest.fixture(scope="module")
-def runs(corpus) -> dict[str, str]:
+def stopped_adpsgd(corpus) -> Stopped:
+    """The ADPSGD run of `runs`, stopped by train.max_steps after 10 node batches (80 samples)
+    claimed over both nodes; `runs` finishes it with the same command, so one job serves both
+    the claims test and the stop-and-go-on test (a torchrun job of 2 learners: ~15 s of CPU)."""
+    name, nproc, extra = RUNS[1]
+    proc = run_torchrun(nproc, ["asr.train", *overrides(corpus, name, *extra), "train.max_steps=10"])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    timing = [json.loads((corpus / name / "timing" / f"learner-{r}.json").read_text()) for r in range(nproc)]
+    wrote_last = (corpus / name / "checkpoints" / "last.pt").exists()
+    return Stopped(proc.stderr + proc.stdout, [t["steps"] for t in timing], wrote_last)
+
+
+@pytest.fixture(scope="module")
+def runs(corpus, stopped_adpsgd) -> dict[str, str]:
     out = {}
-    for name, nproc, extra in (
-        ("ssgd", 2, ["distributed=ssgd", "train.batch_samples=8"]),
-        ("adpsgd", 2, ["distributed=adpsgd", "train.batch_samples=8"]),
-        ("hadpsgd", 4, ["distributed=hadpsgd", "distributed.learners_per_node=2", "train.batch_samples=4"]),
-    ):
+    for name, nproc, extra in RUNS:
         proc = run_torchrun(nproc, ["asr.train", *overrides(corpus, name, *extra)])
         assert proc.returncode == 0, proc.stderr[-4000:]
         out[name] = proc.stderr + proc.stdout
@@ -66,10 +91,12 @@ def test_ssgd_with_samples_equals_one_learner_with_the_union_batch(corpus, runs)
 
 
 @pytest.mark.parametrize("name,leaders", [("adpsgd", (0, 1)), ("hadpsgd", (0, 2))])
-def test_decentralized_nodes_claim_every_sample_batch_once_an_epoch(corpus, runs, name, leaders):
+def test_decentralized_nodes_claim_every_sample_batch_once_an_epoch(corpus, runs, stopped_adpsgd, name, leaders):
     state = last(corpus / name)
     assert state["epoch"] == 2 and state["distributed"]["algorithm"] == name
     steps = [json.loads((corpus / name / "timing" / f"learner-{r}.json").read_text())["steps"] for r in leaders]
+    if name == "adpsgd":  # its steps before the stop count too: each batch trained once over both runs
+        steps += [stopped_adpsgd.steps[r] for r in leaders]
     # ceil(220 / 8) node batches a epoch, claimed between the nodes. How many each node takes is
     # a race here (a step takes ~5 ms, rank 0 also evaluates at every epoch end, and there is no
     # barrier after it), so that a faster node takes more is tested with paced nodes (test_claims.py).
@@ -79,16 +106,10 @@ def test_decentralized_nodes_claim_every_sample_batch_once_an_epoch(corpus, runs
     assert frame_accuracies(runs[name])[-1] > 0.9
 
 
-def test_a_stopped_adpsgd_run_goes_on_from_the_samples_its_nodes_trained(corpus):
-    """train.max_steps stops the run after 10 node batches (80 samples) claimed over both nodes;
-    the same command goes on from each node's own checkpoint, whose trained mask counts samples."""
-    args = ["asr.train", *overrides(corpus, "adpsgd_stopped", "distributed=adpsgd", "train.batch_samples=8")]
-    first = run_torchrun(2, [*args, "train.max_steps=10"])
-    assert first.returncode == 0, first.stderr[-4000:]
-    assert not (corpus / "adpsgd_stopped" / "checkpoints" / "last.pt").exists()
-    second = run_torchrun(2, args)
-    assert second.returncode == 0, second.stderr[-4000:]
-    assert re.search(
-        r"resumed from step \d+ \(epoch 1, 80 of its samples trained; own start", second.stderr + second.stdout
-    )
-    assert last(corpus / "adpsgd_stopped")["epoch"] == 2
+def test_a_stopped_adpsgd_run_goes_on_from_the_samples_its_nodes_trained(corpus, runs, stopped_adpsgd):
+    """train.max_steps stopped the run after 10 node batches (80 samples) claimed over both nodes;
+    the same command went on from each node's own checkpoint, whose trained mask counts samples."""
+    assert re.search(r"stopped after \d+ steps of this run \(train.max_steps=10\)", stopped_adpsgd.log)
+    assert not stopped_adpsgd.wrote_last
+    assert re.search(r"resumed from step \d+ \(epoch 1, 80 of its samples trained; own start", runs["adpsgd"])
+    assert last(corpus / "adpsgd")["epoch"] == 2
