@@ -18,6 +18,7 @@ RECIPE_ARGS=("$@")
 . ../../scripts/recipe.sh
 decode_options
 speed_perturb_option  # true: train on <train>_sp, Kaldi's 3-way speed perturbation (0.9 1.0 1.1)
+data_root_dirs+=(corpus)  # --data-root DIR: the synthetic corpus (synth.out_dir) goes to DIR/corpus too
 usage() { sed -n '2,9p' "$0"; }
 parse_options "$@"
 data=$(override_value data.data_dir data)
