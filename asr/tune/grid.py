@@ -43,14 +43,21 @@ from asr.utils.errors import InputError
 log = logging.getLogger(__name__)
 
 
+def share_log_probs(scored: ScoredSet) -> dict[str, np.ndarray]:
+    """utt -> (T, V) log-probabilities of the scored utterances (those with finite features)."""
+    arrays: dict[str, np.ndarray] = {}
+    for batch in scored.batches(f"tune {scored.set_name}"):
+        arrays.update(zip(batch.utts, as_arrays(batch.log_probs, batch.out_lens)))
+    return arrays
+
+
 def set_log_probs(cfg, set_name: str, model, device: torch.device) -> tuple[dict[str, str], dict[str, np.ndarray]]:
     """(reference texts, utt -> (T, V) log-probabilities) of one set's transcribed utterances."""
     scored = ScoredSet(cfg, set_name, model, device, wanted=lambda data: data.text)
-    if not scored.utts:
+    share = Split.of(cfg).is_share  # a share may be empty (more shares than utterances): the merge checks
+    if not scored.utts and not share:
         raise InputError(f"{data_set_dir(cfg, set_name)}: no utterance with both text and features to tune on")
-    arrays: dict[str, np.ndarray] = {}
-    for batch in scored.batches(f"tune {set_name}"):
-        arrays.update(zip(batch.utts, as_arrays(batch.log_probs, batch.out_lens)))
+    arrays = share_log_probs(scored)
     if scored.skipped:
         log.warning(
             "%s: %d utterances with NaN/inf features left out of the tuning: %s",
@@ -58,7 +65,7 @@ def set_log_probs(cfg, set_name: str, model, device: torch.device) -> tuple[dict
             len(scored.skipped),
             " ".join(sorted(scored.skipped)[:10]),
         )
-    if not arrays:
+    if not arrays and not share:
         raise InputError(f"{data_set_dir(cfg, set_name)}: no utterance with finite features to tune on")
     return {u: scored.data.text[u] for u in arrays}, arrays
 
@@ -151,6 +158,8 @@ def tune(cfg) -> dict:
         path = write_tune_share(cfg, refs, points)
         log.info("share %s of %s: %d utterances -> %s", split.name, cfg.decode.tune_set, len(refs), path)
         return {"share": str(path), "utterances": len(refs)}
+    if not refs:
+        raise InputError(f"{cfg.decode.tune_set}: no utterance with text and finite features to tune on")
     result = scored_grid(cfg, refs, points)
     write_text(Path(cfg.decode.tuning_file), json.dumps(result, indent=2) + "\n")
     if split.is_merge:

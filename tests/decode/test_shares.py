@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from asr.decode.shares import Split, merge_decoded, share_utterances, shares_dir
+from asr.decode.shares import Split, merge_decoded, read_tune_shares, share_utterances, shares_dir, write_tune_share
 from asr.utils.errors import InputError
 
 
@@ -60,3 +60,21 @@ def test_a_missing_share_is_named_with_the_command_that_makes_it(tmp_path):
         merge_decoded(cfg(tmp_path, -1))
     with pytest.raises(InputError, match="decode.split.index=2: choose 0 .. 1"):
         Split.of(cfg(tmp_path, 2))
+
+
+def tune_cfg(tmp_path, index: int):
+    cfg = OmegaConf.create({"decode": {"tuning_file": str(tmp_path / "lm_tuning.json"), "split": {"count": 2}}})
+    cfg.decode.split.index = index
+    return cfg
+
+
+def test_tuning_shares_join_their_references_and_each_points_hypotheses(tmp_path):
+    points = [{"lm_weight": 0.3}, {"lm_weight": 0.8}]
+    write_tune_share(tune_cfg(tmp_path, 0), {"a": "x y"}, [(points[0], {"a": "x"}), (points[1], {"a": "x y"})])
+    write_tune_share(tune_cfg(tmp_path, 1), {}, [(points[0], {}), (points[1], {})])  # an empty share
+    refs, joined = read_tune_shares(tune_cfg(tmp_path, -1))
+    assert refs == {"a": "x y"} and joined == [(points[0], {"a": "x"}), (points[1], {"a": "x y"})]
+
+    write_tune_share(tune_cfg(tmp_path, 1), {}, [(points[0], {})])  # tuned over another grid
+    with pytest.raises(InputError, match="different grids"):
+        read_tune_shares(tune_cfg(tmp_path, -1))
