@@ -9,9 +9,17 @@
 #                                   (--dependency=afterok on the array) that joins them; the fMLLR and
 #                                   i-vector kinds split their log-mel this way and fit their models
 #                                   in the merge job
+#                   tune, decode    --nj array tasks, each decoding one share of the set's utterances
+#                                   (decode.split.index=I of decode.split.count=N, asr/decode/shares.py:
+#                                   runs of consecutive utterances with about equal frames, Kaldi's
+#                                   split data dirs), then a merge job joining the hypotheses (tune:
+#                                   scoring every grid point over the whole dev set)
 #                   train           scripts/slurm/train.sbatch (one torchrun per node); --nnodes sets
 #                                   --nodes, --nproc ASR_NPROC_PER_NODE, --max-restarts ASR_MAX_RESTARTS
-#                   any other stage one job (prepare, tune and decode have no shares to split into)
+#                   any other stage one job: synth, prepare and the text stages have no per-file
+#                                   work worth a node (prepare reads transcripts, not audio, and its
+#                                   subsets need the whole corpus: the first N for dev, duplicate
+#                                   counts); the GMM stages split their work in local processes
 #                 A failed job or task ends the recipe with one line naming the first failed task and
 #                 its log file; the jobs' logs are in exp/NAME/log/<N>.<stage>.slurm/.
 #   --slurm-conf FILE   sbatch options per stage (default conf/slurm.conf in the recipe dir, if any):
@@ -30,6 +38,9 @@ declare -A slurm_options=()
 # The stage's own local parallelism, set by --nj with --cmd local.
 declare -A nj_knob=([synth]=synth.jobs [features]=features.jobs [tune]=decode.jobs [decode]=decode.jobs
   [decode_greedy]=decode.jobs)
+# The stages split into --nj array tasks and a merge job with --cmd slurm: their split keys.
+declare -A split_key=([features]=features.split [tune]=decode.split [decode]=decode.split
+  [decode_greedy]=decode.split)
 SLURM_TERMINAL="COMPLETED FAILED CANCELLED TIMEOUT OUT_OF_MEMORY NODE_FAIL BOOT_FAIL DEADLINE PREEMPTED REVOKED"
 
 check_cmd_options() {
@@ -91,11 +102,13 @@ dispatch() {
   # Interrupted while waiting: the stage's jobs would go on without anyone to use their outputs.
   trap 'cancel_in_flight; exit 130' INT
   trap 'cancel_in_flight; exit 143' TERM
-  case "$name" in
-    features) slurm_split_stage "$n" "$name" "$logs" "$@" ;;
-    train) slurm_train "$n" "$name" "$logs" "$@" ;;
-    *) slurm_single "$n" "$name" "$logs" "$@" ;;
-  esac
+  if [[ -n "${split_key[$name]:-}" ]]; then
+    slurm_split_stage "$n" "$name" "$logs" "${split_key[$name]}" "$@"
+  elif [[ $name == train ]]; then
+    slurm_train "$n" "$name" "$logs" "$@"
+  else
+    slurm_single "$n" "$name" "$logs" "$@"
+  fi
   trap - INT TERM
 }
 
@@ -133,10 +146,12 @@ submit() {
   printf '%s' "${out%%;*}"  # --parsable: `id` or `id;cluster`
 }
 
+# slurm_split_stage N NAME LOGS KEY COMMAND...: --nj array tasks (KEY.index=I of KEY.count=nj),
+# then the merge job (KEY.count=nj alone) after all of them succeeded.
 slurm_split_stage() {
-  local n=$1 name=$2 logs=$3; shift 3
-  job_script "$logs/task.sh" "$@" features.split.count="$nj" features.split.index=@TASK@
-  job_script "$logs/merge.sh" "$@" features.split.count="$nj"
+  local n=$1 name=$2 logs=$3 key=$4; shift 4
+  job_script "$logs/task.sh" "$@" "$key.count=$nj" "$key.index=@TASK@"
+  job_script "$logs/merge.sh" "$@" "$key.count=$nj"
   local array merge
   array=$(submit "$name" -- --job-name="$name" --array="0-$((nj - 1))" --output="$logs/%a.log" "$logs/task.sh") || exit 1
   in_flight+=("$array")

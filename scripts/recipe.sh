@@ -2,7 +2,8 @@
 # Source it from recipes/<corpus>/run.sh; see recipes/mini/run.sh for the pattern.
 #
 # Options every recipe takes:
-#   --stage N --stop-stage M    run stages N..M (default: all)
+#   --stage N --stop-stage M    run stages N..M (default: all). The numbers are the same in every
+#                               recipe (docs/recipes.md): 0 prepare .. 8 score; mini's synthesis is -1
 #   --exp NAME                  experiment name -> exp/NAME (default: base)
 #   --nproc N                   training processes per node (torchrun); 1 = plain python
 #   --nnodes N --node-rank K --rdzv-endpoint HOST:PORT   several machines (torchrun)
@@ -40,7 +41,7 @@ if [[ -z "${VIRTUAL_ENV:-}" && -x "$repo_root/.venv/bin/python" ]]; then
   export PATH="$repo_root/.venv/bin:$PATH"
 fi
 
-stage=0
+stage=-1  # the first stage: mini's synthesis; the LDC recipes start at 0 (prepare)
 stop_stage=1000
 exp=base
 nproc=1
@@ -86,6 +87,13 @@ integer_option() {
   printf -v "$1" '%d' "$((10#$2))"
 }
 
+# stage_number_option VAR VALUE: as integer_option, but -1 (mini's synthesis) is a stage too.
+stage_number_option() {
+  if [[ "$2" == -1 ]]; then printf -v "$1" '%d' -1; return; fi
+  [[ "$2" =~ ^[0-9]{1,9}$ ]] || usage_error "--${1//_/-} '$2': expected a stage number (-1 or more)"
+  printf -v "$1" '%d' "$((10#$2))"
+}
+
 parse_options() {
   local name value
   read_config_file "$@"
@@ -104,7 +112,8 @@ parse_options() {
       *) usage_error "unexpected argument '$1': options start with --, Hydra overrides look like key=value" ;;
     esac
     case "$name" in
-      stage|stop_stage|node_rank|nj) integer_option "$name" "$value" ;;
+      stage|stop_stage) stage_number_option "$name" "$value" ;;
+      node_rank|nj) integer_option "$name" "$value" ;;
       nproc|nnodes|max_restarts) integer_option "$name" "$value"; printf -v "${name}_given" 1 ;;
       exp) exp=$value ;;
       rdzv_endpoint|local_addr|cmd|slurm_conf|data_root|exp_root) printf -v "$name" '%s' "$value" ;;

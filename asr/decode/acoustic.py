@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from asr.data.datadir import DataDir, data_set_dir, read_data_dir
+from asr.decode.shares import Split, share_utterances
 from asr.features.featureset import FeatureReader, NonFiniteFeatures, feature_set_dir
 from asr.models.blstm import AcousticModel
 from asr.models.checkpoint import CheckpointDir, load_checkpoint, model_from_checkpoint
@@ -50,7 +51,8 @@ class ScoredBatch:
 
 
 class ScoredSet:
-    """One set's utterances (those `wanted` of its data dir that have features) through a model."""
+    """One set's utterances (those `wanted` of its data dir that have features; in a split run
+    only its share, asr/decode/shares.py) through a model."""
 
     def __init__(
         self,
@@ -71,6 +73,9 @@ class ScoredSet:
             )
         chosen = wanted(self.data)
         self.utts = [u for u in self.reader.utts() if u in chosen]
+        split = Split.of(cfg)
+        if split.is_share:  # a cluster array task (decode.split): its share of the utterances only
+            self.utts = share_utterances(self.utts, self.reader.num_frames, split)
         self.skipped: dict[str, str] = {}
 
     def length_sorted(self) -> list[list[str]]:

@@ -3,7 +3,18 @@
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from asr.utils.checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Check, one_of
+from asr.utils.checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Check, at_least, one_of
+
+
+@dataclass
+class DecodeSplitConfig:
+    """Decoding (and tuning) split into `count` shares of each set's utterances, one process
+    each (a cluster array task, Kaldi's nj), then merged; see asr/decode/shares.py."""
+
+    count: int = 0  # shares; 0: not split
+    index: int = -1  # the share this process decodes (0 .. count-1); -1: merge the shares
+
+    CHECKS: ClassVar[dict[str, Check]] = {"count": NON_NEGATIVE, "index": at_least(-1)}
 
 
 @dataclass
@@ -43,6 +54,7 @@ class DecodeConfig:
     tune_lm_weights: list = field(default_factory=lambda: [0.3, 0.5, 0.8, 1.2])
     tune_word_scores: list = field(default_factory=lambda: [-1.0, 0.0, 1.0, 2.0])
     tune_acoustic_scales: list = field(default_factory=lambda: [0.05, 0.067, 0.083, 0.1, 0.125])  # kind=wfst
+    split: DecodeSplitConfig = field(default_factory=DecodeSplitConfig)
 
     CHECKS: ClassVar[dict[str, Check]] = {
         "kind": one_of("greedy", "beam_lm", "loglikes", "wfst"),

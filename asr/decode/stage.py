@@ -14,11 +14,12 @@ from pathlib import Path
 
 import torch
 
-from asr.data.ctm import CtmWord, write_ctm
+from asr.data.ctm import CtmWord
 from asr.data.datadir import DataDir
 from asr.decode.acoustic import ScoredSet, load_model
 from asr.decode.loglikes import export_loglikes
-from asr.decode.output import ctm_words, decode_dir, evaluation_sets, report_skipped, timed_words, write_hyp_text
+from asr.decode.output import ctm_words, evaluation_sets, timed_words
+from asr.decode.shares import Split, merge_decoded, write_decoded
 from asr.decode.search import ParallelBeamSearch, Search, beam_options, beam_search, beam_spec, greedy_search
 from asr.decode.wfst import decode_wfst
 from asr.models.blstm import AcousticModel
@@ -63,24 +64,32 @@ def decode_set(
     cfg, set_name: str, model: AcousticModel, tokenizer: Tokenizer, device: torch.device, search: Search = greedy_search
 ) -> Path:
     scored = ScoredSet(cfg, set_name, model, device)
+    split = Split.of(cfg)
     log.info(
-        "%s: decoding %d of %d utterances (those with features)", set_name, len(scored.utts), len(scored.data.utt2spk)
+        "%s: decoding %d of %d utterances (%s)",
+        set_name,
+        len(scored.utts),
+        len(scored.data.utt2spk),
+        f"share {split.name}" if split.is_share else "those with features",
     )
     decoder = SetDecoder(tokenizer, scored.data, cfg.decode.frame_shift_ms / 1000.0 * model.subsample, search)
     for batch in scored.batches(f"decode {set_name}"):
         decoder.decode_batch(batch.utts, batch.log_probs, batch.out_lens)
-    out_dir = decode_dir(cfg, set_name)
-    write_hyp_text(out_dir / "hyp.txt", decoder.hyps)
-    write_ctm(out_dir / "hyp.ctm", decoder.ctm)
-    report_skipped(out_dir, set_name, scored.skipped)
+    out_dir = write_decoded(cfg, set_name, decoder.hyps, decoder.ctm, scored.skipped)
     log.info("%s: %d hypotheses, %d words -> %s", set_name, len(decoder.hyps), len(decoder.ctm), out_dir)
     return out_dir
 
 
 def decode(cfg) -> list[Path]:
-    """The decode stage, by decode.kind; returns the output directories."""
+    """The decode stage, by decode.kind; returns the output directories. With decode.split.count
+    N: share decode.split.index alone, or (index -1) the N shares merged (asr/decode/shares.py)."""
     if cfg.decode.kind not in DECODERS:
         raise InputError(f"decode.kind={cfg.decode.kind!r}: choose one of {', '.join(DECODERS)}")
+    split = Split.of(cfg)
+    if split.count and cfg.decode.kind not in SPLIT_KINDS:
+        raise InputError(f"decode.kind={cfg.decode.kind}: not split into shares; leave decode.split.count=0")
+    if split.is_merge:
+        return merge_decoded(cfg)
     return DECODERS[cfg.decode.kind](cfg)
 
 
@@ -105,3 +114,4 @@ def decode_with_lm(cfg) -> list[Path]:
 
 
 DECODERS = {"greedy": decode_greedy, "beam_lm": decode_with_lm, "loglikes": export_loglikes, "wfst": decode_wfst}
+SPLIT_KINDS = ("greedy", "beam_lm", "wfst")  # those writing hyp.{txt,ctm}

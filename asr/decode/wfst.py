@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from asr.data.ctm import write_ctm
 from asr.decode.acoustic import ScoredSet
 from asr.decode.loglikes import load_frame_ce_model, load_log_priors, scaled_loglikes, upsample
-from asr.decode.output import TimedWord, ctm_words, decode_dir, evaluation_sets, report_skipped, write_hyp_text
+from asr.decode.output import TimedWord, ctm_words, evaluation_sets
+from asr.decode.shares import write_decoded
 from asr.kaldi.model import read_model
 from asr.lang.langdir import Lang
 from asr.lang.search import GraphDecoder, SearchOptions
@@ -128,10 +128,7 @@ def write_set(cfg, set_name: str, scored: ScoredSet, decoded: list[tuple[str, li
     for utt, words in decoded:
         hyps[utt] = " ".join(w.word for w in words)
         ctm.extend(ctm_words(scored.data, utt, words, cfg.decode.frame_shift_ms / 1000.0))
-    out_dir = decode_dir(cfg, set_name)
-    write_hyp_text(out_dir / "hyp.txt", hyps)
-    write_ctm(out_dir / "hyp.ctm", ctm)
-    report_skipped(out_dir, set_name, scored.skipped)
+    out_dir = write_decoded(cfg, set_name, hyps, ctm, scored.skipped)
     log.info(
         "%s: %d hypotheses, %d words -> %s",
         set_name,

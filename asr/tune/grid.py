@@ -8,6 +8,11 @@ normalisation as asr.score). The grid and the best pair (lowest WER; ties go to 
 smaller weight, then the smaller score) are written to decode.tuning_file, which the
 beam_lm decode then uses: Kaldi's scoring picks its LM weight and insertion penalty the
 same way, but on the test set; here the test set stays unseen.
+
+With decode.split.count=N the set is tuned in N shares of its utterances (cluster array tasks,
+decode.split.index=I each writing every grid point's hypotheses of its share), then merged
+(index -1): the merge scores each point over all shares' hypotheses, as one local run does
+(asr/decode/shares.py).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +29,7 @@ import torch
 
 from asr.data.datadir import data_set_dir
 from asr.decode.acoustic import ScoredSet
+from asr.decode.shares import Split, read_tune_shares, tune_shares_dir, write_tune_share
 from asr.decode.search import ParallelBeamSearch, as_arrays, beam_options, beam_spec
 from asr.decode.loglikes import load_frame_ce_model, load_log_priors
 from asr.decode.stage import load_decoding_model
@@ -36,14 +43,21 @@ from asr.utils.errors import InputError
 log = logging.getLogger(__name__)
 
 
+def share_log_probs(scored: ScoredSet) -> dict[str, np.ndarray]:
+    """utt -> (T, V) log-probabilities of the scored utterances (those with finite features)."""
+    arrays: dict[str, np.ndarray] = {}
+    for batch in scored.batches(f"tune {scored.set_name}"):
+        arrays.update(zip(batch.utts, as_arrays(batch.log_probs, batch.out_lens)))
+    return arrays
+
+
 def set_log_probs(cfg, set_name: str, model, device: torch.device) -> tuple[dict[str, str], dict[str, np.ndarray]]:
     """(reference texts, utt -> (T, V) log-probabilities) of one set's transcribed utterances."""
     scored = ScoredSet(cfg, set_name, model, device, wanted=lambda data: data.text)
-    if not scored.utts:
+    share = Split.of(cfg).is_share  # a share may be empty (more shares than utterances): the merge checks
+    if not scored.utts and not share:
         raise InputError(f"{data_set_dir(cfg, set_name)}: no utterance with both text and features to tune on")
-    arrays: dict[str, np.ndarray] = {}
-    for batch in scored.batches(f"tune {set_name}"):
-        arrays.update(zip(batch.utts, as_arrays(batch.log_probs, batch.out_lens)))
+    arrays = share_log_probs(scored)
     if scored.skipped:
         log.warning(
             "%s: %d utterances with NaN/inf features left out of the tuning: %s",
@@ -51,35 +65,49 @@ def set_log_probs(cfg, set_name: str, model, device: torch.device) -> tuple[dict
             len(scored.skipped),
             " ".join(sorted(scored.skipped)[:10]),
         )
-    if not arrays:
+    if not arrays and not share:
         raise InputError(f"{data_set_dir(cfg, set_name)}: no utterance with finite features to tune on")
     return {u: scored.data.text[u] for u in arrays}, arrays
 
 
+Points = list[tuple[dict, dict[str, str]]]  # (grid point, utt -> hypothesis text) each
+
+
 def best_point(grid: list[dict]) -> dict:
-    return min(grid, key=lambda g: (g["wer"], g["lm_weight"], g["word_score"]))
+    """Lowest WER; ties go to the smaller values, in the order the point names them."""
+    return min(grid, key=lambda g: (g["wer"], *(v for k, v in g.items() if k != "wer")))
 
 
-def sweep(
-    cfg, pool: ParallelBeamSearch, tokenizer: Tokenizer, refs: dict[str, str], arrays: dict[str, np.ndarray]
-) -> list[dict]:
+def lm_grid_hyps(cfg, pool: ParallelBeamSearch, tokenizer: Tokenizer, arrays: dict[str, np.ndarray]) -> Points:
+    """Every (lm_weight, word_score) of the grid: the set's hypotheses."""
     utts = list(arrays)
     base = beam_options(cfg, use_tuned=False)
-    grid = []
+    points = []
     for lm_weight, word_score in itertools.product(cfg.decode.tune_lm_weights, cfg.decode.tune_word_scores):
         options = replace(base, lm_weight=float(lm_weight), word_score=float(word_score))
         hyps = pool([arrays[u] for u in utts], options)
         texts = {u: tokenizer.decode(h.tokens) for u, h in zip(utts, hyps)}
-        wer = score(refs, texts).subsets["total"].wer
-        grid.append({"lm_weight": options.lm_weight, "word_score": options.word_score, "wer": wer})
-        log.info("lm_weight %g, word_score %g: WER %.2f%%", options.lm_weight, options.word_score, wer)
-    return grid
+        points.append(({"lm_weight": options.lm_weight, "word_score": options.word_score}, texts))
+    return points
 
 
-def tune_acoustic_scale(cfg) -> dict:
+def lm_weight_hyps(cfg) -> tuple[dict[str, str], Points]:
+    """decode=beam_lm: the dev set's log-probabilities computed once, beam-searched at every point."""
+    if not cfg.decode.tune_lm_weights or not cfg.decode.tune_word_scores:
+        raise InputError("decode.tune_lm_weights and decode.tune_word_scores must each list at least one value")
+    tokenizer = Tokenizer(tokenizer_model_path(cfg.tokenizer))
+    with ParallelBeamSearch(beam_spec(cfg, tokenizer), cfg.decode.jobs) as pool:  # forked before torch runs
+        torch.set_num_threads(cfg.decode.threads)
+        device = select_device(cfg.device)
+        model, tokenizer = load_decoding_model(cfg, device)
+        refs, arrays = set_log_probs(cfg, cfg.decode.tune_set, model, device)
+        log.info("tuning on %s: %d utterances", cfg.decode.tune_set, len(arrays))
+        return refs, lm_grid_hyps(cfg, pool, tokenizer, arrays)
+
+
+def acoustic_scale_hyps(cfg) -> tuple[dict[str, str], Points]:
     """decode=wfst: the hybrid model's log-likelihoods of the dev set, computed once, decoded in
-    the graph at every scale of decode.tune_acoustic_scales; the best (lowest WER, ties to the
-    smaller scale) goes to decode.tuning_file for the decode stage."""
+    the graph at every scale of decode.tune_acoustic_scales."""
     if not cfg.decode.tune_acoustic_scales:
         raise InputError("decode.tune_acoustic_scales must list at least one value")
     with ParallelWfstSearch(WfstSpec.of(cfg), cfg.decode.jobs) as search:  # forked before torch runs
@@ -90,51 +118,52 @@ def tune_acoustic_scale(cfg) -> dict:
         scored = ScoredSet(cfg, cfg.decode.tune_set, model, device, wanted=lambda data: data.text)
         items = set_loglikes(cfg, scored, log_prior)
         refs = {utt: scored.data.text[utt] for utt, _ in items}
-        grid = []
+        points = []
         for scale in cfg.decode.tune_acoustic_scales:
             texts = {utt: " ".join(w.word for w in words) for utt, words in search(items, float(scale))}
-            grid.append({"acoustic_scale": float(scale), "wer": score(refs, texts).subsets["total"].wer})
-            log.info("acoustic scale %g: WER %.2f%%", grid[-1]["acoustic_scale"], grid[-1]["wer"])
-    best = min(grid, key=lambda g: (g["wer"], g["acoustic_scale"]))
-    result = {"set": cfg.decode.tune_set, "utterances": len(items), "grid": grid, "best": best}
-    write_text(Path(cfg.decode.tuning_file), json.dumps(result, indent=2) + "\n")
-    log.info(
-        "best on %s: acoustic scale %g (WER %.2f%%) -> %s",
-        result["set"],
-        best["acoustic_scale"],
-        best["wer"],
-        cfg.decode.tuning_file,
-    )
-    return result
+            points.append(({"acoustic_scale": float(scale)}, texts))
+        return refs, points
+
+
+def scored_grid(cfg, refs: dict[str, str], points: Points) -> dict:
+    """Each point's WER over the whole set, and the best point."""
+    grid = []
+    for point, texts in points:
+        grid.append({**point, "wer": score(refs, texts).subsets["total"].wer})
+        log.info("%s: WER %.2f%%", describe(point), grid[-1]["wer"])
+    return {"set": cfg.decode.tune_set, "utterances": len(refs), "grid": grid, "best": best_point(grid)}
+
+
+def describe(point: dict) -> str:
+    return ", ".join(f"{name} {value:g}" for name, value in point.items() if name != "wer")
+
+
+HYPOTHESES = {"beam_lm": lm_weight_hyps, "wfst": acoustic_scale_hyps}
 
 
 def tune(cfg) -> dict:
-    if cfg.decode.kind == "wfst":
-        return tune_acoustic_scale(cfg)
-    if cfg.decode.kind != "beam_lm":
+    """The tune stage: the grid's best point -> decode.tuning_file (a split run's share: its
+    hypotheses -> the share's file)."""
+    if cfg.decode.kind not in HYPOTHESES:
         raise InputError(
             f"decode.kind={cfg.decode.kind!r}: tuning is for the LM beam search (decode=beam_lm) "
             "or the hybrid model's acoustic scale (decode=wfst)"
         )
-    if not cfg.decode.tune_lm_weights or not cfg.decode.tune_word_scores:
-        raise InputError("decode.tune_lm_weights and decode.tune_word_scores must each list at least one value")
-    tokenizer = Tokenizer(tokenizer_model_path(cfg.tokenizer))
-    with ParallelBeamSearch(beam_spec(cfg, tokenizer), cfg.decode.jobs) as pool:
-        torch.set_num_threads(cfg.decode.threads)
-        device = select_device(cfg.device)
-        model, tokenizer = load_decoding_model(cfg, device)
-        refs, arrays = set_log_probs(cfg, cfg.decode.tune_set, model, device)
-        log.info("tuning on %s: %d utterances", cfg.decode.tune_set, len(arrays))
-        grid = sweep(cfg, pool, tokenizer, refs, arrays)
-    result = {"set": cfg.decode.tune_set, "utterances": len(arrays), "grid": grid, "best": best_point(grid)}
+    split = Split.of(cfg)
+    if split.is_merge:
+        refs, points = read_tune_shares(cfg)
+    else:
+        refs, points = HYPOTHESES[cfg.decode.kind](cfg)
+    if split.is_share:
+        path = write_tune_share(cfg, refs, points)
+        log.info("share %s of %s: %d utterances -> %s", split.name, cfg.decode.tune_set, len(refs), path)
+        return {"share": str(path), "utterances": len(refs)}
+    if not refs:
+        raise InputError(f"{cfg.decode.tune_set}: no utterance with text and finite features to tune on")
+    result = scored_grid(cfg, refs, points)
     write_text(Path(cfg.decode.tuning_file), json.dumps(result, indent=2) + "\n")
+    if split.is_merge:
+        shutil.rmtree(tune_shares_dir(cfg))
     best = result["best"]
-    log.info(
-        "best on %s: lm_weight %g, word_score %g (WER %.2f%%) -> %s",
-        cfg.decode.tune_set,
-        best["lm_weight"],
-        best["word_score"],
-        best["wer"],
-        cfg.decode.tuning_file,
-    )
+    log.info("best on %s: %s (WER %.2f%%) -> %s", result["set"], describe(best), best["wer"], cfg.decode.tuning_file)
     return result

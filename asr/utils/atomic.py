@@ -187,8 +187,12 @@ def atomic_dir(path: str | os.PathLike, replace: bool = True) -> Iterator[Path]:
     An existing directory at `path` is replaced only after the new one is complete; with
     replace=False it is kept and the new one dropped (content named by its inputs, which a
     concurrent writer of the same inputs finished first while others may be reading it).
+    A symbolic link at `path` stays: the directory it names is replaced (a recipe's
+    --data-root links its output dirs to another disk).
     """
     path = Path(path)
+    if path.is_symlink():
+        path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp.{_owner_tag()}+", dir=path.parent))

@@ -3,13 +3,14 @@
 #   ./run.sh [--stage N] [--stop-stage M] [--exp NAME] [--decode beam_lm|greedy] [--score hub5|jiwer]
 #            [--speed-perturb true] [--cmd local|slurm] [--nj N] [--data-root DIR] [--exp-root DIR]
 #            [--config FILE] [hydra overrides...]   (all options: scripts/recipe.sh, scripts/cmd.sh)
-# Stages: 0 synth, 1 prepare, 2 validate, 3 features, 4 tokenizer, 5 lm and lang, 6 train, 7 tune (LM weight, or
-# the hybrid model's acoustic scale, on dev), 8 decode, 9 score.
-# With experiment=hybrid the toolkit's own GMM-HMM systems come first (stage 5: lang, monophones,
+# Stages (the numbers of every recipe, docs/recipes.md): -1 synth (the synthetic corpus), 0 prepare,
+# 1 validate, 2 features, 3 tokenizer, 4 lm and lang, 5 train, 6 tune (LM weight, or the hybrid
+# model's acoustic scale, on dev), 7 decode, 8 score; --stage 0 starts from the corpus already made.
+# With experiment=hybrid the toolkit's own GMM-HMM systems come first (stage 4: lang, monophones,
 # triphones, each decoded with its HCLG and scored), the BLSTM trains on the triphone alignments
 # (frame cross-entropy) and decodes with the triphone HCLG; exp/NAME/report.md compares the three.
 # With experiment=hybrid_ce the BLSTM trains on frame targets from the synthesiser's phone timings
-# (stage 3 phone_ali, exp/NAME/phone_ali/) and the recipe ends after training: hybrid decoding
+# (stage 2 phone_ali, exp/NAME/phone_ali/) and the recipe ends after training: hybrid decoding
 # needs a Kaldi graph (python -m asr.decode experiment=hybrid_ce writes log-likelihoods for it).
 here=$PWD
 cd "$(dirname "$0")"
@@ -17,7 +18,8 @@ RECIPE_ARGS=("$@")
 . ../../scripts/recipe.sh
 decode_options
 speed_perturb_option  # true: train on <train>_sp, Kaldi's 3-way speed perturbation (0.9 1.0 1.1)
-usage() { sed -n '2,6p' "$0"; }
+data_root_dirs+=(corpus)  # --data-root DIR: the synthetic corpus (synth.out_dir) goes to DIR/corpus too
+usage() { sed -n '2,9p' "$0"; }
 parse_options "$@"
 data=$(override_value data.data_dir data)
 hybrid=false  # hybrid_ce: frame targets from the synthesiser's phone timings, no decoding
@@ -25,47 +27,47 @@ hybrid=false  # hybrid_ce: frame targets from the synthesiser's phone timings, n
 gmm_hybrid=false  # hybrid: GMM-HMM systems, the BLSTM on their alignments, WFST decoding
 [[ $(override_value experiment "") == hybrid ]] && gmm_hybrid=true
 
-run_stage 0 synth     python -m asr.data.synth "${overrides[@]}"
-run_stage 1 prepare   python -m asr.data.prepare "${overrides[@]}"
-run_stage 2 validate  python -m asr.data.validate "$data/train" "$data/train_dev" "$data/eval2000"
-speed_perturb_stage 3 "$data" train  # with --speed-perturb true every later stage trains on train_sp
-run_stage 3 features  python -m asr.features "${overrides[@]}"
+run_stage -1 synth     python -m asr.data.synth "${overrides[@]}"
+run_stage 0 prepare   python -m asr.data.prepare "${overrides[@]}"
+run_stage 1 validate  python -m asr.data.validate "$data/train" "$data/train_dev" "$data/eval2000"
+speed_perturb_stage 2 "$data" train  # with --speed-perturb true every later stage trains on train_sp
+run_stage 2 features  python -m asr.features "${overrides[@]}"
 if [[ $hybrid == true ]]; then  # phone targets per frame from the corpus' phone timings (a few seconds)
   ali=$exp_dir/phone_ali
   ms98=$(override_value data.ms98_dir "$(override_value synth.out_dir corpus)/swb_ms98_transcriptions")
-  run_stage 3 phone_ali python -m asr.train.phone_ali --ms98-dir "$ms98" --out "$ali" \
+  run_stage 2 phone_ali python -m asr.train.phone_ali --ms98-dir "$ms98" --out "$ali" \
     "$data/$(override_value data.train_set train)" "$data/$(override_value data.dev_set train_dev)"
   overrides+=("train.alignments=$(hydra_quote "$ali/$(override_value data.train_set train)/pdf.1.gz")"
               "train.dev_alignments=$(hydra_quote "$ali/$(override_value data.dev_set train_dev)/pdf.1.gz")"
               train.transition_model=none)
   [[ ! -f $ali/phones.txt ]] || overrides+=("model.num_pdfs=$(wc -l < "$ali/phones.txt")")
 fi
-run_stage 4 tokenizer python -m asr.text "${overrides[@]}"
-run_stage 5 lm        python -m asr.lm "${overrides[@]}"
-run_stage 5 lang      python -m asr.lang "${overrides[@]}"
+run_stage 3 tokenizer python -m asr.text "${overrides[@]}"
+run_stage 4 lm        python -m asr.lm "${overrides[@]}"
+run_stage 4 lang      python -m asr.lang "${overrides[@]}"
 if [[ $gmm_hybrid == true ]]; then  # Kaldi s5c's first stages: monophones, triphones, their WERs
   timings=$(override_value synth.out_dir corpus)/swb_ms98_transcriptions
-  run_stage 5 mono        python -m asr.gmm gmm=mono "gmm.phone_timings=$(hydra_quote "$timings")" "${overrides[@]}"
-  run_stage 5 mono_decode python -m asr.gmm.decode gmm=mono "${overrides[@]}"
-  run_stage 5 mono_score  python -m asr.score "score=$score" exp_dir=exp/mono "${overrides[@]}"
-  run_stage 5 tri1        python -m asr.gmm gmm=tri "gmm.phone_timings=$(hydra_quote "$timings")" "${overrides[@]}"
-  run_stage 5 tri1_dev    python -m asr.gmm gmm=tri gmm.kind=align gmm.alignments=exp/tri1 gmm.dir=exp/tri1_ali_dev \
+  run_stage 4 mono        python -m asr.gmm gmm=mono "gmm.phone_timings=$(hydra_quote "$timings")" "${overrides[@]}"
+  run_stage 4 mono_decode python -m asr.gmm.decode gmm=mono "${overrides[@]}"
+  run_stage 4 mono_score  python -m asr.score "score=$score" exp_dir=exp/mono "${overrides[@]}"
+  run_stage 4 tri1        python -m asr.gmm gmm=tri "gmm.phone_timings=$(hydra_quote "$timings")" "${overrides[@]}"
+  run_stage 4 tri1_dev    python -m asr.gmm gmm=tri gmm.kind=align gmm.alignments=exp/tri1 gmm.dir=exp/tri1_ali_dev \
     "gmm.align_set=$(override_value data.dev_set train_dev)" "${overrides[@]}"
-  run_stage 5 tri1_decode python -m asr.gmm.decode gmm=tri "${overrides[@]}"
-  run_stage 5 tri1_score  python -m asr.score "score=$score" exp_dir=exp/tri1 "${overrides[@]}"
+  run_stage 4 tri1_decode python -m asr.gmm.decode gmm=tri "${overrides[@]}"
+  run_stage 4 tri1_score  python -m asr.score "score=$score" exp_dir=exp/tri1 "${overrides[@]}"
 fi
 train_launcher
-run_stage 6 train     "${launcher[@]}" asr.train "${overrides[@]}"
+run_stage 5 train     "${launcher[@]}" asr.train "${overrides[@]}"
 if [[ $hybrid == true ]]; then
   log "hybrid_ce: dev frame accuracy per epoch in $exp_dir/log/; decoding needs a Kaldi graph, so the recipe ends here"
   exit 0
 fi
 if [[ $gmm_hybrid == true ]]; then  # the BLSTM's log-likelihoods in tri1's graph; one table of all three
-  run_stage 7 tune   python -m asr.tune "${overrides[@]}"  # the acoustic scale on the dev set
-  run_stage 8 decode python -m asr.decode decode=wfst "${overrides[@]}"
-  run_stage 9 score  python -m asr.score "score=$score" "${overrides[@]}"
-  (( stop_stage < 9 )) || python -m asr.report exp/mono exp/tri1 "$exp_dir" --out "$exp_dir/report"
+  run_stage 6 tune   python -m asr.tune "${overrides[@]}"  # the acoustic scale on the dev set
+  run_stage 7 decode python -m asr.decode decode=wfst "${overrides[@]}"
+  run_stage 8 score  python -m asr.score "score=$score" "${overrides[@]}"
+  (( stop_stage < 8 )) || python -m asr.report exp/mono exp/tri1 "$exp_dir" --out "$exp_dir/report"
   exit 0
 fi
-decode_stages 7
+decode_stages 6
 show_wer

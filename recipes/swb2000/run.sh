@@ -4,7 +4,7 @@
 #            (or --fisher-dir DIR once per directory, for paths with spaces) \
 #            --eval2000-dir DIR --eval2000-text-dir DIR [--stage N] [--stop-stage M] [--exp NAME] \
 #            [--nproc N --nnodes N ...] [overrides...]
-# Stages: 0 prepare, 1 validate, 2 features, 3 tokenizer, 4 lm, 5 train, 6 tune (LM weight on dev),
+# Stages (numbered as in every recipe): 0 prepare, 1 validate, 2 features, 3 tokenizer, 4 lm, 5 train, 6 tune,
 #         7 decode (--decode beam_lm|greedy), 8 score (--score hub5|jiwer); --speed-perturb true adds
 #         stage 2 perturb (train on train_nodup_sp). --cmd local|slurm --nj N: where stages run (scripts/cmd.sh);
 #         --data-root/--exp-root DIR: outputs on another disk; corpus paths and presets once in db.conf.

@@ -2,7 +2,7 @@
 and records every call: array sizes, dependencies, the options of conf/slurm.conf, the same
 outputs as `--cmd local`, and one line naming a failed task's log. Also the options written
 once (db.conf), --data-root/--exp-root, a new --exp reusing the shared stages, and the
-multi-node launcher's rendezvous options. On the tiny corpus, up to greedy decoding."""
+multi-node launcher's rendezvous options. On the tiny corpus, up to LM decoding."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import kaldiio
 import numpy as np
 import pytest
 
+from tests.features.test_ivector_recipe import SMALL_IVECTOR
+from tests.features.test_recipes import SMALL_FMLLR
 from tests.recipes import fake_slurm
 from tests.recipes.conftest import TINY, Recipe
 
@@ -30,9 +32,11 @@ features --mem=2G --cpus-per-task=1   # each array task
 features.merge --mem=4G
 train --partition=gpu --gpus-per-node=1 --nodes=1 --time=1:00:00
 """
-# Up to features, then training and greedy decoding: the LM stage (5) is not needed for them.
-FIRST = ["--stop-stage", "4"]
-THEN = ["--stage", "6", "--stop-stage", "9", "--decode", "greedy", "--score", "jiwer"]
+# Up to the tokenizer, then the LM, training, tuning on a small grid, LM and greedy decoding.
+FIRST = ["--stop-stage", "3"]
+SMALL_GRID = ["decode.tune_lm_weights=[0.3,0.8]", "decode.tune_word_scores=[0.0,1.0]", "decode.jobs=1"]
+THEN = ["--stage", "4", "--stop-stage", "8", "--score", "jiwer", *SMALL_GRID]
+SPLIT = ("features", "tune", "decode", "decode_greedy")  # --nj array tasks, then a merge job
 
 
 def free_port() -> int:
@@ -86,18 +90,35 @@ def test_features_run_as_an_array_then_a_merge_job_after_it(runs):
     assert fake_slurm.option(array["argv"], "mem") == "2G"
     assert fake_slurm.option(merge["argv"], "mem") == "4G"
     assert fake_slurm.option(merge["argv"], "time") == "0:30:00"
-    logs = slurm.dir / "exp/base/log/3.features.slurm"
+    logs = slurm.dir / "exp/base/log/2.features.slurm"
     assert sorted(p.name for p in logs.glob("*.log")) == [f"{i}.log" for i in range(NJ)] + ["merge.log"]
     assert "share 1 of 3" in (logs / "1.log").read_text()
     assert not list((slurm.dir / "feats/logmel40").glob("*.shares"))  # merged and removed
 
 
+def test_decoding_and_tuning_run_as_arrays_then_a_merge_job(runs):
+    slurm, _ = runs
+    for name, n in (("tune", 6), ("decode", 7), ("decode_greedy", 7)):
+        [array] = sbatch_calls(slurm, name)
+        [merge] = sbatch_calls(slurm, f"{name}.merge")
+        assert fake_slurm.option(array["argv"], "array") == f"0-{NJ - 1}", name
+        assert fake_slurm.option(merge["argv"], "dependency") == f"afterok:{array['job']}", name
+        logs = slurm.dir / f"exp/base/log/{n}.{name}.slurm"
+        assert sorted(p.name for p in logs.glob("*.log")) == [f"{i}.log" for i in range(NJ)] + ["merge.log"]
+        assert "share 1-of-3" in (logs / "1.log").read_text(), name
+    exp = slurm.dir / "exp/base"
+    assert not list(exp.glob("*.shares")), "the merge jobs remove the shares"
+    decoded = {line.split()[0] for line in (exp / "decode_eval2000/hyp.txt").read_text().splitlines()}
+    assert decoded == set((slurm.dir / "feats/logmel40/eval2000/utt2num_frames").read_text().split()[::2])
+
+
 def test_other_stages_are_one_job_and_training_uses_the_sbatch_script(runs):
     slurm, _ = runs
-    for name in ("synth", "prepare", "validate", "tokenizer", "decode", "score"):
+    for name in ("synth", "prepare", "validate", "tokenizer", "lm", "lang", "score", "score_greedy"):
         [job] = sbatch_calls(slurm, name)
         assert fake_slurm.option(job["argv"], "array") is None, name
         assert fake_slurm.option(job["argv"], "partition") == "cpu", name
+        assert not sbatch_calls(slurm, f"{name}.merge"), name
     [train] = sbatch_calls(slurm, "train")
     script = next(w for w in train["argv"] if not w.startswith("-"))
     assert script.endswith("scripts/slurm/train.sbatch")
@@ -109,32 +130,22 @@ def test_other_stages_are_one_job_and_training_uses_the_sbatch_script(runs):
     # every job waited for: squeue until the job left the queue, then sacct for its tasks' states
     assert fake_slurm.calls(slurm.state, "sacct")
     done = sorted(p.name for p in (slurm.dir / "exp/base/.done").iterdir() if not p.name.endswith(".cmd"))
-    assert done == ["0.synth", "1.prepare", "2.validate", "3.features", "4.tokenizer", "6.train", "8.decode", "9.score"]
+    assert done == [
+        "-1.synth",
+        "0.prepare",
+        "1.validate",
+        "2.features",
+        "3.tokenizer",
+        "4.lang",
+        "4.lm",
+        "5.train",
+        "6.tune",
+        "7.decode",
+        "7.decode_greedy",
+        "8.score",
+        "8.score_greedy",
+    ]
     assert json.loads((slurm.dir / "exp/base/decode_eval2000/wer.json").read_text())["total"]["words"] > 0
-
-
-def test_slurm_outputs_equal_the_local_run(runs):
-    slurm, local = runs
-    for name in SETS:
-        for table in ("text", "utt2spk", "segments", "wav.scp"):
-            ours, theirs = slurm.dir / "data" / name / table, local.dir / "data" / name / table
-            # wav.scp names the corpus by its absolute path: each recipe dir's own
-            assert ours.read_text().replace(str(slurm.dir), "") == theirs.read_text().replace(str(local.dir), "")
-        ours, theirs = slurm.dir / "feats/logmel40" / name, local.dir / "feats/logmel40" / name
-        assert (ours / "utt2num_frames").read_text() == (theirs / "utt2num_frames").read_text()
-        for scp in ("feats.scp", "cmvn.scp"):
-            a, b = kaldiio.load_scp(str(ours / scp)), kaldiio.load_scp(str(theirs / scp))
-            assert sorted(a) == sorted(b)
-            for key in a:
-                np.testing.assert_array_equal(a[key], b[key], err_msg=f"{name} {scp} {key}")
-
-    # Decoding the same checkpoint here gives the same hypotheses as the slurm job did.
-    decoded = slurm.dir / "exp/base/decode_eval2000"
-    by_slurm = {f: (decoded / f).read_text() for f in ("hyp.txt", "hyp.ctm")}
-    slurm.run(
-        "--cmd", "local", "--exp", "base", "--stage", "8", "--stop-stage", "8", "--decode", "greedy", "--force", *TINY
-    )
-    assert {f: (decoded / f).read_text() for f in by_slurm} == by_slurm
 
 
 def test_local_nj_sets_the_stages_own_parallelism(runs):
@@ -150,8 +161,10 @@ def test_data_and_exp_roots_and_the_written_once_options(runs):
         assert (local.dir / name).is_symlink() and (local.dir / name).resolve() == root / "disk1" / name
     assert (local.dir / "exp").resolve() == root / "disk2/exp"
     assert (root / "disk1/feats/logmel40/train/feats.scp").is_file()
-    assert (root / "disk2/exp/base/.done/4.tokenizer").is_file()
-    assert "synth=tiny" in (root / "disk2/exp/base/.done/0.synth").read_text()  # from db.conf
+    assert (root / "disk2/exp/base/.done/3.tokenizer").is_file()
+    assert "synth=tiny" in (root / "disk2/exp/base/.done/-1.synth").read_text()  # from db.conf
+    # the mini recipe's synthetic corpus follows the data root too
+    assert (local.dir / "corpus").resolve() == root / "disk1/corpus" and (root / "disk1/corpus/LDC97S62").is_dir()
 
     # Another root for a recipe dir that has outputs is refused, naming what to move.
     proc = local.run("--exp", "base", "--data-root", str(root / "disk3"), check=False)
@@ -161,39 +174,39 @@ def test_data_and_exp_roots_and_the_written_once_options(runs):
 def test_a_new_experiment_reuses_the_shared_stages(runs):
     _, local = runs
     proc = local.run("--exp", "second", *FIRST)
-    for n, name in enumerate(("synth", "prepare", "validate", "features", "tokenizer")):
+    for n, name in enumerate(("synth", "prepare", "validate", "features", "tokenizer"), start=-1):
         assert f"stage {n} ({name}): done already by another experiment" in proc.stderr, name
-    assert (local.dir / "exp/second/.done/3.features").is_file()
+    assert (local.dir / "exp/second/.done/2.features").is_file()
     # a data option changes what prepare makes: it runs again, and the stages after it
-    proc = local.run("--exp", "third", "--stop-stage", "2", "data.dev_utts=15")
-    assert "stage 1 (prepare): done already" not in proc.stderr and "stage 1 (prepare): python" in proc.stderr
+    proc = local.run("--exp", "third", "--stop-stage", "1", "data.dev_utts=15")
+    assert "stage 0 (prepare): done already" not in proc.stderr and "stage 0 (prepare): python" in proc.stderr
 
 
 def test_a_failed_task_ends_the_recipe_with_one_line_naming_its_log(tmp_path):
     recipe = slurm_recipe(tmp_path)
-    recipe.run("--exp", "f", "--stop-stage", "2", *TINY)  # locally: the corpus and data dirs
+    recipe.run("--exp", "f", "--stop-stage", "1", *TINY)  # locally: the corpus and data dirs
     recipe.env["FAKE_SLURM_FAIL"] = "features:1"
     proc = recipe.run(
-        "--cmd", "slurm", "--nj", str(NJ), "--exp", "f", "--stage", "3", "--stop-stage", "4", *TINY, check=False
+        "--cmd", "slurm", "--nj", str(NJ), "--exp", "f", "--stage", "2", "--stop-stage", "3", *TINY, check=False
     )
     assert proc.returncode == 1
     errors = [line for line in proc.stderr.splitlines() if "ERROR" in line]
     [array] = sbatch_calls(recipe, "features")
     [merge] = sbatch_calls(recipe, "features.merge")
-    log = recipe.dir / "exp/f/log/3.features.slurm/1.log"
+    log = recipe.dir / "exp/f/log/2.features.slurm/1.log"
     assert errors == [errors[0]] and errors[0].endswith(
-        f"ERROR: stage 3 (features) failed: slurm job {array['job']}_1 FAILED (exit 1:0); its log: {log}"
+        f"ERROR: stage 2 (features) failed: slurm job {array['job']}_1 FAILED (exit 1:0); its log: {log}"
     )
     assert "lost its node" in log.read_text()
-    assert not (recipe.dir / "exp/f/log/3.features.slurm/merge.log").exists()  # the merge never ran
-    assert not (recipe.dir / "exp/f/.done/3.features").exists() and "stage 4" not in proc.stderr
+    assert not (recipe.dir / "exp/f/log/2.features.slurm/merge.log").exists()  # the merge never ran
+    assert not (recipe.dir / "exp/f/.done/2.features").exists() and "stage 3" not in proc.stderr
     assert str(merge["job"]) in " ".join(c["argv"][0] for c in fake_slurm.calls(recipe.state, "scancel"))
 
 
 def test_an_interrupted_recipe_cancels_the_jobs_it_waits_for(tmp_path):
     recipe = slurm_recipe(tmp_path)
     (recipe.state / "hold").touch()  # the cluster is full: the job stays pending
-    proc = recipe.start("--cmd", "slurm", "--exp", "i", "--stop-stage", "0", *TINY, log=tmp_path / "run.log")
+    proc = recipe.start("--cmd", "slurm", "--exp", "i", "--stop-stage", "-1", *TINY, log=tmp_path / "run.log")
     deadline = time.time() + 60
     while not fake_slurm.calls(recipe.state, "squeue"):  # submitted, and waiting
         assert time.time() < deadline and proc.poll() is None, (tmp_path / "run.log").read_text()
@@ -229,8 +242,47 @@ def test_multi_node_training_gets_a_rendezvous_id_and_the_local_address(tmp_path
     (bin_dir / "torchrun").chmod(0o755)
     recipe.env["PATH"] = f"{bin_dir}:{recipe.env['PATH']}"
     args = ["--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "node0:29500", "--local-addr", "10.1.2.3"]
-    recipe.run("--exp", "mn", "--stage", "6", "--stop-stage", "6", *args)
+    recipe.run("--exp", "mn", "--stage", "5", "--stop-stage", "5", *args)
     words = (tmp_path / "torchrun.args").read_text().splitlines()
     assert words[words.index("--rdzv-id") + 1] == "mn"
     assert words[words.index("--local-addr") + 1] == "10.1.2.3"
     assert words[words.index("--rdzv-endpoint") + 1] == "node0:29500"
+
+
+def features_calls(recipe: Recipe, exp: str, name: str) -> list[dict]:
+    return [c for c in sbatch_calls(recipe, name) if f"/exp/{exp}/log/" in fake_slurm.option(c["argv"], "output")]
+
+
+# After test_a_new_experiment_reuses_the_shared_stages, which prepared the local recipe's data with
+# data.dev_utts=15: stage 0 prepares it again as TINY says (the slurm recipe reuses its own).
+@pytest.mark.parametrize(
+    "recipe, small, models",
+    [
+        ("fmllr40_logmel40_deltas", SMALL_FMLLR, ("gmm/final.mat", "gmm/final.dubm")),
+        ("ivector100", SMALL_IVECTOR, ("extractor/final.mat", "extractor/final.ubm", "extractor/final.ie")),
+    ],
+)
+def test_fmllr_and_ivector_features_split_and_merge_to_the_local_result(runs, recipe, small, models):
+    """The array tasks compute the log-mel shares; the merge job joins them, fits the model and
+    adapts (fMLLR) or extracts (i-vectors): the same files as one local run."""
+    slurm, local = runs
+    args = ["--exp", recipe, "--stage", "0", "--stop-stage", "2", *TINY, f"features={recipe}", *small]
+    slurm.run("--cmd", "slurm", "--nj", str(NJ), *args)
+    local.run(*args)
+    [array] = features_calls(slurm, recipe, "features")
+    [merge] = features_calls(slurm, recipe, "features.merge")
+    assert fake_slurm.option(array["argv"], "array") == f"0-{NJ - 1}"
+    assert fake_slurm.option(merge["argv"], "dependency") == f"afterok:{array['job']}"
+    assert (slurm.dir / "data/train/text").read_text() == (local.dir / "data/train/text").read_text()
+    ours, theirs = slurm.dir / "feats" / recipe, local.dir / "feats" / recipe
+    assert not list(ours.rglob("*.shares")) and (ours / "fbank/train/feats.scp").is_file()
+    for model in models:  # the same bytes: the shares' log-mel and statistics are one run's
+        assert (ours / model).read_bytes() == (theirs / model).read_bytes(), model
+    tables = sorted(p.relative_to(ours) for p in ours.rglob("*.scp") if p.name != "wav.scp")
+    assert tables == sorted(p.relative_to(theirs) for p in theirs.rglob("*.scp") if p.name != "wav.scp")
+    assert any(t.parts[0] in SETS for t in tables), tables  # the adapted / per-frame i-vector sets
+    for table in tables:  # the .scp files name each recipe dir's own paths: compare what they hold
+        a, b = kaldiio.load_scp(str(ours / table)), kaldiio.load_scp(str(theirs / table))
+        assert sorted(a) == sorted(b), table
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=f"{table} {key}")

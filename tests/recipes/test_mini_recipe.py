@@ -18,25 +18,32 @@ from tests.recipes.conftest import TINY
 
 pytestmark = pytest.mark.slow
 
+# The stage numbers of every recipe (docs/recipes.md), mini's synthesis before them as -1.
 STAGES = [
-    "0.synth",
-    "1.prepare",
-    "2.validate",
-    "3.features",
-    "4.tokenizer",
-    "5.lm",
-    "6.train",
-    "7.tune",
-    "8.decode",
-    "9.score",
+    "-1.synth",
+    "0.prepare",
+    "1.validate",
+    "2.features",
+    "3.tokenizer",
+    "4.lm",
+    "5.train",
+    "6.tune",
+    "7.decode",
+    "8.score",
 ]
+
+
+def numbered(marker: str) -> tuple[int, str]:
+    number, name = marker.split(".", 1)
+    return int(number), name
 
 
 def test_stages_run_one_by_one_then_skip(mini_recipe):
     r = mini_recipe
-    for n, name in enumerate(STAGES):
+    for name in STAGES:
+        n, stage = numbered(name)
         proc = r.run("--exp", "smoke", "--stage", str(n), "--stop-stage", str(n), *TINY)
-        assert f"stage {n} ({name.split('.')[1]})" in proc.stderr
+        assert f"stage {n} ({stage})" in proc.stderr
         assert (r.dir / "exp/smoke/.done" / name).is_file(), f"no marker after stage {name}"
 
     # The Kaldi data dirs and features exist and agree.
@@ -67,7 +74,7 @@ def test_stages_run_one_by_one_then_skip(mini_recipe):
     assert (exp / "decode_eval2000/wer.md").read_text().startswith("|")
 
     # Beside the LM decode, greedy decoding is scored for comparison, in its own dir.
-    for name in ("8.decode_greedy", "9.score_greedy"):
+    for name in ("7.decode_greedy", "8.score_greedy"):
         assert (exp / ".done" / name).is_file(), name
     greedy = json.loads((exp / "decode_eval2000_greedy/wer.json").read_text())
     # The same references; SCTK counts a GLM alternative's words as the hypothesis matched them.
@@ -76,8 +83,8 @@ def test_stages_run_one_by_one_then_skip(mini_recipe):
 
     # A second run of every stage skips them all and still prints the WER table.
     proc = r.run("--exp", "smoke", *TINY, timeout=120)
-    for n, name in enumerate(STAGES):
-        assert f"stage {n} ({name.split('.')[1]}): done already" in proc.stderr
+    for n, stage in map(numbered, STAGES):
+        assert f"stage {n} ({stage}): done already" in proc.stderr
     assert "greedy decoding (no LM)" in proc.stderr and "beam_lm decoding" in proc.stderr
     assert proc.stdout.count("| total |") == 2
     commands = (exp / "commands.log").read_text().splitlines()
@@ -110,14 +117,14 @@ def _running_in_group(pgid: int) -> list[int]:
 
 def test_killed_training_resumes_from_last_checkpoint(mini_recipe, tmp_path):
     r = mini_recipe
-    r.run("--exp", "kill", "--stop-stage", "5", *TINY)
+    r.run("--exp", "kill", "--stop-stage", "4", *TINY)
     args = [
         "--exp",
         "kill",
         "--stage",
-        "6",
+        "5",
         "--stop-stage",
-        "6",
+        "5",
         *TINY,
         "train.epochs=6",
         "train.checkpoint_every_steps=3",
@@ -135,7 +142,7 @@ def test_killed_training_resumes_from_last_checkpoint(mini_recipe, tmp_path):
     while _running_in_group(proc.pid) and time.time() < deadline:
         time.sleep(0.1)
     assert not _running_in_group(proc.pid)
-    assert not (r.dir / "exp/kill/.done/6.train").exists(), "a killed stage must not look finished"
+    assert not (r.dir / "exp/kill/.done/5.train").exists(), "a killed stage must not look finished"
     assert not (ckpt_dir / "last.pt").exists()
     saved = max(torch.load(p, weights_only=True)["step"] for p in ckpt_dir.glob("step-*.pt"))
 
@@ -152,25 +159,25 @@ def test_killed_training_resumes_from_last_checkpoint(mini_recipe, tmp_path):
     train_steps = [int(row["step"]) for row in rows if row["train_loss"]]
     assert train_steps == list(range(1, final["step"] + 1))
     assert sum(1 for row in rows if row["dev_loss"]) == 6
-    assert (r.dir / "exp/kill/.done/6.train").is_file()
+    assert (r.dir / "exp/kill/.done/5.train").is_file()
 
 
 def test_missing_corpus_fails_naming_the_path(mini_recipe):
     proc = mini_recipe.run(
-        "--exp", "bad", "--stage", "1", "--stop-stage", "1", *TINY, "data.swbd_dir=/nonexistent/LDC97S62", check=False
+        "--exp", "bad", "--stage", "0", "--stop-stage", "0", *TINY, "data.swbd_dir=/nonexistent/LDC97S62", check=False
     )
     assert proc.returncode != 0
     assert "/nonexistent/LDC97S62" in proc.stderr
-    assert "stage 1 (prepare) failed" in proc.stderr
-    assert not (mini_recipe.dir / "exp/bad/.done/1.prepare").exists()
+    assert "stage 0 (prepare) failed" in proc.stderr
+    assert not (mini_recipe.dir / "exp/bad/.done/0.prepare").exists()
 
 
 def test_hybrid_ce_trains_on_the_synthesisers_phone_targets(mini_recipe):
     r = mini_recipe
     proc = r.run("--exp", "hybrid", "experiment=hybrid_ce", *TINY)
     done = r.dir / "exp/hybrid/.done"
-    assert (done / "3.phone_ali").is_file() and (done / "6.train").is_file()
-    assert not (done / "7.tune").exists() and "the recipe ends here" in proc.stderr
+    assert (done / "2.phone_ali").is_file() and (done / "5.train").is_file()
+    assert not (done / "6.tune").exists() and "the recipe ends here" in proc.stderr
     phones = (r.dir / "exp/hybrid/phone_ali/phones.txt").read_text().splitlines()
     train_log = (r.dir / "exp/hybrid/log/train.log").read_text()
     # every utterance has its targets, and the model has one output per phone
@@ -202,15 +209,15 @@ def test_hybrid_trains_on_the_triphone_states_and_decodes_with_their_graph(mini_
     proc = r.run("--exp", "gmmhyb", "experiment=hybrid", *TINY, *TINY_GMM)
     done = r.dir / "exp/gmmhyb/.done"
     stages = (
-        "5.lang",
-        "5.mono",
-        "5.mono_decode",
-        "5.tri1",
-        "5.tri1_dev",
-        "5.tri1_decode",
-        "6.train",
-        "7.tune",
-        "9.score",
+        "4.lang",
+        "4.mono",
+        "4.mono_decode",
+        "4.tri1",
+        "4.tri1_dev",
+        "4.tri1_decode",
+        "5.train",
+        "6.tune",
+        "8.score",
     )
     for stage in stages:
         assert (done / stage).is_file(), f"no marker {stage}:\n{proc.stderr[-3000:]}"

@@ -128,6 +128,7 @@ def test_corpus_paths_reach_the_stage_whole(fake, tmp_path):
     [
         ("--stage", "nproc[$(touch INJECTED)]"),
         ("--stop-stage", "1+1"),
+        ("--stage", "-2"),
         ("--nproc", "a[$(touch INJECTED)]"),
         ("--max-restarts", "-1"),
         ("--nnodes", "2x"),
@@ -137,7 +138,8 @@ def test_corpus_paths_reach_the_stage_whole(fake, tmp_path):
 def test_numeric_options_are_checked_never_evaluated(fake, option, value):
     proc = run(fake, "--exp", "n", option, value)
     assert proc.returncode == 2
-    assert f"{option} '{value}': expected a non-negative integer" in proc.stderr
+    expected = "a stage number (-1 or more)" if "stage" in option else "a non-negative integer"
+    assert f"{option} '{value}': expected {expected}" in proc.stderr
     assert not (fake / "INJECTED").exists() and not (fake / "ran.txt").exists()
 
 

@@ -83,3 +83,16 @@ def test_a_previous_version_moved_aside_by_a_killed_swap_is_put_back(tmp_path):
     (aside / "text").write_text("the complete previous version\n")
     assert remove_stale(tmp_path / "train") == []
     assert (tmp_path / "train" / "text").read_text() == "the complete previous version\n"
+
+
+def test_a_directory_behind_a_link_is_replaced_and_the_link_kept(tmp_path):
+    """A recipe's --data-root links its output dirs to another disk: writing through the link
+    replaces the directory it names, never the link."""
+    (tmp_path / "disk/corpus").mkdir(parents=True)
+    (tmp_path / "disk/corpus/old").write_text("previous\n")
+    (tmp_path / "corpus").symlink_to(tmp_path / "disk/corpus")
+    with atomic_dir(tmp_path / "corpus") as tmp:
+        (tmp / "new").write_text("made\n")
+    assert (tmp_path / "corpus").is_symlink() and (tmp_path / "disk/corpus/new").read_text() == "made\n"
+    assert not (tmp_path / "disk/corpus/old").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "disk"]
