@@ -13,6 +13,7 @@ BENCHMARKS = {
     "cluster": "asr.bench.cluster",
     "scale": "asr.bench.scale",
     "chunks": "asr.bench.chunks",
+    "gmm": "asr.bench.gmm",
 }
 
 
