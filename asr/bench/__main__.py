@@ -14,6 +14,7 @@ BENCHMARKS = {
     "scale": "asr.bench.scale",
     "chunks": "asr.bench.chunks",
     "exchange": "asr.bench.exchange",
+    "gmm": "asr.bench.gmm",
 }
 
 

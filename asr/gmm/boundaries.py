@@ -7,6 +7,17 @@ the phone changes, named by the pair (phone before, phone after); a reference bo
 as found when the alignment has a boundary with the same pair within the tolerance (20 ms: 2
 frames). The accuracy is the share of reference boundaries found, over the utterances
 aligned; an utterance the aligner failed counts all its boundaries as missed.
+
+That strict score also counts as missed every boundary next to a phone the alignment names
+differently: the lexicon offers several pronunciations (one per eSpeak accent, and words as
+said in context) and the aligner may pick `d` where eSpeak said `D`, though it puts the
+boundaries right. The *matched* score separates timing from that choice, as forced-alignment
+evaluations do when the phone sequences differ: the two sequences of phone runs are aligned
+(Levenshtein, runs as symbols), and a reference boundary between runs i and i+1 corresponds to
+the hypothesis boundary between the runs j and j+1 they are aligned to (matched or
+substituted); it is found when that one is within the tolerance. A boundary next to a phone
+the alignment left out or added (a short pause it skipped, an extra `l`) has no counterpart
+and counts as missed.
 """
 
 from __future__ import annotations
@@ -26,6 +37,46 @@ from asr.train.phone_ali import FrameLabeller, phone_inventory
 SOUND_PHONES = {NOISE: "nsn", LAUGHTER: "lau"}
 
 
+def run_starts(labels: np.ndarray) -> np.ndarray:
+    """Frames where a run of one phone starts (the first frame included)."""
+    return np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
+
+
+def aligned_runs(ref: np.ndarray, hyp: np.ndarray) -> list[tuple[int, int]]:
+    """(i, j) for each reference run i matched or substituted to hypothesis run j, in order:
+    the Levenshtein alignment of the two sequences of run labels (ties prefer the diagonal)."""
+    n, m = len(ref), len(hyp)
+    cost = np.zeros((n + 1, m + 1), np.int32)
+    cost[:, 0], cost[0, :] = np.arange(n + 1), np.arange(m + 1)
+    for i in range(1, n + 1):
+        diagonal = cost[i - 1, :-1] + (hyp != ref[i - 1])
+        row = np.minimum(diagonal, cost[i - 1, 1:] + 1)
+        for j in range(1, m + 1):  # insertions run along the row
+            row[j - 1] = min(row[j - 1], cost[i, j - 1] + 1)
+            cost[i, j] = row[j - 1]
+    pairs, i, j = [], n, m
+    while i and j:
+        if cost[i, j] == cost[i - 1, j - 1] + (ref[i - 1] != hyp[j - 1]):
+            pairs.append((i - 1, j - 1))
+            i, j = i - 1, j - 1
+        elif cost[i, j] == cost[i - 1, j] + 1:
+            i -= 1
+        else:
+            j -= 1
+    return pairs[::-1]
+
+
+def matched_found(reference: np.ndarray, hypothesis: np.ndarray, tolerance: int) -> int:
+    """Reference boundaries whose counterpart in the aligned run sequences is within `tolerance`."""
+    ref_starts, hyp_starts = run_starts(reference), run_starts(hypothesis)
+    pairs = aligned_runs(reference[ref_starts], hypothesis[hyp_starts])
+    found = 0
+    for (i, j), (next_i, next_j) in zip(pairs, pairs[1:]):
+        if next_i == i + 1 and next_j == j + 1:
+            found += abs(int(ref_starts[next_i]) - int(hyp_starts[next_j])) <= tolerance
+    return found
+
+
 def boundaries(labels: np.ndarray) -> list[tuple[int, int, int]]:
     """(frame, phone before, phone after) wherever the per-frame phone changes."""
     change = np.flatnonzero(labels[1:] != labels[:-1]) + 1
@@ -36,12 +87,17 @@ def boundaries(labels: np.ndarray) -> list[tuple[int, int, int]]:
 class BoundaryScore:
     reference: int = 0
     found: int = 0
+    matched: int = 0  # found by the matched score (module doc)
     utterances: int = 0
     missing_utterances: int = 0
 
     @property
     def accuracy(self) -> float:
         return self.found / self.reference if self.reference else 0.0
+
+    @property
+    def matched_accuracy(self) -> float:
+        return self.matched / self.reference if self.reference else 0.0
 
     def add(self, reference: np.ndarray, hypothesis: np.ndarray | None, tolerance: int) -> None:
         """Both in one phone-id space, one label per frame."""
@@ -57,12 +113,15 @@ class BoundaryScore:
         for frame, before, after in ref:
             near = by_pair.get((before, after), ())
             self.found += any(abs(frame - other) <= tolerance for other in near)
+        self.matched += matched_found(reference, hypothesis, tolerance)
 
     def as_dict(self) -> dict:
         return {
             "reference_boundaries": self.reference,
             "found": self.found,
             "accuracy": self.accuracy,
+            "matched": self.matched,
+            "matched_accuracy": self.matched_accuracy,
             "utterances": self.utterances,
             "unaligned_utterances": self.missing_utterances,
         }

@@ -31,9 +31,11 @@ def boundary_reporter(cfg: Any, lang, data: TrainingData, data_dir: Path):
             tolerance,
         )
         log.info(
-            "phone boundaries within %.0f ms of the synthesiser's: %.1f%% of %d (%d utterances unaligned)",
+            "phone boundaries within %.0f ms of the synthesiser's: %.1f%% with the same phone pair, %.1f%% of "
+            "the corresponding ones (phone sequences aligned), of %d (%d utterances unaligned)",
             cfg.gmm.boundary_tolerance_ms,
             100 * score.accuracy,
+            100 * score.matched_accuracy,
             score.reference,
             score.missing_utterances,
         )

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from asr.gmm.boundaries import BoundaryScore
+from asr.gmm.boundaries import BoundaryScore, aligned_runs, boundaries
 from asr.gmm.config import GmmConfig
 from asr.gmm.train import run_gmm_training, training_data
 from asr.kaldi.model import read_model
@@ -69,18 +69,56 @@ def test_outputs_are_kaldis(trained):
     assert all((pdfs[u] == np.asarray(tm.id2pdf_id)[kaldi[u]]).all() for u in feats)
 
 
-def test_the_likelihood_rises_and_boundaries_land_where_drawn(trained):
-    out, lang, feats, truth, summary = trained
-    likes = [p["log_like_per_frame"] for p in summary["passes"]]
-    assert likes[-1] > likes[0] + 1.0
+def handmade_scores(trained, tolerance: int = 2) -> tuple[BoundaryScore, list[int]]:
+    """The trained aligner's boundaries against the drawn ones, and the signed offset of every
+    boundary found within 5 frames."""
+    out, lang, feats, truth, _ = trained
     tm, _ = read_model(out / "final.mdl")
     phone_of_tid = np.array([0] + [tm.transition_id_to_phone(t) for t in range(1, tm.num_transition_ids + 1)])
-    score = BoundaryScore()
+    score, offsets = BoundaryScore(), []
     for utt, tids in kaldiio_alignments(out / "ali.1.gz").items():
         phones, starts = truth[utt]
         reference = np.repeat([lang.phones[p] for p in phones], np.diff([*starts, len(feats[utt])]))
-        score.add(reference, phone_of_tid[tids], tolerance=2)
+        hypothesis = phone_of_tid[tids]
+        score.add(reference, hypothesis, tolerance)
+        hyp = {
+            (a, b): [f for f, x, y in boundaries(hypothesis) if (x, y) == (a, b)] for _, a, b in boundaries(reference)
+        }
+        for frame, a, b in boundaries(reference):
+            near = [f - frame for f in hyp[(a, b)] if abs(f - frame) <= 5]
+            offsets += [min(near, key=abs)] if near else []
+    return score, offsets
+
+
+def test_the_likelihood_rises_and_boundaries_land_where_drawn(trained):
+    summary = trained[-1]
+    likes = [p["log_like_per_frame"] for p in summary["passes"]]
+    assert likes[-1] > likes[0] + 1.0
+    score, offsets = handmade_scores(trained)
     assert score.utterances == 60 and score.accuracy > 0.9, score.as_dict()  # 94% measured
+    assert score.matched_accuracy >= score.accuracy  # one phone sequence: every pair has its counterpart
+    # no systematic offset: most boundaries land on the drawn frame (74% measured), the median
+    # exactly (a frame-shift or labelling error of one frame moves both)
+    assert np.median(offsets) == 0 and np.mean(np.asarray(offsets) == 0) > 0.6, offsets
+
+
+def test_a_boundary_offset_fails_the_score(trained):
+    """The score catches alignments that are right but late: the drawn phones themselves, 3
+    frames (30 ms) late, find nothing within 20 ms; 1 frame late, nothing exactly."""
+    _, lang, feats, truth, _ = trained
+
+    def scores(shift: int, tolerance: int) -> BoundaryScore:
+        score = BoundaryScore()
+        for utt, (phones, starts) in truth.items():
+            reference = np.repeat([lang.phones[p] for p in phones], np.diff([*starts, len(feats[utt])]))
+            late = np.r_[np.full(shift, reference[0]), reference[: len(reference) - shift]]
+            score.add(reference, late, tolerance)
+        return score
+
+    assert scores(0, 0).accuracy == scores(0, 0).matched_accuracy == 1.0
+    assert scores(3, 2).accuracy == scores(3, 2).matched_accuracy == 0.0
+    assert scores(1, 0).accuracy == scores(1, 0).matched_accuracy == 0.0
+    assert scores(1, 1).accuracy == 1.0
 
 
 def test_boundary_score_counts_pairs_within_the_tolerance():
@@ -91,6 +129,20 @@ def test_boundary_score_counts_pairs_within_the_tolerance():
     )  # 1->2 at 3 (found), 2->3 missing, 2->1 not 3->1
     score.add(reference, None, tolerance=1)  # not aligned: all missed
     assert (score.reference, score.found, score.missing_utterances) == (6, 1, 1)
+    assert score.matched == 1  # 1->2 at 3; the runs of 3 and its boundaries have no counterpart
+
+
+def test_the_matched_score_times_substituted_phones_and_misses_left_out_ones():
+    """Run sequences are aligned: a phone named differently (4 for 2) keeps its boundaries'
+    timing; a phone the alignment left out (3) has no counterpart for its boundaries."""
+    assert aligned_runs(np.array([1, 2, 3, 1]), np.array([1, 4, 3, 1])) == [(0, 0), (1, 1), (2, 2), (3, 3)]
+    assert aligned_runs(np.array([1, 2, 3, 1]), np.array([1, 2, 1])) == [(0, 0), (1, 1), (3, 2)]
+    reference = np.array([1, 1, 2, 2, 2, 3, 3, 1, 1])  # boundaries at 2, 5, 7
+    score = BoundaryScore()
+    score.add(reference, np.array([1, 1, 1, 4, 4, 3, 3, 3, 1]), tolerance=1)  # 4 for 2: 3, 5, 8
+    assert (score.found, score.matched) == (1, 3)  # only 3->1 agrees by name; all three within a frame
+    score.add(reference, np.array([1, 1, 2, 2, 2, 2, 2, 1, 1]), tolerance=1)  # 3 left out
+    assert (score.found, score.matched) == (2, 4)  # 1->2 only
 
 
 def test_missing_transcripts_are_input_errors(tmp_path):

@@ -1,0 +1,201 @@
+"""Benchmark of the GMM-HMM stages and the WFST decoder: real-time factors of monophone and
+triphone training, alignment, graph building and decoding.
+
+    python -m asr.bench gmm [--recipe-dir recipes/mini] [--train-set train_dev] [--decode-set eval2000]
+                            [--nj 1] [--out exp/bench] [hydra overrides for every stage ...]
+
+The stages run as the recipe runs them (`python -m asr.gmm`, `python -m asr.gmm.decode`), each a
+process of its own, from inside the recipe dir (its data/lang from `python -m asr.lang`, its
+features, its LM), into `<out>/gmm/` there, on `--nj` jobs:
+  mono_train    gmm=mono on --train-set (flat start, all passes; Kaldi's train_mono.sh)
+  mono_align    gmm.kind=align: the monophones align --train-set (align_si.sh)
+  tri_train     gmm=tri on those alignments (tree, all passes; train_deltas.sh)
+  tri_align     the triphones align --train-set
+  tri_graph     HCLG of the triphones with the 4-gram LM (mkgraph.sh)
+  tri_decode    the lattice-faster decoder over --decode-set with that HCLG (decode.sh)
+Every stage's CPU seconds are its process tree's (getrusage of the children: with other work on
+the machine, the stable measure) and RTF = CPU seconds / seconds of audio (the set's frames at
+10 ms; for training, of the training set once, whatever the passes). tri_graph is the first
+decode's time less the second's (the second finds the graph built). Writes `<out>/gmm.json`
+and `<out>/gmm.png`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+from matplotlib.figure import Figure  # noqa: E402
+
+from asr.utils.atomic import atomic_path, write_text  # noqa: E402
+
+log = logging.getLogger("asr.bench.gmm")
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_stage(argv: list[str], env: dict) -> tuple[float, float]:
+    """(CPU, wall) seconds of one stage's process (and the jobs it waited for)."""
+    log.info("running %s", " ".join(argv))
+    cpu, wall = children_cpu(), time.perf_counter()
+    done = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True)
+    cpu, wall = children_cpu() - cpu, time.perf_counter() - wall
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return cpu, wall
+
+
+def audio_seconds(feats_dir: Path) -> float:
+    """The set's frames at 10 ms (utt2num_frames), as the GMM stage counts audio."""
+    path = feats_dir / "utt2num_frames"
+    return sum(int(line.split()[1]) for line in path.read_text().splitlines() if line.strip()) / 100.0
+
+
+def entry(cpu: float, wall: float, audio: float, **details) -> dict:
+    return {
+        "cpu_seconds": round(cpu, 2),
+        "wall_seconds": round(wall, 2),
+        "audio_seconds": round(audio, 1),
+        "rtf": round(cpu / audio, 5),
+        **details,
+    }
+
+
+def summary(directory: Path) -> dict:
+    return json.loads((directory / "summary.json").read_text())
+
+
+def run(args, overrides: list[str]) -> dict:
+    out = Path(args.work)
+    shutil.rmtree(out, ignore_errors=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    common = [f"gmm.nj={args.nj}", *overrides]
+    feats_root = Path("feats") / args.features
+    train_audio = audio_seconds(feats_root / args.train_set)
+    decode_audio = audio_seconds(feats_root / args.decode_set)
+    mono, mono_ali, tri, tri_ali = out / "mono", out / "mono_ali", out / "tri1", out / "tri1_ali"
+    stages: dict = {}
+    train = [f"gmm.train_set={args.train_set}", "gmm.subset=0", "gmm.align_set=''"]
+    align = ["gmm.kind=align", f"gmm.align_set={args.train_set}"]
+
+    cpu, wall = run_stage(["-m", "asr.gmm", "gmm=mono", f"gmm.dir={mono}", *train, *common], env)
+    s = summary(mono)
+    stages["mono_train"] = entry(
+        cpu, wall, train_audio, passes=len(s["passes"]), pdfs=s["num_pdfs"], gauss=s["num_gauss"]
+    )
+    cpu, wall = run_stage(
+        ["-m", "asr.gmm", "gmm=mono", *align, f"gmm.alignments={mono}", f"gmm.dir={mono_ali}", *common], env
+    )
+    stages["mono_align"] = entry(cpu, wall, train_audio, failed=summary(mono_ali)["align_failed"])
+    cpu, wall = run_stage(
+        ["-m", "asr.gmm", "gmm=tri", f"gmm.dir={tri}", f"gmm.alignments={mono_ali}", *train, *common], env
+    )
+    s = summary(tri)
+    stages["tri_train"] = entry(
+        cpu, wall, train_audio, passes=len(s["passes"]), pdfs=s["num_pdfs"], gauss=s["num_gauss"]
+    )
+    cpu, wall = run_stage(
+        ["-m", "asr.gmm", "gmm=tri", *align, f"gmm.alignments={tri}", f"gmm.dir={tri_ali}", *common], env
+    )
+    stages["tri_align"] = entry(cpu, wall, train_audio, failed=summary(tri_ali)["align_failed"])
+    decode = ["-m", "asr.gmm.decode", "gmm=tri", f"gmm.dir={tri}", f"decode.sets=[{args.decode_set}]", *common]
+    first_cpu, first_wall = run_stage(decode, env)
+    cpu, wall = run_stage(decode, env)  # the graph is built: decoding alone
+    graph = json.loads((tri / "graph" / "graph.json").read_text()) if (tri / "graph" / "graph.json").is_file() else {}
+    stages["tri_graph"] = entry(first_cpu - cpu, first_wall - wall, decode_audio, **graph_size(graph))
+    stages["tri_decode"] = entry(cpu, wall, decode_audio, utterances=len(hyp_lines(tri / f"decode_{args.decode_set}")))
+    return stages
+
+
+def graph_size(record: dict) -> dict:
+    """HCLG's states and arcs (the graph's graph.json)."""
+    return {k: record[k] for k in ("HCLG_states", "HCLG_arcs") if k in record}
+
+
+def hyp_lines(decode_dir: Path) -> list[str]:
+    return (decode_dir / "hyp.txt").read_text().splitlines()
+
+
+def plot(report: dict, path: Path) -> None:
+    stages = report["stages"]
+    names = list(stages)
+    fig = Figure(figsize=(8, 3.6), dpi=100)
+    ax = fig.add_subplot(1, 1, 1)
+    bars = ax.bar(names, [stages[n]["rtf"] for n in names], color="tab:blue")
+    for bar, name in zip(bars, names):
+        ax.annotate(
+            f"{stages[name]['rtf']:.4f}",
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+    ax.set_yscale("log")
+    ax.set_ylabel("CPU seconds per second of audio")
+    ax.set_title(
+        f"GMM-HMM stages and WFST decoding ({report['settings']['train_set']} / "
+        f"{report['settings']['decode_set']}, {report['settings']['nj']} job(s))",
+        fontsize=9,
+    )
+    ax.tick_params(axis="x", labelsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m asr.bench gmm", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipe-dir", default="recipes/mini")
+    parser.add_argument("--train-set", default="train_dev", help="trained on and aligned (default %(default)s)")
+    parser.add_argument("--decode-set", default="eval2000")
+    parser.add_argument("--features", default="logmel40", help="the feature set the GMMs' MFCCs come from")
+    parser.add_argument("--nj", type=int, default=1, help="jobs of every stage (default %(default)s: one core)")
+    parser.add_argument("--out", type=Path, default=Path("exp/bench"))
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every stage (key=value)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+    out = args.out.resolve()
+    os.chdir(args.recipe_dir)  # the stages' relative paths (data/, feats/, lang/) start there
+    args.work = str(out / "gmm")
+    started = time.time()
+    stages = run(args, [f"features={args.features}", *args.overrides])
+    report = {
+        "benchmark": "gmm",
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "seconds": round(time.time() - started, 1),
+        "stages": stages,
+    }
+    write_text(out / "gmm.json", json.dumps(report, indent=1) + "\n")
+    plot(report, out / "gmm.png")
+    for name, stage in stages.items():
+        log.info(
+            "%-11s RTF %.5f (%.1f CPU s, %.1f s wall, %.0f s of audio)",
+            name,
+            stage["rtf"],
+            stage["cpu_seconds"],
+            stage["wall_seconds"],
+            stage["audio_seconds"],
+        )
+    log.info("wrote %s and %s", out / "gmm.json", out / "gmm.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
