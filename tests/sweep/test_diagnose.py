@@ -10,7 +10,7 @@ import pytest
 import torch
 from tests.sweep.test_sweep_samples import SWEEP, root, sweep_config  # noqa: F401  (root: the corpus fixture)
 
-from asr.sweep.diagnose import NO_MOMENTUM, Diagnostic, diagnostics_md, run_diagnostics
+from asr.sweep.diagnose.diagnostics import NO_MOMENTUM, Diagnostic, diagnostics_md, run_diagnostics
 from asr.sweep.sweep import run_sweep
 from asr.utils.errors import InputError
 
@@ -90,7 +90,7 @@ def test_the_markdown_names_every_run(diagnosed):
 
 
 def test_a_chosen_diagnostic_brings_its_reference_and_unknown_names_are_refused(root):  # noqa: F811
-    from asr.sweep.diagnose import chosen
+    from asr.sweep.diagnose.diagnostics import chosen
 
     cfg = sweep_config(root, ["sweep.diagnostics=[adpsgd_momentum_0]"])
     assert [d.name for d in chosen(cfg, DIAGNOSTICS)] == ["ssgd_momentum_0", "adpsgd_momentum_0"]
@@ -100,7 +100,7 @@ def test_a_chosen_diagnostic_brings_its_reference_and_unknown_names_are_refused(
 
 
 def test_the_batches_can_be_chosen(root):  # noqa: F811
-    from asr.sweep.diagnose import diagnostic_batches
+    from asr.sweep.diagnose.diagnostics import diagnostic_batches
 
     assert diagnostic_batches(sweep_config(root).sweep) == [16, 8]
     assert diagnostic_batches(sweep_config(root, ["sweep.diagnostic_batches=[8]"]).sweep) == [8]
