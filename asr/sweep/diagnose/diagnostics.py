@@ -12,6 +12,13 @@ late by the clock's delays, and with its own momentum; so the candidates are
     noise        each learner's batch (4 learners: 4x the samples a learner, at the same global batch)
     momentum     a momentum buffer per learner (momentum 0 at the same effective lr, lr / (1 - 0.9))
 
+and, since 4 learners at the same global batch change both the number of nodes and each
+learner's batch, two runs that change one of them at the same lr, each against SSGD at its own
+global batch (a diagnostic's `batch_factor`):
+
+    per-learner batch  16 learners at the 4-learner run's samples each (4x the global batch)
+    nodes              4 learners at the sweep's samples each (1/4 the global batch)
+
 and every run also records each learner's own held-out loss per epoch beside the average's and
 the spread. Written to <sweep.out_dir>/diagnostics.{json,md}; the json keeps every run, so an
 interrupted run goes on where it stopped.
@@ -27,7 +34,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from asr.sweep.run import run_settings, scaled_lr, with_train_config
+from asr.sweep.run import run_settings, scaled_lr, sweep_batches, with_train_config
 from asr.sweep.sweep import Runner, check, mixing, nodes, previous_runs
 from asr.sweep.verdict import Baseline, calibrate
 from asr.utils.atomic import write_text
@@ -44,7 +51,10 @@ class Diagnostic:
     change: str  # what differs from the sweep's ADPSGD, in words
     sweep: dict = field(default_factory=dict)  # overrides of sweep.*
     lr_factor: float = 1.0  # x the sweep's scaled lr
-    reference: str = "ssgd"  # the SSGD run it is compared with
+    reference: str = "ssgd"  # the SSGD run it is compared with (at the same global batch and lr)
+    # x the diagnostic batch: the run's global batch; its lr stays the diagnostic batch's, so
+    # that only the per-learner batch (or, with fewer learners, only the number of nodes) changes
+    batch_factor: float = 1.0
 
 
 NO_MOMENTUM = {"train": {"momentum": 0.0, "nesterov": False}}
@@ -61,6 +71,25 @@ DIAGNOSTICS = (
         {"speed_spread": 0.0, "jitter": 0.0, "exchange_time": 0.0},
     ),
     Diagnostic("adpsgd_4_learners", "adpsgd", "noise", "4 learners (4x the samples each)", {"learners": 4}),
+    Diagnostic("ssgd_batch_x4", "ssgd", "reference", "SSGD at 4x the global batch, the same lr", batch_factor=4.0),
+    Diagnostic(
+        "adpsgd_batch_x4",
+        "adpsgd",
+        "per-learner batch",
+        "16 learners at 4x the samples each (4x the global batch), the same lr",
+        reference="ssgd_batch_x4",
+        batch_factor=4.0,
+    ),
+    Diagnostic("ssgd_batch_div4", "ssgd", "reference", "SSGD at 1/4 the global batch, the same lr", batch_factor=0.25),
+    Diagnostic(
+        "adpsgd_4_learners_batch_div4",
+        "adpsgd",
+        "nodes",
+        "4 learners at the sweep's samples each (1/4 the global batch), the same lr",
+        {"learners": 4},
+        reference="ssgd_batch_div4",
+        batch_factor=0.25,
+    ),
     Diagnostic(
         "ssgd_momentum_0",
         "ssgd",
@@ -94,6 +123,20 @@ def diagnostic_batches(scfg) -> list[int]:
     return sorted({int(b) for b in batches}, reverse=True)
 
 
+def run_batch(scfg, diagnostic: Diagnostic, batch: int) -> int:
+    """The global batch a diagnostic trains at the diagnostic batch `batch`: one whose full
+    batches tile every epoch of the sweep's (so its data are the sweep's, its SSGD runs alike)."""
+    vcfg = OmegaConf.merge(scfg, diagnostic.sweep)
+    global_batch = batch * diagnostic.batch_factor
+    unit = math.lcm(*sweep_batches(scfg))
+    if global_batch != int(global_batch) or global_batch % vcfg.learners or unit % global_batch:
+        raise InputError(
+            f"sweep.diagnostic_batches: {batch} x {diagnostic.batch_factor:g} ({diagnostic.name}) is not a multiple of "
+            f"its {vcfg.learners} learners dividing {unit} (the sweep's batches' multiple); choose another batch"
+        )
+    return int(global_batch)
+
+
 def sweep_baseline(cfg) -> tuple[Baseline, list[dict]]:
     """The calibrated baseline of the sweep in the same out_dir, and its runs."""
     path = Path(cfg.sweep.out_dir) / "sweep.json"
@@ -107,14 +150,19 @@ def sweep_baseline(cfg) -> tuple[Baseline, list[dict]]:
         ) from None
 
 
-def planned(cfg, best_lr: float, diagnostics=DIAGNOSTICS) -> list[tuple[Diagnostic, object]]:
-    """(diagnostic, its run settings) for every batch and seed, the quicker batch first."""
+def planned(cfg, best_lr: float, diagnostics=DIAGNOSTICS) -> list[tuple[Diagnostic, int, object]]:
+    """(diagnostic, diagnostic batch, its run settings) for every batch and seed, the quicker
+    batch first; the lr is the diagnostic batch's whatever the run's global batch."""
     out = []
     for batch in diagnostic_batches(cfg.sweep):
         for diagnostic in diagnostics:
             vcfg = variant_config(cfg, diagnostic)
             lr = scaled_lr(vcfg.sweep, best_lr, batch) * diagnostic.lr_factor
-            out += [(diagnostic, run_settings(vcfg, diagnostic.algorithm, batch, lr, seed)) for seed in cfg.sweep.seeds]
+            global_batch = run_batch(cfg.sweep, diagnostic, batch)
+            out += [
+                (diagnostic, batch, run_settings(vcfg, diagnostic.algorithm, global_batch, lr, seed))
+                for seed in cfg.sweep.seeds
+            ]
     return out
 
 
@@ -141,7 +189,7 @@ def run_diagnostics(cfg, diagnostics=DIAGNOSTICS) -> dict:
     runner.done += [r for r in sweep_runs if r["algorithm"] == "ssgd"]
     plan = planned(cfg, baseline.best.lr, diagnostics)
     for batch in diagnostic_batches(cfg.sweep):
-        runner.run([s for _, s in plan if s.global_batch == batch], None)
+        runner.run([s for _, b, s in plan if b == batch], None)
     head = summary(cfg, baseline, plan, runner, diagnostics)
     runner.save(head)
     write_text(out_dir / "diagnostics.md", diagnostics_md(head))
@@ -151,14 +199,13 @@ def run_diagnostics(cfg, diagnostics=DIAGNOSTICS) -> dict:
 def summary(cfg, baseline: Baseline, plan, runner: Runner, diagnostics) -> dict:
     by_seed = dict(zip(baseline.best.seeds, baseline.best.losses))
     results = {}
-    for diagnostic, settings in plan:
-        run = runner.previous(settings)
-        results[(diagnostic.name, settings.global_batch, settings.seed)] = run
+    for diagnostic, batch, settings in plan:
+        results[(diagnostic.name, batch, settings.seed)] = runner.previous(settings)
     rows = []
     for (name, batch, seed), run in results.items():
         diagnostic = next(d for d in diagnostics if d.name == name)
         reference = results.get((diagnostic.reference, batch, seed))
-        rows.append(row(diagnostic, run, reference, by_seed.get(seed), cfg))
+        rows.append({"diagnostic_batch": batch} | row(diagnostic, run, reference, by_seed.get(seed), cfg))
     return {
         "command": "python -m asr.sweep.diagnose " + " ".join(sys.argv[1:]),
         "baseline": {"lr": baseline.best.lr, "losses": baseline.best.losses, "seeds": baseline.best.seeds},
@@ -231,15 +278,16 @@ def diagnostics_md(head: dict) -> str:
         "lr and seed). Last epoch: the learners' average, then each learner's own model (best / mean / worst), and "
         "the spread (max |w_i - mean| / |mean|).",
         "",
-        "| run | cause | change | batch | learners | lr | seed | consensus rate | held-out | excess | vs ref | "
-        "learners best / mean / worst | spread |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "| run | cause | change | batch | learners | per learner | lr | seed | consensus rate | held-out | excess | "
+        "vs ref | learners best / mean / worst | spread |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for r in head["diagnostics"]:
         last = r["epochs"][-1] if r["epochs"] else {}
         learners = " / ".join(number(last.get(k)) for k in ("learners_best", "learners_mean", "learners_worst"))
         lines.append(
-            f"| {r['name']} | {r['cause']} | {r['change']} | {r['global_batch']} | {r['learners']} | {r['lr']:g} | "
+            f"| {r['name']} | {r['cause']} | {r['change']} | {r['global_batch']} | {r['learners']} | "
+            f"{r['per_learner_batch']} | {r['lr']:g} | "
             f"{r['seed']} | "
             f"{r['consensus_rate']:.3f} | {'diverged' if r['diverged'] else number(r['held_out_loss'])} | "
             f"{percent(r['excess'])} | {percent(r['over_reference'])} ({r['reference']}) | {learners} | "
