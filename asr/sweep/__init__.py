@@ -7,4 +7,6 @@ with simulated learners (the paper's Figure 1 and its 3x claim): `python -m asr.
     verdict.py  the baseline's calibration, the threshold, the critical lr, the largest
                 converging batch, the ratios
     report.py   sweep.md and sweep.png
+    diagnose/   python -m asr.sweep.diagnose: runs that change one candidate cause of ADPSGD's
+                lag at a time (diagnostics.py)
 """

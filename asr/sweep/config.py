@@ -139,7 +139,7 @@ class SweepConfig:
     # Train on the first N utterances only (0 = all): a quicker sweep; a multiple of every global
     # batch, so that every run's epoch is cut into the same full batches.
     max_train_utts: int = 3072
-    # python -m asr.sweep.diagnose: which of its runs (asr/sweep/diagnose DIAGNOSTICS), by name; [] = all
+    # python -m asr.sweep.diagnose: which of its runs (asr/sweep/diagnose/diagnostics.py DIAGNOSTICS), by name; [] = all
     diagnostics: list = field(default_factory=list)
     diagnostic_batches: list = field(default_factory=list)  # its global batches; [] = base_batch and critical_batch
     jobs: int = 2  # runs trained side by side, in processes of train.threads / jobs threads each

@@ -3,14 +3,16 @@ what it says, every learner's own held-out loss is recorded, and the rows compar
 with its SSGD reference and the baseline of its seed."""
 
 import json
+from dataclasses import replace
 import math
 from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from tests.sweep.test_sweep_samples import SWEEP, root, sweep_config  # noqa: F401  (root: the corpus fixture)
 
-from asr.sweep.diagnose import NO_MOMENTUM, Diagnostic, diagnostics_md, run_diagnostics
+from asr.sweep.diagnose.diagnostics import NO_MOMENTUM, Diagnostic, diagnostics_md, run_diagnostics
 from asr.sweep.sweep import run_sweep
 from asr.utils.errors import InputError
 
@@ -90,7 +92,7 @@ def test_the_markdown_names_every_run(diagnosed):
 
 
 def test_a_chosen_diagnostic_brings_its_reference_and_unknown_names_are_refused(root):  # noqa: F811
-    from asr.sweep.diagnose import chosen
+    from asr.sweep.diagnose.diagnostics import chosen
 
     cfg = sweep_config(root, ["sweep.diagnostics=[adpsgd_momentum_0]"])
     assert [d.name for d in chosen(cfg, DIAGNOSTICS)] == ["ssgd_momentum_0", "adpsgd_momentum_0"]
@@ -100,7 +102,7 @@ def test_a_chosen_diagnostic_brings_its_reference_and_unknown_names_are_refused(
 
 
 def test_the_batches_can_be_chosen(root):  # noqa: F811
-    from asr.sweep.diagnose import diagnostic_batches
+    from asr.sweep.diagnose.diagnostics import diagnostic_batches
 
     assert diagnostic_batches(sweep_config(root).sweep) == [16, 8]
     assert diagnostic_batches(sweep_config(root, ["sweep.diagnostic_batches=[8]"]).sweep) == [8]
@@ -112,3 +114,60 @@ def test_diagnostics_need_the_sweeps_baseline(root):  # noqa: F811
     cfg = sweep_config(root, [f"sweep.out_dir={root / 'nothing'}"])
     with pytest.raises(InputError, match="run python -m asr.sweep with the same overrides first"):
         run_diagnostics(cfg, DIAGNOSTICS)
+
+
+SEPARATING = (
+    Diagnostic("ssgd", "ssgd", "reference", "SSGD"),
+    Diagnostic("adpsgd", "adpsgd", "reference", "ADPSGD"),
+    Diagnostic("ssgd_batch_x2", "ssgd", "reference", "SSGD at 2x", batch_factor=2.0),
+    Diagnostic(
+        "adpsgd_batch_x2", "adpsgd", "per-learner batch", "2x a learner", reference="ssgd_batch_x2", batch_factor=2.0
+    ),
+    Diagnostic("ssgd_batch_div2", "ssgd", "reference", "SSGD at 1/2", batch_factor=0.5),
+    Diagnostic(
+        "adpsgd_2_learners_batch_div2",
+        "adpsgd",
+        "nodes",
+        "2 learners at the same samples each",
+        {"learners": 2},
+        reference="ssgd_batch_div2",
+        batch_factor=0.5,
+    ),
+)
+
+
+def test_a_batch_factor_changes_the_global_batch_but_not_the_lr_and_compares_at_its_own_batch(diagnosed, tmp_path):
+    """The runs that separate the per-learner batch from the number of nodes: 4 learners at 2x
+    the samples each, and 2 learners at the same samples each, at the diagnostic batch's lr,
+    each against SSGD at its own global batch and that lr."""
+    cfg, _ = diagnosed
+    out = tmp_path / "separate"
+    out.mkdir()
+    (out / "sweep.json").write_text((Path(cfg.sweep.out_dir) / "sweep.json").read_text())  # its baseline
+    cfg = OmegaConf.merge(cfg, {"sweep": {"out_dir": str(out), "diagnostic_batches": [8]}})
+    head = run_diagnostics(cfg, SEPARATING)
+    by_name = {r["name"]: r for r in head["diagnostics"]}
+    assert {r["diagnostic_batch"] for r in by_name.values()} == {8}
+    shapes = {name: (r["global_batch"], r["learners"], r["per_learner_batch"]) for name, r in by_name.items()}
+    assert shapes["adpsgd"] == (8, 4, 2) and shapes["adpsgd_batch_x2"] == (16, 4, 4)
+    assert shapes["adpsgd_2_learners_batch_div2"] == (4, 2, 2) and shapes["ssgd_batch_div2"] == (4, 4, 1)
+    assert len({r["lr"] for r in by_name.values()}) == 1  # the batch-8 lr everywhere
+    for name, reference in (("adpsgd_batch_x2", "ssgd_batch_x2"), ("adpsgd_2_learners_batch_div2", "ssgd_batch_div2")):
+        run, ref = by_name[name], by_name[reference]
+        assert ref["global_batch"] == run["global_batch"] and ref["nodes"] == 1
+        assert run["over_reference"] == pytest.approx(run["held_out_loss"] / ref["held_out_loss"] - 1)
+    assert by_name["ssgd_batch_x2"]["held_out_loss"] != by_name["ssgd"]["held_out_loss"]  # another run indeed
+    assert "| adpsgd_batch_x2 | per-learner batch | 2x a learner | 16 | 4 | 4 |" in diagnostics_md(head)
+
+
+def test_a_batch_factor_whose_batch_does_not_tile_the_sweeps_epochs_is_refused(root):  # noqa: F811
+    from asr.sweep.diagnose.diagnostics import run_batch
+
+    scfg = sweep_config(root).sweep  # batches 8 and 16: every epoch is full batches of 16
+    assert run_batch(scfg, SEPARATING[3], 8) == 16 and run_batch(scfg, SEPARATING[5], 8) == 4
+    with pytest.raises(InputError, match=r"16 x 2 \(adpsgd_batch_x2\) is not a multiple of its 4 learners dividing 16"):
+        run_batch(scfg, SEPARATING[3], 16)
+    with pytest.raises(InputError, match=r"8 x 0.5 \(adpsgd_2_learners_batch_div2\)"):
+        run_batch(
+            sweep_config(root, ["sweep.learners_per_node=1"]).sweep, replace(SEPARATING[5], sweep={"learners": 8}), 8
+        )

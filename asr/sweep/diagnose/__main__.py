@@ -1,5 +1,5 @@
 """`python -m asr.sweep.diagnose`: targeted runs that change one candidate cause of ADPSGD's lag
-behind SSGD at a time (asr/sweep/diagnose/__init__.py), written to
+behind SSGD at a time (asr/sweep/diagnose/diagnostics.py), written to
 <sweep.out_dir>/diagnostics.{json,md}."""
 
 import logging
@@ -21,7 +21,7 @@ log = logging.getLogger("asr.sweep")
 def main(cfg) -> None:
     import torch  # here, not above: --help answers without importing torch
 
-    from asr.sweep.diagnose import run_diagnostics
+    from asr.sweep.diagnose.diagnostics import run_diagnostics
 
     freeze_imports()
     torch.set_num_threads(cfg.train.threads)
