@@ -47,8 +47,6 @@ OTHERS = [
     "asr.train.phone_ali",
 ]
 ASR = Path(__file__).resolve().parents[1] / "asr"
-# Known exceptions to "--help imports no torch", probed in a process of their own.
-TORCH_AT_HELP = {"asr.sweep.diagnose": "its package's __init__ imports asr.sweep.run (torch) before __main__ runs"}
 
 # Runs each entry point's --help in one process, as `python -m` would, and reports its exit
 # status, output, time and whether torch got imported by then.
@@ -78,12 +76,12 @@ def probe(modules):
 
 def test_every_stage_help_lists_its_own_keys_without_importing_torch():
     modules = list(STAGES) + OTHERS
-    results = probe([m for m in modules if m not in TORCH_AT_HELP]) | probe(list(TORCH_AT_HELP))
+    results = probe(modules)
     for module, (present, absent) in STAGES.items():
         r = results[module]
         assert r["code"] == 0, (module, r["text"])
         assert r["text"].startswith(f"usage: python -m {module} [key=value ...]  (stage "), (module, r["text"][:200])
-        assert not r["torch"] or module in TORCH_AT_HELP, f"{module} --help imported torch"
+        assert not r["torch"], f"{module} --help imported torch"
         assert "reads:" in r["text"] and "writes:" in r["text"], module
         for key in present:
             assert f"  {key}" in r["text"], (module, key)
