@@ -145,12 +145,14 @@ def node_batch(settings: RunSettings) -> int:
 class Runner:
     """Trains runs (in sweep.jobs processes) and keeps sweep.json up to date."""
 
-    def __init__(self, cfg, results_path: Path, learner_losses: bool = False):
+    def __init__(self, cfg, results_path: Path, learner_losses: bool = False, keep_earlier: bool = False):
         self.cfg = cfg
         self.results_path = results_path
         self.done: list[dict] = previous_runs(results_path)
+        self.in_file = list(self.done)  # what the results file held before this run
         self.runs: list[dict] = []
         self.learner_losses = learner_losses  # train_run's: every node's own held-out loss too
+        self.keep_earlier = keep_earlier  # the final save keeps the file's runs this one did not plan
 
     def previous(self, settings: RunSettings) -> dict | None:
         key = settings.key()
@@ -218,8 +220,12 @@ class Runner:
 
     def save(self, head: dict | None = None) -> None:
         """While the sweep runs, the runs done before that it has not reached yet stay in the
-        file; the final one (with `head`) holds this sweep's runs only."""
-        others = [] if head else [r for r in self.done if r not in self.runs]
+        file; the final one (with `head`) holds this sweep's runs only, unless `keep_earlier`
+        (the diagnostics, run a few at a time into one file) keeps the file's other runs too."""
+        if head and not self.keep_earlier:
+            others = []
+        else:
+            others = [r for r in (self.in_file if head else self.done) if r not in self.runs]
         write_text(
             self.results_path, json.dumps((head or {}) | {"runs": sorted_runs(self.runs) + others}, indent=1) + "\n"
         )

@@ -5,6 +5,7 @@ with its SSGD reference and the baseline of its seed."""
 import json
 from dataclasses import replace
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,20 @@ def test_a_batch_factor_changes_the_global_batch_but_not_the_lr_and_compares_at_
         assert run["over_reference"] == pytest.approx(run["held_out_loss"] / ref["held_out_loss"] - 1)
     assert by_name["ssgd_batch_x2"]["held_out_loss"] != by_name["ssgd"]["held_out_loss"]  # another run indeed
     assert "| adpsgd_batch_x2 | per-learner batch | 2x a learner | 16 | 4 | 4 |" in diagnostics_md(head)
+
+
+def test_a_run_of_some_diagnostics_keeps_the_others_runs_in_the_json(diagnosed, tmp_path):
+    """Diagnostics are run a few at a time into one diagnostics.json: a later run of one of them
+    must not drop the runs of the others (it did, and they had to be trained again)."""
+    cfg, _ = diagnosed
+    out = tmp_path / "again"
+    shutil.copytree(cfg.sweep.out_dir, out)
+    before = json.loads((out / "diagnostics.json").read_text())["runs"]
+    cfg = OmegaConf.merge(cfg, {"sweep": {"out_dir": str(out), "diagnostics": ["adpsgd_lockstep"]}})
+    head = run_diagnostics(cfg, DIAGNOSTICS)
+    assert {r["name"] for r in head["diagnostics"]} == {"ssgd", "adpsgd_lockstep"}
+    after = json.loads((out / "diagnostics.json").read_text())["runs"]
+    assert len(after) == len(before) and all(run in after for run in before)
 
 
 def test_a_batch_factor_whose_batch_does_not_tile_the_sweeps_epochs_is_refused(root):  # noqa: F811

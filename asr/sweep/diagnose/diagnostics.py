@@ -184,7 +184,7 @@ def run_diagnostics(cfg, diagnostics=DIAGNOSTICS) -> dict:
     cfg = with_train_config(cfg)
     baseline, sweep_runs = sweep_baseline(cfg)
     out_dir = Path(cfg.sweep.out_dir)
-    runner = Runner(cfg, out_dir / "diagnostics.json", learner_losses=True)
+    runner = Runner(cfg, out_dir / "diagnostics.json", learner_losses=True, keep_earlier=True)
     # SSGD has one node (its learners' average is its model): the sweep's own runs serve
     runner.done += [r for r in sweep_runs if r["algorithm"] == "ssgd"]
     plan = planned(cfg, baseline.best.lr, diagnostics)
