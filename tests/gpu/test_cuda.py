@@ -81,7 +81,7 @@ def cpu_and_gpu_runs(corpus, tmp_path_factory) -> dict[str, Path]:
     return roots
 
 
-def test_fp32_training_on_the_gpu_follows_the_cpu(cpu_and_gpu_runs, caplog):
+def test_fp32_training_on_the_gpu_follows_the_cpu(cpu_and_gpu_runs):
     cpu, gpu = (load_checkpoint(cpu_and_gpu_runs[d] / "exp" / "checkpoints" / "last.pt") for d in DEVICES)
     assert gpu["step"] == cpu["step"]
     # cuDNN's LSTM and CTC sum in another order: round-off only, over ~15 updates (with TF32,
