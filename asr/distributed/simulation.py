@@ -67,7 +67,10 @@ class SimNode:
         self.model = model
         self.params = list(model.parameters())
         self.updater: Updater = build_updater(model, train_cfg, learners)
-        self.pending = torch.zeros(sum(p.numel() for p in self.params), dtype=torch.float32)
+        # on the weights' device: a passive's pending average is added to them every step
+        self.pending = torch.zeros(
+            sum(p.numel() for p in self.params), dtype=torch.float32, device=self.params[0].device
+        )
         self.skipped = 0
         self.steps = 0
 

@@ -39,6 +39,8 @@ from asr.sweep.verdict import BASELINE
 from asr.train.chunks import FrameChunks, SampleBatchSampler, check_chunking
 from asr.train.data import BucketBatchSampler, collate
 from asr.train.objectives import build_objective
+from asr.train.precision import use_ieee_fp32
+from asr.utils.device import select_device
 from asr.utils.errors import InputError
 
 EVAL_BATCH = 32  # utterances per held-out batch
@@ -62,13 +64,20 @@ class RunSettings:
     model: dict
     timing: dict
     max_train_utts: int
+    # passes over the training samples per epoch (sweep.budget=updates: batch / base_batch, so
+    # every run takes the baseline's updates per epoch); 1 is left out of the key, so runs made
+    # before the budget existed still count
+    passes: int = 1
 
     @property
     def per_learner_batch(self) -> int:
         return self.global_batch // self.learners
 
     def key(self) -> dict:
-        return asdict(self)
+        key = asdict(self)
+        if key["passes"] == 1:
+            del key["passes"]
+        return key
 
 
 SWEEP_SETS = ("lr", "lr_scaling", "warmup_steps")  # per run, by the sweep
@@ -136,7 +145,21 @@ def run_settings(cfg, algorithm: str, global_batch: int, lr: float, seed: int) -
         model=model_config(cfg),
         timing=timing,
         max_train_utts=int(scfg.max_train_utts),
+        passes=passes_per_epoch(scfg, int(global_batch)),
     )
+
+
+def passes_per_epoch(scfg, global_batch: int) -> int:
+    """sweep.budget=epochs: one pass over the samples per epoch whatever the batch; updates:
+    batch / base_batch passes, so every run makes the baseline's number of updates per epoch."""
+    if scfg.budget == "epochs" or global_batch == scfg.base_batch:
+        return 1
+    if global_batch % scfg.base_batch:
+        raise InputError(
+            f"sweep.budget=updates: global batch {global_batch} is not a multiple of sweep.base_batch="
+            f"{scfg.base_batch}; choose batches that are"
+        )
+    return global_batch // scfg.base_batch
 
 
 def model_config(cfg) -> dict:
@@ -157,6 +180,8 @@ class SweepData:
 
     def __init__(self, cfg):
         check_chunking(cfg)
+        self.device = select_device(str(cfg.device))
+        use_ieee_fp32(self.device, "fp32")  # the sweep trains in fp32 wherever it runs
         self.objective = build_objective(cfg)
         self.train = self.objective.dataset(cfg.data.train_set)
         self.dev = self.objective.dataset(cfg.data.dev_set)
@@ -201,6 +226,7 @@ class SweepData:
             batch = collate(self.train.__getitems__([int(i) for shard in shards for i in shard]))
         else:
             batch = collate([self.train[self.train_index[i]] for shard in shards for i in shard])
+        batch = batch.to(self.device)
         log_probs, out_lens = model(batch.feats, batch.feat_lens)
         return self.objective.loss(log_probs, out_lens, batch)
 
@@ -218,7 +244,7 @@ class SweepData:
         model.eval()
         total, count = 0.0, 0
         for items in self.held_out_batches():
-            batch = collate(items)
+            batch = collate(items).to(self.device)
             log_probs, out_lens = model(batch.feats, batch.feat_lens)
             loss, n = self.objective.loss(log_probs, out_lens, batch)
             total, count = total + float(loss), count + n
@@ -226,9 +252,14 @@ class SweepData:
         return total / max(count, 1)
 
 
-def epoch_plan(sampler: BucketBatchSampler, epoch: int, learners: int) -> list[list[list[int]]]:
-    """The epoch's global batches, each dealt out by stride: one shard per learner."""
-    return [[batch[r::learners] for r in range(learners)] for batch in sampler.global_batches(epoch)]
+def epoch_plan(sampler: BucketBatchSampler, epoch: int, learners: int, passes: int = 1) -> list[list[list[int]]]:
+    """The epoch's global batches, each dealt out by stride: one shard per learner; with several
+    passes, each pass's batches in their own order."""
+    return [
+        [batch[r::learners] for r in range(learners)]
+        for p in range(passes)
+        for batch in sampler.global_batches(epoch * passes + p)
+    ]
 
 
 def simulation(settings: RunSettings, model, steps_per_epoch: int) -> TimedSimulation:
@@ -267,15 +298,16 @@ def train_run(data: SweepData, settings: RunSettings, progress=None, learner_los
     start = time.monotonic()
     torch.manual_seed(settings.init_seed)
     model = build_model(OmegaConf.create(settings.model), data.train.feat_dim, data.objective.num_outputs)
+    model.to(data.device)
     untrained = data.held_out_loss(model)
     sampler = data.sampler(settings.per_learner_batch, settings.learners, settings.seed)
-    steps_per_epoch = len(sampler.global_batches(0))
+    steps_per_epoch = len(sampler.global_batches(0)) * settings.passes
     sim = simulation(settings, model, steps_per_epoch)
     observer = (lambda node, step: progress(1)) if progress is not None else None
     epochs, diverged = [], False
     for epoch in range(settings.epochs):
         data.set_epoch(epoch)
-        run = sim.train_epoch(epoch_plan(sampler, epoch, settings.learners), data.loss, observer)
+        run = sim.train_epoch(epoch_plan(sampler, epoch, settings.learners, settings.passes), data.loss, observer)
         lr = sim.lr
         average, spread = sim.end_epoch()
         held_out = data.held_out_loss(averaged_model(sim.models[0], average))
@@ -298,6 +330,7 @@ def train_run(data: SweepData, settings: RunSettings, progress=None, learner_los
             break
     return settings.key() | {
         "per_learner_batch": settings.per_learner_batch,
+        "passes": settings.passes,
         "steps_per_epoch": steps_per_epoch,
         "untrained_loss": untrained,
         "held_out_loss": None if diverged else epochs[-1]["held_out_loss"],
