@@ -87,10 +87,13 @@ class SweepConfig:
     )
     learners: int = 16
     learners_per_node: int = 4  # hadpsgd
-    # Every run trains `epochs` epochs, whatever its batch: the same data seen, so a larger batch
-    # takes fewer updates (the large-batch question: reach the same loss on the same data with
-    # fewer, larger steps; equal updates would give larger batches more data instead).
+    # Every run trains `epochs` epochs. budget=epochs: one pass over the data each, whatever the
+    # batch, so a larger batch takes fewer updates (the large-batch question: reach the same loss
+    # on the same data with fewer, larger steps). budget=updates: batch / base_batch passes each,
+    # so every run makes the baseline's updates (a small corpus, where the first rule leaves the
+    # largest batches a few dozen updates, as a large corpus such as SWB-2000 never does).
     epochs: int = 5
+    budget: str = "epochs"  # epochs | updates
     # The baseline, calibrated first: one learner at base_batch, every lr of baseline_lrs with the
     # first seed, the best lr then with every seed; its held-out loss x (1 + tolerance) is the line.
     base_batch: int = 16
@@ -150,6 +153,7 @@ class SweepConfig:
         "learners": AT_LEAST_ONE,
         "learners_per_node": AT_LEAST_ONE,
         "epochs": AT_LEAST_ONE,
+        "budget": one_of("epochs", "updates"),
         "base_batch": AT_LEAST_ONE,
         "baseline_lrs": lambda v: ascending(v) or each(POSITIVE)(v),
         "critical_batch": AT_LEAST_ONE,

@@ -96,7 +96,7 @@ def table(result: SweepResult) -> str:
         "",
         setup_line(setup),
         "",
-        f"Budget: {BUDGET}.",
+        f"Budget: {BUDGET[setup.get('budget', 'epochs')]}.",
         "",
         "## Baseline",
         "",

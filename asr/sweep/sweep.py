@@ -33,6 +33,7 @@ from asr.sweep.config import parse_algorithm
 from asr.sweep.run import (
     RunSettings,
     SweepData,
+    passes_per_epoch,
     run_settings,
     scaled_lr,
     sweep_batches,
@@ -48,11 +49,14 @@ from asr.utils.memory import freeze_imports
 log = logging.getLogger(__name__)
 
 
-BUDGET = (
-    "every run trains sweep.epochs epochs whatever its batch (the same data seen, so a larger batch takes fewer "
-    "updates): the large-batch question is whether fewer, larger steps reach the same loss on the same data; equal "
-    "updates would give a larger batch more data instead"
-)
+BUDGET = {
+    "epochs": "every run trains sweep.epochs epochs whatever its batch (the same data seen, so a larger batch takes "
+    "fewer updates): the large-batch question is whether fewer, larger steps reach the same loss on the same data; "
+    "equal updates would give a larger batch more data instead",
+    "updates": "every run makes the baseline's updates: an epoch is batch / sweep.base_batch passes over the data "
+    "(a larger batch sees more data), so a larger batch is not held back by fewer updates, as on a corpus far larger "
+    "than its batches",
+}
 
 
 @dataclass
@@ -92,6 +96,8 @@ def check(cfg) -> None:
         raise InputError(
             "sweep.extra_seeds: a point near the threshold needs at least 3 seeds with sweep.seeds; add seeds to it"
         )
+    for batch in sweep_batches(scfg):
+        passes_per_epoch(scfg, batch)  # with budget=updates, a multiple of the base batch
     if not scfg.algorithms:
         raise InputError("sweep.algorithms is empty: name at least one algorithm (ssgd, adpsgd, ...)")
     if not scfg.baseline_lrs or not scfg.critical_lrs or not scfg.global_batches:
@@ -422,7 +428,7 @@ def summary(baseline: Baseline, critical: Measurement, batches: Measurement, rat
         "tolerance": tolerance,
         "threshold": baseline.threshold,
         "close_margin": setup["close_margin"],
-        "budget": BUDGET,
+        "budget": BUDGET[setup.get("budget", "epochs")],
         "mixing": rates,
         "setup": setup,
     }

@@ -201,6 +201,26 @@ def test_frame_level_training_on_21_frame_samples_on_the_gpu_follows_the_cpu(tmp
     assert_weights_close(acc["gpu"]["model"], acc["cpu"]["model"], atol=1e-3)
 
 
+@pytest.mark.parametrize("algorithm", ["ssgd", "adpsgd", "hadpsgd"])
+def test_a_sweep_run_on_the_gpu_follows_the_cpu(tmp_path, algorithm):
+    """The sweep's simulated learners (asr.sweep device=...): the same run's held-out loss after
+    every epoch on both devices, with an updates budget (two passes an epoch at batch 16)."""
+    from asr.sweep.run import SweepData, run_settings, train_run, with_train_config
+
+    root = write_hybrid_corpus(tmp_path / "hybrid")
+    sweep = ["sweep.learners=4", "sweep.learners_per_node=2", "sweep.base_batch=8", "sweep.global_batches=[8,16]"]
+    sweep += ["sweep.critical_batch=16", "sweep.epochs=2", "sweep.budget=updates", "sweep.max_train_utts=0"]
+    losses = {}
+    for name, device in DEVICES.items():
+        overrides = ["train.chunk_frames=21", "model.subsample=1", *sweep, f"device={device}"]
+        cfg = with_train_config(load_config(hybrid_overrides(root, overrides)))
+        run = train_run(SweepData(cfg), run_settings(cfg, algorithm, 16, 0.1, seed=1))
+        assert run["passes"] == 2 and not run["diverged"]
+        losses[name] = [e["held_out_loss"] for e in run["epochs_log"]]
+    print(f"held-out losses: cpu {losses['cpu']}, gpu {losses['gpu']}")
+    assert losses["gpu"] == pytest.approx(losses["cpu"], rel=1e-4)
+
+
 def test_ivector_features_on_the_gpu_are_the_cpu_ones(tmp_path):
     """The i-vector recipe end to end (UBM, extractor EM, online extraction) with its statistics
     on the GPU, over the feature tests' SPHERE corpus."""

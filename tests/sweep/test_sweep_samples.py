@@ -132,3 +132,21 @@ def test_the_frames_preset_is_the_papers_regime():
     smallest = min(scfg.global_batches)
     assert scfg.base_batch == smallest and smallest // scfg.learners >= 8 and max(scfg.global_batches) >= 32 * smallest
     assert scfg.critical_batch in scfg.global_batches
+
+
+def test_an_updates_budget_gives_every_batch_the_baselines_updates(root):
+    cfg = sweep_config(root, ["sweep.budget=updates", f"sweep.out_dir={root / 'updates'}"])
+    result = run_sweep(cfg)
+    samples = result.setup["train_samples"]
+    by_batch = {r["global_batch"]: r for r in result.runs if r["algorithm"] != "baseline"}
+    base = samples // 8  # the baseline's updates per epoch (base batch 8)
+    for batch, run in by_batch.items():
+        assert run["passes"] == batch // 8 and run["steps_per_epoch"] == base
+        nodes = 1 if run["algorithm"] == "ssgd" else 4  # ADPSGD: each of the 4 learners is a node
+        assert sum(run["epochs_log"][0]["steps"]) == base * nodes
+
+
+def test_an_updates_budget_needs_batches_that_are_multiples_of_the_base(root):
+    cfg = sweep_config(root, ["sweep.budget=updates", "sweep.global_batches=[8,12]", "sweep.learners=4"])
+    with pytest.raises(InputError, match="sweep.budget=updates: global batch 12 is not a multiple"):
+        run_sweep(cfg)
