@@ -77,7 +77,17 @@ class RunSettings:
         key = asdict(self)
         if key["passes"] == 1:
             del key["passes"]
+        key["train"] = result_settings(key["train"])
         return key
+
+
+# train.* keys that change how fast a run goes, not its result: a sweep resumed on another
+# machine (more cores, or a GPU) finds its earlier runs
+EXECUTION_KEYS = ("threads",)
+
+
+def result_settings(train: dict) -> dict:
+    return {k: v for k, v in train.items() if k not in EXECUTION_KEYS}
 
 
 SWEEP_SETS = ("lr", "lr_scaling", "warmup_steps")  # per run, by the sweep

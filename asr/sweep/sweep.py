@@ -34,6 +34,7 @@ from asr.sweep.run import (
     RunSettings,
     SweepData,
     passes_per_epoch,
+    result_settings,
     run_settings,
     scaled_lr,
     sweep_batches,
@@ -162,7 +163,7 @@ class Runner:
 
     def previous(self, settings: RunSettings) -> dict | None:
         key = settings.key()
-        return next((r for r in self.runs + self.done if {k: r.get(k) for k in key} == key), None)
+        return next((r for r in self.runs + self.done if stored_key(r, key) == key), None)
 
     def run(self, planned: list[RunSettings], data: SweepData | None) -> None:
         todo = []
@@ -235,6 +236,14 @@ class Runner:
         write_text(
             self.results_path, json.dumps((head or {}) | {"runs": sorted_runs(self.runs) + others}, indent=1) + "\n"
         )
+
+
+def stored_key(run: dict, key: dict) -> dict:
+    """A finished run's values of `key`'s settings, as RunSettings.key() gives them."""
+    stored = {k: run.get(k) for k in key}
+    if isinstance(stored.get("train"), dict):
+        stored["train"] = result_settings(stored["train"])
+    return stored
 
 
 def previous_runs(path: Path) -> list[dict]:
