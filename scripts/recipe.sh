@@ -336,7 +336,8 @@ stage_changes() { python -m asr.utils.recipe_record check "$1" <<< "$2"; }
 # earlier_records N NAME: the records of the stages before stage N NAME, the inputs of a stage
 # whose own records name none: those this run.sh went through before it (numbered N or lower;
 # a side stage such as decode_greedy shares decode's number and comes after score, which does not
-# read it), and those numbered below --stage. validate only checks, so it is nobody's input.
+# read it), and those numbered below --stage; a shared stage's by its copy in data/.done/, which
+# every experiment's stages read. validate only checks, so it is nobody's input.
 declare -A seen_now=()
 earlier_records() {
   local n=$1 name=$2 record base number
@@ -345,6 +346,8 @@ earlier_records() {
     base=${record##*/}; base=${base%.record.json}; number=${base%%.*}
     [[ "$number" =~ ^-?[0-9]+$ && "$base" != "$n.$name" && -z "${checks_only[${base#*.}]:-}" ]] || continue
     if (( number < stage )) || [[ -n "${seen_now[$base]:-}" ]] && (( number <= n )); then
+      # a shared stage's shared copy: what every experiment's stages read
+      [[ "$shared_stages" != *" ${base#*.} "* || ! -f "$(shared_record "$base")" ]] || record=$(shared_record "$base")
       printf -- '--after\n%s\n' "$record"
     fi
   done
