@@ -18,7 +18,7 @@
 #   --exp-root DIR              the same for exp/
 #   --config FILE               options read before the command line's (default: db.conf in the
 #                               recipe dir, if there is one); see read_config_file
-#   --force                     re-run stages even if they are done
+#   --force                     re-run the stages in range even if their records say done
 #   anything else               a Hydra override passed to every stage (key=value)
 #
 # Every option value is one word from the command line to the stage it reaches: paths may hold
@@ -26,12 +26,13 @@
 # Numeric options must be integers and are checked before use, never evaluated as shell code.
 # A mistake in the options exits with status 2; a failed stage exits with that stage's status.
 #
-# Done markers: a stage that finished writes exp/NAME/.done/<N>.<stage> holding the options it
-# ran with (its command line less the overrides of config groups it does not read). A re-run
-# skips a done stage whose options are the same; with other options it says which changed and
-# runs the stage again. A stage that runs removes the markers of the stages after it (they
-# used its outputs), so they run again too. The stages whose outputs experiments share also
-# leave a marker in data/.done/ (see "shared stages" below), so a new --exp skips them.
+# Stage records: a stage that finished has exp/NAME/.done/<N>.<stage>.record.json, the options
+# it ran with, the files it read and those it wrote, taken from the records the stage itself
+# wrote (see "stage records" below, and docs/architecture.md#stage-records). A re-run skips a
+# stage whose options and inputs are the same and whose outputs are there; otherwise it says
+# what changed and runs the stage again, and so the stages that read what it remade. The
+# stages whose outputs experiments share keep their record in data/.done/ too, so a new --exp
+# skips them.
 
 set -euo pipefail
 

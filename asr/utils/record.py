@@ -16,6 +16,9 @@ directory or up to two above) and raises InputError naming the file and the stag
 its size or sha1 differs from what the stage wrote: a truncated or swapped file is refused
 before any library reads it. A file no record lists (made before records existed, or by hand)
 is read unchecked.
+
+run.sh decides whether a whole stage is done by the same rule, from the records the stage
+wrote: asr/utils/recipe_record.py.
 """
 
 from __future__ import annotations
