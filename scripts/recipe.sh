@@ -354,13 +354,18 @@ earlier_records() {
   done
 }
 
-# write_stage_record N NAME OPTIONS: the record of the stage that just succeeded (see above);
-# the .cmd file, written just before the stage started, tells its records from older ones.
-write_stage_record() {
-  local n=$1 name=$2 options=$3 record="$exp_dir/.done/$1.$2.record.json" after
+# stage_record ACTION N NAME [OPTIONS]: `snapshot` the stage records there are before stage N
+# NAME runs; `write` its record after it succeeded, from the records that are new or changed
+# since (a comparison of mtimes with mtimes: a SLURM node's clock does not matter).
+stage_record() {
+  local action=$1 n=$2 name=$3 options=${4:-} record="$exp_dir/.done/$2.$3.record.json" after=()
+  local where=(--root . --root "$(override_value data.data_dir data)" --exp "$exp_dir")
+  if [[ $action == snapshot ]]; then
+    python -m asr.utils.recipe_record snapshot "$record" "${where[@]}"
+    return
+  fi
   mapfile -t after < <(earlier_records "$n" "$name")
-  python -m asr.utils.recipe_record write "$record" --since "$exp_dir/.done/$n.$name.cmd" \
-    --root . --root "$(override_value data.data_dir data)" --previous "$record.before" "${after[@]}" <<< "$options"
+  python -m asr.utils.recipe_record write "$record" "${where[@]}" --previous "$record.before" "${after[@]}" <<< "$options"
   rm -f "$record.before"
   share_record "$name" "$record"
 }
@@ -391,13 +396,14 @@ run_stage() {
   [[ ! -f "$record" ]] || mv -f "$record" "$record.before"
   log "stage $n ($name): $*"
   { printf '%q ' "$@"; echo; } > "$exp_dir/.done/$n.$name.cmd"
+  stage_record snapshot "$n" "$name"
   local start=$SECONDS
   dispatch "$n" "$name" "$@" && status=0 || status=$?
   if (( status != 0 )); then
     log "ERROR: stage $n ($name) failed (exit $status); fix the problem above and re-run with --stage $n"
     exit "$status"
   fi
-  write_stage_record "$n" "$name" "$options"
+  stage_record write "$n" "$name" "$options"
   seen_now[$n.$name]=1
   log "stage $n ($name): finished in $((SECONDS - start)) s"
 }
@@ -434,8 +440,8 @@ adopt_marker() {
   if [[ $(head -c 10 "$marker") == "# finished" ]]; then
     [[ "$(tail -n +2 "$marker" | grep -v '^exp_name=' | sort)" == "$(grep -v '^exp_name=' <<< "$options" | sort)" ]] || return 1
   fi
-  touch "$exp_dir/.done/$n.$name.cmd"  # the records already there are not its own
-  write_stage_record "$n" "$name" "$options"
+  stage_record snapshot "$n" "$name"  # the records already there are not its own
+  stage_record write "$n" "$name" "$options"
   rm -f "$marker"
   log "stage $n ($name): done already (marker of an older run.sh, now $exp_dir/.done/$n.$name.record.json), skipping"
   seen_now[$n.$name]=1

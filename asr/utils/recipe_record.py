@@ -16,24 +16,33 @@ with its size. Stdlib only, so that run.sh's check starts in a few tens of milli
 
     python -m asr.utils.recipe_record check RECORD < OPTIONS
         exit 0: done; exit 1: the changes, one indented line each, on stdout
-    python -m asr.utils.recipe_record write RECORD --since FILE [--root DIR]... [--previous OLD]
+    python -m asr.utils.recipe_record snapshot RECORD [--root DIR]... [--exp DIR]
+        before the stage runs: the stage records there now and their mtimes, in RECORD.snapshot
+    python -m asr.utils.recipe_record write RECORD [--root DIR]... [--exp DIR] [--previous OLD]
                                            [--after RECORD]... < OPTIONS
+        after it succeeded: the records that are new or changed since the snapshot are its own
+        (a comparison of mtimes with mtimes, so a node whose clock differs does not matter)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
+from asr.utils.atomic import write_text
 from asr.utils.record import SUFFIX, input_changed, input_identity, output_damage, read_record, save_record
 
 STAGE = "run.sh"
 # Directories never searched for a stage's records: run.sh's own, and a training's earlier runs.
 SKIPPED_DIRS = {".done", "previous"}
+# What marks an experiment's directory (run.sh's lock): another experiment's records are not
+# this stage's, even when that experiment runs at the same time.
+EXPERIMENT_MARK = ".run.lock"
 
 
 def option_changes(recorded: list[str], options: list[str]) -> list[str]:
@@ -56,15 +65,22 @@ def changes(record_file: Path, options: list[str]) -> list[str]:
     return found
 
 
-def records_written_since(roots: Iterable[str], since_ns: int) -> Iterator[Path]:
-    """The stage records under `roots` (symbolic links followed) written at or after `since_ns`."""
+def stage_records(roots: Iterable[str], own_exp: str | None) -> dict[str, int]:
+    """{path: mtime_ns} of the stage records under `roots` (symbolic links followed), other
+    experiments' directories left out."""
+    found = {}
+    own = os.path.abspath(own_exp) if own_exp else None
     for root in roots:
         for directory, dirs, files in os.walk(root, followlinks=True):
+            if EXPERIMENT_MARK in files and os.path.abspath(directory) != own:
+                dirs[:] = []
+                continue
             dirs[:] = [d for d in dirs if d not in SKIPPED_DIRS]
             for name in files:
-                path = Path(directory, name)
-                if name.endswith(SUFFIX) and path.stat().st_mtime_ns >= since_ns:
-                    yield Path(os.path.abspath(path))
+                if name.endswith(SUFFIX):
+                    path = os.path.abspath(os.path.join(directory, name))
+                    found[path] = os.stat(path).st_mtime_ns
+    return found
 
 
 def stage_record(options: list[str], sources: list[Path], after: list[str]) -> dict:
@@ -92,34 +108,51 @@ def stage_record(options: list[str], sources: list[Path], after: list[str]) -> d
     }
 
 
-def sources_of(since_file: Path, roots: list[str], previous: Path | None) -> list[Path]:
-    """The records the stage wrote since `since_file` was made, and the previous run's still there."""
-    found = dict.fromkeys(records_written_since(roots, since_file.stat().st_mtime_ns))
+def snapshot_path(record_file: Path) -> Path:
+    return record_file.with_name(record_file.name + ".snapshot")
+
+
+def sources_of(now: dict[str, int], before: dict[str, int], previous: Path | None) -> list[Path]:
+    """The records the stage wrote (new or changed since the snapshot `before`), and those of
+    its previous run still there."""
+    found = dict.fromkeys(Path(path) for path, mtime in now.items() if before.get(path) != mtime)
     old = read_record(previous) if previous else None
     for source in (old or {}).get("sources", []):
         found.setdefault(Path(source))
     return [path for path in found if read_record(path) is not None]
 
 
+def read_snapshot(path: Path) -> dict[str, int]:
+    """The snapshot taken before the stage ran; none (every record counts as new) when missing."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m asr.utils.recipe_record", description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("check", "write"))
+    parser.add_argument("action", choices=("check", "snapshot", "write"))
     parser.add_argument("record", type=Path)
-    parser.add_argument("--since", type=Path, help="a file made just before the stage started")
     parser.add_argument("--root", action="append", default=[], help="where the stage's records may be")
+    parser.add_argument("--exp", help="this experiment's directory (other experiments' are left out)")
     parser.add_argument("--previous", type=Path, help="the stage's record from its previous run")
     parser.add_argument("--after", action="append", default=[], help="a record of an earlier stage")
     args = parser.parse_args(argv)
+    roots = args.root or ["."]
+    if args.action == "snapshot":
+        write_text(snapshot_path(args.record), json.dumps(stage_records(roots, args.exp)))
+        return 0
     options = sorted(line for line in sys.stdin.read().splitlines() if line)
     if args.action == "check":
         found = changes(args.record, options)
         if found:
             print("\n".join(found))
         return 1 if found else 0
-    if args.since is None:
-        parser.error("write needs --since")
-    sources = sources_of(args.since, args.root or ["."], args.previous)
+    snapshot = snapshot_path(args.record)
+    sources = sources_of(stage_records(roots, args.exp), read_snapshot(snapshot), args.previous)
     save_record(args.record, stage_record(options, sources, args.after))
+    snapshot.unlink(missing_ok=True)
     return 0
 
 
