@@ -18,7 +18,7 @@
 #   --exp-root DIR              the same for exp/
 #   --config FILE               options read before the command line's (default: db.conf in the
 #                               recipe dir, if there is one); see read_config_file
-#   --force                     re-run stages even if they are done
+#   --force                     re-run the stages in range even if their records say done
 #   anything else               a Hydra override passed to every stage (key=value)
 #
 # Every option value is one word from the command line to the stage it reaches: paths may hold
@@ -26,12 +26,13 @@
 # Numeric options must be integers and are checked before use, never evaluated as shell code.
 # A mistake in the options exits with status 2; a failed stage exits with that stage's status.
 #
-# Done markers: a stage that finished writes exp/NAME/.done/<N>.<stage> holding the options it
-# ran with (its command line less the overrides of config groups it does not read). A re-run
-# skips a done stage whose options are the same; with other options it says which changed and
-# runs the stage again. A stage that runs removes the markers of the stages after it (they
-# used its outputs), so they run again too. The stages whose outputs experiments share also
-# leave a marker in data/.done/ (see "shared stages" below), so a new --exp skips them.
+# Stage records: a stage that finished has exp/NAME/.done/<N>.<stage>.record.json, the options
+# it ran with, the files it read and those it wrote, taken from the records the stage itself
+# wrote (see "stage records" below, and docs/architecture.md#stage-records). A re-run skips a
+# stage whose options and inputs are the same and whose outputs are there; otherwise it says
+# what changed and runs the stage again, and so the stages that read what it remade. The
+# stages whose outputs experiments share keep their record in data/.done/ too, so a new --exp
+# skips them.
 
 set -euo pipefail
 
@@ -277,7 +278,16 @@ override_value() {
   printf '%s' "$value"
 }
 
-# --- done markers -------------------------------------------------------------------------
+# --- stage records: is a stage done? ------------------------------------------------------
+# One rule, the stages' own (asr/utils/record.py): a stage is done when its record names the
+# options it ran with and its inputs' identity, those inputs are unchanged and its outputs are
+# there. run_stage keeps that record for the whole stage in exp/NAME/.done/<N>.<stage>.record.json
+# (asr/utils/recipe_record.py), written after the stage succeeded from the records the stage
+# wrote while it ran: their inputs (data/train/text for the tokenizer; the text, features and
+# tokenizer model for training) and their outputs. Editing an input or an option therefore runs
+# again exactly the stages that read it, and those that read what they remake. A stage whose
+# records name no input (synth, prepare, decode, score) takes the records of the stages before
+# it as its inputs: it runs again whenever one of them ran again.
 
 # The config groups each stage reads: an override of any other group does not make a done
 # stage run again. Overrides outside these groups (exp_name, seed, device, experiment=...)
@@ -296,14 +306,20 @@ declare -A stage_groups=(
   [decode_greedy]="data features tokenizer lm model train distributed decode"
   [score]="data decode score" [score_greedy]="data decode score"
 )
-# Stages that only check: running them again does not change what the later stages use.
+# Stages that only check: running them again does not change what the later stages use, so
+# they are nobody's input.
 declare -A checks_only=([validate]=1)
+# The stages whose outputs (data/, feats/, lang/) every experiment of a recipe shares: their
+# record is copied to data/.done/, and a new --exp takes it instead of running them again.
+shared_stages=" synth prepare validate perturb features tokenizer lm lang "
 
 # stage_options NAME COMMAND...: the words that decide a stage's result, one per line, quoted.
+# A shared stage's leave out exp_name: its outputs are the same for every experiment.
 stage_options() {
-  local name=$1 word key group; shift
+  local name=$1 word group; shift
   local groups=" ${stage_groups[$name]:-$config_groups} "
   for word in "$@"; do
+    [[ "$shared_stages" != *" $name "* || "$word" != exp_name=* ]] || continue
     if [[ "$word" =~ ^[+~]*([A-Za-z_][A-Za-z0-9_]*)([.=]|$) ]]; then
       group=${BASH_REMATCH[1]}
       if [[ "$config_groups" == *" $group "* && "$groups" != *" $group "* ]]; then
@@ -314,106 +330,121 @@ stage_options() {
   done
 }
 
-# marker_differences MARKER OPTIONS: the option lines added (+) and removed (-) since the
-# marker was written; nothing when they are the same, or the marker records no options (old).
-marker_differences() {
-  local marker=$1 options=$2
-  [[ $(head -c 10 "$marker") == "# finished" ]] || return 0
-  diff <(tail -n +2 "$marker" | sort) <(printf '%s\n' "$options" | sort) | sed -n 's/^< /  - /p; s/^> /  + /p' || true
-}
+# stage_changes RECORD OPTIONS: succeeds when RECORD says the stage is done with OPTIONS; else
+# prints what changed, one line each (an option word - or +, an input, an output).
+stage_changes() { python -m asr.utils.recipe_record check "$1" <<< "$2"; }
 
-# invalidate_after N: remove the done markers of the stages numbered above N, except those
-# this run has written (a side stage such as decode_greedy shares its number with decode, but
-# the score stage that ran after decode does not use its output).
-declare -A written_now=()
-invalidate_after() {
-  local n=$1 marker base removed=()
-  for marker in "$exp_dir"/.done/*; do
-    base=${marker##*/}
-    [[ -f "$marker" && "$base" != *.cmd && "${base%%.*}" =~ ^[0-9]+$ && -z "${written_now[$base]:-}" ]] || continue
-    if (( 10#${base%%.*} > n )); then
-      rm -f "$marker"
-      removed+=("$base")
+# earlier_records N NAME: the records of the stages before stage N NAME, the inputs of a stage
+# whose own records name none: those this run.sh went through before it (numbered N or lower;
+# a side stage such as decode_greedy shares decode's number and comes after score, which does not
+# read it), and those numbered below --stage; a shared stage's by its copy in data/.done/, which
+# every experiment's stages read. validate only checks, so it is nobody's input.
+declare -A seen_now=()
+earlier_records() {
+  local n=$1 name=$2 record base number
+  for record in "$exp_dir"/.done/*.record.json; do
+    [[ -f "$record" ]] || continue
+    base=${record##*/}; base=${base%.record.json}; number=${base%%.*}
+    [[ "$number" =~ ^-?[0-9]+$ && "$base" != "$n.$name" && -z "${checks_only[${base#*.}]:-}" ]] || continue
+    if (( number < stage )) || [[ -n "${seen_now[$base]:-}" ]] && (( number <= n )); then
+      # a shared stage's shared copy: what every experiment's stages read
+      [[ "$shared_stages" != *" ${base#*.} "* || ! -f "$(shared_record "$base")" ]] || record=$(shared_record "$base")
+      printf -- '--after\n%s\n' "$record"
     fi
   done
-  invalidate_shared_after "$n"
-  (( ${#removed[@]} == 0 )) || log "stage $n runs, so the stages after it run again (markers removed: ${removed[*]})"
 }
 
-# run_stage N NAME command...: run when N is inside [stage, stop_stage] and not done yet with
-# the same options. The marker is written only after the command succeeded, so an interrupted
-# stage re-runs; a failed stage ends the recipe with the stage's own exit status.
+# stage_record ACTION N NAME [OPTIONS]: `snapshot` the stage records there are before stage N
+# NAME runs; `write` its record after it succeeded, from the records that are new or changed
+# since (a comparison of mtimes with mtimes: a SLURM node's clock does not matter).
+stage_record() {
+  local action=$1 n=$2 name=$3 options=${4:-} record="$exp_dir/.done/$2.$3.record.json" after=()
+  local where=(--root . --root "$(override_value data.data_dir data)" --exp "$exp_dir")
+  if [[ $action == snapshot ]]; then
+    python -m asr.utils.recipe_record snapshot "$record" "${where[@]}"
+    return
+  fi
+  mapfile -t after < <(earlier_records "$n" "$name")
+  python -m asr.utils.recipe_record write "$record" "${where[@]}" --previous "$record.before" "${after[@]}" <<< "$options"
+  rm -f "$record.before"
+  share_record "$name" "$record"
+}
+
+# run_stage N NAME command...: run when N is inside [stage, stop_stage] and the stage is not
+# done (its record, or a shared stage's record from another experiment). The record is moved
+# aside while the stage runs, so an interrupted stage runs again; a failed stage ends the recipe
+# with the stage's own exit status.
 run_stage() {
   local n=$1 name=$2; shift 2
   (( n >= stage && n <= stop_stage )) || return 0
-  local marker="$exp_dir/.done/$n.$name" options changes status
+  local record="$exp_dir/.done/$n.$name.record.json" options changes="" status
   options=$(stage_options "$name" "$@")
-  if [[ -f "$marker" && "$force" != true ]]; then
-    changes=$(marker_differences "$marker" "$options")
-    if [[ -z "$changes" ]]; then
-      log "stage $n ($name): done already ($marker), skipping"
+  if [[ "$force" != true ]]; then
+    if [[ -f "$record" ]] && changes=$(stage_changes "$record" "$options"); then
+      log "stage $n ($name): done already ($record), skipping"
+      seen_now[$n.$name]=1
+      return 0
+    elif reuse_shared_record "$name" "$record" "$options"; then
+      log "stage $n ($name): done already by another experiment ($(shared_record "$n.$name")), skipping"
+      seen_now[$n.$name]=1
+      return 0
+    elif adopt_marker "$n" "$name" "$options"; then
       return 0
     fi
-    log "stage $n ($name): done before with other options; running it again. Changed:"$'\n'"$changes"
-  elif [[ "$force" != true ]] && reuse_shared_marker "$name" "$marker" "$options"; then
-    log "stage $n ($name): done already by another experiment ($(shared_marker "$n.$name")), skipping"
-    return 0
+    [[ -z "$changes" ]] || log "stage $n ($name): done before, but an option or an input changed; running it again. Changed:"$'\n'"$changes"
   fi
-  rm -f "$marker"
-  [[ -n "${checks_only[$name]:-}" ]] || invalidate_after "$n"
+  [[ ! -f "$record" ]] || mv -f "$record" "$record.before"
   log "stage $n ($name): $*"
   { printf '%q ' "$@"; echo; } > "$exp_dir/.done/$n.$name.cmd"
+  stage_record snapshot "$n" "$name"
   local start=$SECONDS
   dispatch "$n" "$name" "$@" && status=0 || status=$?
   if (( status != 0 )); then
     log "ERROR: stage $n ($name) failed (exit $status); fix the problem above and re-run with --stage $n"
     exit "$status"
   fi
-  { echo "# finished $(date '+%Y-%m-%d %H:%M:%S'); the options it ran with:"; printf '%s\n' "$options"; } > "$marker.tmp"
-  mv "$marker.tmp" "$marker"
-  write_shared_marker "$name" "$marker"
-  written_now[$n.$name]=1
+  stage_record write "$n" "$name" "$options"
+  seen_now[$n.$name]=1
   log "stage $n ($name): finished in $((SECONDS - start)) s"
 }
 
 # --- shared stages: a new --exp reuses them -------------------------------------------------
-# The stages below write into data/, feats/ and lang/, which every experiment of a recipe
-# shares. When one finishes it also leaves its marker in data/.done/, less the exp_name line;
-# an experiment without its own marker of that stage takes the shared one, when the options
-# are the same, instead of running the stage again. Kept apart from the marker rule above.
-shared_stages=" synth prepare validate perturb features tokenizer lm lang "
-shared_marker() { printf '%s/.done/%s' "$(override_value data.data_dir data)" "$1"; }
-without_exp_name() { grep -v '^exp_name=' || true; }
+shared_record() { printf '%s/.done/%s.record.json' "$(override_value data.data_dir data)" "$1"; }
 
-# reuse_shared_marker NAME MARKER OPTIONS: copy the shared marker to MARKER if it holds OPTIONS.
-reuse_shared_marker() {
-  local name=$1 marker=$2 options=$3 shared
+# reuse_shared_record NAME RECORD OPTIONS: copy the shared record of a shared stage to RECORD
+# when it says the stage is done with OPTIONS (another experiment ran it, or ran it again).
+reuse_shared_record() {
+  local name=$1 record=$2 options=$3 shared base=${2##*/}
   [[ "$shared_stages" == *" $name "* ]] || return 1
-  shared=$(shared_marker "${marker##*/}")
-  [[ -f "$shared" ]] || return 1
-  [[ "$(tail -n +2 "$shared")" == "$(without_exp_name <<< "$options")" ]] || return 1
-  { head -1 "$shared"; printf '%s\n' "$options"; } > "$marker.tmp"
-  mv "$marker.tmp" "$marker"
+  shared=$(shared_record "${base%.record.json}")
+  [[ -f "$shared" ]] && stage_changes "$shared" "$options" >/dev/null || return 1
+  cp "$shared" "$record.tmp"
+  mv "$record.tmp" "$record"
 }
 
-write_shared_marker() {
-  local name=$1 marker=$2 shared
+share_record() {
+  local name=$1 record=$2 shared base=${2##*/}
   [[ "$shared_stages" == *" $name "* ]] || return 0
-  shared=$(shared_marker "${marker##*/}")
+  shared=$(shared_record "${base%.record.json}")
   mkdir -p "$(dirname "$shared")"
-  { head -1 "$marker"; tail -n +2 "$marker" | without_exp_name; } > "$shared.tmp"
+  cp "$record" "$shared.tmp"
   mv "$shared.tmp" "$shared"
 }
 
-# invalidate_shared_after N: a stage that runs makes the shared markers after it stale.
-invalidate_shared_after() {
-  local n=$1 marker base
-  for marker in "$(shared_marker '')"*; do
-    base=${marker##*/}
-    [[ -f "$marker" && "${base%%.*}" =~ ^[0-9]+$ && -z "${written_now[$base]:-}" ]] || continue
-    (( 10#${base%%.*} > n )) && rm -f "$marker"
-  done
-  return 0
+# adopt_marker N NAME OPTIONS: an experiment run before stage records left exp/NAME/.done/<N>.<stage>
+# (a marker holding the options, or only a date); with the same options (or none recorded) the
+# stage counts as done and its record is written now, from the records already there.
+adopt_marker() {
+  local n=$1 name=$2 options=$3 marker="$exp_dir/.done/$1.$2"
+  [[ -f "$marker" ]] || return 1
+  if [[ $(head -c 10 "$marker") == "# finished" ]]; then
+    [[ "$(tail -n +2 "$marker" | grep -v '^exp_name=' | sort)" == "$(grep -v '^exp_name=' <<< "$options" | sort)" ]] || return 1
+  fi
+  stage_record snapshot "$n" "$name"  # the records already there are not its own
+  stage_record write "$n" "$name" "$options"
+  rm -f "$marker"
+  log "stage $n ($name): done already (marker of an older run.sh, now $exp_dir/.done/$n.$name.record.json), skipping"
+  seen_now[$n.$name]=1
 }
 
 # train_launcher: sets the array `launcher` to plain python for one process, torchrun otherwise.

@@ -16,6 +16,9 @@ directory or up to two above) and raises InputError naming the file and the stag
 its size or sha1 differs from what the stage wrote: a truncated or swapped file is refused
 before any library reads it. A file no record lists (made before records existed, or by hand)
 is read unchecked.
+
+run.sh decides whether a whole stage is done by the same rule, from the records the stage
+wrote: asr/utils/recipe_record.py.
 """
 
 from __future__ import annotations
@@ -101,7 +104,7 @@ def write_record(
         "outputs": {output: output_identity(directory / output, sha1) for output, sha1 in outputs.items()},
     }
     path = record_path(directory, name or stage)
-    _save(path, record)
+    save_record(path, record)
     return path
 
 
@@ -111,7 +114,8 @@ def _key(path: str | os.PathLike) -> str:
     return os.path.abspath(path)
 
 
-def _save(path: Path, record: dict) -> None:
+def save_record(path: Path, record: dict) -> None:
+    """Write `record` to `path` atomically."""
     write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
@@ -124,13 +128,13 @@ def add_outputs(directory: str | os.PathLike, stage: str, rerun: str, outputs: M
     kept = {name: entry for name, entry in record["outputs"].items() if (directory / name).exists()}
     kept.update({name: output_identity(directory / name, checksum) for name, checksum in outputs.items()})
     record["outputs"] = kept
-    _save(record_path(directory, stage), record)
+    save_record(record_path(directory, stage), record)
 
 
 def _drop_output(path: Path, stage: str) -> None:
     record = read_record(record_path(path.parent, stage))
     if record is not None and record["outputs"].pop(path.name, None) is not None:
-        _save(record_path(path.parent, stage), record)
+        save_record(record_path(path.parent, stage), record)
 
 
 @contextlib.contextmanager
@@ -155,7 +159,9 @@ def read_record(path: Path) -> dict | None:
     return record if isinstance(record, dict) and all(k in record for k in keys) else None
 
 
-def _input_changed(path: str, recorded: dict) -> bool:
+def input_changed(path: str, recorded: dict) -> bool:
+    """Whether `path` is no longer the version `recorded` describes (gone, resized, or touched
+    with other contents)."""
     if not os.path.isfile(path):
         return True
     stat = os.stat(path)
@@ -166,7 +172,7 @@ def _input_changed(path: str, recorded: dict) -> bool:
     return "sha1" not in recorded or sha1_of(path) != recorded["sha1"]
 
 
-def _output_damage(path: Path, recorded: dict) -> str | None:
+def output_damage(path: Path, recorded: dict) -> str | None:
     """Why `path` is not what its stage wrote, or None."""
     if not path.is_file():
         return "missing"
@@ -199,10 +205,10 @@ def why_rerun(
     if sorted(record["inputs"]) != sorted(inputs):
         return f"{stage} inputs changed since {path} (now {', '.join(inputs)})"
     for name in inputs:
-        if _input_changed(name, record["inputs"][name]):
+        if input_changed(name, record["inputs"][name]):
             return f"{name} changed since the {stage} stage read it ({path})"
     for name, recorded in record["outputs"].items():
-        damage = _output_damage(directory / name, recorded)
+        damage = output_damage(directory / name, recorded)
         if damage is not None:
             return f"{directory / name}: {damage}"
     return None
@@ -234,7 +240,7 @@ def verify(path: str | os.PathLike, what: str = "file") -> None:
     if found is None:
         return
     directory, record, name = found
-    damage = _output_damage(directory / name, record["outputs"][name])
+    damage = output_damage(directory / name, record["outputs"][name])
     if damage is not None:
         rerun = record.get("rerun") or f"the {record['stage']} stage"
         raise InputError(

@@ -31,6 +31,12 @@ TINY = [
 ]
 
 
+def done_stages(exp_dir: Path) -> list[str]:
+    """The stages run.sh recorded as done in `exp_dir`, as `<N>.<stage>` (from
+    .done/<N>.<stage>.record.json), sorted."""
+    return sorted(p.name.removesuffix(".record.json") for p in (exp_dir / ".done").glob("*.record.json"))
+
+
 class Recipe:
     def __init__(self, root: Path, name: str):
         self.dir = root / "recipes" / name

@@ -19,7 +19,7 @@ import pytest
 from tests.features.test_ivector_recipe import SMALL_IVECTOR
 from tests.features.test_recipes import SMALL_FMLLR
 from tests.recipes import fake_slurm
-from tests.recipes.conftest import TINY, Recipe
+from tests.recipes.conftest import TINY, Recipe, done_stages
 
 pytestmark = pytest.mark.slow
 
@@ -129,7 +129,7 @@ def test_other_stages_are_one_job_and_training_uses_the_sbatch_script(runs):
     assert "torchrun" in srun["argv"] and srun["argv"][srun["argv"].index("--rdzv-id") + 1] == str(train["job"])
     # every job waited for: squeue until the job left the queue, then sacct for its tasks' states
     assert fake_slurm.calls(slurm.state, "sacct")
-    done = sorted(p.name for p in (slurm.dir / "exp/base/.done").iterdir() if not p.name.endswith(".cmd"))
+    done = done_stages(slurm.dir / "exp/base")
     assert done == [
         "-1.synth",
         "0.prepare",
@@ -161,8 +161,8 @@ def test_data_and_exp_roots_and_the_written_once_options(runs):
         assert (local.dir / name).is_symlink() and (local.dir / name).resolve() == root / "disk1" / name
     assert (local.dir / "exp").resolve() == root / "disk2/exp"
     assert (root / "disk1/feats/logmel40/train/feats.scp").is_file()
-    assert (root / "disk2/exp/base/.done/3.tokenizer").is_file()
-    assert "synth=tiny" in (root / "disk2/exp/base/.done/-1.synth").read_text()  # from db.conf
+    assert (root / "disk2/exp/base/.done/3.tokenizer.record.json").is_file()
+    assert "synth=tiny" in json.loads((root / "disk2/exp/base/.done/-1.synth.record.json").read_text())["options"]  # from db.conf
     # the mini recipe's synthetic corpus follows the data root too
     assert (local.dir / "corpus").resolve() == root / "disk1/corpus" and (root / "disk1/corpus/LDC97S62").is_dir()
 
@@ -176,7 +176,7 @@ def test_a_new_experiment_reuses_the_shared_stages(runs):
     proc = local.run("--exp", "second", *FIRST)
     for n, name in enumerate(("synth", "prepare", "validate", "features", "tokenizer"), start=-1):
         assert f"stage {n} ({name}): done already by another experiment" in proc.stderr, name
-    assert (local.dir / "exp/second/.done/2.features").is_file()
+    assert (local.dir / "exp/second/.done/2.features.record.json").is_file()
     # a data option changes what prepare makes: it runs again, and the stages after it
     proc = local.run("--exp", "third", "--stop-stage", "1", "data.dev_utts=15")
     assert "stage 0 (prepare): done already" not in proc.stderr and "stage 0 (prepare): python" in proc.stderr
@@ -199,7 +199,7 @@ def test_a_failed_task_ends_the_recipe_with_one_line_naming_its_log(tmp_path):
     )
     assert "lost its node" in log.read_text()
     assert not (recipe.dir / "exp/f/log/2.features.slurm/merge.log").exists()  # the merge never ran
-    assert not (recipe.dir / "exp/f/.done/2.features").exists() and "stage 3" not in proc.stderr
+    assert not (recipe.dir / "exp/f/.done/2.features.record.json").exists() and "stage 3" not in proc.stderr
     assert str(merge["job"]) in " ".join(c["argv"][0] for c in fake_slurm.calls(recipe.state, "scancel"))
 
 

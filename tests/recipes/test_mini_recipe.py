@@ -1,5 +1,6 @@
-"""The mini recipe end to end on the tiny synthetic corpus: stages, markers, skipping, WER files,
-and kill-during-training then resume."""
+"""The mini recipe end to end on the tiny synthetic corpus: stages, their records, skipping (and
+running again exactly the stages an edited input reaches), WER files, and kill-during-training
+then resume."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.recipes.conftest import TINY
+from tests.recipes.conftest import TINY, done_stages
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +45,7 @@ def test_stages_run_one_by_one_then_skip(mini_recipe):
         n, stage = numbered(name)
         proc = r.run("--exp", "smoke", "--stage", str(n), "--stop-stage", str(n), *TINY)
         assert f"stage {n} ({stage})" in proc.stderr
-        assert (r.dir / "exp/smoke/.done" / name).is_file(), f"no marker after stage {name}"
+        assert (r.dir / "exp/smoke/.done" / f"{name}.record.json").is_file(), f"no record after stage {name}"
 
     # The Kaldi data dirs and features exist and agree.
     train_utts = (r.dir / "data/train/utt2spk").read_text().splitlines()
@@ -75,7 +76,7 @@ def test_stages_run_one_by_one_then_skip(mini_recipe):
 
     # Beside the LM decode, greedy decoding is scored for comparison, in its own dir.
     for name in ("7.decode_greedy", "8.score_greedy"):
-        assert (exp / ".done" / name).is_file(), name
+        assert (exp / ".done" / f"{name}.record.json").is_file(), name
     greedy = json.loads((exp / "decode_eval2000_greedy/wer.json").read_text())
     # The same references; SCTK counts a GLM alternative's words as the hypothesis matched them.
     assert greedy["total"]["words"] == pytest.approx(wer["total"]["words"], rel=0.01)
@@ -89,6 +90,26 @@ def test_stages_run_one_by_one_then_skip(mini_recipe):
     assert proc.stdout.count("| total |") == 2
     commands = (exp / "commands.log").read_text().splitlines()
     assert len(commands) == len(STAGES) + 1 and "--exp smoke" in commands[-1]
+
+
+def test_an_edited_transcript_reruns_the_stages_that_read_it_and_not_the_features(mini_recipe):
+    r = mini_recipe
+    r.run("--exp", "smoke", "--stop-stage", "5", *TINY)  # done already after the test above
+    text = r.dir / "data/train/text"
+    lines = text.read_text().splitlines()
+    first = lines[0].split()
+    lines[0] = " ".join([*first, first[-1]])  # one word more in one transcript
+    text.write_text("\n".join(lines) + "\n")
+
+    proc = r.run("--exp", "smoke", "--stop-stage", "5", *TINY)
+    for n, stage in ((3, "tokenizer"), (4, "lm"), (5, "train")):
+        assert f"stage {n} ({stage}): done before, but an option or an input changed" in proc.stderr, proc.stderr
+        assert f"stage {n} ({stage}): finished" in proc.stderr
+    assert f"  input {text}" in proc.stderr  # the log names the file that changed
+    for n, stage in ((-1, "synth"), (0, "prepare"), (1, "validate"), (2, "features"), (4, "lang")):
+        assert f"stage {n} ({stage}): done already" in proc.stderr, stage
+    proc = r.run("--exp", "smoke", "--stop-stage", "5", *TINY)
+    assert proc.stderr.count("done already") == 8  # synth .. train
 
 
 def _wait_for(predicate, timeout: float, what: str, proc, log) -> None:
@@ -142,7 +163,7 @@ def test_killed_training_resumes_from_last_checkpoint(mini_recipe, tmp_path):
     while _running_in_group(proc.pid) and time.time() < deadline:
         time.sleep(0.1)
     assert not _running_in_group(proc.pid)
-    assert not (r.dir / "exp/kill/.done/5.train").exists(), "a killed stage must not look finished"
+    assert not (r.dir / "exp/kill/.done/5.train.record.json").exists(), "a killed stage must not look finished"
     assert not (ckpt_dir / "last.pt").exists()
     saved = max(torch.load(p, weights_only=True)["step"] for p in ckpt_dir.glob("step-*.pt"))
 
@@ -159,7 +180,7 @@ def test_killed_training_resumes_from_last_checkpoint(mini_recipe, tmp_path):
     train_steps = [int(row["step"]) for row in rows if row["train_loss"]]
     assert train_steps == list(range(1, final["step"] + 1))
     assert sum(1 for row in rows if row["dev_loss"]) == 6
-    assert (r.dir / "exp/kill/.done/5.train").is_file()
+    assert (r.dir / "exp/kill/.done/5.train.record.json").is_file()
 
 
 def test_missing_corpus_fails_naming_the_path(mini_recipe):
@@ -169,15 +190,15 @@ def test_missing_corpus_fails_naming_the_path(mini_recipe):
     assert proc.returncode != 0
     assert "/nonexistent/LDC97S62" in proc.stderr
     assert "stage 0 (prepare) failed" in proc.stderr
-    assert not (mini_recipe.dir / "exp/bad/.done/0.prepare").exists()
+    assert not (mini_recipe.dir / "exp/bad/.done/0.prepare.record.json").exists()
 
 
 def test_hybrid_ce_trains_on_the_synthesisers_phone_targets(mini_recipe):
     r = mini_recipe
     proc = r.run("--exp", "hybrid", "experiment=hybrid_ce", *TINY)
-    done = r.dir / "exp/hybrid/.done"
-    assert (done / "2.phone_ali").is_file() and (done / "5.train").is_file()
-    assert not (done / "6.tune").exists() and "the recipe ends here" in proc.stderr
+    done = done_stages(r.dir / "exp/hybrid")
+    assert "2.phone_ali" in done and "5.train" in done
+    assert "6.tune" not in done and "the recipe ends here" in proc.stderr
     phones = (r.dir / "exp/hybrid/phone_ali/phones.txt").read_text().splitlines()
     train_log = (r.dir / "exp/hybrid/log/train.log").read_text()
     # every utterance has its targets, and the model has one output per phone
@@ -207,7 +228,7 @@ TINY_GMM = [
 def test_hybrid_trains_on_the_triphone_states_and_decodes_with_their_graph(mini_recipe):
     r = mini_recipe
     proc = r.run("--exp", "gmmhyb", "experiment=hybrid", *TINY, *TINY_GMM)
-    done = r.dir / "exp/gmmhyb/.done"
+    done = done_stages(r.dir / "exp/gmmhyb")
     stages = (
         "4.lang",
         "4.mono",
@@ -220,7 +241,7 @@ def test_hybrid_trains_on_the_triphone_states_and_decodes_with_their_graph(mini_
         "8.score",
     )
     for stage in stages:
-        assert (done / stage).is_file(), f"no marker {stage}:\n{proc.stderr[-3000:]}"
+        assert stage in done, f"no record of {stage}:\n{proc.stderr[-3000:]}"
     tri1 = json.loads((r.dir / "exp/tri1/summary.json").read_text())
     train_log = (r.dir / "exp/gmmhyb/log/train.log").read_text()
     # the BLSTM has one output per triphone state, read from tri1's final.mdl

@@ -1,12 +1,14 @@
 """scripts/recipe.sh on its own, with stand-in stages (seconds, no corpus): option values reach
 the stages as one word, numeric options are checked and never evaluated, the command log is
-replayable, and done markers re-run a stage whose options changed (and the stages after it)."""
+replayable, and a stage's record (exp/NAME/.done/<N>.<stage>.record.json) runs it again when an
+option or an input changed, and the stages that read what it remade."""
 
 from __future__ import annotations
 
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -37,8 +39,10 @@ AWKWARD = [
     "=eq=",
 ]
 
-# A recipe whose stages only record what they were given: `stage.py NAME WORDS...` appends
-# NAME and its words to ran.txt; the stage named in FAIL exits 3.
+# A recipe whose stages only record what they were given: `record NAME WORDS...` appends NAME
+# and its words to ran.txt; the stage named in FAIL exits 3; prepare writes data/train/text
+# once. `tokenize` stands for a stage that names its input in its own stage record, as the real
+# ones do (asr/utils/record.py): it reads data/train/text and writes lang/tokens.txt.
 FAKE_RECIPE = r"""#!/usr/bin/env bash
 here=$PWD
 cd "$(dirname "$0")"
@@ -51,16 +55,26 @@ parse_options "$@"
 corpus_overrides "$here" data=swb2000
 record() {{ python3 -c 'import json, os, sys; name = sys.argv[1]
 open("ran.txt", "a").write(json.dumps(sys.argv[1:]) + "\n")
+if name == "prepare" and not os.path.exists("data/train/text"):
+    os.makedirs("data/train", exist_ok=True)
+    open("data/train/text", "w").write("u1 a b\n")
 sys.exit(3 if os.environ.get("FAIL") == name else 0)' "$@"; }}
+tokenize() {{ python -c 'import json, os
+from asr.utils.record import write_record
+open("ran.txt", "a").write(json.dumps(["tokenizer"]) + "\n")
+os.makedirs("lang", exist_ok=True)
+open("lang/tokens.txt", "w").write(" ".join(sorted(set(open("data/train/text").read().split()))))
+write_record("lang", "tokenizer", "stand-in", {{}}, ["data/train/text"], {{"tokens.txt": True}})'; }}
 run_stage 0 prepare   record prepare "${{overrides[@]}}"
 run_stage 1 validate  record validate "$(override_value data.data_dir data)/train"
+run_stage 1 tokenizer tokenize
 run_stage 2 train     record train "${{overrides[@]}}"
 run_stage 3 decode    record decode "${{overrides[@]}}"
 run_stage 4 score     record score "${{overrides[@]}}"
 run_stage 3 decode_greedy record decode_greedy "${{overrides[@]}}"
 run_stage 4 score_greedy  record score_greedy "${{overrides[@]}}"
 """
-ALL = ["prepare", "validate", "train", "decode", "score", "decode_greedy", "score_greedy"]
+ALL = ["prepare", "validate", "tokenizer", "train", "decode", "score", "decode_greedy", "score_greedy"]
 
 
 @pytest.fixture
@@ -178,13 +192,17 @@ def test_done_stage_reruns_when_its_options_change_and_the_later_stages_follow(f
     assert [r[0] for r in ran(fake)] == ALL
     # a side stage (decode_greedy, numbered like decode) leaves the score that ran before it done
     assert sorted(p.name for p in (fake / "exp/d/.done").iterdir() if p.suffix != ".cmd") == [
-        "0.prepare",
-        "1.validate",
-        "2.train",
-        "3.decode",
-        "3.decode_greedy",
-        "4.score",
-        "4.score_greedy",
+        f"{stage}.record.json"
+        for stage in (
+            "0.prepare",
+            "1.tokenizer",
+            "1.validate",
+            "2.train",
+            "3.decode",
+            "3.decode_greedy",
+            "4.score",
+            "4.score_greedy",
+        )
     ]
 
     proc = run(fake, "--exp", "d", "train.epochs=1")
@@ -193,23 +211,48 @@ def test_done_stage_reruns_when_its_options_change_and_the_later_stages_follow(f
     # A train option: prepare does not read the train group; train runs again, then decode.
     proc = run(fake, "--exp", "d", "train.epochs=2")
     assert [r[0] for r in ran(fake)] == ["train", "decode", "score", "decode_greedy", "score_greedy"]
-    assert "stage 2 (train): done before with other options" in proc.stderr
+    assert "stage 2 (train): done before, but an option or an input changed; running it again" in proc.stderr
     assert "- train.epochs=1" in proc.stderr and "+ train.epochs=2" in proc.stderr
 
-    # A data option re-runs prepare, and so every stage after it.
+    # A data option re-runs prepare, and so every stage after it that names no inputs; the
+    # tokenizer names its one input, which prepare left as it was.
     assert run(fake, "--exp", "d", "train.epochs=2", "data.dev_utts=5").returncode == 0
-    assert [r[0] for r in ran(fake)] == ALL
+    assert [r[0] for r in ran(fake)] == [s for s in ALL if s != "tokenizer"]
 
     # An option only scoring reads: the scores run again, nothing before them.
     assert run(fake, "--exp", "d", "train.epochs=2", "data.dev_utts=5", "score.per_speaker=false").returncode == 0
     assert [r[0] for r in ran(fake)] == ["score", "score_greedy"]
 
 
-def test_failed_stage_exits_with_its_status_and_leaves_no_marker(fake):
+def test_an_edited_input_reruns_the_stage_reading_it_and_those_after_it(fake):
+    assert run(fake, "--exp", "e").returncode == 0
+    ran(fake)
+    text = fake / "data/train/text"
+    os.utime(text)  # touched, the same bytes: nothing changed
+    assert run(fake, "--exp", "e").returncode == 0 and ran(fake) == []
+
+    text.write_text("u1 a c\n")
+    proc = run(fake, "--exp", "e")
+    # the tokenizer names data/train/text; train names no input, so it follows what ran before it
+    assert [r[0] for r in ran(fake)] == ALL[2:]
+    assert "stage 1 (tokenizer): done before, but an option or an input changed" in proc.stderr
+    assert f"  input {text}" in proc.stderr
+    assert "stage 0 (prepare): done already" in proc.stderr and "stage 1 (validate): done already" in proc.stderr
+
+    (fake / "lang/tokens.txt").unlink()  # an output gone: its stage runs again
+    proc = run(fake, "--exp", "e")
+    assert [r[0] for r in ran(fake)] == ALL[2:] and f"output {fake}/lang/tokens.txt: missing" in proc.stderr
+
+    assert run(fake, "--exp", "e", "--force").returncode == 0
+    assert [r[0] for r in ran(fake)] == ALL
+
+
+def test_failed_stage_exits_with_its_status_and_leaves_no_record(fake):
     env = dict(os.environ, FAIL="train")
     proc = run(fake, "--exp", "f", env=env)
     assert proc.returncode == 3 and "stage 2 (train) failed (exit 3)" in proc.stderr
-    assert (fake / "exp/f/.done/0.prepare").is_file() and not (fake / "exp/f/.done/2.train").exists()
+    done = fake / "exp/f/.done"
+    assert (done / "0.prepare.record.json").is_file() and not (done / "2.train.record.json").exists()
     ran(fake)
     assert run(fake, "--exp", "f").returncode == 0
     assert [r[0] for r in ran(fake)] == ["train", "decode", "score", "decode_greedy", "score_greedy"]
@@ -218,10 +261,16 @@ def test_failed_stage_exits_with_its_status_and_leaves_no_marker(fake):
 def test_markers_of_older_recipes_still_count_as_done(fake):
     assert run(fake, "--exp", "o").returncode == 0
     ran(fake)
-    for marker in (m for m in (fake / "exp/o/.done").iterdir() if m.suffix != ".cmd"):
-        marker.write_text("2024-01-01 00:00:00\n")  # what the recipes wrote before options were recorded
-    assert run(fake, "--exp", "o", "train.epochs=9").returncode == 0
-    assert ran(fake) == []
+    shutil.rmtree(fake / "data/.done")
+    records = sorted((fake / "exp/o/.done").glob("*.record.json"))
+    for record in records:
+        record.unlink()  # what the recipes wrote before stage records: a marker with the date
+        record.with_name(record.name.removesuffix(".record.json")).write_text("2024-01-01 00:00:00\n")
+    proc = run(fake, "--exp", "o", "train.epochs=9")
+    assert proc.returncode == 0 and ran(fake) == [], proc.stderr
+    assert sorted((fake / "exp/o/.done").glob("*.record.json")) == records
+    assert proc.stderr.count("marker of an older run.sh") == len(ALL)
+    assert run(fake, "--exp", "o", "train.epochs=9").returncode == 0 and ran(fake) == []
 
 
 def test_the_real_recipes_use_the_checked_options(tmp_path):
@@ -255,6 +304,7 @@ def test_a_second_run_of_the_same_experiment_is_refused_naming_the_first(fake):
         holder.wait()
     proc = run(fake, "--exp", "l")
     assert proc.returncode == 0  # the lock ends with its holder: nothing stale
-    # prepare and validate (shared data/) were done by --exp other: a new experiment reuses them
-    assert [r[0] for r in ran(fake)] == ALL[2:]
+    # prepare, validate and tokenizer (shared data/, lang/) were done by --exp other: a new
+    # experiment reuses them
+    assert [r[0] for r in ran(fake)] == ALL[3:]
     assert "stage 0 (prepare): done already by another experiment" in proc.stderr

@@ -12,7 +12,7 @@ import pytest
 
 from asr.data.datadir import read_data_dir
 from asr.data.validate import validate_data_dir
-from tests.recipes.conftest import Recipe
+from tests.recipes.conftest import Recipe, done_stages
 from tests.fixtures.swb_corpus import quirky_corpus, swb_recipes
 
 pytestmark = pytest.mark.slow
@@ -24,7 +24,7 @@ def swb2000():
 
 
 def test_every_stage_done_and_its_output_valid(swb2000):
-    done = sorted(p.name for p in (swb2000.dir / "exp/tiny/.done").iterdir() if not p.name.endswith(".cmd"))
+    done = done_stages(swb2000.dir / "exp/tiny")
     assert done == [
         "0.prepare",
         "1.validate",

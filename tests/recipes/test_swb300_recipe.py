@@ -12,7 +12,7 @@ import pytest
 from asr.data.audio import parse_wav_scp_entry
 from asr.data.datadir import read_data_dir
 from asr.data.validate import validate_data_dir
-from tests.recipes.conftest import Recipe
+from tests.recipes.conftest import Recipe, done_stages
 from tests.fixtures.swb_corpus import TINY_SWB, corpus_options, quirky_corpus, quirks_done, swb_recipes
 
 pytestmark = pytest.mark.slow
@@ -24,7 +24,7 @@ def swb300():
 
 
 def test_every_stage_done_and_its_output_valid(swb300):
-    done = sorted(p.name for p in (swb300.dir / "exp/tiny/.done").iterdir() if not p.name.endswith(".cmd"))
+    done = done_stages(swb300.dir / "exp/tiny")
     assert done == [
         "0.prepare",
         "1.validate",

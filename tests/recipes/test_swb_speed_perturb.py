@@ -7,7 +7,7 @@ import pytest
 
 from asr.data.datadir import read_data_dir
 from tests.fixtures.swb_corpus import TINY_SWB, corpus_options, quirky_corpus
-from tests.recipes.conftest import REPO, Recipe
+from tests.recipes.conftest import REPO, Recipe, done_stages
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +20,7 @@ def test_speed_perturbed_training_set_from_db_conf(tmp_path):
 
     proc = recipe.run("--exp", "sp", "--stop-stage", "2")
     assert "options from" in proc.stderr and "db.conf" in proc.stderr
-    done = sorted(p.name for p in (recipe.dir / "exp/sp/.done").iterdir() if not p.name.endswith(".cmd"))
+    done = done_stages(recipe.dir / "exp/sp")
     assert done == ["0.prepare", "1.validate", "2.features", "2.perturb"]
 
     train = read_data_dir(recipe.dir / "data/train_nodup")

@@ -198,7 +198,7 @@ def extract_set(
     if (data_dir / "wav.scp").is_file():
         commands.check_table(data_dir / "wav.scp", shell_command)  # refused here, or logged, before any work
     recorded = _provenance(data_dir, options, cmvn_unit, deltas, compress)
-    reason = "forced" if force else _why_incomplete(out_dir, recorded)
+    reason = "forced" if force else _why_incomplete(data_dir, out_dir, recorded)
     if reason is None:
         log.info("%s: complete already (%s), skipping; features.force=true recomputes it", data_dir.name, out_dir)
         return SetSummary(data_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
@@ -385,7 +385,7 @@ def _finish_set(
     for file_name, content in recorded.items():
         if content:  # an empty record means "must not exist" (see _provenance)
             (tmp / file_name).write_text(content)
-    write_record(tmp, STAGE, RERUN, recorded, [], outputs_of(tmp))
+    write_record(tmp, STAGE, RERUN, recorded, source_files(data_dir), outputs_of(tmp))
     return SetSummary(name, total.utterances, total.frames, total.seconds, 0.0, skipped)
 
 
@@ -416,16 +416,28 @@ def _provenance(
     }
 
 
-def _why_incomplete(out_dir: Path, recorded: dict[str, str]) -> str | None:
+def source_files(data_dir: Path) -> list[Path]:
+    """The data dir's files a set is made from: its record names them as inputs."""
+    return [data_dir / name for name in SOURCE_FILES if (data_dir / name).is_file()]
+
+
+def _why_incomplete(data_dir: Path, out_dir: Path, recorded: dict[str, str]) -> str | None:
     """None when the set's stage record says it is complete and made from `recorded` (the
-    options and the data dir's checksum), else the reason. A set extracted before stage
-    records existed is taken as complete when its own files say so, and recorded now."""
+    options and the data dir's checksum) and the data dir's files, else the reason. A set
+    extracted before stage records existed is taken as complete when its own files say so, and
+    one recorded before records named the data dir's files when its checksum matches; both are
+    recorded now."""
     if not out_dir.is_dir():
         return "not extracted yet"
+    inputs = source_files(data_dir)
     if not record_path(out_dir, STAGE).is_file() and _unrecorded_set_complete(out_dir, recorded):
-        write_record(out_dir, STAGE, RERUN, recorded, [], outputs_of(out_dir))
+        write_record(out_dir, STAGE, RERUN, recorded, inputs, outputs_of(out_dir))
         return None
-    return why_rerun(out_dir, STAGE, recorded, [])
+    reason = why_rerun(out_dir, STAGE, recorded, inputs)
+    if reason is not None and inputs and why_rerun(out_dir, STAGE, recorded, []) is None:
+        write_record(out_dir, STAGE, RERUN, recorded, inputs, outputs_of(out_dir))
+        return None
+    return reason
 
 
 def _unrecorded_set_complete(out_dir: Path, recorded: dict[str, str]) -> bool:

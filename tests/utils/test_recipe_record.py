@@ -1,0 +1,82 @@
+"""run.sh's record of a stage (asr/utils/recipe_record.py): made from the records the stage wrote,
+done while the options, the inputs those records name and the outputs they list are the same."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+from asr.utils.recipe_record import main
+from asr.utils.record import write_record
+
+
+def run(monkeypatch, *argv: str, options: str = "") -> int:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(options))
+    return main(list(argv))
+
+
+def tokenizer_stage(root) -> None:
+    """What a tokenizer stage leaves: lang/tok.model and its record naming data/train/text."""
+    (root / "lang").mkdir(exist_ok=True)
+    (root / "lang/tok.model").write_text("model of " + (root / "data/train/text").read_text())
+    write_record(root / "lang", "tokenizer", "rerun", {}, [root / "data/train/text"], {"tok.model": True})
+
+
+def test_the_record_takes_the_stages_records_and_follows_their_inputs(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data/train").mkdir(parents=True)
+    text = tmp_path / "data/train/text"
+    text.write_text("u1 a b\n")
+    (tmp_path / "exp/other").mkdir(parents=True)
+    (tmp_path / "exp/other/.run.lock").touch()
+    record = tmp_path / "exp/base/.done/3.tokenizer.record.json"
+    record.parent.mkdir(parents=True)
+    (tmp_path / "exp/base/.run.lock").touch()
+
+    assert run(monkeypatch, "snapshot", str(record), "--exp", "exp/base") == 0
+    tokenizer_stage(tmp_path)
+    write_record(tmp_path / "exp/other", "train", "rerun", {}, [text], {})  # another experiment, meanwhile
+    assert run(monkeypatch, "write", str(record), "--exp", "exp/base", options="tokenizer.vocab_size=60\n") == 0
+    written = json.loads(record.read_text())
+    assert list(written["inputs"]) == [str(text)]
+    assert list(written["outputs"]) == [str(tmp_path / "lang/tok.model")]
+    assert written["sources"] == [str(tmp_path / "lang/tokenizer.record.json")]
+
+    assert run(monkeypatch, "check", str(record), options="tokenizer.vocab_size=60\n") == 0
+    os.utime(text, ns=(1, 1))  # touched: the same bytes
+    assert run(monkeypatch, "check", str(record), options="tokenizer.vocab_size=60\n") == 0
+    capsys.readouterr()
+
+    assert run(monkeypatch, "check", str(record), options="tokenizer.vocab_size=80\n") == 1
+    assert capsys.readouterr().out.splitlines() == ["  - tokenizer.vocab_size=60", "  + tokenizer.vocab_size=80"]
+    text.write_text("u1 a c\n")
+    assert run(monkeypatch, "check", str(record), options="tokenizer.vocab_size=60\n") == 1
+    assert capsys.readouterr().out.splitlines() == [f"  input {text}"]
+    text.write_text("u1 a b\n")
+    (tmp_path / "lang/tok.model").unlink()
+    assert run(monkeypatch, "check", str(record), options="tokenizer.vocab_size=60\n") == 1
+    assert capsys.readouterr().out.splitlines() == [f"  output {tmp_path}/lang/tok.model: missing"]
+
+
+def test_a_stage_whose_records_name_no_input_takes_the_earlier_stages(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    earlier = tmp_path / "exp/base/.done/0.prepare.record.json"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text("{}")
+    record = tmp_path / "exp/base/.done/7.decode.record.json"
+    assert run(monkeypatch, "snapshot", str(record)) == 0
+    assert run(monkeypatch, "write", str(record), "--after", str(earlier), options="decode=greedy\n") == 0
+    assert list(json.loads(record.read_text())["inputs"]) == [str(earlier)]
+    assert run(monkeypatch, "check", str(record), options="decode=greedy\n") == 0
+    earlier.write_text('{"ran": "again"}')
+    assert run(monkeypatch, "check", str(record), options="decode=greedy\n") == 1
+
+
+def test_the_check_starts_without_torch():
+    code = (
+        "import sys, asr.utils.recipe_record; print(sorted(m for m in ('torch', 'hydra', 'numpy') if m in sys.modules))"
+    )
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
