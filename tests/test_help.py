@@ -45,6 +45,7 @@ OTHERS = [
     "asr.data.fix",
     "asr.transcribe",
     "asr.train.phone_ali",
+    "asr.utils.recipe_record",
 ]
 ASR = Path(__file__).resolve().parents[1] / "asr"
 
