@@ -22,7 +22,7 @@ class GmmConfig:
     num_ceps: int = 13
     cepstral_lifter: float = 22.0
     delta_order: int = 2  # Kaldi's add-deltas: 13 -> 39 dims
-    cmvn: str = "set"  # set: the feature set's normalisation | speaker: per speaker (asr/gmm/frontend.py)
+    cmvn: str = "speaker"  # speaker: per speaker, as Kaldi | set: the feature set's own (asr/gmm/frontend.py)
     # EM
     num_iters: int = 40
     realign_iters: list = field(
