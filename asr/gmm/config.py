@@ -22,6 +22,7 @@ class GmmConfig:
     num_ceps: int = 13
     cepstral_lifter: float = 22.0
     delta_order: int = 2  # Kaldi's add-deltas: 13 -> 39 dims
+    cmvn: str = "speaker"  # speaker: per speaker, as Kaldi | set: the feature set's own (asr/gmm/frontend.py)
     # EM
     num_iters: int = 40
     realign_iters: list = field(
@@ -51,6 +52,7 @@ class GmmConfig:
         "subset": NON_NEGATIVE,
         "nj": AT_LEAST_ONE,
         "front_end": one_of("mfcc", "stored"),
+        "cmvn": one_of("set", "speaker"),
         "num_ceps": AT_LEAST_ONE,
         "cepstral_lifter": NON_NEGATIVE,
         "delta_order": NON_NEGATIVE,

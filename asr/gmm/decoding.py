@@ -101,7 +101,9 @@ def _decode_in_worker(task: tuple[str, np.ndarray]) -> tuple[str, list[TimedWord
 def decode_set(cfg, set_name: str, pool, out_root: Path) -> Path:
     data = read_data_dir(Path(cfg.data.data_dir) / set_name)
     g = cfg.gmm
-    feats = GmmFeatures(feature_set_dir(cfg, set_name), data.utt2spk, g.front_end, g.num_ceps, g.cepstral_lifter)
+    feats = GmmFeatures(
+        feature_set_dir(cfg, set_name), data.utt2spk, g.front_end, g.num_ceps, g.cepstral_lifter, g.cmvn
+    )
     tasks = ((utt, with_deltas(feats.statics(utt), g.delta_order)) for utt in feats.reader.utts())
     hyps: dict[str, str] = {}
     ctm: list[CtmWord] = []

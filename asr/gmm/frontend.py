@@ -8,6 +8,11 @@ so the cepstra are computed here from the recipe's log-mel set (`features=logmel
 than extracted again. The set's mean normalisation (read with norm_vars=False, as Kaldi's
 apply-cmvn does for MFCCs) commutes with the DCT: the result is cepstral mean normalisation.
 `front_end=stored` uses the set's features as they are (e.g. fMLLR features) with deltas.
+
+`cmvn=speaker` normalises by speaker, as Kaldi's GMM recipes do (compute_cmvn_stats.sh with
+spk2utt), where the set stores statistics per utterance: a speaker's statistics are the sum of
+its utterances'. Per utterance, a short utterance's mean is half silence and a long one's mostly
+speech, so the same silence comes out as different features in each and the models blur it.
 """
 
 from __future__ import annotations
@@ -17,11 +22,26 @@ from pathlib import Path
 
 import numpy as np
 
+from asr.features.cmvn import Cmvn
 from asr.features.deltas import add_deltas
 from asr.features.featureset import FeatureReader
 from asr.utils.errors import InputError
 
 FRONT_ENDS = ("mfcc", "stored")
+CMVN_UNITS = ("set", "speaker")  # set: as the feature set stores it
+
+
+def speaker_cmvn(cmvn: Cmvn, utt2spk: dict[str, str]) -> Cmvn:
+    """Per-speaker normalisation from a set's per-utterance statistics (summed by speaker);
+    statistics already per speaker or global are kept."""
+    if cmvn.unit != "utterance":
+        return cmvn
+    stats: dict[str, np.ndarray] = {}
+    for utt, value in cmvn.stats.items():
+        speaker = utt2spk.get(utt)
+        if speaker is not None:
+            stats[speaker] = stats[speaker] + value if speaker in stats else value
+    return Cmvn("speaker", stats, utt2spk, cmvn.norm_vars)
 
 
 @functools.lru_cache(maxsize=4)
@@ -50,10 +70,23 @@ class GmmFeatures:
     """Per utterance: the static features (MFCCs, or the stored features) of a feature set; the
     deltas are added by `with_deltas`, so that the statics can be stored compactly between passes."""
 
-    def __init__(self, set_dir: str | Path, utt2spk: dict[str, str], front_end: str, num_ceps: int, lifter: float):
+    def __init__(
+        self,
+        set_dir: str | Path,
+        utt2spk: dict[str, str],
+        front_end: str,
+        num_ceps: int,
+        lifter: float,
+        cmvn: str = "set",
+    ):
+        """`utt2spk`: every utterance of the set (cmvn=speaker sums a speaker's statistics)."""
         if front_end not in FRONT_ENDS:
             raise InputError(f"gmm.front_end={front_end!r}: choose one of {FRONT_ENDS}")
+        if cmvn not in CMVN_UNITS:
+            raise InputError(f"gmm.cmvn={cmvn!r}: choose one of {CMVN_UNITS}")
         self.reader = FeatureReader(set_dir, utt2spk, norm_vars=front_end == "stored")
+        if cmvn == "speaker":
+            self.reader.cmvn = speaker_cmvn(self.reader.cmvn, utt2spk)
         if front_end == "mfcc" and self.reader.layout.deltas:
             raise InputError(
                 f"{set_dir}: gmm.front_end=mfcc needs a log-mel set without deltas (e.g. features=logmel40)"

@@ -53,10 +53,11 @@ class ShareSpec:
     utts: list[str]
     texts: dict[str, list[int]]  # word ids
     feats_dir: Path
-    utt2spk: dict[str, str]
+    utt2spk: dict[str, str]  # the whole set's (speaker CMVN sums over a speaker's utterances)
     front_end: str
     num_ceps: int
     lifter: float
+    cmvn: str = "set"
     feats: bool = True  # write the features (False: they are there already)
     graphs: bool = True  # compile the training graphs (False: not yet, no model for them)
 
@@ -76,7 +77,7 @@ def prepare_share(spec: ShareSpec, lang, tm: khg.TransitionModel, tree: khg.Cont
 
 
 def write_share_features(spec: ShareSpec) -> int:
-    source = GmmFeatures(spec.feats_dir, spec.utt2spk, spec.front_end, spec.num_ceps, spec.lifter)
+    source = GmmFeatures(spec.feats_dir, spec.utt2spk, spec.front_end, spec.num_ceps, spec.lifter, spec.cmvn)
     blocks = [source.statics(utt) for utt in spec.utts]
     with atomic_path(feats_path(spec.work_dir, spec.index)) as tmp, open(tmp, "wb") as f:
         np.save(f, np.concatenate(blocks) if blocks else np.zeros((0, source.dim), np.float32))

@@ -252,10 +252,11 @@ def prepare_shares(
             utts,
             {u: data.texts[u] for u in utts},
             data.feats_dir,
-            {u: data.utt2spk[u] for u in utts if u in data.utt2spk},
+            data.utt2spk,
             cfg.front_end,
             cfg.num_ceps,
             cfg.cepstral_lifter,
+            cfg.cmvn,
             feats,
             graphs,
         )

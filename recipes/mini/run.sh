@@ -47,13 +47,18 @@ run_stage 4 lm        python -m asr.lm "${overrides[@]}"
 run_stage 4 lang      python -m asr.lang "${overrides[@]}"
 if [[ $gmm_hybrid == true ]]; then  # Kaldi s5c's first stages: monophones, triphones, their WERs
   timings=$(override_value synth.out_dir corpus)/swb_ms98_transcriptions
-  run_stage 4 mono        python -m asr.gmm gmm=mono "gmm.phone_timings=$(hydra_quote "$timings")" "${overrides[@]}"
-  run_stage 4 mono_decode python -m asr.gmm.decode gmm=mono "${overrides[@]}"
+  # MFCCs without deltas: on eSpeak's speech they place phone boundaries better (RESULTS.md)
+  gmm_front=()
+  [[ -n $(override_value gmm.delta_order "") ]] || gmm_front+=(gmm.delta_order=0)
+  run_stage 4 mono        python -m asr.gmm gmm=mono "gmm.phone_timings=$(hydra_quote "$timings")" "${gmm_front[@]}" \
+    "${overrides[@]}"
+  run_stage 4 mono_decode python -m asr.gmm.decode gmm=mono "${gmm_front[@]}" "${overrides[@]}"
   run_stage 4 mono_score  python -m asr.score "score=$score" exp_dir=exp/mono "${overrides[@]}"
-  run_stage 4 tri1        python -m asr.gmm gmm=tri "gmm.phone_timings=$(hydra_quote "$timings")" "${overrides[@]}"
+  run_stage 4 tri1        python -m asr.gmm gmm=tri "gmm.phone_timings=$(hydra_quote "$timings")" "${gmm_front[@]}" \
+    "${overrides[@]}"
   run_stage 4 tri1_dev    python -m asr.gmm gmm=tri gmm.kind=align gmm.alignments=exp/tri1 gmm.dir=exp/tri1_ali_dev \
-    "gmm.align_set=$(override_value data.dev_set train_dev)" "${overrides[@]}"
-  run_stage 4 tri1_decode python -m asr.gmm.decode gmm=tri "${overrides[@]}"
+    "gmm.align_set=$(override_value data.dev_set train_dev)" "${gmm_front[@]}" "${overrides[@]}"
+  run_stage 4 tri1_decode python -m asr.gmm.decode gmm=tri "${gmm_front[@]}" "${overrides[@]}"
   run_stage 4 tri1_score  python -m asr.score "score=$score" exp_dir=exp/tri1 "${overrides[@]}"
 fi
 train_launcher
