@@ -54,15 +54,8 @@ def pytest_runtest_logreport(report):
         return
     cost = dict(report.user_properties)
     if "cpu_s" in cost:
-        nodeid = _without_xdist_group(report.nodeid)
-        _CPU_BY_TEST[nodeid] += cost["cpu_s"]
-        _WALL_BY_TEST[nodeid] += cost["wall_s"]
-
-
-def _without_xdist_group(nodeid: str) -> str:
-    """`--dist loadgroup` appends `@<group>` to a test's id."""
-    at = nodeid.rfind("@")
-    return nodeid[:at] if at > nodeid.rfind("]") else nodeid
+        _CPU_BY_TEST[report.nodeid] += cost["cpu_s"]
+        _WALL_BY_TEST[report.nodeid] += cost["wall_s"]
 
 
 def _directory(nodeid: str) -> str:
