@@ -43,7 +43,8 @@ TESTS ?= tests
 TEST_WORKERS ?= 2
 # Phase 1 runs every test not marked `exclusive` on TEST_WORKERS processes, each test file on one
 # worker (its module fixtures built once; tests/conftest.py hands out the slow files first);
-# phase 2 runs the `exclusive` ones, whose assertions depend on timing, alone. Both run even if the first fails; either failing fails the target.
+# phase 2 runs the `exclusive` ones, whose assertions depend on timing, alone. Both phases run
+# even if the first fails; either failing fails the target.
 # Exit status 5 is pytest's "no tests collected": a TESTS with no exclusive test is no failure.
 define run_tests
 status=0; \
@@ -53,10 +54,10 @@ exit $$status
 endef
 
 test: install
-	@$(call run_tests,)
+	$(call run_tests,)
 
 test-avx2: install
-	@$(call run_tests,$(AVX2_ONLY))
+	$(call run_tests,$(AVX2_ONLY))
 
 clean-demo:
 	rm -rf recipes/mini/corpus recipes/mini/data recipes/mini/feats recipes/mini/lang recipes/mini/exp
