@@ -2,7 +2,8 @@
 # make demo      run the mini recipe end to end on the synthetic corpus (prints a WER table);
 #                make demo DEMO='--exp hybrid experiment=hybrid' runs the hybrid BLSTM-HMM system
 # make lint      ruff check and ruff format --check over asr/ and tests/ (settings: pyproject.toml)
-# make test      run the test suite (CPU only)
+# make test      run the test suite (CPU only) in two phases: on 2 pytest-xdist workers, then the
+#                tests marked `exclusive` alone; make test TESTS=tests/faults runs a part of it
 # make test-avx2 the same suite as an AVX2-only CPU runs it (no AVX-512, no bf16 kernels)
 PYTHON ?= python3
 VENV ?= .venv
@@ -38,11 +39,25 @@ lint: install
 	$(VENV)/bin/ruff check asr tests
 	$(VENV)/bin/ruff format --check asr tests
 
+TESTS ?= tests
+TEST_WORKERS ?= 2
+# Phase 1 runs every test not marked `exclusive` on TEST_WORKERS processes, each test file on one
+# worker (its module fixtures built once; tests/conftest.py hands out the slow files first);
+# phase 2 runs the `exclusive` ones, whose assertions depend on timing, alone. Both phases run
+# even if the first fails; either failing fails the target.
+# Exit status 5 is pytest's "no tests collected": a TESTS with no exclusive test is no failure.
+define run_tests
+status=0; \
+$(1) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m 'not exclusive' $(TESTS) || [ $$? -eq 5 ] || status=1; \
+$(1) $(PY) -m pytest -q -p no:xdist -m exclusive $(TESTS) || [ $$? -eq 5 ] || status=1; \
+exit $$status
+endef
+
 test: install
-	$(PY) -m pytest -q tests
+	$(call run_tests,)
 
 test-avx2: install
-	$(AVX2_ONLY) $(PY) -m pytest -q tests
+	$(call run_tests,$(AVX2_ONLY))
 
 clean-demo:
 	rm -rf recipes/mini/corpus recipes/mini/data recipes/mini/feats recipes/mini/lang recipes/mini/exp

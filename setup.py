@@ -33,6 +33,7 @@ setup(
         "kaldilm>=1.15",
     ],
     extras_require={
-        "dev": ["pytest>=8", "kaldi-native-fbank>=1.20", "ruff>=0.6,<1"],
+        # pytest-xdist: `make test` runs the suite on two workers (Makefile, CONTRIBUTING.md).
+        "dev": ["pytest>=8", "pytest-xdist>=3.8,<4", "kaldi-native-fbank>=1.20", "ruff>=0.6,<1"],
     },
 )

@@ -1,4 +1,7 @@
-"""Fixtures every test package may use. The corpora themselves are in tests/fixtures/."""
+"""Fixtures every test package may use (the corpora themselves are in tests/fixtures/), and the
+order of the files on `make test`'s pytest-xdist workers (CONTRIBUTING.md)."""
+
+import os
 
 import pytest
 
@@ -6,6 +9,16 @@ from tests.fixtures.ssgd_reference import train_ssgd_reference
 from tests.fixtures.toy_corpus import make_toy_experiment
 
 pytest_plugins = ["tests.cpu_report"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """On an xdist worker (`make test` runs `--dist loadfile --no-loadscope-reorder`): the files
+    with `slow` tests first, so that no long file starts last while the other worker has nothing
+    left to do. Every worker sorts alike, as xdist requires."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+        items.sort(key=lambda item: item.path not in slow_files)  # stable: collection order otherwise
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,8 @@ per-directory summary at the end of the run.
 Wall time on a shared machine says little about a test's cost; user+sys CPU of pytest plus the
 processes it waited for (stages, torchrun and its workers) does not depend on the other load, so
 this is the figure to compare before and after making a test cheaper. A module- or session-scoped
-fixture is charged to the first test that sets it up.
+fixture is charged to the first test that sets it up (under pytest-xdist: on each worker that
+sets it up). Under xdist the wall column adds up the workers' times, so it exceeds the run's.
 """
 
 from __future__ import annotations
@@ -27,12 +28,34 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+_STARTED: dict[str, tuple[float, float]] = {}
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    cpu, wall = _cpu_seconds(), time.monotonic()
+    _STARTED[item.nodeid] = (_cpu_seconds(), time.monotonic())
     yield
-    _CPU_BY_TEST[item.nodeid] += _cpu_seconds() - cpu
-    _WALL_BY_TEST[item.nodeid] += time.monotonic() - wall
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The teardown report carries the test's cost (setup, call and teardown), so that under
+    pytest-xdist the worker that ran it tells the controller, which prints the summary."""
+    outcome = yield
+    if call.when == "teardown" and item.nodeid in _STARTED:
+        cpu, wall = _STARTED.pop(item.nodeid)
+        report = outcome.get_result()
+        cost = [("cpu_s", _cpu_seconds() - cpu), ("wall_s", time.monotonic() - wall)]
+        report.user_properties = [*report.user_properties, *cost]
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "teardown":
+        return
+    cost = dict(report.user_properties)
+    if "cpu_s" in cost:
+        _CPU_BY_TEST[report.nodeid] += cost["cpu_s"]
+        _WALL_BY_TEST[report.nodeid] += cost["wall_s"]
 
 
 def _directory(nodeid: str) -> str:
@@ -48,7 +71,7 @@ def _write_per_test(path: str) -> None:
 
 
 def pytest_terminal_summary(terminalreporter):
-    if not _CPU_BY_TEST:
+    if not _CPU_BY_TEST or os.environ.get("PYTEST_XDIST_WORKER"):  # the controller reports for all
         return
     if os.environ.get("ASR_TEST_CPU_LOG"):
         _write_per_test(os.environ["ASR_TEST_CPU_LOG"])

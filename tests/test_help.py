@@ -75,6 +75,7 @@ def probe(modules):
     return json.loads(done.stdout.splitlines()[-1])
 
 
+@pytest.mark.exclusive  # a 10 s bound on each --help
 def test_every_stage_help_lists_its_own_keys_without_importing_torch():
     modules = list(STAGES) + OTHERS
     results = probe(modules)
@@ -107,6 +108,7 @@ def test_comments_of_the_schema_are_shown_beside_the_values():
     assert "# Scale lr with the global batch" in line and "relative to lr_reference_frames" in line
 
 
+@pytest.mark.exclusive  # a 10 s bound on --help
 def test_help_shows_the_values_the_overrides_compose():
     env = dict(os.environ, PYTHONPATH=os.getcwd())
     started = time.perf_counter()

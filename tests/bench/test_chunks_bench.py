@@ -40,11 +40,12 @@ def test_benchmark_reports_the_loader_beside_the_training_step(tmp_path):
         assert (
             entry["batches"] >= 2 and 8 * (entry["batches"] - 1) < entry["samples"] <= 8 * entry["batches"]
         )  # an epoch at most
-        assert entry["samples_per_second"] == pytest.approx(entry["samples"] / entry["seconds"], rel=0.02)
+        assert entry["samples_per_second"] == pytest.approx(entry["samples"] / entry["seconds"], rel=0.02, abs=0.05)
     step = report["step"]
+    # Rates are rounded to 0.1 (abs=0.05): a step of 4 s on a slow or busy CPU is 1.9 for 1.94.
     assert step["device"] == "cpu" and step["samples_per_second"] == pytest.approx(
-        8 / step["step_seconds_median"], rel=0.02
+        8 / step["step_seconds_median"], rel=0.02, abs=0.05
     )
     assert report["loader_over_step"] == pytest.approx(
-        report["loader"]["samples_per_second"] / step["samples_per_second"], rel=0.02
+        report["loader"]["samples_per_second"] / step["samples_per_second"], rel=0.02, abs=0.005
     )

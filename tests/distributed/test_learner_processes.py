@@ -23,9 +23,13 @@ JOBS = Path(__file__).with_name("learner_jobs.py")
 ABORT_SIGNS = ("terminate called", "Aborted", "core dumped", "Traceback", "Fatal Python error", "what():")
 
 
-# Every job of this module, run by one driver process (it imports torch once).
-JOB_SPECS = [
+# The job whose test compares learners' speeds: run alone (`exclusive`), by a driver of its own.
+STRAGGLER_SPECS = [
     {"name": "straggler", "learners": 4, "algorithm": "adpsgd", "steps": 12, "slow_rank": 1, "slow_s": 0.1},
+]
+
+# Every other job of this module, run by one driver process (it imports torch once).
+JOB_SPECS = [
     {"name": "shutdown", "learners": 2, "algorithm": "adpsgd", "steps": 4, "repeat": 20},
     {
         "name": "shutdown-random-ring",
@@ -116,11 +120,8 @@ JOB_SPECS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def jobs() -> dict[str, list[list[dict]]]:
-    proc = subprocess.run(
-        [sys.executable, str(JOBS), json.dumps(JOB_SPECS)], capture_output=True, text=True, timeout=600
-    )
+def run_jobs(specs: list[dict]) -> dict[str, list[list[dict]]]:
+    proc = subprocess.run([sys.executable, str(JOBS), json.dumps(specs)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out: dict[str, list[list[dict]]] = {}
     for line in proc.stdout.splitlines():
@@ -129,16 +130,27 @@ def jobs() -> dict[str, list[list[dict]]]:
     return out
 
 
+@pytest.fixture(scope="module")
+def jobs() -> dict[str, list[list[dict]]]:
+    return run_jobs(JOB_SPECS)
+
+
+@pytest.fixture(scope="module")
+def straggler_jobs() -> dict[str, list[list[dict]]]:
+    return run_jobs(STRAGGLER_SPECS)
+
+
 def assert_clean(learners: list[dict]) -> None:
     for learner in learners:
         assert learner["exit"] == 0, learner
         assert not any(sign in learner["stderr"] for sign in ABORT_SIGNS), learner["stderr"][-2000:]
 
 
-def test_a_straggler_slows_nobody_under_adpsgd(jobs):
+@pytest.mark.exclusive  # compares the learners' training times: another test's load would skew them
+def test_a_straggler_slows_nobody_under_adpsgd(straggler_jobs):
     """Learner 1 (passive) sleeps 0.1 s after every step: its server thread still answers at
     once, so the other learners' steps do not wait for it (under SSGD every step would)."""
-    [learners] = jobs["straggler"]
+    [learners] = straggler_jobs["straggler"]
     assert_clean(learners)
     slow = learners[1]["train_s"]
     fast = max(learner["train_s"] for r, learner in enumerate(learners) if r != 1)

@@ -93,6 +93,7 @@ def test_a_silent_learner_is_a_hang_and_one_not_yet_started_is_not(epoch_end):
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive  # the limit is 10 x the slowest step, 3 s only while a step takes under 0.3 s
 def test_a_learner_hung_mid_epoch_is_named_within_seconds(toy_corpus, tmp_path):
     overrides = train_overrides(
         toy_corpus,

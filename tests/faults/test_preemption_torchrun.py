@@ -83,6 +83,7 @@ DECENTRALIZED = {
 }
 
 
+@pytest.mark.exclusive  # node 1 must outpace node 0 (0.5 s sleeps) to meet its signal mid-epoch
 @pytest.mark.parametrize("algorithm", sorted(DECENTRALIZED))
 def test_decentralized_one_learner_signalled_every_node_saves_and_each_utterance_is_trained_once(
     toy_corpus, tmp_path, algorithm
