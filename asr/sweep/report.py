@@ -47,11 +47,18 @@ def setup_line(setup: dict) -> str:
     )
     return (
         f"{s['learners']} simulated learners{nodes}; {data}; "
-        f"{s['epochs']} epochs at every batch; BLSTM {s['model']['num_layers']}x{s['model']['hidden_size']}; "
+        f"{s['epochs']} epochs at every batch{epoch_passes(s)}; "
+        f"BLSTM {s['model']['num_layers']}x{s['model']['hidden_size']}; "
         f"objective {t.get('objective')}; {optimizer}, warm-up over {s['warmup_epochs']:g} epoch, "
         f"x{t.get('lr_decay')} per epoch; {speeds}, each step's time x [{1 - s['jitter']:g}, {1 + s['jitter']:g}], "
         f"a weight exchange {s['exchange_time']:g} step."
     )
+
+
+def epoch_passes(setup: dict) -> str:
+    if setup.get("budget", "epochs") == "epochs":
+        return ""
+    return f" (an epoch: batch / {setup['base_batch']} passes over the samples, the baseline's updates)"
 
 
 def cell(point: Point | None, tolerance: float) -> str:

@@ -341,6 +341,7 @@ def train_run(data: SweepData, settings: RunSettings, progress=None, learner_los
     return settings.key() | {
         "per_learner_batch": settings.per_learner_batch,
         "passes": settings.passes,
+        "device": str(data.device),  # not part of the key: a device changes round-off only
         "steps_per_epoch": steps_per_epoch,
         "untrained_loss": untrained,
         "held_out_loss": None if diverged else epochs[-1]["held_out_loss"],

@@ -366,6 +366,7 @@ def sweep_setup(cfg, run: dict) -> dict:
             "learners",
             "learners_per_node",
             "epochs",
+            "budget",
             "base_batch",
             "baseline_lrs",
             "critical_batch",

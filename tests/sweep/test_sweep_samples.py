@@ -144,6 +144,10 @@ def test_an_updates_budget_gives_every_batch_the_baselines_updates(root):
         assert run["passes"] == batch // 8 and run["steps_per_epoch"] == base
         nodes = 1 if run["algorithm"] == "ssgd" else 4  # ADPSGD: each of the 4 learners is a node
         assert sum(run["epochs_log"][0]["steps"]) == base * nodes
+    write_report(result, Path(cfg.sweep.out_dir))
+    written = json.loads((Path(cfg.sweep.out_dir) / "sweep.json").read_text())
+    assert written["budget"].startswith("every run makes the baseline's updates")
+    assert "an epoch: batch / 8 passes over the samples" in (Path(cfg.sweep.out_dir) / "sweep.md").read_text()
 
 
 def test_an_updates_budget_needs_batches_that_are_multiples_of_the_base(root):
