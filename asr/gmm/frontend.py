@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from asr.features.cmvn import Cmvn
+from asr.features.cmvn import Cmvn, merge_stats
 from asr.features.deltas import add_deltas
 from asr.features.featureset import FeatureReader
 from asr.utils.errors import InputError
@@ -36,11 +36,7 @@ def speaker_cmvn(cmvn: Cmvn, utt2spk: dict[str, str]) -> Cmvn:
     statistics already per speaker or global are kept."""
     if cmvn.unit != "utterance":
         return cmvn
-    stats: dict[str, np.ndarray] = {}
-    for utt, value in cmvn.stats.items():
-        speaker = utt2spk.get(utt)
-        if speaker is not None:
-            stats[speaker] = stats[speaker] + value if speaker in stats else value
+    stats = merge_stats({utt2spk[utt]: value} for utt, value in cmvn.stats.items() if utt in utt2spk)
     return Cmvn("speaker", stats, utt2spk, cmvn.norm_vars)
 
 
