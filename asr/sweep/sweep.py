@@ -165,16 +165,21 @@ class Runner:
         key = settings.key()
         return next((r for r in self.runs + self.done if stored_key(r, key) == key), None)
 
-    def run(self, planned: list[RunSettings], data: SweepData | None) -> None:
+    def adopt(self, planned: list[RunSettings]) -> list[RunSettings]:
+        """Takes the runs of `planned` done already into this sweep's; returns the others."""
         todo = []
-        unique = {json.dumps(s.key(), sort_keys=True): s for s in planned}
-        planned = list(unique.values())
         for settings in planned:
             found = self.previous(settings)
             if found is None:
                 todo.append(settings)
             elif found not in self.runs:
                 self.runs.append(found)
+        return todo
+
+    def run(self, planned: list[RunSettings], data: SweepData | None) -> None:
+        unique = {json.dumps(s.key(), sort_keys=True): s for s in planned}
+        planned = list(unique.values())
+        todo = self.adopt(planned)
         if len(todo) < len(planned):
             log.info("%d runs done already (%s)", len(planned) - len(todo), self.results_path)
         todo.sort(key=node_batch)  # the slowest first, so that the last ones finishing are short
@@ -319,16 +324,16 @@ def run_sweep(cfg) -> SweepResult:
             list(scfg.baseline_lrs),
         )
     critical_plan, batch_plan = plan(cfg, best_lr)
-    runner.run(
-        [
-            run_settings(cfg, a, b, lr, seed)
-            for wanted in (critical_plan, batch_plan)
-            for a, points in wanted.items()
-            for b, lr in points
-            for seed in scfg.seeds
-        ],
-        data,
-    )
+    points = [
+        (a, b, lr)
+        for wanted in (critical_plan, batch_plan)
+        for a, coordinates in wanted.items()
+        for b, lr in coordinates
+    ]
+    runner.run([run_settings(cfg, a, b, lr, seed) for a, b, lr in points for seed in scfg.seeds], data)
+    # A point's extra seeds trained before (when it was close under another margin, or in an
+    # earlier sweep) count whether or not it is close now: a verdict never drops a seed it has.
+    runner.adopt([run_settings(cfg, a, b, lr, seed) for a, b, lr in points for seed in seeds])
 
     def measure() -> tuple[Measurement, Measurement]:
         return (

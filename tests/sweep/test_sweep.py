@@ -143,6 +143,23 @@ def test_a_second_sweep_trains_nothing_again(swept, caplog):
     assert "runs done already" in caplog.text and " after 2 epochs (" not in caplog.text
 
 
+def test_a_points_extra_seeds_count_after_the_margin_is_narrowed(root, swept, caplog):
+    """Extra seeds trained under a wide sweep.close_margin stay in the verdict of a sweep
+    resumed with a margin under which no point is close: it trains nothing and drops no seed."""
+    cfg, _ = swept
+    out = root / "margins"
+    out.mkdir()
+    (out / "sweep.json").write_text((Path(cfg.sweep.out_dir) / "sweep.json").read_text())
+    narrow = SWEEP[:-1] + ["sweep.algorithms=[ssgd]", f"sweep.out_dir={out}"]
+    wide = run_sweep(toy_config(root, narrow + ["sweep.close_margin=10"]))
+    seeds = {(p.global_batch, p.lr): p.seeds for s in wide.critical.points.values() for p in s}
+    assert seeds and all(s == [1, 2, 3] for s in seeds.values())
+    with caplog.at_level("INFO"):
+        again = run_sweep(toy_config(root, narrow + ["sweep.close_margin=0"]))
+    assert {(p.global_batch, p.lr): p.seeds for s in again.critical.points.values() for p in s} == seeds
+    assert again.critical.largest == wide.critical.largest and " after 2 epochs (" not in caplog.text
+
+
 def test_the_control_with_4x_the_effective_lr_has_a_4x_lower_critical_lr(root):
     """If the sweep could not see a difference in lr (or took the end of an unbroken run from
     the smallest lr, where SSGD does not converge), this would not come out 4."""
