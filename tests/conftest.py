@@ -3,10 +3,18 @@ order of the files on `make test`'s pytest-xdist workers (CONTRIBUTING.md)."""
 
 import os
 
-import pytest
+# Set before torch loads GNU OpenMP, which reads it once; children (stages, torchrun learners)
+# inherit it. By default an OpenMP thread that finds no work spins before it sleeps: with two
+# pytest-xdist workers on two cores, a process's second thread spins on a core another process
+# needs. The LSTM kernel-cache script of tests/utils/test_memory.py (2 threads) took 14.8 s of
+# CPU beside two busy loops, 2.3 s with PASSIVE; alone, 1.9 s either way. How long a waiting
+# thread spins changes no result, only the CPU it burns.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from tests.fixtures.ssgd_reference import train_ssgd_reference
-from tests.fixtures.toy_corpus import make_toy_experiment
+import pytest  # noqa: E402
+
+from tests.fixtures.ssgd_reference import train_ssgd_reference  # noqa: E402
+from tests.fixtures.toy_corpus import make_toy_experiment  # noqa: E402
 
 pytest_plugins = ["tests.cpu_report"]
 

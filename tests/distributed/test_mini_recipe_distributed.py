@@ -1,7 +1,9 @@
-"""The mini recipe under torchrun on the tiny synthetic corpus: SSGD and H-ADPSGD with 2 and 4
-processes (H-ADPSGD with 4 as 2 nodes x 2), ADPSGD with 4, also on the randomized ring with
-delay-by-one and node checkpoints every 3 steps. SSGD equals one learner with the union batch;
-H-ADPSGD with one node equals SSGD bit for bit; ADPSGD's learners stay close."""
+"""The mini recipe under torchrun on the tiny synthetic corpus: SSGD with 2 processes, H-ADPSGD
+with 2 and 4 (as 2 nodes x 2), ADPSGD with 4, also on the randomized ring with delay-by-one and
+node checkpoints every 3 steps. SSGD equals one learner with the union batch; H-ADPSGD with one
+node equals SSGD bit for bit; ADPSGD's learners stay close. (A torchrun job of SSGD with 4
+processes ran the same code as the one with 2, its gradients all-reduced over 4 learners instead
+of 2; jobs of 4 learners still run under ADPSGD and H-ADPSGD, whose epoch ends average over all 4.)"""
 
 from __future__ import annotations
 
@@ -25,7 +27,6 @@ PER_LEARNER = ["train.max_utts=2", "train.max_frames=20000", "model.dropout=0"]
 RUNS = {
     "ssgd2": (2, ["distributed=ssgd"]),
     "hadpsgd2": (2, ["distributed=hadpsgd"]),  # one node of 2: SSGD inside it, nobody to exchange with
-    "ssgd4": (4, ["distributed=ssgd"]),
     "adpsgd4": (4, ["distributed=adpsgd"]),
     "hadpsgd4": (4, ["distributed=hadpsgd", "distributed.learners_per_node=2"]),  # 2 nodes x 2
     "adpsgd4v": (
@@ -101,7 +102,7 @@ def test_every_algorithm_trains_under_torchrun(recipe, runs, name):
     assert all(torch.isfinite(t).all() for t in state["model"].values())
 
 
-@pytest.mark.parametrize("name,learners", [("ssgd2", 2), ("ssgd4", 4)])
+@pytest.mark.parametrize("name,learners", [("ssgd2", 2)])
 def test_ssgd_equals_one_learner_with_the_union_batch(recipe, runs, name, learners, monkeypatch):
     monkeypatch.chdir(recipe.dir)
     single = [

@@ -1,6 +1,6 @@
 """Real torchrun jobs of `asr.train`: a killed learner makes torchrun restart the job, which
 resumes from the last checkpoint (exactly under SSGD; each node from its own checkpoint under
-ADPSGD and H-ADPSGD); a run going on with 2, then 3, then 1 learner(s) (elastic); and one job
+H-ADPSGD); a run going on with 2, then 3, then 1 learner(s) (elastic); and one job
 spread over two network hosts (network namespaces joined by a veth pair) with H-ADPSGD's
 exchanges crossing the link."""
 
@@ -130,14 +130,18 @@ DECENTRALIZED_KILL_RUN = [
 ]
 
 
-@pytest.mark.parametrize("algorithm,nproc,victim", [("adpsgd", 2, 1), ("hadpsgd", 4, 3)])
+@pytest.mark.parametrize("algorithm,nproc,victim", [("hadpsgd", 4, 3)])
 def test_decentralized_learners_resume_from_their_own_checkpoints_after_a_kill(
     toy_corpus, tmp_path, algorithm, nproc, victim
 ):
     """H-ADPSGD as 2 nodes x 2 (learner 3 is node 1's second learner), killed once the first
     epoch's average and both nodes' checkpoints are saved. After the restart every node goes on
     from its own node checkpoint, and what was left of the interrupted epoch is trained: every
-    epoch ends with an average that is evaluated and saved."""
+    epoch ends with an average that is evaluated and saved.
+
+    ADPSGD (nodes of one learner) is the same resume with one learner a node: its torchrun job
+    of 2 learners killed and restarted is tests/faults/test_resume_claims.py's (every utterance
+    trained once) and test_kill_before_first_checkpoint.py's, so it is not run a third time here."""
     overrides = [*DECENTRALIZED_KILL_RUN, f"distributed={algorithm}"] + (
         ["distributed.learners_per_node=2"] if algorithm == "hadpsgd" else []
     )

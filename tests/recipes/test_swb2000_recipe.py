@@ -13,14 +13,14 @@ import pytest
 from asr.data.datadir import read_data_dir
 from asr.data.validate import validate_data_dir
 from tests.recipes.conftest import Recipe, done_stages
-from tests.fixtures.swb_corpus import quirky_corpus, swb_recipes
+from tests.fixtures.swb_corpus import quirky_corpus, swb_recipe
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def swb2000():
-    return swb_recipes()["swb2000"]
+    return swb_recipe("swb2000")
 
 
 def test_every_stage_done_and_its_output_valid(swb2000):

@@ -13,14 +13,14 @@ from asr.data.audio import parse_wav_scp_entry
 from asr.data.datadir import read_data_dir
 from asr.data.validate import validate_data_dir
 from tests.recipes.conftest import Recipe, done_stages
-from tests.fixtures.swb_corpus import TINY_SWB, corpus_options, quirky_corpus, quirks_done, swb_recipes
+from tests.fixtures.swb_corpus import TINY_SWB, corpus_options, quirky_corpus, quirks_done, swb_recipe
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def swb300():
-    return swb_recipes()["swb300"]
+    return swb_recipe("swb300")
 
 
 def test_every_stage_done_and_its_output_valid(swb300):
