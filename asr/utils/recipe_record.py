@@ -4,7 +4,8 @@ same rule as the stage itself.
 
     options  the stage's option words (run.sh's `stage_options`), sorted
     inputs   the inputs named by the records the stage wrote while it ran (`sources`), with
-             the identity those records hold; a stage whose records name no input (synth,
+             the identity those records hold, less what the stage made itself (a set's record
+             names its model's record, both written by the features stage); a stage whose records name no input (synth,
              prepare, decode, score, stand-ins) takes the run.sh records of the stages before
              it as its inputs instead, so it runs again when any of them ran again
     outputs  every file those records list, by size (the readers check sha1s with verify())
@@ -93,7 +94,9 @@ def stage_record(options: list[str], sources: list[Path], after: list[str]) -> d
             if os.path.isfile(path):
                 outputs[path] = {"bytes": os.stat(path).st_size}
         inputs.update(record["inputs"])
-    inputs = {path: identity for path, identity in inputs.items() if path not in outputs and os.path.isfile(path)}
+    # what the stage made itself (an output, or one of its records that another of them names) is no input
+    own = outputs.keys() | {str(s) for s in sources}
+    inputs = {path: identity for path, identity in inputs.items() if path not in own and os.path.isfile(path)}
     if not inputs:
         inputs = {os.path.abspath(p): input_identity(p) for p in after if os.path.isfile(p)}
     return {

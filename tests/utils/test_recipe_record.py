@@ -61,6 +61,22 @@ def test_the_record_takes_the_stages_records_and_follows_their_inputs(tmp_path, 
     assert capsys.readouterr().out.splitlines() == [f"  output {tmp_path}/lang/tok.model: missing"]
 
 
+def test_a_record_the_stage_wrote_itself_is_none_of_its_inputs(tmp_path, monkeypatch):
+    """The features stage writes a model's record, then the sets' records naming it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data/train").mkdir(parents=True)
+    (tmp_path / "data/train/text").write_text("u1 a b\n")
+    record = tmp_path / "exp/base/.done/2.features.record.json"
+    record.parent.mkdir(parents=True)
+    assert run(monkeypatch, "snapshot", str(record), "--exp", "exp/base") == 0
+    (tmp_path / "feats/gmm").mkdir(parents=True)
+    model = write_record(tmp_path / "feats/gmm", "features", "rerun", {}, [tmp_path / "data/train/text"], {})
+    (tmp_path / "feats/eval").mkdir()
+    write_record(tmp_path / "feats/eval", "features", "rerun", {}, [model], {})
+    assert run(monkeypatch, "write", str(record), "--exp", "exp/base") == 0
+    assert list(json.loads(record.read_text())["inputs"]) == [str(tmp_path / "data/train/text")]
+
+
 def test_a_stage_whose_records_name_no_input_takes_the_earlier_stages(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     earlier = tmp_path / "exp/base/.done/0.prepare.record.json"
