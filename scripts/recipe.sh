@@ -286,7 +286,7 @@ override_value() {
 # wrote while it ran: their inputs (data/train/text for the tokenizer; the text, features and
 # tokenizer model for training) and their outputs. Editing an input or an option therefore runs
 # again exactly the stages that read it, and those that read what they remake. A stage whose
-# records name no input (synth, prepare, decode, score) takes the records of the stages before
+# records name no input (synth, prepare, tune, decode) takes the records of the stages before
 # it as its inputs: it runs again whenever one of them ran again.
 
 # The config groups each stage reads: an override of any other group does not make a done

@@ -5,9 +5,10 @@ same rule as the stage itself.
     options  the stage's option words (run.sh's `stage_options`), sorted
     inputs   the inputs named by the records the stage wrote while it ran (`sources`), with
              the identity those records hold, less what the stage made itself (a set's record
-             names its model's record, both written by the features stage); a stage whose records name no input (synth,
-             prepare, decode, score, stand-ins) takes the run.sh records of the stages before
-             it as its inputs instead, so it runs again when any of them ran again
+             names its model's record, both written by the features stage); a stage whose
+             records name no input (synth, prepare, tune, decode, stand-ins) takes the run.sh
+             records of the stages before it as its inputs instead, so it runs again when any
+             of them ran again
     outputs  every file those records list, by size (the readers check sha1s with verify())
     sources  the records the stage wrote, and those of its previous run still there (a stage
              that redoes one set of three keeps the other two on its record)
