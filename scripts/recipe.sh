@@ -286,7 +286,7 @@ override_value() {
 # wrote while it ran: their inputs (data/train/text for the tokenizer; the text, features and
 # tokenizer model for training) and their outputs. Editing an input or an option therefore runs
 # again exactly the stages that read it, and those that read what they remake. A stage whose
-# records name no input (synth, prepare, decode, score) takes the records of the stages before
+# records name no input (synth, prepare, tune, decode) takes the records of the stages before
 # it as its inputs: it runs again whenever one of them ran again.
 
 # The config groups each stage reads: an override of any other group does not make a done
@@ -365,10 +365,15 @@ stage_record() {
     return
   fi
   mapfile -t after < <(earlier_records "$n" "$name")
-  python -m asr.utils.recipe_record write "$record" "${where[@]}" --previous "$record.before" "${after[@]}" <<< "$options"
+  python -m asr.utils.recipe_record write "$record" "${where[@]}" --previous "$record.before" \
+    --used "$(used_records "$n" "$name")" "${after[@]}" <<< "$options"
   rm -f "$record.before"
   share_record "$name" "$record"
 }
+
+# used_records N NAME: the file where the stage's why_rerun notes the records it finds up to date
+# (asr/utils/record.py), so that a stage that skips its work by its own record still names them.
+used_records() { printf '%s/%s/.done/%s.%s.used' "$PWD" "$exp_dir" "$1" "$2"; }
 
 # run_stage N NAME command...: run when N is inside [stage, stop_stage] and the stage is not
 # done (its record, or a shared stage's record from another experiment). The record is moved
@@ -398,7 +403,11 @@ run_stage() {
   { printf '%q ' "$@"; echo; } > "$exp_dir/.done/$n.$name.cmd"
   stage_record snapshot "$n" "$name"
   local start=$SECONDS
+  rm -f "$(used_records "$n" "$name")"
+  export ASR_RECORDS_USED
+  ASR_RECORDS_USED=$(used_records "$n" "$name")
   dispatch "$n" "$name" "$@" && status=0 || status=$?
+  unset ASR_RECORDS_USED
   if (( status != 0 )); then
     log "ERROR: stage $n ($name) failed (exit $status); fix the problem above and re-run with --stage $n"
     exit "$status"

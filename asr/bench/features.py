@@ -209,28 +209,24 @@ def time_recipe(name: str, data_dir: Path, work: Path, overrides: list[str], aud
     training, adaptation = Timing(), Timing()
     if fcfg.kind in ("fmllr", "fmllr_fbank", "fmllr_ivector_fbank"):
         with timed(timings):
-            fmllr_checksum = ensure_model(out / "gmm", out / "fbank", data_dir, fcfg)
+            ensure_model(out / "gmm", out / "fbank", data_dir, fcfg)
         training += timings[-1]
     ivector_dir = None
     if fcfg.kind in ("ivector", "fmllr_ivector_fbank"):
         with timed(timings):
-            ivector_checksum = ensure_extractor(out / "extractor", out / "fbank", data_dir, fcfg)
+            ensure_extractor(out / "extractor", out / "fbank", data_dir, fcfg)
         training += timings[-1]
         write_feats = fcfg.kind == "ivector"
         ivector_dir = out / ("set" if write_feats else "ivector")
         with timed(timings):
-            extract_ivector_set(
-                out / "extractor", ivector_checksum, out / "fbank", data_dir, ivector_dir, fcfg, "online", write_feats
-            )
+            extract_ivector_set(out / "extractor", out / "fbank", data_dir, ivector_dir, fcfg, "online", write_feats)
         adaptation += timings[-1]
         with timed(timings):
-            extract_ivector_set(
-                out / "extractor", ivector_checksum, out / "fbank", data_dir, out / "speaker", fcfg, "speaker", False
-            )
+            extract_ivector_set(out / "extractor", out / "fbank", data_dir, out / "speaker", fcfg, "speaker", False)
         result["speaker_ivectors"] = rates(timings[-1], audio_seconds)
     if fcfg.kind != "ivector":
         with timed(timings):
-            adapt_set(out / "gmm", fmllr_checksum, out / "fbank", data_dir, out / "set", fcfg, ivector_dir)
+            adapt_set(out / "gmm", out / "fbank", data_dir, out / "set", fcfg, ivector_dir)
         adaptation += timings[-1]
     result |= rates(fbank + adaptation, audio_seconds)
     result["model_training"] = {"seconds": round(training.wall, 3), "cpu_seconds": round(training.cpu, 3)}

@@ -36,7 +36,7 @@ from asr.features.deltas import add_deltas, delta_opts, delta_scales
 from asr.kaldi import commands
 from asr.kaldi.table import c_sort_key, read_table
 from asr.utils.errors import InputError, error_detail
-from asr.utils.record import verify
+from asr.utils.record import record_path, verify
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,14 @@ log = logging.getLogger(__name__)
 def feature_set_dir(cfg, set_name: str) -> Path:
     """`<features.feats_dir>/<features.name>/<set>`: where the features stage writes a set."""
     return Path(cfg.features.feats_dir) / cfg.features.name / set_name
+
+
+def feature_set_input(set_dir: str | os.PathLike) -> Path:
+    """What names a feature set among another stage's inputs: the set's stage record, which the
+    features stage writes again whenever it makes the set again; for a set no record lists
+    (made by Kaldi, or before records), its feats.scp."""
+    record = record_path(set_dir, "features")
+    return record if record.is_file() else Path(set_dir) / "feats.scp"
 
 
 def read_feat_dim(set_dir: str | os.PathLike) -> int:

@@ -4,11 +4,13 @@
 
 The graph `<gmm.dir>/graph/HCLG.fst` (the lang dir's lexicon, the model's tree and transition
 model, the recipe's `<lm.decode_order>`-gram ARPA LM; asr/lang/graph.py) is built once and kept
-while its record (`graph.json`: the LM and the model's sha1) matches. Every utterance of a set
+while its record (`graph.record.json`: the LM, the model, the lang dir) matches. Every utterance of a set
 is scored by the model's GMMs on its features (the training front end: asr/gmm/frontend.py),
 searched with gmm.decode_acoustic_scale, its words and times written to
 `<gmm.dir>/decode_<set>/hyp.{txt,ctm}` over gmm.nj forked processes. Score them with
-`python -m asr.score exp_dir=<gmm.dir>`.
+`python -m asr.score exp_dir=<gmm.dir>`. A set is decoded again unless its stage record
+(`decode_<set>/decode.record.json`) names the same search options and unchanged inputs: the
+graph's record, the model, the set's feature set and the data dir's tables the CTM needs.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 from asr.data.ctm import CtmWord, write_ctm
 from asr.data.datadir import read_data_dir
 from asr.decode.output import TimedWord, ctm_words, evaluation_sets, write_hyp_text
-from asr.features.featureset import feature_set_dir
+from asr.features.featureset import feature_set_dir, feature_set_input
 from asr.gmm.frontend import GmmFeatures, with_deltas
 from asr.gmm.stats import ModelArrays
 from asr.kaldi.model import read_model
@@ -35,7 +37,10 @@ from asr.utils.record import outputs_of, why_rerun, write_record
 
 log = logging.getLogger("asr.gmm")
 
-GRAPH_RERUN = "python -m asr.gmm.decode"
+GRAPH_RERUN = RERUN = "python -m asr.gmm.decode"
+STAGE = "decode"
+FRONT_END = ("front_end", "num_ceps", "cepstral_lifter", "cmvn", "delta_order", "decode_acoustic_scale")
+CTM_TABLES = ("utt2spk", "segments", "reco2file_and_channel")  # what a set's words and times are read with
 FRAME_CHUNK = 512  # frames scored at once: (chunk x Gaussians) float64 stays in tens of MB
 
 
@@ -98,7 +103,24 @@ def _decode_in_worker(task: tuple[str, np.ndarray]) -> tuple[str, list[TimedWord
     return utt, [TimedWord(w.word, w.start, w.end, 1.0) for w in decoder(pdf_log_likelihoods(model, feats))]
 
 
+def set_made_from(cfg, set_name: str, model_dir: Path) -> tuple[dict, list[Path]]:
+    """What a set's decoding record names (see the module's docstring)."""
+    options = {**{k: cfg.gmm[k] for k in FRONT_END}, **{k: cfg.decode[k] for k in ("wfst_beam", "max_active")}}
+    options["frame_shift_ms"] = cfg.decode.frame_shift_ms
+    data_dir = Path(cfg.data.data_dir) / set_name
+    inputs = [model_dir / "graph" / "graph.record.json", model_dir / "final.mdl"]
+    inputs += [data_dir / name for name in CTM_TABLES] + [feature_set_input(feature_set_dir(cfg, set_name))]
+    return options, [p for p in inputs if p.is_file()]
+
+
 def decode_set(cfg, set_name: str, pool, out_root: Path) -> Path:
+    out_dir = out_root / f"decode_{set_name}"
+    made = set_made_from(cfg, set_name, out_root)
+    reason = why_rerun(out_dir, STAGE, *made)
+    if reason is None:
+        log.info("%s: decoded already with this model and these options (%s), skipping", set_name, out_dir)
+        return out_dir
+    log.info("%s: decoding (%s)", set_name, reason)
     data = read_data_dir(Path(cfg.data.data_dir) / set_name)
     g = cfg.gmm
     feats = GmmFeatures(
@@ -110,9 +132,9 @@ def decode_set(cfg, set_name: str, pool, out_root: Path) -> Path:
     for utt, words in pool.imap(_decode_in_worker, tasks, chunksize=8):
         hyps[utt] = " ".join(w.word for w in words)
         ctm.extend(ctm_words(data, utt, words, cfg.decode.frame_shift_ms / 1000.0))
-    out_dir = out_root / f"decode_{set_name}"
     write_hyp_text(out_dir / "hyp.txt", hyps)
     write_ctm(out_dir / "hyp.ctm", ctm)
+    write_record(out_dir, STAGE, RERUN, *made, {"hyp.txt": True, "hyp.ctm": True})
     log.info("%s: %d hypotheses, %d words -> %s", set_name, len(hyps), len(ctm), out_dir)
     return out_dir
 

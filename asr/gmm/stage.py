@@ -1,18 +1,43 @@
-"""The GMM stage: the lang dir, the training and alignment sets, training, boundary accuracy."""
+"""The GMM stage: the lang dir, the training and alignment sets, training, boundary accuracy.
+
+A system is done when its stage record (`<gmm.dir>/gmm.record.json`, asr/utils/record.py) names
+the same options (the gmm group but where it goes and how it is decoded) and its inputs are
+unchanged: the lang dir's record, each set's transcripts, speakers and feature set, and for
+kind tri or align the record of the system it starts from.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from omegaconf import OmegaConf
 
-from asr.features.featureset import feature_set_dir
+from asr.features.featureset import feature_set_dir, feature_set_input
 from asr.gmm.boundaries import boundary_accuracy
-from asr.gmm.train import TrainingData, read_alignments, run_gmm_alignment, run_gmm_training, training_data
+from asr.gmm.train import STAGE, TrainingData, read_alignments, run_gmm_alignment, run_gmm_training, training_data
+from asr.utils.record import record_path, why_rerun
 
 log = logging.getLogger("asr.gmm")
+
+NOT_OPTIONS = ("dir", "decode_acoustic_scale")  # where the system goes, how python -m asr.gmm.decode decodes it
+
+
+def made_from(cfg: Any) -> tuple[dict, list[Path]]:
+    """The options and the inputs a GMM system's record names (see the module's docstring)."""
+    gmm = cfg.gmm
+    options = {k: v for k, v in OmegaConf.to_container(gmm, resolve=True).items() if k not in NOT_OPTIONS}
+    inputs = [record_path(gmm.lang_dir, "lang")]
+    sets = [gmm.align_set] if gmm.kind == "align" else [gmm.train_set, gmm.align_set]
+    for name in dict.fromkeys(s for s in sets if s):
+        data = Path(cfg.data.data_dir) / name
+        inputs += [data / "text", data / "utt2spk", feature_set_input(feature_set_dir(cfg, name))]
+    if gmm.kind != "mono":
+        inputs.append(record_path(gmm.alignments, STAGE))
+    return options, [p for p in inputs if p.is_file()]
 
 
 def boundary_reporter(cfg: Any, lang, data: TrainingData, data_dir: Path):
@@ -44,15 +69,24 @@ def boundary_reporter(cfg: Any, lang, data: TrainingData, data_dir: Path):
     return report
 
 
-def run(cfg: Any) -> dict:
-    from asr.lang.langdir import Lang  # the lang dir's reader (asr/lang)
-
+def run(cfg: Any, lang=None) -> dict:
+    """Train (or align with) the system of cfg.gmm unless its record says it is done; returns
+    its summary. `lang`: the lang dir already loaded (default: read from gmm.lang_dir)."""
     gmm = cfg.gmm
-    lang = Lang.load(gmm.lang_dir)
+    made = made_from(cfg)
+    reason = why_rerun(gmm.dir, STAGE, *made)
+    if reason is None:
+        log.info("%s: done already (%s), skipping", gmm.dir, record_path(gmm.dir, STAGE))
+        return json.loads((Path(gmm.dir) / "summary.json").read_text())
+    log.info("%s: %s", gmm.dir, reason)
+    if lang is None:
+        from asr.lang.langdir import Lang  # the lang dir's reader (asr/lang)
+
+        lang = Lang.load(gmm.lang_dir)
     data_root = Path(cfg.data.data_dir)
     if gmm.kind == "align":
         align = training_data(data_root / gmm.align_set, feature_set_dir(cfg, gmm.align_set), lang)
-        return run_gmm_alignment(cfg, lang, align, Path(gmm.dir))
+        return run_gmm_alignment(cfg, lang, align, Path(gmm.dir), made)
     train = training_data(data_root / gmm.train_set, feature_set_dir(cfg, gmm.train_set), lang, gmm.subset)
     align = None
     if gmm.align_set:
@@ -60,4 +94,4 @@ def run(cfg: Any) -> dict:
     reporter = None
     if gmm.phone_timings and align is not None:
         reporter = boundary_reporter(cfg, lang, align, data_root / gmm.align_set)
-    return run_gmm_training(cfg, lang, train, align, Path(gmm.dir), reporter)
+    return run_gmm_training(cfg, lang, train, align, Path(gmm.dir), made, reporter)

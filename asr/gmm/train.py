@@ -54,7 +54,8 @@ from asr.utils.errors import InputError
 from asr.utils.record import outputs_of, write_record
 
 log = logging.getLogger("asr.gmm")
-RERUN = "python -m asr.gmm"
+STAGE, RERUN = "gmm", "python -m asr.gmm"
+MadeFrom = tuple[dict, list[Path]]  # a system's options and inputs, for its stage record (asr/gmm/stage.py)
 
 
 @dataclass
@@ -413,13 +414,13 @@ def pass_lines(summary: dict) -> str:
     return "\n".join([*lines, json.dumps(rest)]) + "\n"
 
 
-def write_outputs(out: Path, tree, tm, am, num_shares: int, summary: dict) -> None:
+def write_outputs(out: Path, tree, tm, am, num_shares: int, summary: dict, made_from: MadeFrom) -> None:
     write_text(out / "log" / "train.log", pass_lines(summary))
     write_model(out / "final.mdl", tm, am)
     tree.write(binary=True, filename=str(out / "tree"))
     write_text(out / "num_jobs", f"{num_shares}\n")
     write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
-    write_record(out, "gmm", RERUN, {"kind": summary["kind"]}, [], outputs_of(out))
+    write_record(out, STAGE, RERUN, *made_from, outputs_of(out))
 
 
 def run_gmm_training(
@@ -428,6 +429,7 @@ def run_gmm_training(
     train: TrainingData,
     align: TrainingData | None,
     out_dir: Path,
+    made_from: MadeFrom,
     boundary_report: Callable | None = None,
 ) -> dict:
     """The whole stage (kind mono or tri) into out_dir, atomically."""
@@ -465,11 +467,11 @@ def run_gmm_training(
         if boundary_report is not None:
             summary["boundaries"] = boundary_report(tmp, tm)
         shutil.rmtree(work)
-        write_outputs(tmp, tree, tm, am, num_shares, summary)
+        write_outputs(tmp, tree, tm, am, num_shares, summary, made_from)
     return summary
 
 
-def run_gmm_alignment(cfg: Any, lang, align: TrainingData, out_dir: Path) -> dict:
+def run_gmm_alignment(cfg: Any, lang, align: TrainingData, out_dir: Path, made_from: MadeFrom) -> dict:
     """kind=align, align_si.sh on another set: the model of the gmm.alignments dir (its
     final.mdl and tree, copied) aligns `align` into out_dir/ali.N.gz, atomically."""
     gmm, source = cfg.gmm, Path(cfg.gmm.alignments)
@@ -492,5 +494,5 @@ def run_gmm_alignment(cfg: Any, lang, align: TrainingData, out_dir: Path) -> dic
             "align_real_time_factor": seconds / (sum(align.frames.values()) / 100.0),
         }
         shutil.rmtree(work)
-        write_outputs(tmp, tree, tm, am, num_shares, summary)
+        write_outputs(tmp, tree, tm, am, num_shares, summary, made_from)
     return summary

@@ -13,6 +13,9 @@ a line, `sil` = 0), the same for every set. Train with
         train.dev_alignments=exp/phone_ali/train_dev/pdf.1.gz train.transition_model=none \\
         model.num_pdfs=$(wc -l < exp/phone_ali/phones.txt)
 
+A run whose record (`<out>/phone_ali.record.json`) names the same framing and inputs (each
+set's segments and utt2spk, every phone timing file), unchanged, is skipped.
+
 Targets are phones (one state each), not three states per phone: the synthesiser knows where
 each phone starts and ends but has no states inside it, and splitting phones into thirds
 would invent boundaries the targets then teach as fact.
@@ -44,7 +47,7 @@ from asr.kaldi.table import c_sort_key
 from asr.kaldi.alignments import write_int_vector_archive
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
-from asr.utils.record import add_outputs
+from asr.utils.record import why_rerun, write_record
 
 if TYPE_CHECKING:
     from asr.features.logmel.fbank import FbankOptions
@@ -55,7 +58,8 @@ SPEED_PREFIX = re.compile(r"^sp(?P<factor>[0-9.]+)-(?P<recording>.+)$")
 SWB_SIDE = re.compile(r"^sw0\d{4}-[AB]$", re.IGNORECASE)
 ARCHIVE = "pdf.1.gz"
 PHONES = "phones.txt"
-RERUN = "python -m asr.train.phone_ali"
+STAGE, RERUN = "phone_ali", "python -m asr.train.phone_ali"
+FRAMING = ("sample_frequency", "frame_length_ms", "frame_shift_ms", "snip_edges")  # all the labeller reads
 
 
 def phone_inventory(ms98_dir: Path) -> dict[str, int]:
@@ -139,6 +143,14 @@ def alignments(data_dir: Path, labeller: FrameLabeller) -> Iterator[tuple[str, n
         yield utt, labeller(segment.recording, segment.start, segment.end)
 
 
+def made_from(ms98_dir: Path, data_dirs: list[Path], opts: FbankOptions) -> tuple[dict, list[Path]]:
+    """What `<out>/phone_ali.record.json` names: the framing as options, each set's segments and
+    utt2spk and every phone timing file as inputs (other sets are other inputs)."""
+    options = {key: getattr(opts, key) for key in FRAMING}
+    tables = [d / name for d in data_dirs for name in ("segments", "utt2spk")]
+    return options, [p for p in tables if p.is_file()] + sorted(ms98_dir.glob(f"*/*/*{SUFFIX}"))
+
+
 def write_phone_alignments(ms98_dir: Path, data_dirs: list[Path], out: Path, opts: FbankOptions) -> dict[str, int]:
     """`<out>/phones.txt` and `<out>/<set>/pdf.1.gz` per data dir; returns utterances per set."""
     names = [d.name for d in data_dirs]
@@ -154,7 +166,8 @@ def write_phone_alignments(ms98_dir: Path, data_dirs: list[Path], out: Path, opt
         log.info("%s: %d utterances -> %s", data_dir, written[data_dir.name], out / data_dir.name / ARCHIVE)
     write_text(out / PHONES, "".join(f"{p} {i}\n" for p, i in phone_ids.items()))
     log.info("%s: %d phones (model.num_pdfs=%d)", out / PHONES, len(phone_ids), len(phone_ids))
-    add_outputs(out, "phone_ali", RERUN, {f"{name}/{ARCHIVE}": True for name in written} | {PHONES: True})
+    outputs = {f"{name}/{ARCHIVE}": True for name in written} | {PHONES: True}
+    write_record(out, STAGE, RERUN, *made_from(ms98_dir, data_dirs, opts), outputs)
     return written
 
 
@@ -194,6 +207,11 @@ def main(argv: list[str] | None = None) -> int:
             sample_frequency=args.sample_frequency,
             **{key: value for key, value in framing.items() if value is not None},
         )
+        reason = why_rerun(args.out, STAGE, *made_from(args.ms98_dir, list(args.data_dirs), opts))
+        if reason is None:
+            log.info("%s: done already (%s), skipping", args.out, args.out / f"{STAGE}.record.json")
+            return 0
+        log.info("%s: %s", args.out, reason)
         write_phone_alignments(args.ms98_dir, list(args.data_dirs), args.out, opts)
     except InputError as err:
         log.error("%s", err)

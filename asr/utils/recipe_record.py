@@ -4,12 +4,15 @@ same rule as the stage itself.
 
     options  the stage's option words (run.sh's `stage_options`), sorted
     inputs   the inputs named by the records the stage wrote while it ran (`sources`), with
-             the identity those records hold; a stage whose records name no input (synth,
-             prepare, decode, score, stand-ins) takes the run.sh records of the stages before
-             it as its inputs instead, so it runs again when any of them ran again
+             the identity those records hold, less what the stage made itself (a set's record
+             names its model's record, both written by the features stage); a stage whose
+             records name no input (synth, prepare, tune, decode, stand-ins) takes the run.sh
+             records of the stages before it as its inputs instead, so it runs again when any
+             of them ran again
     outputs  every file those records list, by size (the readers check sha1s with verify())
-    sources  the records the stage wrote, and those of its previous run still there (a stage
-             that redoes one set of three keeps the other two on its record)
+    sources  the records the stage wrote, those it found up to date (a stage that skipped its
+             work by its own record: why_rerun notes them in --used), and those of its previous
+             run still there (a stage that redoes one set of three keeps the other two)
 
 A stage is done when its options are the same, no input changed and every output is there
 with its size. Stdlib only, so that run.sh's check starts in a few tens of milliseconds:
@@ -19,7 +22,7 @@ with its size. Stdlib only, so that run.sh's check starts in a few tens of milli
     python -m asr.utils.recipe_record snapshot RECORD [--root DIR]... [--exp DIR]
         before the stage runs: the stage records there now and their mtimes, in RECORD.snapshot
     python -m asr.utils.recipe_record write RECORD [--root DIR]... [--exp DIR] [--previous OLD]
-                                           [--after RECORD]... < OPTIONS
+                                           [--used FILE] [--after RECORD]... < OPTIONS
         after it succeeded: the records that are new or changed since the snapshot are its own
         (a comparison of mtimes with mtimes, so a node whose clock differs does not matter)
 """
@@ -93,7 +96,9 @@ def stage_record(options: list[str], sources: list[Path], after: list[str]) -> d
             if os.path.isfile(path):
                 outputs[path] = {"bytes": os.stat(path).st_size}
         inputs.update(record["inputs"])
-    inputs = {path: identity for path, identity in inputs.items() if path not in outputs and os.path.isfile(path)}
+    # what the stage made itself (an output, or one of its records that another of them names) is no input
+    own = outputs.keys() | {str(s) for s in sources}
+    inputs = {path: identity for path, identity in inputs.items() if path not in own and os.path.isfile(path)}
     if not inputs:
         inputs = {os.path.abspath(p): input_identity(p) for p in after if os.path.isfile(p)}
     return {
@@ -112,14 +117,23 @@ def snapshot_path(record_file: Path) -> Path:
     return record_file.with_name(record_file.name + ".snapshot")
 
 
-def sources_of(now: dict[str, int], before: dict[str, int], previous: Path | None) -> list[Path]:
-    """The records the stage wrote (new or changed since the snapshot `before`), and those of
-    its previous run still there."""
+def sources_of(now: dict[str, int], before: dict[str, int], previous: Path | None, used: list[Path]) -> list[Path]:
+    """The records the stage wrote (new or changed since the snapshot `before`), those it found
+    up to date, and those of its previous run still there."""
     found = dict.fromkeys(Path(path) for path, mtime in now.items() if before.get(path) != mtime)
+    found.update(dict.fromkeys(used))
     old = read_record(previous) if previous else None
     for source in (old or {}).get("sources", []):
         found.setdefault(Path(source))
     return [path for path in found if read_record(path) is not None]
+
+
+def read_used(path: Path | None) -> list[Path]:
+    """The records why_rerun found up to date while the stage ran (none without the file)."""
+    try:
+        return [Path(line) for line in path.read_text(encoding="utf-8").splitlines() if line] if path else []
+    except OSError:
+        return []
 
 
 def read_snapshot(path: Path) -> dict[str, int]:
@@ -137,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", action="append", default=[], help="where the stage's records may be")
     parser.add_argument("--exp", help="this experiment's directory (other experiments' are left out)")
     parser.add_argument("--previous", type=Path, help="the stage's record from its previous run")
+    parser.add_argument("--used", type=Path, help="the records the stage found up to date, one a line")
     parser.add_argument("--after", action="append", default=[], help="a record of an earlier stage")
     args = parser.parse_args(argv)
     roots = args.root or ["."]
@@ -150,9 +165,11 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(found))
         return 1 if found else 0
     snapshot = snapshot_path(args.record)
-    sources = sources_of(stage_records(roots, args.exp), read_snapshot(snapshot), args.previous)
+    sources = sources_of(stage_records(roots, args.exp), read_snapshot(snapshot), args.previous, read_used(args.used))
     save_record(args.record, stage_record(options, sources, args.after))
     snapshot.unlink(missing_ok=True)
+    if args.used:
+        args.used.unlink(missing_ok=True)
     return 0
 
 

@@ -18,7 +18,8 @@ before any library reads it. A file no record lists (made before records existed
 is read unchecked.
 
 run.sh decides whether a whole stage is done by the same rule, from the records the stage
-wrote: asr/utils/recipe_record.py.
+wrote, and those why_rerun found up to date while it ran (noted in the file $ASR_RECORDS_USED
+names, where run.sh sets it): asr/utils/recipe_record.py.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ SUFFIX = ".record.json"
 CHEAP_SHA1_BYTES = 256 << 20
 # How many directories above a file verify() looks for the record that lists it.
 LEVELS_UP = 2
+# Set by run.sh: the file where why_rerun notes each record it finds up to date, so that a stage
+# that skipped its work by its own record still tells run.sh what it stands on.
+USED_RECORDS_ENV = "ASR_RECORDS_USED"
 
 
 def record_path(directory: str | os.PathLike, name: str) -> Path:
@@ -211,7 +215,15 @@ def why_rerun(
         damage = output_damage(directory / name, recorded)
         if damage is not None:
             return f"{directory / name}: {damage}"
+    _note_used(path)
     return None
+
+
+def _note_used(path: Path) -> None:
+    used = os.environ.get(USED_RECORDS_ENV)
+    if used:
+        with open(used, "a", encoding="utf-8") as f:  # one short line: an append is one write
+            f.write(os.path.abspath(path) + "\n")
 
 
 def _changed_keys(old: object, new: object) -> str:

@@ -24,7 +24,7 @@ from asr.data.synth import layouts
 from asr.data.synth import speakers as sp
 from asr.data.synth import tokens as tk
 from asr.data.synth import phones as ph
-from asr.data.synth.corpus import SPEAKERS_FILE, ensure_dictionary, is_synthesized, plan_corpus, synthesize_corpus
+from asr.data.synth.corpus import SPEAKERS_FILE, plan_corpus, synthesize_corpus, why_synthesize
 from asr.data.synth.dictionary import dictionary_path
 from asr.data.synth.render import MARGIN, UtteranceRenderer, smoothed_power
 from asr.utils.errors import InputError
@@ -576,11 +576,17 @@ def test_another_seed_gives_other_audio_and_text(corpus, tmp_path):
     assert mine[first] != theirs[first] and mine[trans] != theirs[trans]
 
 
-def test_a_corpus_made_with_the_same_config_is_recognised(corpus):
-    assert is_synthesized(tiny_config(corpus))
-    assert is_synthesized(tiny_config(corpus, "synth.jobs=1"))  # how fast is not what
-    assert not is_synthesized(tiny_config(corpus, "synth.seed=2"))
-    assert not is_synthesized(tiny_config(corpus.parent / "elsewhere"))
+def test_a_corpus_made_with_the_same_config_is_recognised(corpus, tmp_path):
+    """By its stage record: the same options and every file there as written."""
+    assert why_synthesize(tiny_config(corpus)) is None
+    assert why_synthesize(tiny_config(corpus, "synth.jobs=1")) is None  # how fast is not what
+    assert "synth options changed" in why_synthesize(tiny_config(corpus, "synth.seed=2"))
+    assert "no record" in why_synthesize(tiny_config(corpus.parent / "elsewhere"))
+    copy = shutil.copytree(corpus, tmp_path / "copy")
+    (copy / SPEAKERS_FILE).unlink()
+    assert why_synthesize(tiny_config(copy)) == f"{copy / SPEAKERS_FILE}: missing"
+    (copy / "synth.record.json").unlink()  # a corpus made before records, or by hand
+    assert "no record" in why_synthesize(tiny_config(copy))
 
 
 # ---- the pronunciation dictionary ---------------------------------------------------------
@@ -626,12 +632,3 @@ def test_dictionary_has_the_timed_phones_of_most_words(corpus):
     spoken = {p for _, phones in timed for p in phones}
     known = {p for word_prons in prons.values() for pron in word_prons for p in pron}
     assert spoken <= known  # linking `r-` too, from the in-context forms
-
-
-def test_dictionary_is_added_to_an_older_corpus(corpus, tmp_path):
-    older = tmp_path / "corpus"
-    shutil.copytree(corpus / layouts.MS98_DIR, older / layouts.MS98_DIR)
-    dictionary_path(older).unlink()
-    assert ensure_dictionary(tiny_config(older)) == dictionary_path(older)
-    assert dictionary_path(older).read_bytes() == dictionary_path(corpus).read_bytes()
-    assert ensure_dictionary(tiny_config(older)) is None

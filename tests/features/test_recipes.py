@@ -19,7 +19,7 @@ from asr.features.fmllr.transform import transform_frames
 from asr.features.gmm import DiagGmm
 from asr.data.datadir import read_data_dir
 from asr.features.fmllr.model import FmllrModel, SatFrames, SpeakerFrames, train_fmllr_model
-from asr.features.fmllr.recipe import adapt_set, model_checksum
+from asr.features.fmllr.recipe import adapt_set, ensure_model
 from asr.kaldi.matrix import read_transforms
 from asr.features.recipes import feature_dim, make_features
 from asr.features.subset import streamed_subset
@@ -162,6 +162,32 @@ def test_fmllr_rerun_skips_and_reuses_the_model(fmllr_run, caplog):
     assert next(iter(kaldiio.load_scp(str(out / "eval" / "feats.scp")).values())).shape[1] == 40
 
 
+def test_an_adapted_set_is_made_again_when_its_record_options_or_model_change(fmllr_run, tmp_path):
+    """A set's stage record names its options and, as inputs, the log-mel set's records and the
+    model's record: a set with no record (interrupted), other options or a model trained again
+    is made again; otherwise it is skipped."""
+    root, cfg, _ = fmllr_run
+    out, data, model, made = (
+        root / "feats" / "fmllr40_logmel40_deltas",
+        root / "data",
+        tmp_path / "gmm",
+        tmp_path / "eval",
+    )
+
+    def skipped(fcfg=cfg.features) -> bool:
+        return adapt_set(model, out / "fbank" / "eval", data / "eval", made, fcfg).skipped
+
+    ensure_model(model, out / "fbank" / "train", data / "train", cfg.features)
+    assert not skipped() and skipped()
+    (made / "features.record.json").unlink()  # killed after its files, before its record
+    assert not skipped() and skipped()
+    other = cfg.features.copy()
+    other.compress = not other.compress
+    assert not skipped(other) and skipped(other)
+    ensure_model(model, out / "fbank" / "dev", data / "dev", cfg.features)  # the model's inputs changed
+    assert not skipped(other) and skipped(other)
+
+
 def test_fmllr_without_lda_adapts_the_log_mel_frames(corpus, tmp_path):
     """features.fmllr.lda=false: the GMM and fMLLR work on the per-speaker CMN'd log-mel."""
     (tmp_path / "data").symlink_to(corpus / "data")
@@ -241,13 +267,10 @@ def test_parallel_adaptation_gives_the_same_features(fmllr_run, tmp_path):
     """Speakers split over two worker processes: the same features and transforms as one."""
     root, cfg, _ = fmllr_run
     out = root / "feats" / "fmllr40_logmel40_deltas"
-    checksum = model_checksum(cfg.features, out / "fbank" / "train")
     for jobs in (1, 2):
         fcfg = cfg.features.copy()
         fcfg.jobs = jobs
-        summary = adapt_set(
-            out / "gmm", checksum, out / "fbank" / "eval", root / "data" / "eval", tmp_path / f"jobs{jobs}", fcfg
-        )
+        summary = adapt_set(out / "gmm", out / "fbank" / "eval", root / "data" / "eval", tmp_path / f"jobs{jobs}", fcfg)
         assert summary.utterances == 12
     one = kaldiio.load_scp(str(tmp_path / "jobs1" / "feats.scp"))
     two = kaldiio.load_scp(str(tmp_path / "jobs2" / "feats.scp"))

@@ -39,7 +39,7 @@ def trained(tmp_path_factory):
         )
     )
     data = training_data(data_dir, feats_dir, lang)
-    summary = run_gmm_training(SimpleNamespace(gmm=cfg), lang, data, data, root / "mono")
+    summary = run_gmm_training(SimpleNamespace(gmm=cfg), lang, data, data, root / "mono", ({}, []))
     return root / "mono", lang, feats, truth, summary
 
 
@@ -179,3 +179,56 @@ def test_a_damaged_model_tree_or_alignment_is_refused_in_one_line(trained, tmp_p
     shutil.copyfile(tree, out / "final.mdl")  # a swapped file
     with pytest.raises(InputError, match=rf"^{out / 'final.mdl'}: damaged, .* GMM model \(\d+ bytes.*{rerun}"):
         read_model(out / "final.mdl")
+
+
+def test_the_stage_skips_a_system_whose_record_says_it_is_done(tmp_path, caplog):
+    """python -m asr.gmm by the stage record: unchanged options and inputs (transcripts, speakers,
+    feature set) skip the system; an edited transcript, another option or no record (a stage
+    killed before writing it) trains it again."""
+    from asr.gmm.stage import run
+
+    lang = HandmadeLang()
+    texts, feats, _ = sample_utterances(lang, 30)
+    data_dir, feats_dir = write_corpus(tmp_path / "made", {u: [str(w) for w in t] for u, t in texts.items()}, feats)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "feats" / "x").mkdir(parents=True)
+    (tmp_path / "data" / "train").symlink_to(data_dir)  # the layout of data.data_dir and features.feats_dir
+    (tmp_path / "feats" / "x" / "train").symlink_to(feats_dir)
+    gmm = GmmConfig(
+        dir=str(tmp_path / "mono"),
+        lang_dir=str(tmp_path / "lang"),
+        train_set="train",
+        align_set="train",
+        front_end="stored",
+        delta_order=0,
+        nj=1,
+        num_iters=4,
+        realign_iters=[1, 2],
+        max_iter_inc=3,
+        total_gauss=20,
+        init_utts=30,
+        min_gaussian_occupancy=3,
+    )
+    cfg = OmegaConf.create(
+        {
+            "gmm": OmegaConf.structured(gmm),
+            "data": {"data_dir": str(tmp_path / "data")},
+            "features": {"feats_dir": str(tmp_path / "feats"), "name": "x"},
+        }
+    )
+
+    def trained() -> bool:
+        caplog.clear()
+        with caplog.at_level("INFO", logger="asr.gmm"):
+            run(cfg, lang)
+        return "done already" not in caplog.text
+
+    assert trained() and not trained()
+    text = tmp_path / "data" / "train" / "text"
+    text.write_text("".join(text.read_text().splitlines(keepends=True)[1:]))  # one transcript fewer
+    assert trained() and f"{text} changed since the gmm stage read it" in caplog.text
+    assert not trained()
+    cfg.gmm.beam = 12.0
+    assert trained() and not trained()
+    (tmp_path / "mono" / "gmm.record.json").unlink()
+    assert trained() and not trained()

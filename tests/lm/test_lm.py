@@ -120,6 +120,30 @@ def test_lm_stage_trains_each_order_and_reports_perplexity(tmp_path):
     assert binaries[3].stat().st_mtime_ns == mtime
 
 
+@needs_kenlm
+def test_an_order_is_trained_again_when_its_input_options_or_record_change(tmp_path, caplog):
+    """Each order's stage record names its lmplz options and the training texts: called
+    directly (python -m asr.lm), an edited transcript, a changed option or a missing record
+    (a stage killed before it) trains the LM again; otherwise it is skipped."""
+    root = _tiny_data(tmp_path)
+    overrides = [f"data.data_dir={root}/data", f"lm.dir={root}/lm", "lm.orders=[2,3]"]
+    binaries = build_lms(load_config(overrides))
+
+    def trained(*extra: str) -> list[int]:
+        before = {order: path.stat().st_mtime_ns for order, path in binaries.items()}
+        with caplog.at_level("INFO", logger="asr.lm"):
+            build_lms(load_config([*overrides, *extra]))
+        return [order for order, path in binaries.items() if path.stat().st_mtime_ns != before[order]]
+
+    assert trained() == []
+    text = root / "data" / "train" / "text"
+    text.write_text(text.read_text() + "u99 the dog is a cat\n")
+    assert trained() == [2, 3] and f"{text} changed since the lm stage read it" in caplog.text
+    assert trained("lm.prune=[0,1]") == [2, 3] and "lm options changed" in caplog.text
+    (root / "lm" / "3gram.record.json").unlink()
+    assert trained("lm.prune=[0,1]") == [3]
+
+
 def test_missing_kenlm_tool_says_how_to_get_it(monkeypatch, tmp_path):
     monkeypatch.setattr(tools, "search_dirs", lambda kenlm_bin="": [tmp_path])
     monkeypatch.setenv("PATH", str(tmp_path))

@@ -258,3 +258,12 @@ def test_hybrid_trains_on_the_triphone_states_and_decodes_with_their_graph(mini_
         assert wer["total"]["words"] > 0 and system.split("/")[1] in report
     hyps = (r.dir / "exp/gmmhyb/decode_eval2000/hyp.txt").read_text().splitlines()
     assert sum(len(line.split()) > 1 for line in hyps) > len(hyps) / 2  # words decoded, not empty lines
+
+    # An LM option changed: the LM and the GMM decodes run again (and the scores after them), the
+    # GMM systems do not: their records name what they read, and that is not the LM.
+    again = ("--exp", "gmmhyb", "--stage", "4", "--stop-stage", "4", "experiment=hybrid", *TINY, *TINY_GMM)
+    proc = r.run(*again, "lm.prune=[0,0,1]")
+    for stage in ("lm", "mono_decode", "mono_score", "tri1_decode", "tri1_score"):
+        assert f"stage 4 ({stage}): done before, but an option or an input changed" in proc.stderr, stage
+    for stage in ("lang", "mono", "tri1", "tri1_dev"):
+        assert f"stage 4 ({stage}): done already" in proc.stderr, stage

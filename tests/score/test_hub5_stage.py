@@ -132,3 +132,29 @@ def test_non_utf8_stm_names_the_file_and_line(hub5_exp):
     line, column = STM.count("\n") + 1, len(bad)
     with pytest.raises(InputError, match=rf"stm:{line}: not valid UTF-8 \(byte 0xe9 at column {column}\)"):
         score_set(config(hub5_exp, "score.backend=native"), "eval2000")
+
+
+def test_the_stage_scores_a_set_again_only_when_its_record_says_so(hub5_exp, capsys, caplog):
+    """python -m asr.score by the stage record: unchanged hypotheses, references and options keep
+    the reports (and print the same table); an edited CTM, another option or no record (a stage
+    killed before writing it) scores again."""
+    from asr.score.stage import run
+
+    cfg = config(hub5_exp, "score.backend=native")
+
+    def scored(c=cfg) -> tuple[bool, str]:
+        caplog.clear()
+        with caplog.at_level("INFO", logger="asr.score"):
+            run(c)
+        return "scored already" not in caplog.text, capsys.readouterr().out
+
+    made, table = scored()
+    assert made and scored() == (False, table) and "| total |" in table
+    ctm = hub5_exp / "exp" / "t" / "decode_eval2000" / "hyp.ctm"
+    ctm.write_text(CTM.replace(" than ", " then "))
+    made, better = scored()
+    assert made and better != table and f"{ctm} changed since the score stage read it" in caplog.text
+    assert scored(config(hub5_exp, "score.backend=native", "score.per_speaker=false"))[0]
+    assert not scored(config(hub5_exp, "score.backend=native", "score.per_speaker=false"))[0]
+    (ctm.parent / "score.record.json").unlink()
+    assert scored()[0] and not scored()[0]

@@ -103,6 +103,26 @@ def test_char_model_and_skip_when_present(tmp_path, caplog):
     assert path.stat().st_mtime_ns != mtime and f"{text} changed since the tokenizer stage" in caplog.text
 
 
+def test_a_changed_option_or_a_missing_record_trains_the_tokenizer_again(tmp_path, caplog):
+    """Called directly (python -m asr.text), the stage skips by its record alone: another
+    option value, or no record (a stage killed before writing it), trains again."""
+    text = write_text(tmp_path / "text")
+    c = cfg(tmp_path, "char", 100)
+    path = build_tokenizer(text, c)
+
+    def trained() -> bool:
+        caplog.clear()
+        with caplog.at_level("INFO", logger="asr.text"):
+            build_tokenizer(text, c)
+        return "training the tokenizer" in caplog.text
+
+    assert not trained()
+    c.character_coverage = 0.999
+    assert trained() and not trained()
+    (path.parent / f"{path.stem}.record.json").unlink()
+    assert trained() and not trained()
+
+
 def test_bad_inputs(tmp_path):
     with pytest.raises(InputError, match="training transcripts not found"):
         build_tokenizer(tmp_path / "missing", cfg(tmp_path))

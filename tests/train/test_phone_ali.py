@@ -6,6 +6,7 @@ One tiny corpus (conf/synth/tiny.yaml) is made, prepared and speed-perturbed per
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -156,6 +157,29 @@ def test_the_command_line_writes_the_sets_and_exits_2_on_user_errors(corpus, tmp
         main(["--ms98-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "ali2"), str(root / "data/train_dev")])
         == 2
     )
+
+
+def test_the_command_line_skips_the_sets_its_record_says_are_done(corpus, tmp_path, caplog):
+    """An edited segments file, other framing or no record (a run killed before writing it)
+    writes the targets again; otherwise the stage is skipped."""
+    root, ms98, _ = corpus
+    data = shutil.copytree(root / "data/train_dev", tmp_path / "train_dev")
+    args = ["--ms98-dir", str(ms98), "--out", str(tmp_path / "ali"), str(data)]
+
+    def ran(*extra: str) -> bool:
+        caplog.clear()
+        with caplog.at_level("INFO", logger="asr.train.phone_ali"):
+            assert main([*extra, *args]) == 0
+        return "done already" not in caplog.text
+
+    assert ran() and not ran()
+    segments = data / "segments"
+    segments.write_text("".join(segments.read_text().splitlines(keepends=True)[1:]))
+    assert ran() and f"{segments} changed since the phone_ali stage read it" in caplog.text
+    assert not ran()
+    assert ran("--frame-shift-ms", "12") and not ran("--frame-shift-ms", "12")
+    (tmp_path / "ali" / "phone_ali.record.json").unlink()
+    assert ran("--frame-shift-ms", "12") and not ran("--frame-shift-ms", "12")
 
 
 def test_a_truncated_phone_alignment_is_refused_in_one_line(corpus, tmp_path):

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from asr.utils.recipe_record import main
-from asr.utils.record import write_record
+from asr.utils.record import USED_RECORDS_ENV, why_rerun, write_record
 
 
 def run(monkeypatch, *argv: str, options: str = "") -> int:
@@ -59,6 +59,43 @@ def test_the_record_takes_the_stages_records_and_follows_their_inputs(tmp_path, 
     (tmp_path / "lang/tok.model").unlink()
     assert run(monkeypatch, "check", str(record), options="tokenizer.vocab_size=60\n") == 1
     assert capsys.readouterr().out.splitlines() == [f"  output {tmp_path}/lang/tok.model: missing"]
+
+
+def test_a_record_the_stage_wrote_itself_is_none_of_its_inputs(tmp_path, monkeypatch):
+    """The features stage writes a model's record, then the sets' records naming it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data/train").mkdir(parents=True)
+    (tmp_path / "data/train/text").write_text("u1 a b\n")
+    record = tmp_path / "exp/base/.done/2.features.record.json"
+    record.parent.mkdir(parents=True)
+    assert run(monkeypatch, "snapshot", str(record), "--exp", "exp/base") == 0
+    (tmp_path / "feats/gmm").mkdir(parents=True)
+    model = write_record(tmp_path / "feats/gmm", "features", "rerun", {}, [tmp_path / "data/train/text"], {})
+    (tmp_path / "feats/eval").mkdir()
+    write_record(tmp_path / "feats/eval", "features", "rerun", {}, [model], {})
+    assert run(monkeypatch, "write", str(record), "--exp", "exp/base") == 0
+    assert list(json.loads(record.read_text())["inputs"]) == [str(tmp_path / "data/train/text")]
+
+
+def test_a_stage_that_skips_by_its_own_record_still_names_its_inputs(tmp_path, monkeypatch):
+    """Another experiment runs the tokenizer stage, whose own record says done: it writes no
+    record, and why_rerun notes the one it found in the file run.sh names."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data/train").mkdir(parents=True)
+    text = tmp_path / "data/train/text"
+    text.write_text("u1 a b\n")
+    tokenizer_stage(tmp_path)
+    record = tmp_path / "exp/other/.done/3.tokenizer.record.json"
+    record.parent.mkdir(parents=True)
+    used = record.with_name("3.tokenizer.used")
+    assert run(monkeypatch, "snapshot", str(record), "--exp", "exp/other") == 0
+    monkeypatch.setenv(USED_RECORDS_ENV, str(used))
+    assert why_rerun(tmp_path / "lang", "tokenizer", {}, [text]) is None  # the stage, skipping
+    monkeypatch.delenv(USED_RECORDS_ENV)
+    assert run(monkeypatch, "write", str(record), "--exp", "exp/other", "--used", str(used)) == 0
+    written = json.loads(record.read_text())
+    assert list(written["inputs"]) == [str(text)] and not used.exists()
+    assert written["sources"] == [str(tmp_path / "lang/tokenizer.record.json")]
 
 
 def test_a_stage_whose_records_name_no_input_takes_the_earlier_stages(tmp_path, monkeypatch):

@@ -1,9 +1,8 @@
 """python -m asr.data.synth [hydra overrides]: write the synthetic corpus to synth.out_dir.
 
-A corpus already made from the same synth config is kept (the corpus records its config),
-so re-running a recipe or starting a new experiment on it costs nothing;
-`synth.force=true` rebuilds it. A kept corpus made before the pronunciation dictionary was
-part of the corpus gets it added (`swb_ms98_transcriptions/sw-ms98-dict.text`, a second).
+A corpus already made from the same synth config is kept (its stage record,
+`synth.record.json`, names the config and every file), so re-running a recipe or starting a new
+experiment on it costs nothing; `synth.force=true` rebuilds it.
 """
 
 import logging
@@ -23,18 +22,16 @@ log = logging.getLogger("asr.data.synth")
 )
 def main(cfg: DictConfig) -> None:
     from asr.data.synth.corpus import (
-        ensure_dictionary,
         format_summary,
-        is_synthesized,
         synthesize_corpus,
+        why_synthesize,
     )  # here, not above: --help answers without importing torch
 
-    if not cfg.synth.force and is_synthesized(cfg.synth):
+    reason = "synth.force=true" if cfg.synth.force else why_synthesize(cfg.synth)
+    if reason is None:
         log.info("%s: corpus already made with this config; keeping it (synth.force=true rebuilds)", cfg.synth.out_dir)
-        added = ensure_dictionary(cfg.synth)
-        if added is not None:
-            log.info("%s: added the pronunciation dictionary this older corpus lacked", added)
         return
+    log.info("%s: synthesising (%s)", cfg.synth.out_dir, reason)
     summary = synthesize_corpus(cfg.synth)
     print(format_summary(summary))
     print(f"synthesis took {summary['seconds']:.1f} s")

@@ -23,13 +23,14 @@ from tqdm import tqdm
 
 from asr.data.synth import grammar as gr
 from asr.data.synth import layouts
-from asr.data.synth.dictionary import dictionary_path, write_dictionary
+from asr.data.synth.dictionary import write_dictionary
 from asr.data.synth.quirks import QUIRK_CONVERSATIONS, QUIRKS, apply_quirks
 from asr.data.synth.channel import RATE
 from asr.data.synth.conversation import Conversation, ConversationSpec, render_conversation
 from asr.data.synth.speakers import Speaker, SpeakerSets, make_speakers
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
+from asr.utils.record import outputs_of, why_rerun, write_record
 
 log = logging.getLogger("asr.synth")
 
@@ -244,14 +245,6 @@ def add_dictionary(root: Path, plan: CorpusPlan) -> Path:
         return pool.apply(write_dictionary, (root, plan_accents(plan), side_accents(plan)))
 
 
-def ensure_dictionary(cfg: DictConfig) -> Path | None:
-    """Add the dictionary to a corpus made before it was part of it; None if it was there."""
-    root = Path(cfg.out_dir)
-    if dictionary_path(root).is_file():
-        return None
-    return add_dictionary(root, plan_corpus(cfg))
-
-
 # ---- summary ------------------------------------------------------------------------
 
 
@@ -348,21 +341,22 @@ def write_records(root: Path, plan: CorpusPlan, evaluation: list[Conversation], 
     (root / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="ascii")
 
 
-CONFIG_RECORD = "synth_config.json"
+STAGE, RERUN = "synth", "python -m asr.data.synth synth.force=true"
+AUDIO = (".sph",)  # recorded by size: a sha1 of every recording at each check would cost minutes
 
 
-def config_record(cfg: DictConfig) -> str:
-    """What the corpus is made from (not where or how fast), recorded inside it."""
+def corpus_options(cfg: DictConfig) -> dict:
+    """What the corpus is made from (not where or how fast), as its stage record's options."""
     settings = OmegaConf.to_container(cfg, resolve=True)
     for key in ("out_dir", "jobs", "force"):
         settings.pop(key, None)
-    return json.dumps(settings, sort_keys=True) + "\n"
+    return settings
 
 
-def is_synthesized(cfg: DictConfig) -> bool:
-    """True when cfg.out_dir holds a complete corpus made from this config."""
-    record = Path(cfg.out_dir) / CONFIG_RECORD
-    return record.is_file() and record.read_text(encoding="ascii") == config_record(cfg)
+def why_synthesize(cfg: DictConfig) -> str | None:
+    """None when cfg.out_dir holds a complete corpus made from this config (its stage record
+    `synth.record.json`, asr/utils/record.py); else why it must be made."""
+    return why_rerun(cfg.out_dir, STAGE, corpus_options(cfg), [])
 
 
 def render_and_write(
@@ -399,7 +393,7 @@ def synthesize_corpus(cfg: DictConfig) -> dict:
             summary["quirks"] = apply_quirks(tmp, list(cfg.quirks), kept, plan.train_numbers)
             (tmp / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="ascii")
         add_dictionary(tmp, plan)
-        (tmp / CONFIG_RECORD).write_text(config_record(cfg), encoding="ascii")
+        write_record(tmp, STAGE, RERUN, corpus_options(cfg), [], outputs_of(tmp, sizes_only=AUDIO))
     elapsed = time.perf_counter() - started
     audio_hours = sum(summary[s]["audio_hours"] for s in subsets_of(plan.conversations))
     log.info("corpus summary:\n%s", format_summary(summary))

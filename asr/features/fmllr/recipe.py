@@ -60,23 +60,12 @@ from asr.features.fmllr.model import (
 )
 from asr.features.ivector.recipe import IvectorReader, ivector_sets, make_base_sets
 from asr.features.parts import in_key_order, join_parts, merge_part_tables, merge_skipped, repoint_scp
-from asr.features.provenance import (
-    MODEL_STAGE,
-    RERUN,
-    checksum,
-    recorded_checksum,
-    seal,
-    plain,
-    source_checksum,
-    source_files,
-    why_incomplete,
-)
+from asr.features.provenance import made_with, plain, seal, source_files, why_incomplete
 from asr.features.subset import balance_speakers, speaker_frames, streamed_subset
 from asr.kaldi import commands
 from asr.kaldi.table import Lookup, c_sort_key, sorted_table
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
-from asr.utils.record import outputs_of, why_rerun, write_record
 
 log = logging.getLogger("asr.features")
 
@@ -111,16 +100,13 @@ def make_fmllr_features(cfg: Any) -> list[SetSummary]:
     base = make_base_sets(cfg, root)
     if fcfg.split.index >= 0:
         return base  # one cluster share of the log-mel: the model and adaptation run after the merge
-    model_checksum = ensure_model(
-        root / "gmm", root / "fbank" / cfg.data.train_set, Path(cfg.data.data_dir) / cfg.data.train_set, fcfg
-    )
+    ensure_model(root / "gmm", root / "fbank" / cfg.data.train_set, Path(cfg.data.data_dir) / cfg.data.train_set, fcfg)
     ivectors = (
         ivector_sets(cfg, root, root / "ivector", write_feats=False) if fcfg.kind == "fmllr_ivector_fbank" else {}
     )
     return [
         adapt_set(
             root / "gmm",
-            model_checksum,
             root / "fbank" / s,
             Path(cfg.data.data_dir) / s,
             root / s,
@@ -134,19 +120,14 @@ def make_fmllr_features(cfg: Any) -> list[SetSummary]:
 # ------------------------------------------------------------------------ model
 
 
-def model_checksum(fcfg: Any, base_dir: Path) -> str:
-    """What the adapted sets' records name of the model: its options and the log-mel's."""
-    return checksum(plain(fcfg.fmllr), source_checksum(base_dir))
-
-
-def ensure_model(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any) -> str:
+def ensure_model(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any) -> None:
     """Train the adaptation model unless its stage record says it is made from the same
-    options and log-mel set; returns `model_checksum` (what the adapted sets depend on)."""
-    expected, options, inputs = model_checksum(fcfg, base_dir), plain(fcfg.fmllr), source_files(base_dir)
-    reason = "features.force=true" if fcfg.force else why_rerun(model_dir, MODEL_STAGE, options, inputs)
+    options and log-mel set."""
+    options, inputs = plain(fcfg.fmllr), source_files(base_dir)
+    reason = why_incomplete(model_dir, options, inputs, fcfg.force)
     if reason is None:
         log.info("fMLLR model: complete already (%s)", model_dir)
-        return expected
+        return
     log.info("fMLLR model: training on %s into %s (%s)", base_dir, model_dir, reason)
     started = time.perf_counter()
     subset = streamed_subset(
@@ -158,11 +139,10 @@ def ensure_model(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any) -> 
     with atomic_dir(model_dir) as tmp:
         model.save(tmp)
         write_report(tmp / "report.json", report)
-        write_record(tmp, MODEL_STAGE, RERUN, options, inputs, outputs_of(tmp))
+        seal(tmp, options, inputs)
     log.info(
         "fMLLR model: %d Gaussians of dim %d trained in %.1f s", model.gmm.num_components, model.dim, report["seconds"]
     )
-    return expected
 
 
 def utt2spk_of(data_dir: Path) -> Path:
@@ -229,9 +209,14 @@ class AdaptResult:
     stats: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+def set_options(fcfg: Any) -> dict:
+    """What changes an adapted set besides its inputs (the model, the log-mel set, the i-vectors)."""
+    names = ("kind", "delta_order", "delta_window", "cmvn", "compress")
+    return {**{k: getattr(fcfg, k) for k in names}, "fmllr": plain(fcfg.fmllr), "layout": STORED_LAYOUT}
+
+
 def adapt_set(
     model_dir: Path,
-    model_checksum: str,
     base_dir: Path,
     data_dir: Path,
     out_dir: Path,
@@ -243,20 +228,11 @@ def adapt_set(
     processes. Every process reads the set's tables in step, so none holds a line per utterance."""
     if fcfg.kind == "fmllr_ivector_fbank" and ivector_dir is None:
         raise ValueError("fmllr_ivector_fbank needs the set's i-vector directory")
-    ivectors = recorded_checksum(ivector_dir) if ivector_dir is not None else ""
-    expected = checksum(
-        model_checksum,
-        source_checksum(base_dir),
-        fcfg.kind,
-        fcfg.delta_order,
-        fcfg.delta_window,
-        fcfg.cmvn,
-        plain(fcfg.fmllr),
-        ivectors,
-        STORED_LAYOUT,
-        fcfg.compress,
+    made_from = (
+        set_options(fcfg),
+        made_with(model_dir, ivector_dir) + source_files(base_dir),
     )
-    if not fcfg.force and why_incomplete(out_dir, expected) is None:
+    if why_incomplete(out_dir, *made_from, fcfg.force) is None:
         log.info("%s: complete already (%s), skipping; features.force=true recomputes it", out_dir.name, out_dir)
         return SetSummary(out_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
     started = time.perf_counter()
@@ -280,7 +256,7 @@ def adapt_set(
             for i, part in enumerate(parts)
         ]
         results = run_parts(tasks, desc=out_dir.name, total=len(frames), work=adapt_part, unit="spk")
-        summary = _finish_set(results, tmp, out_dir, base_dir, fcfg, options, expected, len(frames))
+        summary = _finish_set(results, tmp, out_dir, base_dir, fcfg, options, made_from, len(frames))
     summary.wall_seconds = time.perf_counter() - started
     summary.seconds = summary.frames * fcfg.frame_shift_ms / 1000.0  # one frame per shift
     log_summary(summary)
@@ -441,7 +417,7 @@ def _finish_set(
     base_dir: Path,
     fcfg: Any,
     options: AdaptOptions,
-    expected: str,
+    made_from: tuple[dict, list[Path]],
     speakers: int,
 ) -> SetSummary:
     """The parts joined, and everything beside them: dimension, layout, CMVN, skipped utterances."""
@@ -466,7 +442,7 @@ def _finish_set(
             repoint_scp(tmp / "cmvn.scp", out_dir.absolute() / "cmvn.ark")
     if (base_dir / "fbank.conf").is_file():
         shutil.copyfile(base_dir / "fbank.conf", tmp / "fbank.conf")
-    seal(tmp, expected)
+    seal(tmp, *made_from)
     log.info(
         "%s: %d of %d speakers adapted (the others had fewer than %g frames: identity)",
         out_dir.name,

@@ -51,21 +51,12 @@ from asr.features.logmel.fbank import FbankOptions
 from asr.features.featureset import FeatureWriter
 from asr.features.ivector.model import IvectorModel, LogmelFrames, train_ivector_model, write_report
 from asr.features.parts import join_parts, repoint_scp
-from asr.features.provenance import (
-    MODEL_STAGE,
-    RERUN,
-    checksum,
-    seal,
-    plain,
-    source_checksum,
-    source_files,
-    why_incomplete,
-)
+from asr.features.provenance import made_with, plain, seal, source_files, why_incomplete
 from asr.features.subset import speaker_utterances, split_speakers
 from asr.kaldi.table import read_table, write_table
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
-from asr.utils.record import outputs_of, verify, verify_table, why_rerun, write_record
+from asr.utils.record import verify, verify_table
 
 log = logging.getLogger("asr.features")
 
@@ -159,7 +150,7 @@ def ivector_sets(cfg: Any, root: Path, into: Path, write_feats: bool) -> dict[st
                 ),
             )
         return out
-    model_checksum = ensure_extractor(
+    ensure_extractor(
         root / "extractor", root / "fbank" / cfg.data.train_set, Path(cfg.data.data_dir) / cfg.data.train_set, fcfg
     )
     for set_name in sets:
@@ -168,7 +159,6 @@ def ivector_sets(cfg: Any, root: Path, into: Path, write_feats: bool) -> dict[st
             into / set_name,
             extract_ivector_set(
                 root / "extractor",
-                model_checksum,
                 root / "fbank" / set_name,
                 Path(cfg.data.data_dir) / set_name,
                 into / set_name,
@@ -180,6 +170,11 @@ def ivector_sets(cfg: Any, root: Path, into: Path, write_feats: bool) -> dict[st
     return out
 
 
+def feats_options(fcfg: Any, write_feats: bool) -> dict:
+    """What changes the per-frame features an i-vector set writes beside its i-vectors."""
+    return {"write_feats": write_feats, "compress": fcfg.compress if write_feats else None}
+
+
 def model_options(icfg: Any) -> dict:
     options = plain(icfg)
     return {key: options[key] for key in MODEL_OPTIONS}
@@ -188,15 +183,13 @@ def model_options(icfg: Any) -> dict:
 # ------------------------------------------------------------------------ model
 
 
-def ensure_extractor(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any) -> str:
-    """Train the extractor unless `model_dir` holds one made from the same inputs; returns
-    the checksum of those inputs (what the i-vector sets depend on)."""
-    expected = checksum(model_options(fcfg.ivector), source_checksum(base_dir))
+def ensure_extractor(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any) -> None:
+    """Train the extractor unless `model_dir` holds one made from the same options and log-mel set."""
     options, inputs = model_options(fcfg.ivector), source_files(base_dir)
-    reason = "features.force=true" if fcfg.force else why_rerun(model_dir, MODEL_STAGE, options, inputs)
+    reason = why_incomplete(model_dir, options, inputs, fcfg.force)
     if reason is None:
         log.info("i-vector extractor: complete already (%s)", model_dir)
-        return expected
+        return
     log.info("i-vector extractor: training on %s into %s (%s)", base_dir, model_dir, reason)
     started = time.perf_counter()
     utt2spk = read_data_dir(data_dir, tables=()).utt2spk
@@ -205,9 +198,8 @@ def ensure_extractor(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any)
         report = train_ivector_model(base_dir, utt2spk, num_frames, fcfg.ivector, tmp, fcfg.device, fcfg.jobs)
         report["seconds"] = round(time.perf_counter() - started, 1)
         write_report(tmp / "report.json", report)
-        write_record(tmp, MODEL_STAGE, RERUN, options, inputs, outputs_of(tmp))
+        seal(tmp, options, inputs)
     log.info("i-vector extractor: trained in %.1f s", report["seconds"])
-    return expected
 
 
 # -------------------------------------------------------------------------- sets
@@ -238,7 +230,6 @@ class ExtractResult:
 
 def extract_ivector_set(
     model_dir: Path,
-    model_checksum: str,
     base_dir: Path,
     data_dir: Path,
     out_dir: Path,
@@ -249,16 +240,9 @@ def extract_ivector_set(
     """One set's i-vectors (and, with `write_feats`, per-frame features), its speakers split
     over `features.jobs` worker processes."""
     icfg = fcfg.ivector
-    expected = checksum(
-        model_checksum,
-        source_checksum(base_dir),
-        mode,
-        icfg.period,
-        icfg.max_count,
-        write_feats,
-        fcfg.compress if write_feats else None,
-    )
-    if not fcfg.force and why_incomplete(out_dir, expected) is None:
+    options = {"mode": mode, "period": icfg.period, "max_count": icfg.max_count, **feats_options(fcfg, write_feats)}
+    made_from = (options, made_with(model_dir) + source_files(base_dir))
+    if why_incomplete(out_dir, *made_from, fcfg.force) is None:
         log.info(
             "%s: i-vectors complete already (%s), skipping; features.force=true recomputes them", out_dir.name, out_dir
         )
@@ -313,7 +297,7 @@ def extract_ivector_set(
             {u: n for r in results for u, n in r.num_frames.items()},
             icfg.dim,
             report,
-            expected,
+            made_from,
             write_feats,
         )
     summary = SetSummary(out_dir.name, len(num_frames), sum(num_frames.values()), 0.0, time.perf_counter() - started, 0)
@@ -329,7 +313,7 @@ def _finish_set(
     num_frames: dict[str, int],
     dim: int,
     report: dict,
-    expected: str,
+    made_from: tuple[dict, list[Path]],
     write_feats: bool,
 ) -> None:
     (tmp / "ivector_period").write_text(f"{report['period']}\n")
@@ -341,7 +325,7 @@ def _finish_set(
         for name in ("fbank.conf", "skipped"):
             if (base_dir / name).is_file():
                 shutil.copyfile(base_dir / name, tmp / name)
-    seal(tmp, expected)
+    seal(tmp, *made_from)
 
 
 def eer_report(last_ivectors: dict[str, np.ndarray], utt2spk: dict[str, str]) -> dict:
@@ -486,17 +470,10 @@ def import_ivector_set(
     online, per_speaker = source / "ivector_online.scp", source / "ivectors_spk.scp"
     if not online.is_file() and not per_speaker.is_file():
         raise InputError(f"{source}: neither ivector_online.scp (with ivector_period) nor ivectors_spk.scp")
-    recorded = (online if online.is_file() else per_speaker).read_text()
-    expected = checksum(
-        "kaldi",
-        str(source),
-        recorded,
-        source_checksum(base_dir),
-        write_feats,
-        fcfg.ivector.period,
-        fcfg.compress if write_feats else None,
-    )
-    if not fcfg.force and why_incomplete(out_dir, expected) is None:
+    imported = online if online.is_file() else per_speaker
+    options = {"kaldi_dir": str(source), "period": fcfg.ivector.period, **feats_options(fcfg, write_feats)}
+    made_from = (options, [imported, *source_files(base_dir)])
+    if why_incomplete(out_dir, *made_from, fcfg.force) is None:
         log.info("%s: i-vectors complete already (%s), skipping", out_dir.name, out_dir)
         return SetSummary(out_dir.name, 0, 0, 0.0, 0.0, 0, skipped=True)
     utt2spk = read_data_dir(data_dir, tables=()).utt2spk
@@ -521,7 +498,7 @@ def import_ivector_set(
             repoint_scp(tmp / "feats.scp", out_dir.absolute() / "feats.ark")
         if not online.is_file():  # the arks written here: name them where they will be
             repoint_scp(tmp / "ivector_online.scp", out_dir.absolute() / "ivector_online.ark")
-        _finish_set(tmp, out_dir, base_dir, num_frames, dim, report, expected, write_feats)
+        _finish_set(tmp, out_dir, base_dir, num_frames, dim, report, made_from, write_feats)
     log.info("%s: %d utterances' i-vectors imported from %s", out_dir.name, len(num_frames), source)
     return SetSummary(out_dir.name, len(num_frames), sum(num_frames.values()), 0.0, 0.0, 0)
 

@@ -88,6 +88,14 @@ def choose_backend(cfg):
     return ("native", None) if backend == "native" else ("sctk", sctk_dir)
 
 
+def scorer_name(cfg) -> str:
+    """The scorer score_hub5 uses ("native", or SCTK and its directory), without its warnings:
+    the two may count a few words differently, so it is one of a score's options."""
+    backend = str(cfg.score.get("backend", "auto"))
+    sctk_dir = None if backend == "native" else find_sctk(str(cfg.score.get("sctk_bin", "")))
+    return f"sctk {sctk_dir}" if sctk_dir is not None else "native"
+
+
 def score_hub5(cfg, set_name: str) -> ScoreResult:
     stm_path, stm = stm_text(cfg, set_name)
     glm = glm_text(cfg, set_name)
