@@ -53,7 +53,9 @@ class DecodeConfig:
     tune_set: str = "${data.dev_set}"
     tune_lm_weights: list = field(default_factory=lambda: [0.3, 0.5, 0.8, 1.2])
     tune_word_scores: list = field(default_factory=lambda: [-1.0, 0.0, 1.0, 2.0])
-    tune_acoustic_scales: list = field(default_factory=lambda: [0.05, 0.067, 0.083, 0.1, 0.125])  # kind=wfst
+    tune_acoustic_scales: list = field(
+        default_factory=lambda: [0.067, 0.083, 0.1, 0.125, 0.15, 0.2, 0.25, 0.333]
+    )  # kind=wfst
     split: DecodeSplitConfig = field(default_factory=DecodeSplitConfig)
 
     CHECKS: ClassVar[dict[str, Check]] = {

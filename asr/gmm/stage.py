@@ -86,7 +86,8 @@ def run(cfg: Any, lang=None) -> dict:
     data_root = Path(cfg.data.data_dir)
     if gmm.kind == "align":
         align = training_data(data_root / gmm.align_set, feature_set_dir(cfg, gmm.align_set), lang)
-        return run_gmm_alignment(cfg, lang, align, Path(gmm.dir), made)
+        reporter = boundary_reporter(cfg, lang, align, data_root / gmm.align_set) if gmm.phone_timings else None
+        return run_gmm_alignment(cfg, lang, align, Path(gmm.dir), made, reporter)
     train = training_data(data_root / gmm.train_set, feature_set_dir(cfg, gmm.train_set), lang, gmm.subset)
     align = None
     if gmm.align_set:

@@ -471,9 +471,12 @@ def run_gmm_training(
     return summary
 
 
-def run_gmm_alignment(cfg: Any, lang, align: TrainingData, out_dir: Path, made_from: MadeFrom) -> dict:
+def run_gmm_alignment(
+    cfg: Any, lang, align: TrainingData, out_dir: Path, made_from: MadeFrom, boundary_report: Callable | None = None
+) -> dict:
     """kind=align, align_si.sh on another set: the model of the gmm.alignments dir (its
-    final.mdl and tree, copied) aligns `align` into out_dir/ali.N.gz, atomically."""
+    final.mdl and tree, copied) aligns `align` into out_dir/ali.N.gz, atomically (with
+    gmm.phone_timings, scored against them as training's alignments are)."""
     gmm, source = cfg.gmm, Path(cfg.gmm.alignments)
     for name in ("final.mdl", "tree"):
         if not (source / name).is_file():
@@ -493,6 +496,8 @@ def run_gmm_alignment(cfg: Any, lang, align: TrainingData, out_dir: Path, made_f
             "align_seconds": seconds,
             "align_real_time_factor": seconds / (sum(align.frames.values()) / 100.0),
         }
+        if boundary_report is not None:
+            summary["boundaries"] = boundary_report(tmp, tm)
         shutil.rmtree(work)
         write_outputs(tmp, tree, tm, am, num_shares, summary, made_from)
     return summary

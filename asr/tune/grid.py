@@ -7,7 +7,9 @@ decode.tune_word_scores, and each result is scored with the jiwer scorer (the sa
 normalisation as asr.score). The grid and the best pair (lowest WER; ties go to the
 smaller weight, then the smaller score) are written to decode.tuning_file, which the
 beam_lm decode then uses: Kaldi's scoring picks its LM weight and insertion penalty the
-same way, but on the test set; here the test set stays unseen.
+same way, but on the test set; here the test set stays unseen. A best value at the edge of
+its grid (the smallest or largest of two or more) is logged as a warning and listed in the
+file's `best_at_grid_edge`, as the lr sweep does: the optimum may lie outside the grid.
 
 With decode.split.count=N the set is tuned in N shares of its utterances (cluster array tasks,
 decode.split.index=I each writing every grid point's hypotheses of its share), then merged
@@ -78,6 +80,18 @@ def best_point(grid: list[dict]) -> dict:
     return min(grid, key=lambda g: (g["wer"], *(v for k, v in g.items() if k != "wer")))
 
 
+def edges_reached(grid: list[dict], best: dict) -> list[str]:
+    """The grid's values whose best lies on the grid's edge (its smallest or largest value, of
+    two or more): a wider grid may find a better one there."""
+    names = [k for k in best if k != "wer"]
+    reached = []
+    for name in names:
+        values = sorted({g[name] for g in grid})
+        if len(values) > 1 and best[name] in (values[0], values[-1]):
+            reached.append(name)
+    return reached
+
+
 def lm_grid_hyps(cfg, pool: ParallelBeamSearch, tokenizer: Tokenizer, arrays: dict[str, np.ndarray]) -> Points:
     """Every (lm_weight, word_score) of the grid: the set's hypotheses."""
     utts = list(arrays)
@@ -131,7 +145,22 @@ def scored_grid(cfg, refs: dict[str, str], points: Points) -> dict:
     for point, texts in points:
         grid.append({**point, "wer": score(refs, texts).subsets["total"].wer})
         log.info("%s: WER %.2f%%", describe(point), grid[-1]["wer"])
-    return {"set": cfg.decode.tune_set, "utterances": len(refs), "grid": grid, "best": best_point(grid)}
+    best = best_point(grid)
+    at_edge = edges_reached(grid, best)
+    for name in at_edge:
+        log.warning(
+            "the best %s %g is at the edge of the tuning grid %s; a wider grid may find a better one",
+            name,
+            best[name],
+            sorted({g[name] for g in grid}),
+        )
+    return {
+        "set": cfg.decode.tune_set,
+        "utterances": len(refs),
+        "grid": grid,
+        "best": best,
+        "best_at_grid_edge": at_edge,
+    }
 
 
 def describe(point: dict) -> str:
