@@ -28,6 +28,7 @@ from asr.lm.build import WORDS, binary_path
 from asr.lm.corpus import read_vocabulary
 from asr.text.tokenizer import BLANK_ID, Tokenizer
 from asr.utils.errors import InputError
+from asr.utils.stop import default_signals
 from asr.utils.record import verify
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,11 @@ def _init_worker(spec: BeamSpec) -> None:
     _worker_decoder = BeamSearchDecoder(spec.lexicon, list(spec.pieces), BLANK_ID, spec.lm_path)
 
 
+def _init_forked_worker(spec: BeamSpec) -> None:
+    default_signals()
+    _init_worker(spec)
+
+
 def _decode_in_worker(task: tuple[np.ndarray, BeamOptions]) -> Hypothesis:
     log_probs, options = task
     return _worker_decoder.decode(log_probs, options)
@@ -132,7 +138,9 @@ class ParallelBeamSearch:
             self.pool = None
         else:
             # fork: workers start at once and share the parent's memory; they never use torch.
-            self.pool = multiprocessing.get_context("fork").Pool(self.jobs, initializer=_init_worker, initargs=(spec,))
+            self.pool = multiprocessing.get_context("fork").Pool(
+                self.jobs, initializer=_init_forked_worker, initargs=(spec,)
+            )
 
     def __call__(self, log_probs: list[np.ndarray], options: BeamOptions) -> list[Hypothesis]:
         tasks = [(lp, options) for lp in log_probs]

@@ -32,6 +32,7 @@ from asr.lang.langdir import Lang
 from asr.lang.search import GraphDecoder, SearchOptions
 from asr.utils.device import select_device
 from asr.utils.errors import InputError
+from asr.utils.stop import default_signals
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ class ParallelWfstSearch:
         # The graph is read here, so that a missing or damaged file is this process' clear error
         # (a pool initializer that fails is restarted forever); the forked workers share it.
         _init_worker(spec)
-        self.pool = multiprocessing.get_context("fork").Pool(jobs) if jobs > 1 else None
+        self.pool = multiprocessing.get_context("fork").Pool(jobs, initializer=default_signals) if jobs > 1 else None
 
     def __call__(
         self, items: list[tuple[str, np.ndarray]], acoustic_scale: float | None = None

@@ -34,6 +34,7 @@ from asr.lang.graph import mkgraph
 from asr.lang.langdir import Lang
 from asr.lang.search import GraphDecoder, SearchOptions
 from asr.utils.record import outputs_of, why_rerun, write_record
+from asr.utils.stop import default_signals
 
 log = logging.getLogger("asr.gmm")
 
@@ -146,5 +147,5 @@ def decode_gmm(cfg) -> list[Path]:
     options = SearchOptions(cfg.gmm.decode_acoustic_scale, cfg.decode.wfst_beam, cfg.decode.max_active)
     spec = GmmDecodeSpec(str(model_dir), str(cfg.gmm.lang_dir), options)
     _init_worker(spec)  # here: a failing pool initializer is restarted forever; the forked workers share it
-    with multiprocessing.get_context("fork").Pool(cfg.gmm.nj) as pool:
+    with multiprocessing.get_context("fork").Pool(cfg.gmm.nj, initializer=default_signals) as pool:
         return [decode_set(cfg, name, pool, model_dir) for name in evaluation_sets(cfg)]

@@ -48,6 +48,15 @@ def terminate_on_signal() -> None:
             signal.signal(sig, handle)
 
 
+def default_signals() -> None:
+    """A pool worker forked from a stage: SIGTERM/SIGUSR1 end it at once, as by default. An
+    inherited Python handler runs only once the worker's main thread runs Python again, so a
+    worker blocked in C (a lock taken over the fork) outlived Pool.terminate(), and the stage
+    waited on it for ever after its work was written."""
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+
+
 class StopRequest:
     def __init__(self):
         self.signal_name: str | None = None
