@@ -30,7 +30,8 @@ $(STAMP): setup.py scripts/install_system.sh scripts/build_kenlm.sh
 	$(PY) -c "import asr.config, torch, kaldiio, sentencepiece, jiwer, soundfile, kaldi_hmm_gmm, kaldifst, kaldilm; print('asr toolkit installed, torch', torch.__version__)"
 	touch $(STAMP)
 
-DEMO ?=
+# two learners (SSGD) with the single process's global batch: conf/experiment/mini_ssgd.yaml
+DEMO ?= --nproc 2 experiment=mini_ssgd
 
 demo: install
 	cd recipes/mini && ./run.sh $(DEMO)

@@ -5,8 +5,10 @@ the stage exits 2."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +93,19 @@ def test_a_stage_exits_2_before_any_work(tmp_path, override, message):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "exp" / "train_config.yaml").exists() and not (tmp_path / "exp" / "checkpoints").exists()
+
+
+def test_the_demo_trains_with_the_single_process_global_batch():
+    """`make demo` runs mini_ssgd on --nproc learners: per learner, train=mini's batch split."""
+    makefile = Path(__file__).parents[1] / "Makefile"
+    [demo] = re.findall(r"^DEMO \?= (.*)$", makefile.read_text(), flags=re.M)
+    learners = int(re.search(r"--nproc (\d+)", demo).group(1))
+    [preset] = re.findall(r"experiment=(\S+)", demo)
+    single, split = load_config([]), load_config([f"experiment={preset}"])
+    assert learners > 1 and split.distributed.algorithm == "ssgd"
+    assert split.train.max_utts * learners == single.train.max_utts
+    assert split.train.max_frames * learners == single.train.max_frames
+    assert split.train.threads * learners <= single.train.threads
+    assert {k: v for k, v in split.train.items() if k not in ("max_utts", "max_frames", "threads")} == {
+        k: v for k, v in single.train.items() if k not in ("max_utts", "max_frames", "threads")
+    }
