@@ -378,7 +378,8 @@ used_records() { printf '%s/%s/.done/%s.%s.used' "$PWD" "$exp_dir" "$1" "$2"; }
 # run_stage N NAME command...: run when N is inside [stage, stop_stage] and the stage is not
 # done (its record, or a shared stage's record from another experiment). The record is moved
 # aside while the stage runs, so an interrupted stage runs again; a failed stage ends the recipe
-# with the stage's own exit status.
+# with the stage's own exit status. Each stage that ran adds a line with its wall seconds to
+# <exp_dir>/stage_times.jsonl (a re-run adds more lines; the last of a stage is its latest).
 run_stage() {
   local n=$1 name=$2; shift 2
   (( n >= stage && n <= stop_stage )) || return 0
@@ -415,6 +416,8 @@ run_stage() {
   stage_record write "$n" "$name" "$options"
   seen_now[$n.$name]=1
   log "stage $n ($name): finished in $((SECONDS - start)) s"
+  printf '{"stage": %s, "name": "%s", "seconds": %d, "finished": "%s"}\n' "$n" "$name" "$((SECONDS - start))" \
+    "$(date '+%Y-%m-%d %H:%M:%S')" >> "$exp_dir/stage_times.jsonl"
 }
 
 # --- shared stages: a new --exp reuses them -------------------------------------------------

@@ -82,8 +82,15 @@ def test_stages_run_one_by_one_then_skip(mini_recipe):
     assert greedy["total"]["words"] == pytest.approx(wer["total"]["words"], rel=0.01)
     assert (exp / "decode_eval2000_greedy/hyp.ctm").is_file() and (exp / "decode_eval2000_greedy/wer.md").is_file()
 
+    # Each stage that ran left one line with its wall time; stages that skip add none.
+    times = (exp / "stage_times.jsonl").read_text()
+    ran = [json.loads(line) for line in times.splitlines()]
+    assert [f"{t['stage']}.{t['name']}" for t in ran if t["name"] in dict(map(numbered, STAGES)).values()] == STAGES
+    assert all(isinstance(t["seconds"], int) and t["seconds"] >= 0 for t in ran)
+
     # A second run of every stage skips them all and still prints the WER table.
     proc = r.run("--exp", "smoke", *TINY, timeout=120)
+    assert (exp / "stage_times.jsonl").read_text() == times
     for n, stage in map(numbered, STAGES):
         assert f"stage {n} ({stage}): done already" in proc.stderr
     assert "greedy decoding (no LM)" in proc.stderr and "beam_lm decoding" in proc.stderr
