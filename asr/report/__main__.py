@@ -1,7 +1,8 @@
 """`python -m asr.report exp/* [--eval-set eval2000] [--out report]`: compare experiments.
 
-Writes <out>.md (one row per scored experiment) and <out>.png (WER against training time,
-or epochs), prints the table, and names the directories it skipped (no wer.json).
+Writes <out>.md and <out>.json (one row per scored decode dir of the set: `decode_<set>` and
+`decode_<set>_<suffix>`) and <out>.png (WER against training time, or epochs), prints the
+table, and names the directories it skipped (no scored decode dir).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import logging
 import sys
 
-from asr.report.experiments import read_experiment
+from asr.report.experiments import read_experiments
 from asr.report.render import write_report
 from asr.utils.log import setup_logging
 
@@ -19,17 +20,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m asr.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("exp_dirs", nargs="+", help="experiment directories (exp/<name>)")
     parser.add_argument("--eval-set", default="eval2000", help="the decoded set to compare (decode_<set>/wer.json)")
-    parser.add_argument("--out", default="report", help="output prefix: <out>.md and <out>.png")
+    parser.add_argument("--out", default="report", help="output prefix: <out>.md, <out>.json and <out>.png")
     args = parser.parse_args(argv)
     setup_logging("report")
     log = logging.getLogger("asr.report")
     experiments = []
     for path in args.exp_dirs:
-        experiment = read_experiment(path, args.eval_set)
-        if experiment is None:
-            log.info("skipped %s: no decode_%s/wer.json", path, args.eval_set)
-        else:
-            experiments.append(experiment)
+        rows = read_experiments(path, args.eval_set)
+        if not rows:
+            log.info("skipped %s: no decode_%s*/wer.json", path, args.eval_set)
+        experiments.extend(rows)
     if not experiments:
         log.error(
             "none of the %d directories has decode_%s/wer.json; run decode and score first",
@@ -37,9 +37,9 @@ def main(argv: list[str] | None = None) -> int:
             args.eval_set,
         )
         return 2
-    table = write_report(experiments, f"{args.out}.md", f"{args.out}.png")
+    table = write_report(experiments, args.out)
     print(table, end="")
-    log.info("compared %d experiments -> %s.md, %s.png", len(experiments), args.out, args.out)
+    log.info("compared %d decodes -> %s.md, %s.json, %s.png", len(experiments), args.out, args.out, args.out)
     return 0
 
 

@@ -1,10 +1,14 @@
 """What an experiment directory tells about itself, for the comparison report.
 
-Read, where present: `train_log.csv` (last row: epoch, elapsed_s), `train_config.yaml`
-(model, tokenizer, distributed algorithm, batch), `.hydra/decode/config.yaml` (how the last
-decode searched), `decode_<set>/wer.json` (SWB, CallHome, total) and
-`.hydra/score/config.yaml` and `decode_<set>/hub5/scorer.txt` (which scorer). A directory without any wer.json is
-not a scored experiment and is skipped (the caller logs it).
+One row per scored decode dir of the set: `decode_<set>` and its variants `decode_<set>_<suffix>`
+(`decode.dir_suffix`: greedy beside beam+LM, an averaged checkpoint, ...), as Kaldi users list
+`exp/*/decode*`. Read, where present: `train_log.csv` (last row: epoch, elapsed_s),
+`train_config.yaml` (model, tokenizer, distributed algorithm, batch), the decode dir's
+`decode.record.json` (how it was decoded, from which checkpoint; for dirs decoded before records
+existed, `.hydra/decode/config.yaml` when its dir_suffix names this dir), `wer.json` (SWB,
+CallHome, total), and `.hydra/score/config.yaml` and `hub5/scorer.txt` (which scorer). A
+directory without any scored decode dir is not a scored experiment and is skipped (the caller
+logs it).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import yaml
 class Experiment:
     name: str
     path: Path
+    decode_dir: str = ""
     config: str = ""
     epochs: int | None = None
     train_seconds: float | None = None
@@ -66,40 +71,65 @@ def read_train_log(path: Path) -> tuple[int | None, float | None]:
     return epoch, seconds
 
 
-def describe_decoding(exp_dir: Path) -> str:
-    decode = _yaml(exp_dir / ".hydra" / "decode" / "config.yaml").get("decode", {})
-    if decode.get("kind") == "beam_lm":
+def decode_dirs(exp_dir: Path, eval_set: str) -> list[Path]:
+    """The scored decode dirs of a set: `decode_<set>` first, then its suffixed variants."""
+    variants = sorted(p for p in exp_dir.glob(f"decode_{eval_set}_*") if p.is_dir())
+    return [d for d in [exp_dir / f"decode_{eval_set}", *variants] if (d / "wer.json").is_file()]
+
+
+def decode_options(exp_dir: Path, decode_dir: Path, eval_set: str) -> dict:
+    """How this dir was decoded: its stage record's options, else the experiment's last decode
+    config when that one wrote this dir (its dir_suffix), else nothing known."""
+    record = decode_dir / "decode.record.json"
+    if record.is_file():
+        return json.loads(record.read_text()).get("options") or {}
+    last = _yaml(exp_dir / ".hydra" / "decode" / "config.yaml").get("decode", {})
+    suffix = decode_dir.name.removeprefix(f"decode_{eval_set}")
+    return last if last.get("dir_suffix", "") == suffix else {}
+
+
+def describe_decoding(exp_dir: Path, options: dict) -> str:
+    """`beam+LM (0.5, 2.0 tuned)`, `greedy`, ...; the checkpoint when it is not the last one."""
+    kind = options.get("kind", "")
+    if kind == "beam_lm":
         tuned = exp_dir / "lm_tuning.json"
-        if decode.get("use_tuned") and tuned.is_file():
+        if options.get("use_tuned") and tuned.is_file():
             best = json.loads(tuned.read_text()).get("best", {})
-            return f"beam+LM ({best.get('lm_weight')}, {best.get('word_score')} tuned)"
-        return f"beam+LM ({decode.get('lm_weight')}, {decode.get('word_score')})"
-    return decode.get("kind", "")
+            kind = f"beam+LM ({best.get('lm_weight')}, {best.get('word_score')} tuned)"
+        else:
+            kind = f"beam+LM ({options.get('lm_weight')}, {options.get('word_score')})"
+    checkpoint = options.get("checkpoint")
+    return f"{kind}, {checkpoint}" if checkpoint not in (None, "last") else kind
 
 
-def describe_scorer(exp_dir: Path, eval_set: str) -> str:
+def describe_scorer(exp_dir: Path, decode_dir: Path) -> str:
     """score.kind of the last score run; for hub5 also which backend scored (sctk/native)."""
     kind = _yaml(exp_dir / ".hydra" / "score" / "config.yaml").get("score", {}).get("kind", "")
-    scorer_txt = exp_dir / f"decode_{eval_set}" / "hub5" / "scorer.txt"
+    scorer_txt = decode_dir / "hub5" / "scorer.txt"
     if kind == "hub5" and scorer_txt.is_file():
         return f"hub5/{scorer_txt.read_text().strip()}"
     return kind
 
 
-def read_experiment(exp_dir: str | os.PathLike, eval_set: str = "eval2000") -> Experiment | None:
+def read_experiments(exp_dir: str | os.PathLike, eval_set: str = "eval2000") -> list[Experiment]:
+    """One row per scored decode dir of eval_set; none for a directory with none."""
     exp_dir = Path(exp_dir)
-    wer_json = exp_dir / f"decode_{eval_set}" / "wer.json"
-    if not wer_json.is_file():
-        return None
-    wer = {subset: float(values["wer"]) for subset, values in json.loads(wer_json.read_text()).items()}
     epochs, seconds = read_train_log(exp_dir / "train_log.csv")
-    return Experiment(
-        name=exp_dir.name,
-        path=exp_dir,
-        config=describe_config(_yaml(exp_dir / "train_config.yaml")),
-        epochs=epochs,
-        train_seconds=seconds,
-        decoding=describe_decoding(exp_dir),
-        scorer=describe_scorer(exp_dir, eval_set),
-        wer=wer,
-    )
+    config = describe_config(_yaml(exp_dir / "train_config.yaml"))
+    return [
+        Experiment(
+            name=exp_dir.name,
+            path=exp_dir,
+            decode_dir=decode_dir.name,
+            config=config,
+            epochs=epochs,
+            train_seconds=seconds,
+            decoding=describe_decoding(exp_dir, decode_options(exp_dir, decode_dir, eval_set)),
+            scorer=describe_scorer(exp_dir, decode_dir),
+            wer={
+                subset: float(values["wer"])
+                for subset, values in json.loads((decode_dir / "wer.json").read_text()).items()
+            },
+        )
+        for decode_dir in decode_dirs(exp_dir, eval_set)
+    ]

@@ -1,7 +1,10 @@
-"""The comparison report: a Markdown table and a PNG of WER against training time or epochs."""
+"""The comparison report: a Markdown table, the same rows as JSON, and a PNG of WER against
+training time or epochs."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 
 import matplotlib
@@ -13,6 +16,18 @@ from asr.report.experiments import Experiment  # noqa: E402
 from asr.utils.atomic import atomic_path, write_text  # noqa: E402
 
 SUBSETS = ("swb", "callhome", "total")
+COLUMNS = (
+    "Experiment",
+    "Decode dir",
+    "Config",
+    "Epochs",
+    "Training time",
+    "Decoding",
+    "Scorer",
+    "WER SWB",
+    "WER CH",
+    "WER total",
+)
 
 
 def _cell(value, fmt: str) -> str:
@@ -24,13 +39,14 @@ def _hours(seconds: float | None) -> str:
 
 
 def markdown_table(experiments: list[Experiment]) -> str:
-    header = "| Experiment | Config | Epochs | Training time | Decoding | Scorer | WER SWB | WER CH | WER total |"
-    rule = "|---|---|---:|---:|---|---|---:|---:|---:|"
+    header = "| " + " | ".join(COLUMNS) + " |"
+    rule = "|---|---|---|---:|---:|---|---|---:|---:|---:|"
     rows = [
         "| "
         + " | ".join(
             [
                 e.name,
+                e.decode_dir,
                 e.config,
                 _cell(e.epochs, "d"),
                 _hours(e.train_seconds),
@@ -77,8 +93,15 @@ def plot_wer(experiments: list[Experiment], path: str | os.PathLike) -> str:
     return "time" if by_time else "epochs"
 
 
-def write_report(experiments: list[Experiment], markdown_path: str | os.PathLike, png_path: str | os.PathLike) -> str:
+def rows_json(experiments: list[Experiment]) -> str:
+    rows = [dataclasses.asdict(e) | {"path": str(e.path)} for e in experiments]
+    return json.dumps(rows, indent=1) + "\n"
+
+
+def write_report(experiments: list[Experiment], out: str) -> str:
+    """<out>.md, <out>.json and <out>.png; returns the Markdown table."""
     table = markdown_table(experiments)
-    write_text(markdown_path, table)
-    plot_wer(experiments, png_path)
+    write_text(f"{out}.md", table)
+    write_text(f"{out}.json", rows_json(experiments))
+    plot_wer(experiments, f"{out}.png")
     return table

@@ -7,7 +7,7 @@ import json
 import yaml
 
 from asr.report.__main__ import main
-from asr.report.experiments import read_experiment
+from asr.report.experiments import read_experiments
 
 
 def make_exp(root, name, wer, epochs=None, seconds=None, hub5=None, decode_kind="greedy"):
@@ -59,12 +59,19 @@ def test_table_plot_and_skipped_dirs(tmp_path, capsys):
     out = tmp_path / "cmp"
     assert main([str(a), str(b), str(tmp_path / "untrained"), "--out", str(out)]) == 0
     table = (tmp_path / "cmp.md").read_text().splitlines()
-    assert table[0].startswith("| Experiment | Config | Epochs | Training time")
-    assert (
-        table[2]
-        == "| a | blstm 2x64, bpe300, adpsgd | 4 | 2.00 h | beam+LM (0.5, 1.0) | hub5/sctk | 10.00 | 20.00 | 15.00 |"
+    assert table[0].startswith("| Experiment | Decode dir | Config | Epochs | Training time")
+    assert table[2] == (
+        "| a | decode_eval2000 | blstm 2x64, bpe300, adpsgd | 4 | 2.00 h | beam+LM (0.5, 1.0) | hub5/sctk"
+        " | 10.00 | 20.00 | 15.00 |"
     )
-    assert table[3] == "| b | blstm 2x64, bpe300, adpsgd | 2 | 1.5 min | greedy | jiwer |  |  | 30.50 |"
+    assert (
+        table[3] == "| b | decode_eval2000 | blstm 2x64, bpe300, adpsgd | 2 | 1.5 min | greedy | jiwer |  |  | 30.50 |"
+    )
+    rows = json.loads((tmp_path / "cmp.json").read_text())
+    assert [(r["name"], r["wer"].get("total"), r["train_seconds"]) for r in rows] == [
+        ("a", 15.0, 7200.0),
+        ("b", 30.5, 90.0),
+    ]
     assert len(table) == 4  # 'untrained' has no wer.json
     png = (tmp_path / "cmp.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
@@ -74,4 +81,33 @@ def test_table_plot_and_skipped_dirs(tmp_path, capsys):
 def test_nothing_scored_is_an_error(tmp_path):
     (tmp_path / "x").mkdir()
     assert main([str(tmp_path / "x"), "--out", str(tmp_path / "r")]) == 2
-    assert read_experiment(tmp_path / "x") is None
+    assert read_experiments(tmp_path / "x") == []
+
+
+def scored(decode_dir, total, options=None):
+    decode_dir.mkdir(parents=True, exist_ok=True)
+    (decode_dir / "wer.json").write_text(json.dumps({"total": {"wer": total}}))
+    if options is not None:
+        (decode_dir / "decode.record.json").write_text(json.dumps({"stage": "decode", "options": options}))
+
+
+def test_every_decode_dir_of_the_set_is_a_row_labelled_by_its_own_record(tmp_path):
+    """The recipe decodes beam+LM into decode_<set>, then greedy into decode_<set>_greedy: the
+    experiment's last decode config is the greedy one, so it must not label the beam+LM row."""
+    exp = make_exp(tmp_path, "demo", {"total": 1.6}, epochs=3, seconds=400.0, decode_kind="greedy")
+    (exp / ".hydra" / "decode" / "config.yaml").write_text(
+        yaml.safe_dump({"decode": {"kind": "greedy", "dir_suffix": "_greedy"}})
+    )
+    (exp / "lm_tuning.json").write_text(json.dumps({"best": {"lm_weight": 0.5, "word_score": 2.0}}))
+    scored(exp / "decode_eval2000", 1.6, {"kind": "beam_lm", "checkpoint": "last", "use_tuned": True})
+    scored(exp / "decode_eval2000_greedy", 14.6)  # before records: the last config wrote it
+    scored(exp / "decode_eval2000_avg3", 13.9, {"kind": "greedy", "checkpoint": "avg-last3"})
+    scored(exp / "decode_eval2000_old", 20.0)  # no record, not the last config's: unknown
+    scored(exp / "decode_train_dev", 1.0, {"kind": "greedy", "checkpoint": "last"})  # another set
+    rows = read_experiments(exp, "eval2000")
+    assert [(r.decode_dir, r.decoding, r.wer["total"]) for r in rows] == [
+        ("decode_eval2000", "beam+LM (0.5, 2.0 tuned)", 1.6),
+        ("decode_eval2000_avg3", "greedy, avg-last3", 13.9),
+        ("decode_eval2000_greedy", "greedy", 14.6),
+        ("decode_eval2000_old", "", 20.0),
+    ]
