@@ -61,7 +61,7 @@ TUNE_TABLES = ("utt2spk", "text")
 
 def _options(cfg, keys: tuple[str, ...]) -> dict:
     decode = OmegaConf.to_container(cfg.decode, resolve=True)
-    options = {key: decode[key] for key in keys}
+    options = {key: decode.get(key) for key in keys}
     options["norm_vars"] = cfg.features.norm_vars  # the feature reader's
     return options
 
