@@ -198,7 +198,8 @@ def corpus_texts(cfg: DictConfig, role: str) -> list[Path]:
 
 def prepared_from(cfg: DictConfig, role: str) -> tuple[dict, list[Path]]:
     """What a set's prepare record names: its data options and its corpus text files."""
-    options = {key: OmegaConf.to_container(cfg, resolve=True)[key] for key in SET_OPTIONS[role] + ("max_unreadable",)}
+    values = OmegaConf.to_container(cfg, resolve=True)
+    options = {key: values[key] for key in SET_OPTIONS[role] + ("max_unreadable",)}
     inputs = corpus_texts(cfg, role) + ([text_dir(cfg.eval2000_text_dir) / GLM] if role == "eval" else [])
     return options, [p for p in inputs if p.is_file()]
 
