@@ -48,7 +48,8 @@ def test_decode_skips_what_its_records_match_and_reruns_what_changed(toy, caplog
     # where and how fast it runs is no option of the result
     assert decoded(toy_config(root, [*SETS, "decode.threads=1", "decode.jobs=1"]), caplog) == []
 
-    assert decoded(toy_config(root, [*SETS, "decode.batch_size=2"]), caplog) == ["eval", "dev"]
+    cfg = toy_config(root, [*SETS, "decode.batch_size=2"])
+    assert decoded(cfg, caplog) == ["eval", "dev"]
     assert "decode options changed" in caplog.text and "batch_size: 32 -> 2" in caplog.text
 
     save_untrained_checkpoint(cfg, seed=1)  # another model in the same place
