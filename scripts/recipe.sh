@@ -285,9 +285,9 @@ override_value() {
 # (asr/utils/recipe_record.py), written after the stage succeeded from the records the stage
 # wrote while it ran: their inputs (data/train/text for the tokenizer; the text, features and
 # tokenizer model for training) and their outputs. Editing an input or an option therefore runs
-# again exactly the stages that read it, and those that read what they remake. A stage whose
-# records name no input (synth, prepare, tune, decode) takes the records of the stages before
-# it as its inputs: it runs again whenever one of them ran again.
+# again exactly the stages that read it, and those that read what they remake. A command whose
+# records name no input (synth, which reads nothing; the tests' stand-ins) takes the records of
+# the stages before it as its inputs: it runs again whenever one of them ran again.
 
 # The config groups each stage reads: an override of any other group does not make a done
 # stage run again. Overrides outside these groups (exp_name, seed, device, experiment=...)
@@ -334,8 +334,8 @@ stage_options() {
 # prints what changed, one line each (an option word - or +, an input, an output).
 stage_changes() { python -m asr.utils.recipe_record check "$1" <<< "$2"; }
 
-# earlier_records N NAME: the records of the stages before stage N NAME, the inputs of a stage
-# whose own records name none: those this run.sh went through before it (numbered N or lower;
+# earlier_records N NAME: the records of the stages before stage N NAME, the inputs of a
+# command whose own records name none (synth; a stand-in): those this run.sh went through before it (numbered N or lower;
 # a side stage such as decode_greedy shares decode's number and comes after score, which does not
 # read it), and those numbered below --stage; a shared stage's by its copy in data/.done/, which
 # every experiment's stages read. validate only checks, so it is nobody's input.

@@ -10,6 +10,8 @@ natively (resampling in Python), so sox need not be installed; Kaldi runs it wit
 
 writes data/train_sp0.9, data/train_sp1.1 and their union with the original, data/train_sp
 (the factor 1.0 copy keeps the original ids, as Kaldi's perturb_data_dir_speed_3way.sh).
+Then the stage record `data/train_sp/perturb.record.json` (asr/utils/record.py): the factors,
+the source dir's tables and the combined dir's files; a run whose record matches does nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from asr.data.datadir import DataDir, read_data_dir, write_data_dir
 from asr.kaldi.segments import Segment
 from asr.kaldi.table import write_table
 from asr.utils.errors import InputError
+from asr.utils.record import outputs_of, record_path, why_rerun, write_record
 
 log = logging.getLogger("asr.data.perturb")
 
@@ -118,11 +121,28 @@ def combine(parts: list[DataDir]) -> DataDir:
     return out
 
 
+STAGE, RERUN = "perturb", "python -m asr.data.perturb"
+# The source dir's tables the copies are made from (combine() and perturb_data_dir() read them).
+SOURCE_TABLES = ("wav.scp", "text", "utt2spk", "segments", "reco2file_and_channel", "utt2dur")
+
+
+def perturbed_from(src: Path, factors: list[float]) -> tuple[dict, list[Path]]:
+    """What the combined dir's record names: the factors and the source dir's tables."""
+    return {"factors": [float(f) for f in factors]}, [src / name for name in SOURCE_TABLES if (src / name).is_file()]
+
+
 def speed_perturb(src: str | Path, factors: list[float], out: str | Path | None = None) -> Path:
     """One data dir per factor other than 1.0 (`<src>_sp<f>`) and their union `out`
-    (default `<src>_sp`), with the original's utterances for factor 1.0."""
+    (default `<src>_sp`), with the original's utterances for factor 1.0; nothing when the
+    union's record says it was made with these factors from the source dir as it is."""
     src = Path(src)
     out = Path(out) if out is not None else src.with_name(src.name + "_sp")
+    reason = why_rerun(out, STAGE, *perturbed_from(src, factors))
+    if reason is None:
+        log.info("%s: perturbed already (%s), skipping", out, record_path(out, STAGE))
+        return out
+    log.info("%s: perturbing (%s)", out, reason)
+    record_path(out, STAGE).unlink(missing_ok=True)  # no old record vouches for the files about to be replaced
     data = read_data_dir(src)
     if not data.wav_scp:
         raise InputError(f"{src / 'wav.scp'}: missing; speed perturbation needs the audio")
@@ -142,6 +162,7 @@ def speed_perturb(src: str | Path, factors: list[float], out: str | Path | None 
     combined = combine(parts)
     write_data_dir(combined, out)
     write_table(out / "utt2uniq", utt2uniq)
+    write_record(out, STAGE, RERUN, *perturbed_from(src, factors), outputs_of(out))
     log.info(
         "%s: %d utterances at speeds %s -> %s", src, len(combined.utt2spk), " ".join(map(factor_label, factors)), out
     )

@@ -15,7 +15,12 @@ is read line by line, and tables keyed by utterance are compared as merge-joins 
 as Kaldi's script does with `sort -c`, `cmp` and `comm`. Only what is per recording or per speaker
 is held. A table that is not sorted is sorted in memory (the data dir is invalid then anyway).
 
-    python -m asr.data.validate data/train [data/eval2000 ...] [--no-audio] [--run-commands]
+A data dir found valid gets a stage record, `<dir>/validate.record.json` (asr/utils/record.py):
+the options and the tables checked. It is checked again only when a table or an option changed
+(or with --force); the audio is named by wav.scp, so a recording replaced in place under the
+same path is not seen without --force.
+
+    python -m asr.data.validate data/train [data/eval2000 ...] [--no-audio] [--run-commands] [--force]
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from asr.data.sphere import is_sphere, read_sphere_header, sphere_size_problem
 from asr.kaldi.segments import positive_duration, segment_problem
 from asr.kaldi.table import Row, iter_table
 from asr.utils.errors import InputError
+from asr.utils.record import record_path, why_rerun, write_record
 
 # Tables keyed by utterance that, when present, must cover exactly the utterances of utt2spk.
 UTT_TABLES = ("text", "segments", "utt2dur", "feats.scp", "utt2num_frames", "utt2uniq", "utt2lang", "vad.scp")
@@ -48,6 +54,7 @@ ILLEGAL_TEXT_SYMBOLS = ("<s>", "</s>", "#0")
 MAX_EXAMPLES = 5  # per check and file; the rest is summarised in one line
 FULL_READS = 5  # audio files decoded completely (evenly spread), the others header-only
 DURATION_MISMATCH_S = 0.02
+STAGE, RERUN = "validate", "python -m asr.data.validate"
 
 
 @dataclass(frozen=True)
@@ -597,6 +604,30 @@ def validate_data_dir(
     return problems
 
 
+def checked_from(data_dir: str | os.PathLike, args: argparse.Namespace) -> tuple[dict, list[Path]]:
+    """What a data dir's validate record names: the options, and the tables there are."""
+    options = {"check_audio": not args.no_audio, "full_reads": args.full_reads, "run_commands": args.run_commands}
+    return options, [Path(data_dir) / name for name in ALL_TABLES if (Path(data_dir) / name).is_file()]
+
+
+def checked_already(data_dir: str, args: argparse.Namespace) -> bool:
+    """Whether the data dir's record says it was found valid as it is now, with these options."""
+    reason = "--force" if args.force else why_rerun(data_dir, STAGE, *checked_from(data_dir, args))
+    if reason is None:
+        print(f"{data_dir}: valid (checked already, {record_path(data_dir, STAGE)})")
+    elif Path(data_dir).is_dir():
+        print(f"{data_dir}: checking ({reason})", file=sys.stderr)
+    return reason is None
+
+
+def record_valid(data_dir: str, args: argparse.Namespace) -> None:
+    """The record of a data dir found valid; a dir this user may not write is checked every time."""
+    try:
+        write_record(data_dir, STAGE, RERUN, *checked_from(data_dir, args), {})
+    except OSError as err:
+        print(f"note: {data_dir}: no record written ({err.strerror}); it will be checked again", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m asr.data.validate", description=__doc__.split("\n\n")[0])
     parser.add_argument("data_dirs", nargs="+", help="Kaldi data directories to check")
@@ -609,9 +640,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run wav.scp entries that are commands (`cmd |`) to check their audio; a data dir is trusted code",
     )
+    parser.add_argument("--force", action="store_true", help="check even a dir whose record says it is valid as it is")
     args = parser.parse_args(argv)
     failed = 0
     for data_dir in args.data_dirs:
+        if checked_already(data_dir, args):
+            continue
         notes: list[Problem] = []
         problems = validate_data_dir(
             data_dir,
@@ -626,9 +660,11 @@ def main(argv: list[str] | None = None) -> int:
             print(problem, file=sys.stderr)
         if problems:
             failed += 1
+            record_path(data_dir, STAGE).unlink(missing_ok=True)
             hint = f"; python -m asr.data.fix {data_dir} repairs most of them" if Path(data_dir).is_dir() else ""
             print(f"{data_dir}: {len(problems)} problems{hint}", file=sys.stderr)
         else:
+            record_valid(data_dir, args)
             unchecked = f" ({len(notes)} notes above: not everything could be checked)" if notes else ""
             print(f"{data_dir}: valid{unchecked}")
     return 1 if failed else 0

@@ -156,11 +156,11 @@ def export_set(cfg, set_name: str, model: AcousticModel, log_prior: Tensor, devi
     return out_dir
 
 
-def export_loglikes(cfg) -> list[Path]:
-    """The decode stage for decode.kind=loglikes; returns the output directories."""
+def export_loglikes(cfg, sets: list[str] | None = None) -> list[Path]:
+    """The decode stage for decode.kind=loglikes (`sets`, else decode.sets); returns the output directories."""
     torch.set_num_threads(cfg.decode.threads)
     device = select_device(cfg.device)
     model = load_frame_ce_model(cfg, device)
     num_pdfs = model.head.linear.out_features
     log_prior = load_log_priors(cfg, num_pdfs)
-    return [export_set(cfg, name, model, log_prior, device) for name in evaluation_sets(cfg)]
+    return [export_set(cfg, name, model, log_prior, device) for name in sets or evaluation_sets(cfg)]

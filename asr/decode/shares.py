@@ -105,12 +105,12 @@ def complete_shares(base: Path, count: int, what: str, marker: str) -> list[Path
     return shares
 
 
-def merge_decoded(cfg) -> list[Path]:
-    """decode.split.index=-1: every set's shares joined into its decode dir (sorted as one run
-    writes them), then the shares removed."""
+def merge_decoded(cfg, sets: list[str] | None = None) -> list[Path]:
+    """decode.split.index=-1: every set's (of `sets`, else decode.sets) shares joined into its
+    decode dir (sorted as one run writes them), then the shares removed."""
     count = Split.of(cfg).count
     out_dirs = []
-    for set_name in evaluation_sets(cfg):
+    for set_name in sets or evaluation_sets(cfg):
         dirs = complete_shares(shares_dir(cfg, set_name), count, "python -m asr.decode", "/share.json")
         hyps: dict[str, str] = {}
         ctm: list[CtmWord] = []

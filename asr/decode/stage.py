@@ -1,7 +1,9 @@
 """The decode stage: a checkpoint, the feature sets in decode.sets -> hyp.txt and hyp.ctm.
 
-Outputs go to `<exp_dir>/decode_<set>/`, each file written atomically; a re-run decodes
-again (cheap next to training) so the files always match the chosen checkpoint. An utterance
+Outputs go to `<exp_dir>/decode_<set>/`, each file written atomically, then the set's stage
+record `decode.record.json` (asr/decode/record.py): a set whose record names the same options
+and unchanged inputs (the checkpoint, its features, the tokenizer, the LM, the tuning, ...) is
+not decoded again, and the log says why one is. An utterance
 whose features hold NaN/inf is skipped (no hypothesis: scored as deletions), counted in the
 log and listed in `decode_<set>/skipped`; a model whose outputs are not finite on finite
 features is refused (a broken checkpoint), never decoded into empty hypotheses.
@@ -18,7 +20,8 @@ from asr.data.ctm import CtmWord
 from asr.data.datadir import DataDir
 from asr.decode.acoustic import ScoredSet, load_model
 from asr.decode.loglikes import export_loglikes
-from asr.decode.output import ctm_words, evaluation_sets, timed_words
+from asr.decode.output import ctm_words, decode_dir, evaluation_sets, timed_words
+from asr.decode.record import DECODE_RERUN, DECODE_STAGE, decode_outputs, decoded_from
 from asr.decode.shares import Split, merge_decoded, write_decoded
 from asr.decode.search import ParallelBeamSearch, Search, beam_options, beam_search, beam_spec, greedy_search
 from asr.decode.wfst import decode_wfst
@@ -26,6 +29,7 @@ from asr.models.blstm import AcousticModel
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path
 from asr.utils.device import select_device
 from asr.utils.errors import InputError
+from asr.utils.record import record_path, why_rerun, write_record
 
 log = logging.getLogger(__name__)
 
@@ -82,26 +86,53 @@ def decode_set(
 
 def decode(cfg) -> list[Path]:
     """The decode stage, by decode.kind; returns the output directories. With decode.split.count
-    N: share decode.split.index alone, or (index -1) the N shares merged (asr/decode/shares.py)."""
+    N: share decode.split.index alone, or (index -1) the N shares merged (asr/decode/shares.py).
+    Sets whose record says they are decoded already are left as they are."""
     if cfg.decode.kind not in DECODERS:
         raise InputError(f"decode.kind={cfg.decode.kind!r}: choose one of {', '.join(DECODERS)}")
     split = Split.of(cfg)
     if split.count and cfg.decode.kind not in SPLIT_KINDS:
         raise InputError(f"decode.kind={cfg.decode.kind}: not split into shares; leave decode.split.count=0")
+    sets = sets_to_decode(cfg)
+    if not sets:
+        return [decode_dir(cfg, name) for name in evaluation_sets(cfg)]
+    if split.is_share:  # a share's hypotheses are the merge's input: the merge records the set
+        return DECODERS[cfg.decode.kind](cfg, sets)
+    for name in sets:  # an old record must not vouch for the files about to be replaced
+        record_path(decode_dir(cfg, name), DECODE_STAGE).unlink(missing_ok=True)
     if split.is_merge:
-        return merge_decoded(cfg)
-    return DECODERS[cfg.decode.kind](cfg)
+        merge_decoded(cfg, sets)
+    else:
+        DECODERS[cfg.decode.kind](cfg, sets)
+    for name in sets:
+        write_record(
+            decode_dir(cfg, name), DECODE_STAGE, DECODE_RERUN, *decoded_from(cfg, name), decode_outputs(cfg, name)
+        )
+    return [decode_dir(cfg, name) for name in evaluation_sets(cfg)]
 
 
-def decode_greedy(cfg) -> list[Path]:
-    """decode.kind=greedy: the best path of the CTC outputs."""
+def sets_to_decode(cfg) -> list[str]:
+    """The sets of decode.sets whose decode record does not match (each logged with the reason)."""
+    wanted = []
+    for name in evaluation_sets(cfg):
+        reason = why_rerun(decode_dir(cfg, name), DECODE_STAGE, *decoded_from(cfg, name))
+        if reason is None:
+            log.info("%s: decoded already (%s), skipping", name, record_path(decode_dir(cfg, name), DECODE_STAGE))
+        else:
+            log.info("%s: decoding (%s)", name, reason)
+            wanted.append(name)
+    return wanted
+
+
+def decode_greedy(cfg, sets: list[str] | None = None) -> list[Path]:
+    """decode.kind=greedy: the best path of the CTC outputs (of `sets`, else decode.sets)."""
     torch.set_num_threads(cfg.decode.threads)
     device = select_device(cfg.device)
     model, tokenizer = load_decoding_model(cfg, device)
-    return [decode_set(cfg, name, model, tokenizer, device) for name in evaluation_sets(cfg)]
+    return [decode_set(cfg, name, model, tokenizer, device) for name in sets or evaluation_sets(cfg)]
 
 
-def decode_with_lm(cfg) -> list[Path]:
+def decode_with_lm(cfg, sets: list[str] | None = None) -> list[Path]:
     """decode.kind=beam_lm: the acoustic model here, the beam search in decode.jobs workers."""
     tokenizer = Tokenizer(tokenizer_model_path(cfg.tokenizer))
     options = beam_options(cfg)
@@ -110,7 +141,7 @@ def decode_with_lm(cfg) -> list[Path]:
         device = select_device(cfg.device)
         model, tokenizer = load_decoding_model(cfg, device)
         search = beam_search(pool, options)
-        return [decode_set(cfg, name, model, tokenizer, device, search) for name in evaluation_sets(cfg)]
+        return [decode_set(cfg, name, model, tokenizer, device, search) for name in sets or evaluation_sets(cfg)]
 
 
 DECODERS = {"greedy": decode_greedy, "beam_lm": decode_with_lm, "loglikes": export_loglikes, "wfst": decode_wfst}

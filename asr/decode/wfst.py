@@ -140,15 +140,15 @@ def write_set(cfg, set_name: str, scored: ScoredSet, decoded: list[tuple[str, li
     return out_dir
 
 
-def decode_wfst(cfg) -> list[Path]:
-    """The decode stage for decode.kind=wfst; returns the output directories."""
+def decode_wfst(cfg, sets: list[str] | None = None) -> list[Path]:
+    """The decode stage for decode.kind=wfst (`sets`, else decode.sets); returns the output directories."""
     with ParallelWfstSearch(WfstSpec.of(cfg), cfg.decode.jobs) as search:  # forked before torch runs
         torch.set_num_threads(cfg.decode.threads)
         device = select_device(cfg.device)
         model = load_frame_ce_model(cfg, device)
         log_prior = load_log_priors(cfg, model.head.linear.out_features)
         out_dirs = []
-        for name in evaluation_sets(cfg):
+        for name in sets or evaluation_sets(cfg):
             scored = ScoredSet(cfg, name, model, device)
             out_dirs.append(write_set(cfg, name, scored, search(set_loglikes(cfg, scored, log_prior))))
         return out_dirs

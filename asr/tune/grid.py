@@ -15,6 +15,10 @@ With decode.split.count=N the set is tuned in N shares of its utterances (cluste
 decode.split.index=I each writing every grid point's hypotheses of its share), then merged
 (index -1): the merge scores each point over all shares' hypotheses, as one local run does
 (asr/decode/shares.py).
+
+The tuning file's stage record (`lm_tuning.record.json` beside it, asr/decode/record.py) names
+the options and the inputs (checkpoint, dev set features and references, tokenizer, LM or
+graph): a tuning whose record matches is not run again, and the log says why one is.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import torch
 from asr.data.datadir import data_set_dir
 from asr.decode.acoustic import ScoredSet
 from asr.decode.shares import Split, read_tune_shares, tune_shares_dir, write_tune_share
+from asr.decode.record import TUNE_RERUN, TUNE_STAGE, tuned_from, tuning_record_dir
 from asr.decode.search import ParallelBeamSearch, as_arrays, beam_options, beam_spec
 from asr.decode.loglikes import load_frame_ce_model, load_log_priors
 from asr.decode.stage import load_decoding_model
@@ -41,6 +46,7 @@ from asr.text.tokenizer import Tokenizer, tokenizer_model_path
 from asr.utils.atomic import write_text
 from asr.utils.device import select_device
 from asr.utils.errors import InputError
+from asr.utils.record import record_path, why_rerun, write_record
 
 log = logging.getLogger(__name__)
 
@@ -172,12 +178,18 @@ HYPOTHESES = {"beam_lm": lm_weight_hyps, "wfst": acoustic_scale_hyps}
 
 def tune(cfg) -> dict:
     """The tune stage: the grid's best point -> decode.tuning_file (a split run's share: its
-    hypotheses -> the share's file)."""
+    hypotheses -> the share's file); nothing when the tuning's record matches."""
     if cfg.decode.kind not in HYPOTHESES:
         raise InputError(
             f"decode.kind={cfg.decode.kind!r}: tuning is for the LM beam search (decode=beam_lm) "
             "or the hybrid model's acoustic scale (decode=wfst)"
         )
+    record_dir, record_name = tuning_record_dir(cfg)
+    reason = why_rerun(record_dir, TUNE_STAGE, *tuned_from(cfg), name=record_name)
+    if reason is None:
+        log.info("tuned already (%s), skipping", record_path(record_dir, record_name))
+        return json.loads(Path(cfg.decode.tuning_file).read_text())
+    log.info("tuning (%s)", reason)
     split = Split.of(cfg)
     if split.is_merge:
         refs, points = read_tune_shares(cfg)
@@ -190,7 +202,10 @@ def tune(cfg) -> dict:
     if not refs:
         raise InputError(f"{cfg.decode.tune_set}: no utterance with text and finite features to tune on")
     result = scored_grid(cfg, refs, points)
+    record_path(record_dir, record_name).unlink(missing_ok=True)  # no old record vouches for the new file
     write_text(Path(cfg.decode.tuning_file), json.dumps(result, indent=2) + "\n")
+    outputs = {Path(cfg.decode.tuning_file).name: True}
+    write_record(record_dir, TUNE_STAGE, TUNE_RERUN, *tuned_from(cfg), outputs, name=record_name)
     if split.is_merge:
         shutil.rmtree(tune_shares_dir(cfg))
     best = result["best"]

@@ -5,17 +5,18 @@ same rule as the stage itself.
     options  the stage's option words (run.sh's `stage_options`), sorted
     inputs   the inputs named by the records the stage wrote while it ran (`sources`), with
              the identity those records hold, less what the stage made itself (a set's record
-             names its model's record, both written by the features stage); a stage whose
-             records name no input (synth, prepare, tune, decode, stand-ins) takes the run.sh
-             records of the stages before it as its inputs instead, so it runs again when any
-             of them ran again
+             names its model's record, both written by the features stage); a command that
+             writes no stage record naming an input (synth reads nothing; a stand-in in the
+             tests) takes the run.sh records of the stages before it as its inputs instead, so
+             it runs again when any of them ran again
     outputs  every file those records list, by size (the readers check sha1s with verify())
     sources  the records the stage wrote, those it found up to date (a stage that skipped its
              work by its own record: why_rerun notes them in --used), and those of its previous
              run still there (a stage that redoes one set of three keeps the other two)
 
-A stage is done when its options are the same, no input changed and every output is there
-with its size. Stdlib only, so that run.sh's check starts in a few tens of milliseconds:
+A stage is done when its options are the same, no input changed, every output is there
+with its size and every one of its sources is still there. Stdlib only, so that run.sh's
+check starts in a few tens of milliseconds:
 
     python -m asr.utils.recipe_record check RECORD < OPTIONS
         exit 0: done; exit 1: the changes, one indented line each, on stdout
@@ -65,6 +66,8 @@ def changes(record_file: Path, options: list[str]) -> list[str]:
         damage = output_damage(Path(path), identity)
         if damage is not None:
             found.append(f"  output {path}: {damage}")
+    # a stage record gone with what it described (a data dir removed takes prepare's with it)
+    found += [f"  record {source}: missing" for source in record.get("sources", []) if not os.path.isfile(source)]
     return found
 
 

@@ -95,3 +95,24 @@ def test_pipe_parsing_and_speed_change():
     x = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
     assert change_speed(x, 1.0) is x
     assert len(change_speed(x, 0.9)) == 1112 and change_speed(x, 1.1).dtype == np.float32
+
+
+def test_a_perturbed_dir_is_made_again_only_when_its_source_or_the_factors_changed(data_dir, tmp_path, caplog):
+    out = tmp_path / "data" / "train_sp"
+
+    def perturbed(*args: str) -> bool:
+        caplog.clear()
+        with caplog.at_level("INFO", logger="asr.data.perturb"):
+            assert main([str(data_dir), *args]) == 0
+        return "perturbing (" in caplog.text
+
+    assert perturbed() and (out / "perturb.record.json").is_file()
+    assert not perturbed() and f"{out}: perturbed already" in caplog.text
+    text = data_dir / "text"
+    text.write_text(text.read_text().replace("more words", "more and more words"))
+    assert perturbed() and f"{text} changed since the perturb stage read it" in caplog.text
+    assert read_data_dir(out).text["sp1.1-x-extra_000000-000150"] == "more and more words"
+    assert perturbed("--factors", "0.9", "1.0") and "perturb options changed" in caplog.text
+    assert not perturbed("--factors", "0.9", "1.0")
+    (out / "perturb.record.json").unlink()
+    assert perturbed("--factors", "0.9", "1.0")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -442,3 +443,37 @@ def test_prepare_memory_does_not_grow_with_the_utterances(ldc_tree, tmp_path):
     assert len((tmp_path / f"data{large}-measured/lm/text").read_text().splitlines()) == large * 100 - 100
     per_utterance = (peaks[1] - peaks[0]) / ((large - small) * 100)
     assert per_utterance < 300, f"peak grew {per_utterance:.0f} B per utterance ({peaks[0]} -> {peaks[1]} B)"
+
+
+def test_prepare_skips_the_sets_its_records_match_and_reruns_what_changed(ldc_copy, tmp_path, caplog):
+    """Each set's record (data/<set>/prepare.record.json) names its options and corpus texts:
+    a second run prepares nothing; an edited transcript, an option of one set, or a record
+    gone with its data dir prepares exactly the sets concerned; an edited data dir stays."""
+    cfg = data_config(ldc_copy, tmp_path / "data")
+    written = prepare_data(cfg)
+    records = {role: path / "prepare.record.json" for role, path in written.items()}
+    assert all(r.is_file() for r in records.values())
+    text = written["train"] / "text"
+    text.write_text(text.read_text().replace("\n", " and\n", 1))  # the user's edit of the data dir
+    edited = text.read_text()
+
+    def prepared(cfg) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="asr.data.prepare"):
+            assert prepare_data(cfg) == written
+        return sorted(role for role, path in written.items() if f"{path}: preparing (" in caplog.text)
+
+    assert prepared(cfg) == [] and text.read_text() == edited
+    assert f"{written['eval']}: prepared already ({records['eval']}), skipping" in caplog.text
+
+    transcript = sorted(ldc_copy.ms98_dir.rglob("*-trans.text"))[0]
+    transcript.write_text(transcript.read_text().replace(" hi um ", " hello um "))  # a corrected transcript
+    assert prepared(cfg) == ["dev", "train"]
+    assert f"{transcript} changed since the prepare stage read it" in caplog.text
+
+    assert prepared(data_config(ldc_copy, tmp_path / "data", max_duplicates=300)) == ["train"]
+    assert "prepare options changed" in caplog.text and "max_duplicates: 0 -> 300" in caplog.text
+
+    shutil.rmtree(written["eval"])  # a data dir removed takes its record with it
+    assert prepared(data_config(ldc_copy, tmp_path / "data", max_duplicates=300)) == ["eval"]
+    assert f"{records['eval']}: no record of a finished prepare stage" in caplog.text

@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 from asr.data.sphere import read_sphere_header
-from asr.data.validate import full_read_sample, validate_data_dir
+from asr.data.validate import full_read_sample, main, validate_data_dir
 
 REPO = Path(__file__).resolve().parents[2]
 UTT = "sw02001-A_001156-001528"
@@ -146,3 +146,35 @@ def test_memory_does_not_grow_with_utterances(tmp_path):
     # Measured about 1.1 bytes per added utterance (from the 180 added speakers and recordings); keeping
     # rows, or just the keys, of an utterance table costs 100 bytes and more per utterance (1.6 KB before).
     assert growth < 50 * 18_000, f"peak grew by {growth / 18_000:.0f} bytes per utterance"
+
+
+def test_a_valid_dir_is_recorded_and_checked_again_only_when_a_table_or_an_option_changed(data_dir, capsys):
+    record = data_dir / "validate.record.json"
+
+    def checked(*args: str) -> bool:
+        """Whether main() checked the dir (rather than skipping it by its record)."""
+        capsys.readouterr()
+        main([str(data_dir), *args])
+        return "checked already" not in capsys.readouterr().out
+
+    assert checked() and record.is_file()
+    assert not checked()
+    assert checked("--no-audio")  # another option: checked again, and recorded with it
+    assert not checked("--no-audio")
+    assert checked("--no-audio", "--force")
+    record.unlink()
+    assert checked("--no-audio") and record.is_file()
+
+    text = data_dir / "text"
+    text.write_text(text.read_text().replace(" ", "  ", 1))  # an edited table
+    capsys.readouterr()
+    main([str(data_dir), "--no-audio"])
+    assert f"{text} changed since the validate stage read it" in capsys.readouterr().err
+
+
+def test_an_invalid_dir_gets_no_record(data_dir, break_dir, capsys):
+    assert main([str(data_dir), "--no-audio"]) == 0
+    break_dir("empty_transcript")
+    assert main([str(data_dir), "--no-audio"]) == 1  # the edit is seen
+    assert not (data_dir / "validate.record.json").exists()
+    assert main([str(data_dir), "--no-audio"]) == 1

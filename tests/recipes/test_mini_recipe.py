@@ -109,14 +109,29 @@ def test_an_edited_transcript_reruns_the_stages_that_read_it_and_not_the_feature
     text.write_text("\n".join(lines) + "\n")
 
     proc = r.run("--exp", "smoke", "--stop-stage", "5", *TINY)
-    for n, stage in ((3, "tokenizer"), (4, "lm"), (5, "train")):
+    for n, stage in ((1, "validate"), (3, "tokenizer"), (4, "lm"), (5, "train")):
         assert f"stage {n} ({stage}): done before, but an option or an input changed" in proc.stderr, proc.stderr
         assert f"stage {n} ({stage}): finished" in proc.stderr
     assert f"  input {text}" in proc.stderr  # the log names the file that changed
-    for n, stage in ((-1, "synth"), (0, "prepare"), (1, "validate"), (2, "features"), (4, "lang")):
+    # prepare names the corpus, not the data dir it wrote: the edit stays
+    for n, stage in ((-1, "synth"), (0, "prepare"), (2, "features"), (4, "lang")):
         assert f"stage {n} ({stage}): done already" in proc.stderr, stage
+    assert text.read_text().splitlines()[0] == lines[0]
     proc = r.run("--exp", "smoke", "--stop-stage", "5", *TINY)
     assert proc.stderr.count("done already") == 8  # synth .. train
+
+    # The decoding stages name the checkpoint (and the tokenizer and the LM): they run again;
+    # score names the hypotheses, and runs again when they came out different.
+    hyp = r.dir / "exp/smoke/decode_eval2000/hyp.txt"
+    before = hyp.read_text()
+    proc = r.run("--exp", "smoke", *TINY)
+    for n, stage in ((6, "tune"), (7, "decode"), (7, "decode_greedy")):
+        assert f"stage {n} ({stage}): done before, but an option or an input changed" in proc.stderr, stage
+    assert f"  input {r.dir}/exp/smoke/checkpoints/last.pt" in proc.stderr
+    score = "done before, but an option or an input changed" if hyp.read_text() != before else "done already"
+    assert f"stage 8 (score): {score}" in proc.stderr
+    for n, stage in ((2, "features"), (5, "train")):
+        assert f"stage {n} ({stage}): done already" in proc.stderr, stage
 
 
 def _wait_for(predicate, timeout: float, what: str, proc, log) -> None:

@@ -98,18 +98,40 @@ def test_a_stage_that_skips_by_its_own_record_still_names_its_inputs(tmp_path, m
     assert written["sources"] == [str(tmp_path / "lang/tokenizer.record.json")]
 
 
-def test_a_stage_whose_records_name_no_input_takes_the_earlier_stages(tmp_path, monkeypatch):
+def test_a_command_whose_records_name_no_input_takes_the_earlier_stages(tmp_path, monkeypatch):
+    """A command a recipe adds that keeps no stage record (every stage of the toolkit but synth,
+    which reads nothing, names its inputs)."""
     monkeypatch.chdir(tmp_path)
     earlier = tmp_path / "exp/base/.done/0.prepare.record.json"
     earlier.parent.mkdir(parents=True)
     earlier.write_text("{}")
-    record = tmp_path / "exp/base/.done/7.decode.record.json"
+    record = tmp_path / "exp/base/.done/7.report.record.json"
     assert run(monkeypatch, "snapshot", str(record)) == 0
-    assert run(monkeypatch, "write", str(record), "--after", str(earlier), options="decode=greedy\n") == 0
+    assert run(monkeypatch, "write", str(record), "--after", str(earlier), options="x=1\n") == 0
     assert list(json.loads(record.read_text())["inputs"]) == [str(earlier)]
-    assert run(monkeypatch, "check", str(record), options="decode=greedy\n") == 0
+    assert run(monkeypatch, "check", str(record), options="x=1\n") == 0
     earlier.write_text('{"ran": "again"}')
-    assert run(monkeypatch, "check", str(record), options="decode=greedy\n") == 1
+    assert run(monkeypatch, "check", str(record), options="x=1\n") == 1
+
+
+def test_a_stage_whose_record_is_gone_is_not_done(tmp_path, monkeypatch, capsys):
+    """prepare's records list no outputs (a data dir is the user's to edit) and live in the data
+    dir: a data dir removed takes its record with it, and run.sh prepares it again."""
+    monkeypatch.chdir(tmp_path)
+    corpus = tmp_path / "corpus/sw2001A-trans.text"
+    corpus.parent.mkdir()
+    corpus.write_text("sw2001A-0001 0.0 1.0 hello\n")
+    record = tmp_path / "exp/base/.done/0.prepare.record.json"
+    record.parent.mkdir(parents=True)
+    assert run(monkeypatch, "snapshot", str(record), "--exp", "exp/base") == 0
+    (tmp_path / "data/train").mkdir(parents=True)
+    write_record(tmp_path / "data/train", "prepare", "rerun", {}, [corpus], {})
+    assert run(monkeypatch, "write", str(record), "--exp", "exp/base") == 0
+    assert run(monkeypatch, "check", str(record)) == 0
+    capsys.readouterr()
+    (tmp_path / "data/train/prepare.record.json").unlink()
+    assert run(monkeypatch, "check", str(record)) == 1
+    assert capsys.readouterr().out.splitlines() == [f"  record {tmp_path}/data/train/prepare.record.json: missing"]
 
 
 def test_the_check_starts_without_torch():

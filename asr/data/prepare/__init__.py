@@ -17,6 +17,14 @@ than `data.max_unreadable` of a corpus' recordings unreadable stops the stage. W
 `data.lm_text` set, the training transcripts before the duplicate cap (Switchboard train_nodev
 and Fisher, as fisher_swbd's LM text) are written there too.
 
+Each data dir, once in place, gets its stage record `<set>/prepare.record.json`
+(asr/utils/record.py): the data options that set depends on and the corpus text files it is
+made from (MS98 and Fisher transcripts; Hub5's pem, stm and glm), not the audio, which wav.scp
+names by path. A set whose record matches is not prepared again. The record lists no outputs:
+a data dir is the user's to edit (by hand, or `python -m asr.data.fix`), and an edited table
+must reach the stages that read it, not be prepared over; a deleted data dir takes its record
+with it, so it is prepared again.
+
 Memory does not grow with the corpus: Switchboard and Fisher are read one conversation side at
 a time into a temporary file (asr.data.prepare.spool), which each data dir is then written
 from line by line; only what is per recording or speaker (and a count per distinct transcript,
@@ -43,21 +51,31 @@ from asr.data.datadir import (
     write_streamed,
 )
 from asr.data.fisher import LAYOUT as FISHER_LAYOUT
-from asr.data.fisher import fisher_corpus, missing_fisher_inputs
+from asr.data.fisher import find_fisher_folders, find_fisher_transcripts, fisher_corpus, missing_fisher_inputs
+from asr.data.hub5 import GLM, PEM, STM, missing_eval2000_inputs, prepare_eval2000, speech_dir, text_dir
 from asr.data.hub5 import LAYOUT as EVAL2000_LAYOUT
-from asr.data.hub5 import missing_eval2000_inputs, prepare_eval2000
 from asr.data.prepare.spool import Spool
 from asr.data.swbd import LAYOUT as SWBD_LAYOUT
 from asr.data.subsets import check_first, remove_duplicates
-from asr.data.swbd import missing_swbd_inputs, swbd_corpus
+from asr.data.swbd import find_ms98_transcripts, missing_swbd_inputs, swbd_corpus
 from asr.data.validate import validate_data_dir
 from asr.utils.atomic import atomic_dir, atomic_open
 from asr.utils.errors import InputError
+from asr.utils.record import record_path, why_rerun, write_record
 
 log = logging.getLogger("asr.data.prepare")  # not __main__ when run with -m
 
 KNOWN_SETS = ("train", "dev", "eval")
 MAX_PROBLEMS_SHOWN = 20
+STAGE, RERUN = "prepare", "python -m asr.data.prepare"
+SET_NAME_KEYS = {"train": "train_set", "dev": "dev_set", "eval": "eval_set"}
+# The data options each set depends on (the expected file counts only warn; prepare_sets and
+# the set names say which sets and where).
+SET_OPTIONS = {
+    "train": ("swbd_dir", "ms98_dir", "fisher_dirs", "missing_transcript", "dev_utts", "max_duplicates", "lm_text"),
+    "dev": ("swbd_dir", "ms98_dir", "missing_transcript", "dev_utts"),
+    "eval": ("eval2000_dir", "eval2000_text_dir"),
+}
 
 
 def requested_sets(cfg: DictConfig) -> list[str]:
@@ -168,12 +186,51 @@ def write_set(d: StreamedDataDir, path: Path) -> None:
     log.info("%s: %s", path, write_validated(d, path))
 
 
+def corpus_texts(cfg: DictConfig, role: str) -> list[Path]:
+    """The corpus text files a set is made from (its audio is named by path in wav.scp)."""
+    if role == "eval":
+        return [speech_dir(cfg.eval2000_dir) / PEM, text_dir(cfg.eval2000_text_dir) / STM]
+    files = find_ms98_transcripts(cfg.ms98_dir)
+    if role == "train" and cfg.fisher_dirs:
+        files += sorted(find_fisher_transcripts(find_fisher_folders(list(cfg.fisher_dirs))).values())
+    return files
+
+
+def prepared_from(cfg: DictConfig, role: str) -> tuple[dict, list[Path]]:
+    """What a set's prepare record names: its data options and its corpus text files."""
+    values = OmegaConf.to_container(cfg, resolve=True)
+    options = {key: values[key] for key in SET_OPTIONS[role] + ("max_unreadable",)}
+    inputs = corpus_texts(cfg, role) + ([text_dir(cfg.eval2000_text_dir) / GLM] if role == "eval" else [])
+    return options, [p for p in inputs if p.is_file()]
+
+
+def set_dir(cfg: DictConfig, role: str) -> Path:
+    return Path(cfg.data_dir) / cfg[SET_NAME_KEYS[role]]
+
+
+def sets_to_prepare(cfg: DictConfig, sets: list[str]) -> list[str]:
+    """The requested sets whose prepare record does not match (each logged with the reason)."""
+    wanted = []
+    for role in sets:
+        reason = why_rerun(set_dir(cfg, role), STAGE, *prepared_from(cfg, role))
+        if reason is None:
+            log.info("%s: prepared already (%s), skipping", set_dir(cfg, role), record_path(set_dir(cfg, role), STAGE))
+        else:
+            log.info("%s: preparing (%s)", set_dir(cfg, role), reason)
+            wanted.append(role)
+    return wanted
+
+
+def record_prepared(cfg: DictConfig, role: str) -> None:
+    write_record(set_dir(cfg, role), STAGE, RERUN, *prepared_from(cfg, role), {})
+
+
 def prepare_data(cfg: DictConfig) -> dict[str, Path]:
-    """Write the requested data dirs; returns set role -> data dir."""
-    sets = requested_sets(cfg)
-    preflight(cfg, sets)
+    """Write the requested data dirs (those not prepared already); returns set role -> data dir."""
+    requested = requested_sets(cfg)
+    preflight(cfg, requested)
+    sets = sets_to_prepare(cfg, requested)
     data_dir = Path(cfg.data_dir)
-    written = {}
     if {"train", "dev"} & set(sets):
         with Spool(
             swbd_corpus(cfg.swbd_dir, cfg.ms98_dir, cfg.expected_sph_files, cfg.missing_transcript, cfg.max_unreadable)
@@ -181,12 +238,12 @@ def prepare_data(cfg: DictConfig) -> dict[str, Path]:
             check_first(cfg.dev_utts, len(swbd), "data.dev_utts", "Switchboard")
             if "dev" in sets:
                 write_set(swbd.part(0, cfg.dev_utts), data_dir / cfg.dev_set)
-                written["dev"] = data_dir / cfg.dev_set
+                record_prepared(cfg, "dev")
             if "train" in sets:
                 write_training_set(cfg, swbd.part(cfg.dev_utts), data_dir / cfg.train_set)
-                written["train"] = data_dir / cfg.train_set
+                record_prepared(cfg, "train")
     if "eval" in sets:
         evaluation = prepare_eval2000(cfg.eval2000_dir, cfg.eval2000_text_dir, cfg.max_unreadable)
         write_set(streamed(evaluation), data_dir / cfg.eval_set)
-        written["eval"] = data_dir / cfg.eval_set
-    return written
+        record_prepared(cfg, "eval")
+    return {role: set_dir(cfg, role) for role in requested}
