@@ -5,7 +5,10 @@ Candidates are the checkpoints of `<exp_dir>/checkpoints/`: the epoch-end copies
 one per training step. `by=last` takes the newest `num` of them, epoch ends first: icefall's
 `--avg` over epochs; periodic checkpoints only when there are fewer epoch ends than `num`.
 `by=best` takes the `num` epoch ends of lowest dev loss (ESPnet's `valid.loss.ave`); a
-mid-epoch checkpoint has no dev loss of its own weights, so it is no candidate.
+mid-epoch checkpoint has no dev loss of its own weights, so it is no candidate. `by=steps`
+takes the newest `num` of every kind, periodic ones included: the last steps of training, where
+the learning rate has decayed (icefall's averaging over the last iterations); with a few epochs
+and a decaying rate, epoch ends are too far apart to average (recipes/mini/RESULTS.md).
 
 Floating-point tensors are averaged in float64 and stored in their own dtype; others (counts)
 are the newest input's. The rest of the checkpoint (model_info, config, step) is the newest
@@ -58,7 +61,7 @@ def choose(found: list[Candidate], num: int, by: str, where: Path) -> list[Candi
                 "train with train.keep_epoch_checkpoints >= average.num, or lower average.num"
             )
         return sorted(sorted(scored, key=lambda c: c.dev_loss)[:num], key=lambda c: c.step)
-    chosen = ends[-num:] if len(ends) >= num else found[-num:]
+    chosen = found[-num:] if by == "steps" or len(ends) < num else ends[-num:]
     if len(chosen) < num:
         raise InputError(
             f"{where}: {len(found)} checkpoints, average.num={num} asks for more; "

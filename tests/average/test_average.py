@@ -68,6 +68,17 @@ def test_best_n_takes_the_epoch_ends_of_lowest_dev_loss(trained):
         torch.testing.assert_close(value.double(), expected[key], rtol=0, atol=1e-6)
 
 
+def test_steps_n_takes_the_newest_checkpoints_periodic_ones_too(trained):
+    found = candidates(CheckpointDir(trained / "exp" / "checkpoints"))
+    newest = found[-3:]
+    assert not all(c.epoch_end for c in newest)  # else this is last3 again
+    state = load_checkpoint(average(config(trained, "average.num=3", "average.by=steps")))
+    assert state["averaged"]["steps"] == [c.step for c in newest]
+    expected = mean_of([c.path for c in newest])
+    for key, value in state["model"].items():
+        torch.testing.assert_close(value.double(), expected[key], rtol=0, atol=1e-6)
+
+
 def test_decode_runs_on_the_average(trained):
     average(config(trained, "average.num=3"))
     decode(config(trained, "decode.checkpoint=avg-last3"))
