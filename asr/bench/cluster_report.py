@@ -185,11 +185,15 @@ def straggler_rows(report: dict) -> list[str]:
     return rows
 
 
+def repeats(count: int) -> str:
+    return f"mean of {count} repeats (min-max)" if count > 1 else "one run each"
+
+
 def markdown(report: dict) -> str:
     settings = report["settings"]
     head = (
-        f"Step time over the compute-only step of the same layout and step size; mean of "
-        f"{settings['repeats']} repeats (min-max), {settings['steps']} steps per learner and run; "
+        f"Step time over the compute-only step of the same layout and step size; {repeats(settings['repeats'])}, "
+        f"{settings['steps']} steps per learner and run; "
         f"{report['model_parameters']:,} parameters ({report['weights_bytes'] / 1e6:.3g} MB of weights), "
         f"SSGD's buckets {report['ssgd_bucket_cap_mb']:.3g} MB; {report['machine']['cpus']} CPUs, "
         f"{report['seconds']:,.0f} s."
@@ -217,7 +221,7 @@ def plot_steps(ax, report: dict) -> None:
     groups, series = [], {"SSGD": [], "SSGD, 25 MB buckets": [], "active": [], "passive": []}
     for point in report["points"]:
         for link in point["links"]:
-            groups.append(f"{point['layout']} {point['frames']} {link['link']} {link['rate_mbit']:g}")
+            groups.append(f"{point['layout']} {point['frames']} {link['link']} {link['rate_mbit']:.4g}")
             ours = link["runs"].get(point["algorithm"], {}).get("by_role", {})
             series["SSGD"].append(link["runs"].get("ssgd"))
             series["SSGD, 25 MB buckets"].append(link["runs"].get(DEFAULT_BUCKETS_RUN))
@@ -232,7 +236,7 @@ def plot_steps(ax, report: dict) -> None:
 def plot_straggler(ax, report: dict) -> None:
     groups, series, ideals = [], {"SSGD": [], "ADPSGD / H-ADPSGD": []}, []
     for entry in report["straggler"]:
-        groups.append(f"{entry['layout']} {entry['frames']} {entry['rate_mbit']:g}")
+        groups.append(f"{entry['layout']} {entry['frames']} {entry['rate_mbit']:.4g}")
         ours = [a for a in entry["algorithms"] if a != "ssgd"]
         series["SSGD"].append(entry.get("ssgd"))
         series["ADPSGD / H-ADPSGD"].append(entry[ours[0]] if ours else None)
