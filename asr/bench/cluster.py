@@ -1,36 +1,55 @@
 """Distributed training on an emulated cluster: does the communication hide behind the
-computation, and does a slow learner slow only itself? Measured through the real entry point.
+computation, and does a slow host slow only itself? Measured through the real entry point.
 
-    python -m asr.bench cluster [--recipe-dir recipes/mini] [--steps 30] [--frames 12000]
-                                [--rates auto | MBIT ...] [--layouts 2x1 2x2] [--out DIR] [overrides...]
+    python -m asr.bench cluster [--recipe-dir recipes/mini] [--steps 30] [--repeats 3]
+                                [--frames [LAYOUT:]FRAMES ...] [--sweep] [--rates auto | MBIT ...]
+                                [--layouts 2x1 2x2] [--algorithms ssgd decentralized]
+                                [--straggler-utts 2400] [--out DIR] [overrides...]
+    python -m asr.bench cluster --replot DIR/cluster.json    # cluster.png and cluster.md from it
 
 Hosts are network namespaces joined by veth links through a bridge, every link rate-limited in
 both directions with `tc ... tbf` (asr/bench/netns.py). Learners are real `torchrun --nnodes`
 processes, one per host and learner, running `python -m asr.train` (the recipe's data and
 features, `train.threads=1`) pinned to a core per host (`taskset`), for a fixed number of
-steps (`train.max_steps`). Per learner, `asr.train` writes its step times (timing/*.json).
-A learner's batch is `--frames` padded frames (12,000 by default: 120 s of audio), so that steps
-cost about the same: with a fixed number of utterances of varying length, an exchange sized to
-the mean step outlasts every short step and the learner waits for it there, however well it
-overlaps the computation.
+steps (`train.max_steps`; asr/bench/cluster_jobs.py). Per learner, `asr.train` writes its step
+times and its role in the exchange (timing/*.json).
 
-For each layout (`NxL`: N hosts of L learners; 2 cores: host n on core n mod 2):
-  compute_only     the same learners with distributed=none, side by side on the same cores:
-                   the compute-only step time
-  ssgd, adpsgd / hadpsgd at each link rate: the step time, and step time over the compute-only
-                   one (never clamped: 1.0 means the communication is hidden, 2.0 that a step
-                   takes twice as long), bytes sent on host 0's link
-  straggler        (layout 2x1, at each link rate) one epoch over --straggler-utts utterances
-                   with a CPU-bound competitor pinned to host 1's core, which halves that
-                   learner's speed, and without it: epoch throughput (utterances per second of
-                   training) with over without. ADPSGD's ideal is (N - 0.5) / N; SSGD's is 0.5
-                   where communication costs little (every step waits for the slow learner's
-                   compute), nearer 1 where it dominates the step.
+Step size. A learner's batch is FRAMES padded frames (`train.max_frames`), so that steps cost
+about the same (with a fixed number of utterances of varying length, an exchange sized to the
+mean step outlasts every short step). `--frames` takes several values, each `FRAMES` (every
+layout) or `LAYOUT:FRAMES` (that layout); a layout none names gets the paper's step: 4,032 per
+learner for N x 1 (ADPSGD: 192 utterances x 21 frames) and 2,688 for N x L with L > 1
+(H-ADPSGD: 128 x 21). `--sweep` adds 2,688, 4,032, 6,000 and 12,000 to every layout's values,
+after them. Each (layout, frames) is a point of the report.
 
-Link rates: `auto` picks two from the compute-only step t and the model's size P: P x 32 bits
-in t (an exchange of the weights costs about one step) and ten times that (it costs little).
-Writes cluster.json and cluster.png into --out. Needs root for the namespaces; where they
-cannot be made it says so and exits 2.
+For each point (`NxL`: N hosts of L learners; 2 cores: host n on core n mod 2):
+  compute_only   the same learners with distributed=none, side by side on the same cores: the
+                 compute-only step time t of this layout and step size
+  links          `--rates auto`: two link rates from t and the model's size P, the one-step
+                 link, where an exchange of the weights (P x 32 bits) takes t, and the fast
+                 link, ten times that; or the rates given, in Mbit/s (0: unlimited)
+  runs           at each link, SSGD and ADPSGD (N x 1) or H-ADPSGD (N x L) (--algorithms
+                 ssgd, decentralized: both by default, or one of them): the step time and
+                 step time over t (never clamped: 1.0 means the communication is hidden, 2.0
+                 that a step takes twice as long), for all learners and for the active and the
+                 passive ones apart; bytes sent on host 0's link. At the fastest link also SSGD
+                 with torch's 25 MB buckets (distributed.bucket_cap_mb=25) beside the configured
+                 ones (auto: asr/distributed/ssgd.py): what the all-reduce overlapping the
+                 backward pass saves.
+  straggler      (each layout, at its first frames value, at each of its links) one epoch over
+                 --straggler-utts utterances with host 1's core shared with one CPU-bound
+                 competitor per learner, which halves that host's speed, and without them:
+                 epoch throughput (utterances per second of training) with over without.
+                 ADPSGD's and H-ADPSGD's ideal is (N - 0.5) / N; SSGD's is 0.5 where
+                 communication costs little (every step waits for the slow host's compute),
+                 nearer 1 where it dominates the step.
+
+Every measurement is repeated --repeats times (the algorithms interleaved): the report gives
+the mean, min and max, and each repeat's value; a ratio's repeats divide each run's step by
+the mean compute-only step, a straggler ratio's each slowed epoch by the even one before it.
+Writes cluster.json, cluster.png and cluster.md (the tables) into --out; `--replot` draws the
+last two again from a json alone. Needs root for the namespaces; where they cannot be made it
+says so and exits 2.
 """
 
 from __future__ import annotations
@@ -42,365 +61,299 @@ import logging
 import os
 import platform
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-from matplotlib.figure import Figure  # noqa: E402
-
-from asr.bench import netns  # noqa: E402
-from asr.utils.atomic import atomic_path, write_text  # noqa: E402
+from asr.bench import netns
+from asr.bench.cluster_jobs import Launcher
+from asr.bench.cluster_report import (
+    DEFAULT_BUCKETS_RUN,
+    FORMAT,
+    load,
+    mean_step,
+    run_summary,
+    spread,
+    straggler_summary,
+    write_outputs,
+)
+from asr.utils.atomic import write_text
+from asr.utils.errors import InputError
 
 log = logging.getLogger("asr.bench.cluster")
 
-DECENTRALIZED = {1: "adpsgd", 2: "hadpsgd"}  # learners per host -> the algorithm
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+DECENTRALIZED = {1: "adpsgd"}  # learners per host -> the algorithm; more than one: hadpsgd
+PAPER_FRAMES = {1: 4032, 2: 2688}  # padded frames per learner: ADPSGD 192 x 21, H-ADPSGD 128 x 21
+SWEEP_FRAMES = (2688, 4032, 6000, 12000)
+FAST_LINK = 10  # the fast link: this many times the one-step link
 
 
 def parse_layout(text: str) -> tuple[int, int]:
-    hosts, learners = text.lower().split("x")
-    return int(hosts), int(learners)
+    try:
+        hosts, learners = (int(n) for n in text.lower().split("x"))
+    except ValueError:
+        raise InputError(f"--layouts {text}: write HOSTSxLEARNERS, e.g. 2x1 or 2x2") from None
+    if hosts < 2 or learners < 1:
+        raise InputError(f"--layouts {text}: needs at least 2 hosts and 1 learner per host")
+    return hosts, learners
 
 
-class Bench:
-    def __init__(self, args, work: Path):
-        self.args = args
-        self.work = work
-        self.cores = os.cpu_count() or 1
-        self.python = sys.executable
+def decentralized(per_host: int) -> str:
+    return DECENTRALIZED.get(per_host, "hadpsgd")
 
-    def core(self, host: int) -> str:
-        return str(host % self.cores)
 
-    def train_overrides(self, exp: Path, *extra: str) -> list[str]:
-        return [
-            f"exp_dir={exp}",
-            "train.threads=1",
-            f"train.max_utts={self.args.utts}",
-            f"train.max_frames={self.args.frames}",
-            "train.checkpoint_every_steps=1000000",
-            "train.log_every_steps=1000000",
-            "train.precision=fp32",
-            "device=cpu",
-            *self.args.overrides,
-            *extra,
-        ]
+def frames_plan(values: list[str], layouts: list[str], sweep: bool) -> dict[str, list[int]]:
+    """Each layout's step sizes, in the order given (see the module's docstring)."""
+    plan: dict[str, list[int]] = {layout: [] for layout in layouts}
+    for value in values:
+        layout, _, number = value.rpartition(":")
+        if layout and layout not in plan:
+            raise InputError(f"--frames {value}: {layout} is not among --layouts ({' '.join(layouts)})")
+        if not number.isdigit() or int(number) < 1:
+            raise InputError(f"--frames {value}: write FRAMES or LAYOUT:FRAMES, FRAMES a positive whole number")
+        for name in [layout] if layout else layouts:
+            plan[name].append(int(number))
+    for layout, frames in plan.items():
+        per_host = parse_layout(layout)[1]
+        frames[:] = frames or [PAPER_FRAMES[min(per_host, 2)]]
+        frames.extend(SWEEP_FRAMES if sweep else ())
+        frames[:] = list(dict.fromkeys(frames))  # each once, the first kept first
+    return plan
 
-    def env(self, **extra: str) -> dict:
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]), **extra)
-        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-            env.pop(key, None)
-        return env
 
-    def timings(self, exp: Path) -> list[dict]:
-        return [json.loads(p.read_text()) for p in sorted((exp / "timing").glob("learner-*.json"))]
+def link_rates(rates: list[str], params: int, compute_s: float) -> list[tuple[str, float]]:
+    """(label, Mbit/s) of the links a point is measured at."""
+    if rates == ["auto"]:
+        one_step = params * 32 / compute_s / 1e6
+        return [("fast", one_step * FAST_LINK), ("one_step", one_step)]
+    return [("given", float(r)) for r in dict.fromkeys(rates)]
 
-    def wait(self, procs: list[subprocess.Popen], logs: list[Path], what: str) -> None:
-        for proc in procs:
-            proc.wait(timeout=self.args.timeout)
-        failed = [i for i, p in enumerate(procs) if p.returncode != 0]
-        if failed:
-            tail = logs[failed[0]].read_text()[-3000:]
-            raise RuntimeError(f"{what}: process(es) {failed} failed\n{tail}")
 
-    def compute_only(self, hosts: int, per_host: int) -> list[dict]:
-        """Every learner alone (distributed=none), side by side on its host's core."""
-        procs, logs, exps = [], [], []
-        for learner in range(hosts * per_host):
-            exp = self.work / f"compute_{hosts}x{per_host}_{learner}"
-            logs.append(exp.with_suffix(".log"))
-            cmd = [
-                "taskset",
-                "-c",
-                self.core(learner // per_host),
-                self.python,
-                "-m",
-                "asr.train",
-                *self.train_overrides(exp, f"train.max_steps={self.args.steps}"),
-            ]
-            procs.append(
-                subprocess.Popen(
-                    cmd, cwd=self.args.recipe_dir, env=self.env(), stdout=open(logs[-1], "w"), stderr=subprocess.STDOUT
-                )
+def is_fastest(rate: float, links: list[tuple[str, float]]) -> bool:
+    """Whether `rate` is the fastest of the links (0: unlimited, the fastest of all)."""
+    return (rate or float("inf")) == max(r or float("inf") for _, r in links)
+
+
+@dataclass
+class Session:
+    args: argparse.Namespace
+    launcher: Launcher
+    cluster: netns.EmulatedCluster
+    params: int
+
+    @property
+    def repeats(self) -> range:
+        return range(self.args.repeats)
+
+
+def measure_point(s: Session, layout: str, frames: int) -> dict:
+    hosts, per_host = parse_layout(layout)
+    tag = f"{layout}_{frames}f"
+    steps = [
+        mean_step(s.launcher.compute_only(f"compute_{tag}_r{r}", hosts, per_host, frames, s.args.steps))
+        for r in s.repeats
+    ]
+    compute = spread(steps)
+    log.info("compute only, %s, %d frames: %.3f s per step", layout, frames, compute["mean"])
+    rates = link_rates(s.args.rates, s.params, compute["mean"])
+    links = [
+        measure_link(s, layout, frames, label, rate, compute["mean"], is_fastest(rate, rates)) for label, rate in rates
+    ]
+    return {
+        "layout": layout,
+        "frames": frames,
+        "paper_step": frames == PAPER_FRAMES[min(per_host, 2)],
+        "algorithm": decentralized(per_host),
+        "compute_only": {"step_s": compute},
+        "links": links,
+    }
+
+
+def chosen(algorithms: list[str], per_host: int) -> list[str]:
+    """--algorithms as the layout runs them (decentralized: ADPSGD or H-ADPSGD)."""
+    return [decentralized(per_host) if a == "decentralized" else a for a in algorithms]
+
+
+def link_runs(algorithms: list[str], fastest_link: bool) -> dict[str, tuple[str, ...]]:
+    """The runs at one link: name -> (distributed algorithm, extra overrides)."""
+    runs = {a: (a,) for a in algorithms}
+    if fastest_link and "ssgd" in algorithms:
+        runs[DEFAULT_BUCKETS_RUN] = ("ssgd", "distributed.bucket_cap_mb=25")
+    return runs
+
+
+def measure_link(s: Session, layout: str, frames: int, label: str, rate: float, compute_s: float, fast: bool) -> dict:
+    hosts, per_host = parse_layout(layout)
+    s.cluster.set_rate(rate)
+    runs = link_runs(chosen(s.args.algorithms, per_host), fast)
+    done: dict[str, list] = {name: [] for name in runs}
+    for r in s.repeats:
+        for name, (algorithm, *extra) in runs.items():
+            limit = s.args.steps if algorithm == "ssgd" else s.args.steps * hosts  # decentralized: over all hosts
+            job = f"{name}_{layout}_{frames}f_{rate:g}mbit_r{r}"
+            overrides = [f"distributed={algorithm}", f"train.max_steps={limit}", *extra]
+            timings, sent = s.launcher.distributed(s.cluster, job, per_host, frames, *overrides)
+            done[name].append((timings, sent))
+            step = mean_step(timings)
+            log.info("%s: %.3f s per step, %.2f x compute-only", job, step, step / compute_s)
+    return {
+        "link": label,
+        "rate_mbit": rate,
+        "weights_transfer_s": s.params * 32 / (rate * 1e6) if rate else 0.0,
+        "runs": {name: run_summary(repeats, compute_s) for name, repeats in done.items()},
+    }
+
+
+def measure_straggler(s: Session, point: dict, link: dict) -> dict:
+    hosts, per_host = parse_layout(point["layout"])
+    s.cluster.set_rate(link["rate_mbit"])
+    utts = s.args.straggler_utts
+    algorithms = chosen(s.args.algorithms, per_host)
+    pairs: dict[str, list] = {a: [] for a in algorithms}
+    for r in s.repeats:
+        for algorithm in algorithms:
+            job = f"straggler_{algorithm}_{point['layout']}_{point['frames']}f_{link['rate_mbit']:g}mbit_r{r}"
+            overrides = [f"distributed={algorithm}", "train.epochs=1", f"train.max_train_utts={utts}"]
+            even, _ = s.launcher.distributed(s.cluster, f"{job}_even", per_host, point["frames"], *overrides)
+            slowed, _ = s.launcher.distributed(
+                s.cluster, f"{job}_slowed", per_host, point["frames"], *overrides, slowed_host=1
             )
-            exps.append(exp)
-        self.wait(procs, logs, f"compute-only {hosts}x{per_host}")
-        return [t for exp in exps for t in self.timings(exp)]
-
-    def distributed(
-        self,
-        cluster: netns.EmulatedCluster,
-        name: str,
-        algorithm: str,
-        per_host: int,
-        *extra: str,
-        competitor_host: int | None = None,
-    ) -> tuple[list[dict], int]:
-        """One torchrun job over the hosts; (every learner's timing, bytes host 0 sent)."""
-        exp = self.work / name
-        if exp.exists():  # a finished run would be skipped, and its old timings read as new ones
-            raise RuntimeError(f"{exp}: two runs of one benchmark share an experiment name")
-        port, job = free_port(), uuid.uuid4().hex[:8]
-        before = cluster.tx_bytes(0)
-        procs, logs = [], []
-        with self.competitor(competitor_host):
-            for host in range(cluster.nodes):
-                logs.append(self.work / f"{name}.host{host}.log")
-                torchrun = [
-                    self.python,
-                    "-m",
-                    "torch.distributed.run",
-                    f"--nnodes={cluster.nodes}",
-                    f"--node-rank={host}",
-                    f"--nproc-per-node={per_host}",
-                    "--rdzv-backend=c10d",
-                    f"--rdzv-endpoint={cluster.address(0)}:{port}",
-                    f"--rdzv-id={job}",
-                    f"--local-addr={cluster.address(host)}",
-                    f"--rdzv-conf=is_host={int(host == 0)}",
-                    "-m",
-                    "asr.train",
-                    *self.train_overrides(exp, f"distributed={algorithm}", *extra),
-                ]
-                cmd = cluster.command(
-                    host, ["taskset", "-c", self.core(host), "env", "GLOO_SOCKET_IFNAME=eth0", *torchrun]
-                )
-                procs.append(
-                    subprocess.Popen(
-                        cmd,
-                        cwd=self.args.recipe_dir,
-                        env=self.env(),
-                        stdout=open(logs[-1], "w"),
-                        stderr=subprocess.STDOUT,
-                    )
-                )
-            self.wait(procs, logs, name)
-        return self.timings(exp), cluster.tx_bytes(0) - before
-
-    @contextlib.contextmanager
-    def competitor(self, host: int | None):
-        """A CPU-bound process on `host`'s core: that host's learner gets about half of it."""
-        if host is None:
-            yield
-            return
-        proc = subprocess.Popen(["taskset", "-c", self.core(host), self.python, "-c", "while True: pass"])
-        try:
-            time.sleep(0.5)
-            yield
-        finally:
-            proc.kill()
-            proc.wait()
+            pairs[algorithm].append((even, slowed))
+    ideals = {"ssgd": 0.5, point["algorithm"]: (hosts - 0.5) / hosts}
+    entry = {a: straggler_summary(pairs[a], ideals[a]) for a in algorithms}
+    for a in algorithms:
+        log.info(
+            "straggler %s, %s at %g Mbit/s: ratio %.3f",
+            point["layout"],
+            a,
+            link["rate_mbit"],
+            entry[a]["ratio"]["mean"],
+        )
+    return {
+        "layout": point["layout"],
+        "frames": point["frames"],
+        "link": link["link"],
+        "rate_mbit": link["rate_mbit"],
+        "utterances": utts,
+        "slowed_host": 1,
+        "algorithms": algorithms,
+    } | entry
 
 
-def mean_step(timings: list[dict]) -> float:
-    return sum(t["step_seconds_mean"] for t in timings) / len(timings)
-
-
-def throughput(timings: list[dict]) -> float:
-    """Utterances per second of training: all learners' utterances over the slowest learner's
-    training time (the epoch lasts until its last batch is done)."""
-    return sum(t["utterances"] for t in timings) / max(t["train_seconds"] for t in timings)
-
-
-def model_parameters(recipe_dir: Path, overrides: list[str]) -> int:
-    """The size of the model the runs train (what an exchange or an all-reduce moves)."""
+def model_facts(recipe_dir: Path, overrides: list[str]) -> dict:
+    """The size of the model the runs train (what an exchange or an all-reduce moves), and the
+    bucket size SSGD's DDP gets for it (distributed.bucket_cap_mb)."""
     from asr.config import load_config
+    from asr.distributed.ssgd import bucket_cap_mb
     from asr.features.featureset import read_feat_dim
     from asr.models.blstm import build_model
     from asr.train.objectives import build_objective
 
     with contextlib.chdir(recipe_dir):
-        cfg = load_config(list(overrides))
+        cfg = load_config(["distributed=ssgd", *overrides])
         feat_dim = read_feat_dim(Path(cfg.features.feats_dir) / cfg.features.name / cfg.data.train_set)
-        outputs = build_objective(cfg).num_outputs
-        return sum(p.numel() for p in build_model(cfg.model, feat_dim, outputs).parameters())
-
-
-def run(args) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="bench-cluster."))
-    bench = Bench(args, work)
-    params = model_parameters(args.recipe_dir, args.overrides)
-    layouts = [parse_layout(text) for text in args.layouts]
-    report: dict = {
+        model = build_model(cfg.model, feat_dim, build_objective(cfg).num_outputs)
+    params = sum(p.numel() for p in model.parameters())
+    return {
         "model_parameters": params,
         "weights_bytes": params * 4,
-        "compute_only": {},
-        "links": [],
-        "straggler": [],
+        "ssgd_bucket_cap_mb": bucket_cap_mb(cfg.distributed.bucket_cap_mb, model),
     }
+
+
+def run(args, plan: dict[str, list[int]]) -> dict:
+    facts = model_facts(args.recipe_dir, args.overrides)
+    work = Path(tempfile.mkdtemp(prefix="bench-cluster."))
+    launcher = Launcher(work, args.recipe_dir, args.utts, args.overrides, args.timeout)
+    hosts = parse_layout(args.layouts[0])[0]
     try:
-        for hosts, per_host in layouts:
-            timings = bench.compute_only(hosts, per_host)
-            report["compute_only"][f"{hosts}x{per_host}"] = {"step_s": mean_step(timings)}
-            log.info("compute only, %dx%d: %.3f s per step", hosts, per_host, mean_step(timings))
-        first = next(iter(report["compute_only"].values()))["step_s"]
-        rates = args.rates if args.rates != ["auto"] else [params * 32 / first / 1e6 * 10, params * 32 / first / 1e6]
-        rates = [float(r) for r in rates]
-        with netns.EmulatedCluster(max(h for h, _ in layouts)) as cluster:
-            for rate in rates:
-                cluster.set_rate(rate)
-                report["links"].append(measure_link(bench, cluster, rate, layouts, report["compute_only"], params))
-                if args.straggler_utts:
-                    report["straggler"].append(measure_straggler(bench, cluster, rate))
+        with netns.EmulatedCluster(hosts) as cluster:
+            s = Session(args, launcher, cluster, facts["model_parameters"])
+            points = [measure_point(s, layout, frames) for layout, sizes in plan.items() for frames in sizes]
+            firsts = [next(p for p in points if p["layout"] == layout) for layout in plan]
+            stragglers = [measure_straggler(s, p, link) for p in firsts for link in p["links"] if args.straggler_utts]
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    return report
+    return facts | {"points": points, "straggler": stragglers}
 
 
-def measure_link(bench: Bench, cluster, rate: float, layouts, compute_only: dict, params: int) -> dict:
-    entry = {
-        "rate_mbit": round(rate, 1),
-        "weights_transfer_s": round(params * 32 / (rate * 1e6), 4) if rate else 0.0,
-        "runs": {},
-    }
-    steps = bench.args.steps
-    for hosts, per_host in layouts:
-        compute = compute_only[f"{hosts}x{per_host}"]["step_s"]
-        cluster_hosts = hosts
-        assert cluster_hosts == cluster.nodes, "one cluster size per benchmark run"
-        for algorithm in ("ssgd", DECENTRALIZED[per_host]):
-            limit = steps if algorithm == "ssgd" else steps * hosts  # decentralized: batches over all hosts
-            name = f"{algorithm}_{hosts}x{per_host}_{rate:g}mbit"
-            timings, sent = bench.distributed(cluster, name, algorithm, per_host, f"train.max_steps={limit}")
-            step = mean_step(timings)
-            entry["runs"][f"{algorithm} {hosts}x{per_host}"] = {
-                "step_s": step,
-                "compute_s": compute,
-                "step_over_compute": step / compute,
-                "host0_sent_bytes": sent,
-                "steps_by_learner": [t["steps"] for t in timings],
-            }
-            log.info(
-                "%s at %g Mbit/s: %.3f s per step, %.2f x compute-only",
-                f"{algorithm} {hosts}x{per_host}",
-                rate,
-                step,
-                step / compute,
-            )
-    return entry
-
-
-def measure_straggler(bench: Bench, cluster, rate: float) -> dict:
-    out = {"rate_mbit": round(rate, 1), "utterances": bench.args.straggler_utts}
-    one_epoch = ["train.epochs=1", f"train.max_train_utts={bench.args.straggler_utts}"]
-    for algorithm in ("ssgd", "adpsgd"):
-        runs = {}
-        for slowed in (False, True):
-            name = f"straggler_{algorithm}_{'slowed' if slowed else 'even'}_{rate:g}mbit"
-            timings, _ = bench.distributed(
-                cluster, name, algorithm, 1, *one_epoch, competitor_host=1 if slowed else None
-            )
-            runs[slowed] = timings
-        even, slow = throughput(runs[False]), throughput(runs[True])
-        out[algorithm] = {
-            "utterances_per_s": even,
-            "slowed_utterances_per_s": slow,
-            "ratio": slow / even,
-            "ideal": 0.5 if algorithm == "ssgd" else (cluster.nodes - 0.5) / cluster.nodes,
-            "steps_by_learner_slowed": [t["steps"] for t in runs[True]],
-        }
-        log.info(
-            "straggler at %g Mbit/s, %s: %.2f -> %.2f utterances/s (ratio %.3f)",
-            rate,
-            algorithm,
-            even,
-            slow,
-            slow / even,
-        )
-    return out
-
-
-def plot(report: dict, path: Path) -> None:
-    fig = Figure(figsize=(10, 4), dpi=100)
-    ax = fig.add_subplot(1, 2, 1)
-    names = sorted({name for link in report["links"] for name in link["runs"]})
-    width = 0.8 / max(1, len(report["links"]))
-    for i, link in enumerate(report["links"]):
-        values = [link["runs"].get(n, {}).get("step_over_compute", 0) for n in names]
-        ax.bar([x + i * width for x in range(len(names))], values, width, label=f"{link['rate_mbit']:g} Mbit/s")
-    ax.axhline(1.0, color="k", lw=0.8, ls="--")
-    ax.set_xticks([x + width * (len(report["links"]) - 1) / 2 for x in range(len(names))], names, rotation=20)
-    ax.set_ylabel("step time / compute-only step")
-    ax.set_title("communication hidden (1.0) or exposed")
-    ax.legend(fontsize=8)
-    ax = fig.add_subplot(1, 2, 2)
-    algorithms = ["ssgd", "adpsgd"]
-    entries = report.get("straggler") or []
-    width = 0.8 / max(1, len(entries))
-    for i, entry in enumerate(entries):
-        xs = [x + i * width for x in range(len(algorithms))]
-        ax.bar(xs, [entry[a]["ratio"] for a in algorithms], width, label=f"{entry['rate_mbit']:g} Mbit/s")
-        ax.scatter(
-            xs,
-            [entry[a]["ideal"] for a in algorithms],
-            color="k",
-            zorder=3,
-            label="ideal" if i == 0 else None,
-            marker="_",
-            s=200,
-        )
-    ax.set_xticks([x + width * (len(entries) - 1) / 2 for x in range(len(algorithms))], algorithms)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("epoch throughput, one learner at half speed / even")
-    ax.set_title("a slow learner")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
-
-
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m asr.bench cluster", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--recipe-dir", type=Path, default=Path("recipes/mini"), help="where the recipe's data, feats and lang are"
+    add = parser.add_argument
+    add("--recipe-dir", type=Path, default=Path("recipes/mini"), help="where the recipe's data, feats and lang are")
+    add("--steps", type=int, default=30, help="steps per learner and run (default %(default)s)")
+    add("--repeats", type=int, default=3, help="runs of every measurement (default %(default)s)")
+    add(
+        "--frames",
+        nargs="+",
+        default=[],
+        metavar="[LAYOUT:]FRAMES",
+        help="padded frames per learner and step, for every layout or LAYOUT's; several: each is a point "
+        "(default: 4032 for Nx1, 2688 for NxL, L > 1: the paper's steps)",
     )
-    parser.add_argument("--steps", type=int, default=30, help="steps per learner and run (default %(default)s)")
-    parser.add_argument(
-        "--frames", type=int, default=12000, help="padded frames per learner and step (default %(default)s)"
+    add("--sweep", action="store_true", help=f"every layout also at {', '.join(map(str, SWEEP_FRAMES))} frames")
+    add("--utts", type=int, default=1000, help="utterances per learner and step at most (default %(default)s)")
+    add(
+        "--algorithms",
+        nargs="+",
+        choices=("ssgd", "decentralized"),
+        default=["ssgd", "decentralized"],
+        help="what runs: ssgd (and beside it with 25 MB buckets), decentralized (ADPSGD, H-ADPSGD)",
     )
-    parser.add_argument(
-        "--utts", type=int, default=1000, help="utterances per learner and step at most (default %(default)s)"
-    )
-    parser.add_argument("--rates", nargs="+", default=["auto"], help="link rates in Mbit/s (0: unlimited), or auto")
-    parser.add_argument("--layouts", nargs="+", default=["2x1", "2x2"], help="hosts x learners per host")
-    parser.add_argument(
-        "--straggler-utts", type=int, default=2400, help="utterances in the straggler epoch (0: skip it)"
-    )
-    parser.add_argument("--timeout", type=float, default=1800.0)
-    parser.add_argument("--keep", action="store_true", help="keep the runs' experiment dirs and logs")
-    parser.add_argument("--out", type=Path, default=Path("exp/bench"))
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every training run (key=value)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+    add("--rates", nargs="+", default=["auto"], help="link rates in Mbit/s (0: unlimited), or auto (per point)")
+    add("--layouts", nargs="+", default=["2x1", "2x2"], help="hosts x learners per host")
+    add("--straggler-utts", type=int, default=2400, help="utterances in the straggler epoch (0: skip it)")
+    add("--timeout", type=float, default=1800.0)
+    add("--keep", action="store_true", help="keep the runs' experiment dirs and logs")
+    add("--out", type=Path, default=Path("exp/bench"))
+    add("--replot", type=Path, metavar="JSON", help="only draw the figure and tables again from a report")
+    add("overrides", nargs="*", help="Hydra overrides for every training run (key=value)")
+    return parser.parse_args(argv)
+
+
+def check(args) -> dict[str, list[int]]:
+    """The run's plan (layout -> frames), or InputError for options that cannot make one."""
+    if len({parse_layout(t)[0] for t in args.layouts}) != 1:
+        raise InputError(f"--layouts: every layout needs the same number of hosts (got {' '.join(args.layouts)})")
+    if args.repeats < 1 or args.steps < 1:
+        raise InputError("--repeats and --steps: at least 1")
+    if args.rates != ["auto"] and not all(r.replace(".", "", 1).isdigit() for r in args.rates):
+        raise InputError(f"--rates {' '.join(args.rates)}: give auto, or rates in Mbit/s (0: unlimited)")
+    return frames_plan(args.frames, args.layouts, args.sweep)
+
+
+def measure(args) -> int:
+    plan = check(args)
     ok, why = netns.available()
     if not ok:
-        log.error("cluster benchmark: %s", why)
-        return 2
-    if len({parse_layout(t)[0] for t in args.layouts}) != 1:
-        log.error("--layouts: every layout needs the same number of hosts (got %s)", " ".join(args.layouts))
-        return 2
+        raise InputError(f"cluster benchmark: {why}")
     start = time.time()
-    report = run(args)
+    report = run(args, plan)
     report = {
         "benchmark": "cluster",
+        "format": FORMAT,
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "seconds": round(time.time() - start, 1),
     } | report
     write_text(args.out / "cluster.json", json.dumps(report, indent=1) + "\n")
-    plot(report, args.out / "cluster.png")
-    log.info("wrote %s and %s", args.out / "cluster.json", args.out / "cluster.png")
+    png, md = write_outputs(report, args.out / "cluster.json")
+    log.info("wrote %s, %s and %s", args.out / "cluster.json", png, md)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+    try:
+        if args.replot:
+            png, md = write_outputs(load(args.replot), args.replot)
+            log.info("wrote %s and %s", png, md)
+            return 0
+        return measure(args)
+    except InputError as err:
+        print(f"python -m asr.bench cluster: error: {err}", file=sys.stderr)
+        return 2

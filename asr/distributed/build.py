@@ -11,7 +11,7 @@ import torch
 from asr.distributed.adpsgd import AdpsgdUpdater
 from asr.distributed.context import DistributedContext, reduction_device
 from asr.distributed.hadpsgd import describe, learners_per_node, make_groups
-from asr.distributed.ssgd import SsgdUpdater
+from asr.distributed.ssgd import SsgdUpdater, bucket_cap_mb
 from asr.distributed.topology import Layout, node_groups
 from asr.optim.updater import Updater, build_updater
 from asr.utils.errors import InputError
@@ -69,7 +69,7 @@ def build_training_updater(
     common = {
         "timeout_s": ctx.timeout_s,
         "device": ctx.device,
-        "bucket_cap_mb": float(getattr(dcfg, "bucket_cap_mb", 25.0)),
+        "bucket_cap_mb": bucket_cap_mb(getattr(dcfg, "bucket_cap_mb", "auto"), model),
         "count_device": reduction_device(ctx),
     }
     if ctx.algorithm == "ssgd":

@@ -10,6 +10,17 @@ TOPOLOGIES = ("ring", "random_ring", "exponential")  # asr.distributed.topology
 ALGORITHMS = ("none", "ssgd", "adpsgd", "hadpsgd")
 
 
+def bucket_size(value) -> str | None:
+    """distributed.bucket_cap_mb: auto, or a positive number of MB."""
+    if value == "auto":
+        return None
+    try:
+        megabytes = float(value)
+    except (TypeError, ValueError):
+        megabytes = 0.0
+    return None if megabytes > 0 else "choose auto or a positive number of MB"
+
+
 @dataclass
 class DistributedConfig:
     # none: one learner | ssgd: gradient all-reduce every step | adpsgd: ring weight averaging
@@ -23,9 +34,10 @@ class DistributedConfig:
     # A collective or neighbour exchange that waits longer than this is an error (a learner
     # hung or died), reported with the learner's rank. Epoch ends wait for the slowest learner.
     timeout_s: float = 1800.0
-    # DistributedDataParallel's gradient buckets (SSGD, and inside an H-ADPSGD node): the
+    # DistributedDataParallel's gradient buckets (SSGD, and inside an H-ADPSGD node), in MB: the
     # all-reduce of a bucket starts as soon as its gradients are ready, during the backward pass.
-    bucket_cap_mb: float = 25.0
+    # auto: a quarter of the model's gradients, within [1, 25] (asr/distributed/ssgd.py).
+    bucket_cap_mb: str = "auto"  # held as text: OmegaConf 2.3 fails on a float-or-text Union here
     # ADPSGD/H-ADPSGD: after the epoch-end average (evaluated and saved), every learner continues
     # from its own weights (false, the algorithm as published) or from the average (true).
     restart_from_average: bool = False
@@ -45,6 +57,6 @@ class DistributedConfig:
         "backend": one_of("auto", "gloo", "nccl"),
         "learners_per_node": NON_NEGATIVE,
         "timeout_s": POSITIVE,
-        "bucket_cap_mb": POSITIVE,
+        "bucket_cap_mb": bucket_size,
         "topology": one_of(*TOPOLOGIES),
     }

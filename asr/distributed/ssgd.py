@@ -28,6 +28,29 @@ from asr.distributed.context import collective
 from asr.optim.updater import Updater
 
 
+# distributed.bucket_cap_mb=auto: a quarter of the model's gradient bytes, within these bounds
+# (MB as DDP counts them, 2**20 bytes). DDP closes a bucket once it holds at least the cap and
+# never splits a tensor, so a model of 4 MB or more gets about four buckets (plus DDP's small
+# first one): the all-reduce of the buckets filled first overlaps the backward pass of the rest,
+# where one bucket (torch's 25 MB default on a model under 25 MB) can only start after it.
+AUTO_BUCKET_SHARE = 4
+AUTO_BUCKET_MIN_MB = 1.0
+AUTO_BUCKET_MAX_MB = 25.0
+
+
+def gradient_megabytes(model: torch.nn.Module) -> float:
+    """What one all-reduce of the model's gradients moves, in MB (2**20 bytes)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad) / 2**20
+
+
+def bucket_cap_mb(setting: float | str, model: torch.nn.Module) -> float:
+    """distributed.bucket_cap_mb as DDP takes it: `auto` by the rule above, a number as it is."""
+    if setting != "auto":
+        return float(setting)
+    share = gradient_megabytes(model) / AUTO_BUCKET_SHARE
+    return min(AUTO_BUCKET_MAX_MB, max(AUTO_BUCKET_MIN_MB, share))
+
+
 def ddp_wrap(model: torch.nn.Module, device: torch.device, group, bucket_cap_mb: float) -> DistributedDataParallel:
     """DDP over `group` (None: all learners). Buffers are not broadcast: the BLSTM has none."""
     device_ids = [device.index] if device.type == "cuda" else None

@@ -805,11 +805,18 @@ class Trainer:
         state["optimizer"] = holder.state_dict()
         return state
 
+    def exchange_role(self) -> str | None:
+        """ADPSGD/H-ADPSGD: active (starts the exchanges), passive (serves them) or alone (one
+        node); None where learners do not exchange weights."""
+        layout = getattr(self.updater, "layout", None) if self.updater.decentralized else None
+        return layout.role if layout is not None else None
+
     def write_timing(self) -> None:
         summary = self.times.summary() | {
             "rank": self.dist.rank,
             "algorithm": self.dist.algorithm,
             "world_size": self.dist.world_size,
+            "role": self.exchange_role(),
         }
         summary["exchanges"] = getattr(self.updater, "exchanges", 0)
         summary["communication_wait_seconds"] = round(self.updater.comm_wait_s, 3)

@@ -1,7 +1,7 @@
 """`python -m asr.bench cluster` at toy size: real torchrun learners in network namespaces
 joined by rate-limited links. Checks what the report holds and how its numbers relate (their
 values are the benchmark's business); skipped only where namespaces cannot be made, and in CI
-(CI=true) never where they can."""
+(CI=true) never where they can. The option parsing and the tables are checked without runs."""
 
 from __future__ import annotations
 
@@ -11,18 +11,23 @@ import os
 import pytest
 
 from asr.bench import netns
-from asr.bench.cluster import main
+from asr.bench.cluster import frames_plan, link_rates, main
+from asr.bench.cluster_report import DEFAULT_BUCKETS_RUN, markdown
+from asr.utils.errors import InputError
 
-pytestmark = pytest.mark.slow
+STEPS, UTTS, STRAGGLER_UTTS = 3, 2, 8
 
 
-def test_cluster_benchmark_reports_hidden_communication_and_stragglers(toy_corpus, tmp_path):
+def needs_namespaces():
     ok, why = netns.available()
     if not ok:
         if os.environ.get("CI", "").lower() == "true" and "cannot create" not in why:
             pytest.fail(why)
         pytest.skip(f"cluster benchmark: {why}")
-    overrides = [
+
+
+def toy_overrides(toy_corpus) -> list[str]:
+    return [
         f"data.data_dir={toy_corpus / 'data'}",
         "data.train_set=train",
         "data.dev_set=dev",
@@ -39,47 +44,122 @@ def test_cluster_benchmark_reports_hidden_communication_and_stragglers(toy_corpu
         "train.warmup_steps=2",
         "train.final_lr=0.0",
     ]
+
+
+def bench(tmp_path, toy_corpus, *options: str) -> dict:
     out = tmp_path / "bench"
-    status = main(
-        [
-            "--recipe-dir",
-            str(tmp_path),
-            "--steps",
-            "4",
-            "--utts",
-            "2",
-            "--rates",
-            "20",
-            "--layouts",
-            "2x1",
-            "--straggler-utts",
-            "16",
-            "--out",
-            str(out),
-            *overrides,
-        ]
-    )
-    assert status == 0
-    report = json.loads((out / "cluster.json").read_text())
+    common = ["--recipe-dir", str(tmp_path), "--steps", str(STEPS), "--utts", str(UTTS), "--out", str(out)]
+    assert main([*common, *options, *toy_overrides(toy_corpus)]) == 0
     assert (out / "cluster.png").stat().st_size > 0
-    compute = report["compute_only"]["2x1"]["step_s"]
-    [link] = report["links"]
+    return json.loads((out / "cluster.json").read_text())
+
+
+def test_frames_default_to_the_papers_steps_per_layout():
+    assert frames_plan([], ["2x1", "2x2"], sweep=False) == {"2x1": [4032], "2x2": [2688]}
+    assert frames_plan(["6000", "2x2:2688"], ["2x1", "2x2"], sweep=False) == {"2x1": [6000], "2x2": [6000, 2688]}
+    assert frames_plan(["2x1:6000"], ["2x1", "2x2"], sweep=True) == {
+        "2x1": [6000, 2688, 4032, 12000],  # the given size first: the straggler runs at it
+        "2x2": [2688, 4032, 6000, 12000],
+    }
+    for wrong in (["3x1:4032"], ["2x1:many"], ["0"]):
+        with pytest.raises(InputError, match="--frames"):
+            frames_plan(wrong, ["2x1", "2x2"], sweep=False)
+
+
+def test_auto_links_cost_one_step_of_the_point_and_a_tenth_of_it():
+    (fast_name, fast), (slow_name, slow) = link_rates(["auto"], params=1_000_000, compute_s=0.5)
+    assert (fast_name, slow_name) == ("fast", "one_step")
+    assert slow == pytest.approx(64.0) and fast == pytest.approx(640.0)  # 32 Mbit in 0.5 s, and 10x
+    assert link_rates(["20", "0", "20"], params=1, compute_s=1.0) == [("given", 20.0), ("given", 0.0)]
+
+
+def check_run(run: dict, compute_s: float, repeats: int, learners: int, roles: set[str]) -> None:
+    for stats in (run["step_s"], run["step_over_compute"]):
+        assert len(stats["repeats"]) == repeats and stats["min"] <= stats["mean"] <= stats["max"]
+    assert run["step_over_compute"]["repeats"] == pytest.approx([s / compute_s for s in run["step_s"]["repeats"]])
+    assert set(run["by_role"]) == roles and len(run["roles"]) == learners
+    for role in run["by_role"].values():  # the roles' means bracket the mean over all learners
+        assert len(role["step_s"]["repeats"]) == repeats
+    low = [min(r["step_s"]["repeats"][i] for r in run["by_role"].values()) for i in range(repeats)]
+    high = [max(r["step_s"]["repeats"][i] for r in run["by_role"].values()) for i in range(repeats)]
+    for i, step in enumerate(run["step_s"]["repeats"]):
+        assert low[i] - 1e-9 <= step <= high[i] + 1e-9
+    assert len(run["steps_by_learner"]) == repeats and all(sum(s) >= STEPS for s in run["steps_by_learner"])
+
+
+@pytest.mark.slow
+def test_repeats_roles_and_the_h_adpsgd_straggler(toy_corpus, tmp_path):
+    """H-ADPSGD on 2 hosts x 2 at one given link, twice: active and passive learners apart,
+    the straggler epochs with one host at half speed."""
+    needs_namespaces()
+    report = bench(
+        tmp_path, toy_corpus, *("--layouts", "2x2", "--rates", "20", "--repeats", "2"),
+        *("--algorithms", "decentralized", "--straggler-utts", str(STRAGGLER_UTTS)),
+    )  # fmt: skip
+    [point] = report["points"]
+    assert (point["layout"], point["frames"], point["paper_step"], point["algorithm"]) == ("2x2", 2688, True, "hadpsgd")
+    compute = point["compute_only"]["step_s"]
+    assert len(compute["repeats"]) == 2 and compute["min"] <= compute["mean"] <= compute["max"]
+    [link] = point["links"]
     assert link["rate_mbit"] == 20 and link["weights_transfer_s"] == pytest.approx(
-        report["model_parameters"] * 32 / 20e6, rel=1e-3
+        report["model_parameters"] * 32 / 20e6, rel=1e-9
     )
-    for name in ("ssgd 2x1", "adpsgd 2x1"):
-        run = link["runs"][name]
-        assert run["compute_s"] == compute and run["step_over_compute"] == pytest.approx(
-            run["step_s"] / compute, rel=1e-12
-        )  # never clamped
-        assert sum(run["steps_by_learner"]) >= 4
-        # Every step of learner 0 sent a model's worth over host 0's link: its weights to the
-        # passive partner (ADPSGD), its half of a ring all-reduce twice (SSGD).
-        assert run["host0_sent_bytes"] >= run["steps_by_learner"][0] * report["weights_bytes"]
-    [straggler] = report["straggler"]  # one per link rate
-    assert straggler["rate_mbit"] == 20
-    for algorithm, ideal in (("ssgd", 0.5), ("adpsgd", 0.75)):
-        entry = straggler[algorithm]
-        assert entry["ideal"] == ideal
-        assert entry["ratio"] == pytest.approx(entry["slowed_utterances_per_s"] / entry["utterances_per_s"], rel=1e-12)
-        assert sum(entry["steps_by_learner_slowed"]) == 8  # one epoch of 16 utterances, 2 per learner and step
+    assert set(link["runs"]) == {"hadpsgd"}
+    run = link["runs"]["hadpsgd"]
+    check_run(run, compute["mean"], 2, 4, {"active", "passive"})
+    assert run["roles"] == ["active", "active", "passive", "passive"]  # node 0 starts the exchanges
+    # Every step of node 0 sent a model's worth over host 0's link: each learner its share of
+    # the weights to its counterpart on the passive node.
+    for steps, sent in zip(run["steps_by_learner"], run["host0_sent_bytes"]):
+        assert sent >= steps[0] * report["weights_bytes"]
+    [entry] = report["straggler"]
+    assert (entry["layout"], entry["frames"], entry["algorithms"]) == ("2x2", 2688, ["hadpsgd"])
+    straggler = entry["hadpsgd"]
+    assert straggler["ideal"] == 0.75 and straggler["roles"] == run["roles"]
+    even, slowed = straggler["utterances_per_s"]["repeats"], straggler["slowed_utterances_per_s"]["repeats"]
+    assert straggler["ratio"]["repeats"] == pytest.approx([s / e for s, e in zip(slowed, even)])
+    for steps in straggler["steps_by_learner_slowed"]:  # one epoch: every utterance once, UTTS per step
+        assert sum(steps) * UTTS == STRAGGLER_UTTS
+    table = markdown(report)
+    assert "| 2x2 | 2,688 (paper) |" in table and "H-ADPSGD" in table
+
+
+@pytest.mark.slow
+def test_links_per_step_size_ssgd_buckets_and_replot(toy_corpus, tmp_path):
+    """SSGD at two step sizes of one layout, each at its own one-step link and ten times it,
+    beside itself with torch's 25 MB buckets at the fast link; the figure and the tables drawn
+    again from the json alone."""
+    needs_namespaces()
+    report = bench(
+        tmp_path, toy_corpus, *("--layouts", "2x1", "--frames", "3000", "6000", "--repeats", "1"),
+        *("--algorithms", "ssgd", "--straggler-utts", "0"),
+    )  # fmt: skip
+    assert [p["frames"] for p in report["points"]] == [3000, 6000] and report["straggler"] == []
+    assert report["ssgd_bucket_cap_mb"] == 1.0  # auto, on a model far under 4 MB
+    for point in report["points"]:
+        compute = point["compute_only"]["step_s"]["mean"]
+        fast, one_step = point["links"]
+        assert (fast["link"], one_step["link"]) == ("fast", "one_step")
+        assert one_step["weights_transfer_s"] == pytest.approx(compute, rel=1e-9)  # one step of this point
+        assert fast["rate_mbit"] == pytest.approx(10 * one_step["rate_mbit"], rel=1e-9)
+        assert set(fast["runs"]) == {"ssgd", DEFAULT_BUCKETS_RUN} and set(one_step["runs"]) == {"ssgd"}
+        for link in point["links"]:
+            for run in link["runs"].values():
+                check_run(run, compute, 1, 2, {"all"})
+                # its half of a ring all-reduce, twice, every step: a model's worth
+                assert run["host0_sent_bytes"][0] >= run["steps_by_learner"][0][0] * report["weights_bytes"]
+    json_path = tmp_path / "bench" / "cluster.json"
+    written = (tmp_path / "bench" / "cluster.md").read_text()
+    for drawn in ("cluster.png", "cluster.md"):
+        (tmp_path / "bench" / drawn).unlink()
+    assert main(["--replot", str(json_path)]) == 0
+    assert (tmp_path / "bench" / "cluster.png").stat().st_size > 0
+    assert (tmp_path / "bench" / "cluster.md").read_text() == written == markdown(report)
+
+
+def test_replot_refuses_a_report_of_another_format(tmp_path, capsys):
+    old = tmp_path / "cluster.json"
+    old.write_text(json.dumps({"benchmark": "cluster", "links": []}))
+    assert main(["--replot", str(old)]) == 2
+    assert "rerun `python -m asr.bench cluster`" in capsys.readouterr().err
+    assert not (tmp_path / "cluster.png").exists()
