@@ -3,7 +3,7 @@
 One row per scored decode dir of the set: `decode_<set>` and its variants `decode_<set>_<suffix>`
 (`decode.dir_suffix`: greedy beside beam+LM, an averaged checkpoint, ...), as Kaldi users list
 `exp/*/decode*`. Read, where present: `train_log.csv` (last row: epoch, elapsed_s),
-`train_config.yaml` (model, tokenizer, distributed algorithm, batch), the decode dir's
+`train_config.yaml` (model, tokenizer; the distributed algorithm from `.hydra/train/config.yaml`), the decode dir's
 `decode.record.json` (how it was decoded, from which checkpoint; for dirs decoded before records
 existed, `.hydra/decode/config.yaml` when its dir_suffix names this dir), `wer.json` (SWB,
 CallHome, total), and `.hydra/score/config.yaml` and `hub5/scorer.txt` (which scorer). A
@@ -56,6 +56,16 @@ def describe_config(train_cfg: dict) -> str:
     if algorithm and algorithm != "none":
         parts.append(str(algorithm))
     return ", ".join(parts)
+
+
+def training_config(exp_dir: Path) -> dict:
+    """train_config.yaml (what the model needs), and the distributed algorithm from the training
+    stage's resolved config where train_config.yaml has none."""
+    config = _yaml(exp_dir / "train_config.yaml")
+    resolved = _yaml(exp_dir / ".hydra" / "train" / "config.yaml")
+    if "distributed" not in config and "distributed" in resolved:
+        config["distributed"] = resolved["distributed"]
+    return config
 
 
 def read_train_log(path: Path) -> tuple[int | None, float | None]:
@@ -115,7 +125,7 @@ def read_experiments(exp_dir: str | os.PathLike, eval_set: str = "eval2000") -> 
     """One row per scored decode dir of eval_set; none for a directory with none."""
     exp_dir = Path(exp_dir)
     epochs, seconds = read_train_log(exp_dir / "train_log.csv")
-    config = describe_config(_yaml(exp_dir / "train_config.yaml"))
+    config = describe_config(training_config(exp_dir))
     return [
         Experiment(
             name=exp_dir.name,

@@ -104,7 +104,13 @@ def test_every_decode_dir_of_the_set_is_a_row_labelled_by_its_own_record(tmp_pat
     scored(exp / "decode_eval2000_avg3", 13.9, {"kind": "greedy", "checkpoint": "avg-last3"})
     scored(exp / "decode_eval2000_old", 20.0)  # no record, not the last config's: unknown
     scored(exp / "decode_train_dev", 1.0, {"kind": "greedy", "checkpoint": "last"})  # another set
+    (exp / "train_config.yaml").write_text(
+        yaml.safe_dump({"model": {"name": "blstm", "num_layers": 3, "hidden_size": 8}})
+    )
+    (exp / ".hydra" / "train").mkdir()
+    (exp / ".hydra" / "train" / "config.yaml").write_text(yaml.safe_dump({"distributed": {"algorithm": "ssgd"}}))
     rows = read_experiments(exp, "eval2000")
+    assert {r.config for r in rows} == {"blstm 3x8, ssgd"}  # the algorithm from the training's resolved config
     assert [(r.decode_dir, r.decoding, r.wer["total"]) for r in rows] == [
         ("decode_eval2000", "beam+LM (0.5, 2.0 tuned)", 1.6),
         ("decode_eval2000_avg3", "greedy, avg-last3", 13.9),
