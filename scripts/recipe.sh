@@ -140,16 +140,21 @@ parse_options() {
   printf '%s\t%s\n' "$(date '+%Y-%m-%d %H:%M:%S')" "$(replayable_command)" >> "$exp_dir/commands.log"
 }
 
-# One run.sh at a time per experiment: a second would run the same stages into the same files.
+# One run.sh at a time per experiment (per node rank in a multi-node job, whose machines run the
+# same command on a shared experiment dir): a second would run the same stages into the same files.
 # flock's lock belongs to the open file, which the stages inherit: it is held while any of them
 # runs, and the kernel drops it when the last one ends, so a killed run leaves no stale lock.
 lock_experiment() {
   command -v flock >/dev/null || { log "flock (util-linux) not found: runs of exp/$exp are not kept apart"; return 0; }
-  local lock="$exp_dir/.run.lock"
+  # The machines of one multi-node job share the experiment dir: one lock per node rank.
+  local lock="$exp_dir/.run.lock" whose="another run.sh"
+  if (( nnodes > 1 )); then
+    lock="$exp_dir/.run.node$node_rank.lock" whose="another run.sh of node rank $node_rank"
+  fi
   exec 8>>"$lock"
   # A few seconds' grace: the stages of a run just killed still hold the lock while they exit.
   if ! flock -w 5 8; then
-    log "ERROR: $lock: exp/$exp is in use by another run.sh ($(head -1 "$lock" 2>/dev/null || echo unknown)); wait for it or stop it, or use another --exp"
+    log "ERROR: $lock: exp/$exp is in use by $whose ($(head -1 "$lock" 2>/dev/null || echo unknown)); wait for it or stop it, or use another --exp"
     exit 2
   fi
   printf 'pid %s on %s since %s\n' "$$" "$(hostname)" "$(date '+%Y-%m-%d %H:%M:%S')" > "$lock"

@@ -281,6 +281,28 @@ def test_the_real_recipes_use_the_checked_options(tmp_path):
     assert proc.returncode == 2 and "--decode 'beam': choose beam_lm or greedy" in proc.stderr
 
 
+def test_each_node_of_a_multi_node_job_locks_only_its_own_rank(fake):
+    """Every machine of a multi-node job runs the same command on the shared experiment dir."""
+    lock = fake / "exp" / "m" / ".run.node1.lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    holder = subprocess.Popen(
+        ["flock", str(lock), "sh", "-c", f"echo 'pid 77' > '{lock}'; sleep 30"], start_new_session=True
+    )
+    node = ("--exp", "m", "--nnodes", "2", "--rdzv-endpoint", "node0:29500", "--stage", "2", "--stop-stage", "2")
+    try:
+        deadline = time.time() + 10
+        while "77" not in lock.read_text():
+            assert time.time() < deadline
+        proc = run(fake, *node, "--node-rank", "1")
+        assert proc.returncode == 2 and "in use by another run.sh of node rank 1 (pid 77)" in proc.stderr
+        assert run(fake, *node, "--node-rank", "0").returncode == 0  # node 0 is not held up by node 1
+        assert [r[0] for r in ran(fake)] == ["train"]
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+
+
 def test_a_second_run_of_the_same_experiment_is_refused_naming_the_first(fake):
     lock = fake / "exp" / "l" / ".run.lock"
     lock.parent.mkdir(parents=True)
