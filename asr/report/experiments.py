@@ -21,6 +21,8 @@ from pathlib import Path
 
 import yaml
 
+from asr.utils.record import read_record, record_path
+
 
 @dataclass
 class Experiment:
@@ -90,9 +92,9 @@ def decode_dirs(exp_dir: Path, eval_set: str) -> list[Path]:
 def decode_options(exp_dir: Path, decode_dir: Path, eval_set: str) -> dict:
     """How this dir was decoded: its stage record's options, else the experiment's last decode
     config when that one wrote this dir (its dir_suffix), else nothing known."""
-    record = decode_dir / "decode.record.json"
-    if record.is_file():
-        return json.loads(record.read_text()).get("options") or {}
+    record = read_record(record_path(decode_dir, "decode"))
+    if record is not None:
+        return record["options"] or {}
     last = _yaml(exp_dir / ".hydra" / "decode" / "config.yaml").get("decode", {})
     suffix = decode_dir.name.removeprefix(f"decode_{eval_set}")
     return last if last.get("dir_suffix", "") == suffix else {}

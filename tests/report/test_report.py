@@ -88,7 +88,9 @@ def scored(decode_dir, total, options=None):
     decode_dir.mkdir(parents=True, exist_ok=True)
     (decode_dir / "wer.json").write_text(json.dumps({"total": {"wer": total}}))
     if options is not None:
-        (decode_dir / "decode.record.json").write_text(json.dumps({"stage": "decode", "options": options}))
+        (decode_dir / "decode.record.json").write_text(
+            json.dumps({"stage": "decode", "options": options, "inputs": {}, "outputs": {}})
+        )
 
 
 def test_every_decode_dir_of_the_set_is_a_row_labelled_by_its_own_record(tmp_path):
