@@ -4,6 +4,7 @@ computation, and does a slow host slow only itself? Measured through the real en
     python -m asr.bench cluster [--recipe-dir recipes/mini] [--steps 30] [--repeats 3]
                                 [--frames [LAYOUT:]FRAMES ...] [--sweep] [--rates auto | MBIT ...]
                                 [--layouts 2x1 2x2] [--algorithms ssgd decentralized]
+                                [--delay-by-one]
                                 [--straggler-utts 2400] [--out DIR] [overrides...]
     python -m asr.bench cluster --replot DIR/cluster.json    # cluster.png and cluster.md from it
 
@@ -35,7 +36,8 @@ For each point (`NxL`: N hosts of L learners; 2 cores: host n on core n mod 2):
                  passive ones apart; bytes sent on host 0's link. At the fastest link also SSGD
                  with torch's 25 MB buckets (distributed.bucket_cap_mb=25) beside the configured
                  ones (auto: asr/distributed/ssgd.py): what the all-reduce overlapping the
-                 backward pass saves.
+                 backward pass saves. `--delay-by-one`: ADPSGD / H-ADPSGD also with
+                 distributed.delay_by_one=true, whose exchange overlaps a whole step.
   straggler      (each layout, at its first frames value, at each of its links) one epoch over
                  --straggler-utts utterances with host 1's core shared with one CPU-bound
                  competitor per learner, which halves that host's speed, and without them:
@@ -71,6 +73,7 @@ from asr.bench import netns
 from asr.bench.cluster_jobs import Launcher
 from asr.bench.cluster_report import (
     DEFAULT_BUCKETS_RUN,
+    DELAYED,
     FORMAT,
     load,
     mean_step,
@@ -176,18 +179,20 @@ def chosen(algorithms: list[str], per_host: int) -> list[str]:
     return [decentralized(per_host) if a == "decentralized" else a for a in algorithms]
 
 
-def link_runs(algorithms: list[str], fastest_link: bool) -> dict[str, tuple[str, ...]]:
+def link_runs(algorithms: list[str], fastest_link: bool, delay_by_one: bool = False) -> dict[str, tuple[str, ...]]:
     """The runs at one link: name -> (distributed algorithm, extra overrides)."""
     runs = {a: (a,) for a in algorithms}
     if fastest_link and "ssgd" in algorithms:
         runs[DEFAULT_BUCKETS_RUN] = ("ssgd", "distributed.bucket_cap_mb=25")
+    if delay_by_one:
+        runs |= {a + DELAYED: (a, "distributed.delay_by_one=true") for a in algorithms if a != "ssgd"}
     return runs
 
 
 def measure_link(s: Session, layout: str, frames: int, label: str, rate: float, compute_s: float, fast: bool) -> dict:
     hosts, per_host = parse_layout(layout)
     s.cluster.set_rate(rate)
-    runs = link_runs(chosen(s.args.algorithms, per_host), fast)
+    runs = link_runs(chosen(s.args.algorithms, per_host), fast, s.args.delay_by_one)
     done: dict[str, list] = {name: [] for name in runs}
     for r in s.repeats:
         for name, (algorithm, *extra) in runs.items():
@@ -302,6 +307,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=("ssgd", "decentralized"),
         default=["ssgd", "decentralized"],
         help="what runs: ssgd (and beside it with 25 MB buckets), decentralized (ADPSGD, H-ADPSGD)",
+    )
+    add(
+        "--delay-by-one",
+        action="store_true",
+        help="also run ADPSGD / H-ADPSGD with distributed.delay_by_one=true (each average one step late)",
     )
     add("--rates", nargs="+", default=["auto"], help="link rates in Mbit/s (0: unlimited), or auto (per point)")
     add("--layouts", nargs="+", default=["2x1", "2x2"], help="hosts x learners per host")

@@ -19,6 +19,7 @@ from asr.utils.errors import InputError  # noqa: E402
 FORMAT = 2  # of cluster.json: `points` per layout and step size, `links` per point
 NAMES = {"ssgd": "SSGD", "adpsgd": "ADPSGD", "hadpsgd": "H-ADPSGD"}
 DEFAULT_BUCKETS_RUN = "ssgd_25mb_buckets"  # SSGD with torch's default buckets, beside the chosen ones
+DELAYED = "_delay_by_one"  # suffix of an ADPSGD / H-ADPSGD run with distributed.delay_by_one=true
 
 
 def spread(values: list[float]) -> dict:
@@ -140,14 +141,16 @@ def ratio(run: dict | None) -> str:
 def step_rows(report: dict) -> list[str]:
     rows = [
         "| layout | frames per learner | link | compute only | SSGD | SSGD, 25 MB buckets "
-        "| ADPSGD / H-ADPSGD | active | passive |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| ADPSGD / H-ADPSGD | active | passive | delay by one | its active | its passive |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for point in report["points"]:
         compute = ranged(point["compute_only"]["step_s"], ".3f", " s")
         for link in point["links"]:
             runs = link["runs"]
             roles = runs.get(point["algorithm"], {}).get("by_role", {})
+            delayed = runs.get(point["algorithm"] + DELAYED)
+            delayed_roles = (delayed or {}).get("by_role", {})
             cells = [
                 point["layout"],
                 f"{point['frames']:,}" + (" (paper)" if point["paper_step"] else ""),
@@ -158,6 +161,9 @@ def step_rows(report: dict) -> list[str]:
                 f"{decentralized_name(point)} {ratio(runs.get(point['algorithm']))}",
                 ratio(roles.get("active")),
                 ratio(roles.get("passive")),
+                ratio(delayed),
+                ratio(delayed_roles.get("active")),
+                ratio(delayed_roles.get("passive")),
             ]
             rows.append("| " + " | ".join(cells) + " |")
     return rows
@@ -218,7 +224,7 @@ def bars(ax, groups: list[str], series: dict[str, list[dict | None]], key: str) 
 
 
 def plot_steps(ax, report: dict) -> None:
-    groups, series = [], {"SSGD": [], "SSGD, 25 MB buckets": [], "active": [], "passive": []}
+    groups, series = [], {"SSGD": [], "SSGD, 25 MB buckets": [], "active": [], "passive": [], "delay by one": []}
     for point in report["points"]:
         for link in point["links"]:
             groups.append(f"{point['layout']} {point['frames']} {link['link']} {link['rate_mbit']:.4g}")
@@ -227,6 +233,7 @@ def plot_steps(ax, report: dict) -> None:
             series["SSGD, 25 MB buckets"].append(link["runs"].get(DEFAULT_BUCKETS_RUN))
             series["active"].append(ours.get("active"))
             series["passive"].append(ours.get("passive"))
+            series["delay by one"].append(link["runs"].get(point["algorithm"] + DELAYED))
     bars(ax, groups, {k: v for k, v in series.items() if any(v)}, "step_over_compute")
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
     ax.set_ylabel("step time / compute-only step")
