@@ -52,11 +52,10 @@ def bucket_cap_mb(setting: float | str, model: torch.nn.Module) -> float:
 
 
 def ddp_wrap(model: torch.nn.Module, device: torch.device, group, bucket_cap_mb: float) -> DistributedDataParallel:
-    """DDP over `group` (None: all learners). Buffers are not broadcast: the BLSTM has none."""
+    """DDP over `group` (None: all learners), with torch's default for buffers: the models have
+    none, and a model with some would get them from the group's first learner, as DDP users expect."""
     device_ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(
-        model, device_ids=device_ids, process_group=group, bucket_cap_mb=bucket_cap_mb, broadcast_buffers=False
-    )
+    return DistributedDataParallel(model, device_ids=device_ids, process_group=group, bucket_cap_mb=bucket_cap_mb)
 
 
 def weighted_mean_factor(
