@@ -5,12 +5,12 @@
 A spec says how many learners, which algorithm, how many steps (or a `plan` of batches that
 the nodes claim first come first served, as the trainer does), and optionally which
 learner freezes (SIGSTOP, a process that stops answering) at which step, or takes no step
-at all (as one that claims no batch of the epoch). The driver imports
-torch once and forks one child per learner (no threads exist before the fork), so a job
-costs a fraction of a second and can be repeated; each child joins a gloo process group,
-trains a small regression model with the real Updater, then closes and exits through the
-normal interpreter shutdown, where an unclean exit would abort. The driver prints one JSON
-line per job: its name, and each learner's exit status, stderr and report.
+at all (as one that claims no batch of the epoch); specs with the same `together` name run
+side by side. The driver imports torch once and forks one child per learner (no threads exist
+before the fork), so a job costs a fraction of a second and can be repeated; each child joins a
+gloo process group, trains a small regression model with the real Updater, then closes and
+exits through the normal interpreter shutdown, where an unclean exit would abort. The driver
+prints one JSON line per job: its name, and each learner's exit status, stderr and report.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import socket
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -169,12 +170,20 @@ def own_weights(updater, model) -> list[float]:
     return flat(model)
 
 
-def run_job(spec: dict) -> dict:
-    """Fork the learners, wait for them (SIGKILL a frozen one once the rest have exited)."""
+@dataclass
+class Job:
+    """One job's forked learners: pid -> rank, and where they write their reports and stderr."""
+
+    spec: dict
+    out: Path
+    pids: dict[int, int]
+
+
+def start_job(spec: dict) -> Job:
+    """Fork the learners of `spec` on a port of its own."""
     out = Path(tempfile.mkdtemp(prefix="learners."))
     port = free_port()
     pids = {}
-    start = time.monotonic()
     for rank in range(spec["learners"]):
         pid = os.fork()
         if pid == 0:
@@ -191,36 +200,73 @@ def run_job(spec: dict) -> dict:
             learner(spec, rank, out)
             sys.exit(0)  # the normal interpreter exit: an unclean shutdown aborts here
         pids[pid] = rank
-    status, seconds = {}, {}
-    frozen = spec.get("freeze_rank", -1)
-    while len(status) < len(pids):
+    return Job(spec, out, pids)
+
+
+def wait_jobs(jobs: list[Job]) -> list[dict]:
+    """Wait for every learner of the jobs (SIGKILL a job's frozen one once the rest of that job
+    have exited); each job's learners' exit status, seconds since the start, stderr and report."""
+    start = time.monotonic()
+    job_of = {pid: job for job in jobs for pid in job.pids}
+    status: dict[int, int] = {}
+    seconds: dict[int, float] = {}
+    while len(status) < len(job_of):
         pid, code = os.waitpid(-1, os.WNOHANG | os.WUNTRACED)
         if pid == 0:
-            if len(status) == len(pids) - 1 and frozen >= 0 and frozen not in status:
-                victim = next(p for p, r in pids.items() if r == frozen)
-                os.kill(victim, signal.SIGKILL)
+            for job in jobs:
+                kill_frozen_when_alone(job, status)
             time.sleep(0.05)
             continue
         if os.WIFSTOPPED(code):
             continue
-        status[pids[pid]] = os.waitstatus_to_exitcode(code)
-        seconds[pids[pid]] = round(time.monotonic() - start, 2)
+        status[pid] = os.waitstatus_to_exitcode(code)
+        seconds[pid] = round(time.monotonic() - start, 2)
+    return [collect(job, status, seconds) for job in jobs]
+
+
+def kill_frozen_when_alone(job: Job, status: dict[int, int]) -> None:
+    frozen = job.spec.get("freeze_rank", -1)
+    if frozen < 0:
+        return
+    victim = next(pid for pid, rank in job.pids.items() if rank == frozen)
+    if victim not in status and all(pid in status for pid in job.pids if pid != victim):
+        os.kill(victim, signal.SIGKILL)
+
+
+def collect(job: Job, status: dict[int, int], seconds: dict[int, float]) -> dict:
+    pid_of = {rank: pid for pid, rank in job.pids.items()}
     learners = []
-    for rank in range(spec["learners"]):
-        report_path = out / f"report.{rank}.json"
+    for rank in range(job.spec["learners"]):
+        report_path = job.out / f"report.{rank}.json"
         report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+        pid = pid_of[rank]
         learners.append(
-            report | {"exit": status[rank], "seconds": seconds[rank], "stderr": (out / f"stderr.{rank}").read_text()}
+            report | {"exit": status[pid], "seconds": seconds[pid], "stderr": (job.out / f"stderr.{rank}").read_text()}
         )
-    shutil.rmtree(out, ignore_errors=True)  # everything the test needs is in the returned reports
+    shutil.rmtree(job.out, ignore_errors=True)  # everything the test needs is in the returned reports
     return {"learners": learners}
 
 
+def batches(specs: list[dict]) -> list[list[dict]]:
+    """The jobs in order, each `repeat` times, one after the other; consecutive specs with the
+    same `together` name start side by side (jobs that mostly wait out a timeout)."""
+    out: list[list[dict]] = []
+    for spec in specs:
+        together = spec.get("together")
+        if together and out and out[-1][0].get("together") == together:
+            out[-1].append(spec)
+        elif together:
+            out.append([spec])
+        else:
+            out.extend([spec] for _ in range(spec.get("repeat", 1)))
+    return out
+
+
 def main() -> None:
-    """Run each spec of the JSON list (`repeat` times); one output line per job."""
-    for spec in json.loads(sys.argv[1]):
-        for _ in range(spec.get("repeat", 1)):
-            print(json.dumps({"name": spec["name"]} | run_job(spec)), flush=True)
+    """Run the specs of the JSON list (see `batches`); one output line per job."""
+    for batch in batches(json.loads(sys.argv[1])):
+        for spec, result in zip(batch, wait_jobs([start_job(spec) for spec in batch])):
+            print(json.dumps({"name": spec["name"]} | result), flush=True)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ STRAGGLER_SPECS = [
     {"name": "straggler", "learners": 4, "algorithm": "adpsgd", "steps": 12, "slow_rank": 1, "slow_s": 0.1},
 ]
 
-# Every other job of this module, run by one driver process (it imports torch once).
+# Every other job of this module, run by one driver process (it imports torch once). The three
+# jobs with a frozen learner start together: each waits out its own 3 s timeout, side by side.
 JOB_SPECS = [
     {"name": "shutdown", "learners": 2, "algorithm": "adpsgd", "steps": 4, "repeat": 20},
     {
@@ -69,6 +70,7 @@ JOB_SPECS = [
     },
     {
         "name": "frozen-passive",
+        "together": "frozen",
         "learners": 2,
         "algorithm": "adpsgd",
         "steps": 20,
@@ -78,6 +80,7 @@ JOB_SPECS = [
     },
     {
         "name": "frozen-active",
+        "together": "frozen",
         "learners": 2,
         "algorithm": "adpsgd",
         "steps": 20,
@@ -87,6 +90,7 @@ JOB_SPECS = [
     },
     {
         "name": "frozen-ssgd",
+        "together": "frozen",
         "learners": 2,
         "algorithm": "ssgd",
         "steps": 20,
