@@ -183,9 +183,6 @@ def test_a_new_experiment_reuses_the_shared_stages(runs):
     for n, name in enumerate(("synth", "prepare", "validate", "features", "tokenizer"), start=-1):
         assert f"stage {n} ({name}): done already by another experiment" in proc.stderr, name
     assert (local.dir / "exp/second/.done/2.features.record.json").is_file()
-    # a data option changes what prepare makes: it runs again, and the stages after it
-    proc = local.run("--exp", "third", "--stop-stage", "1", "data.dev_utts=15")
-    assert "stage 0 (prepare): done already" not in proc.stderr and "stage 0 (prepare): python" in proc.stderr
 
 
 def test_a_failed_task_ends_the_recipe_with_one_line_naming_its_log(runs, tmp_path):
@@ -260,8 +257,7 @@ def features_calls(recipe: Recipe, exp: str, name: str) -> list[dict]:
     return [c for c in sbatch_calls(recipe, name) if f"/exp/{exp}/log/" in fake_slurm.option(c["argv"], "output")]
 
 
-# After test_a_new_experiment_reuses_the_shared_stages, which prepared the local recipe's data with
-# data.dev_utts=15: stage 0 prepares it again as TINY says (the slurm recipe reuses its own).
+# Stage 0 and 1 are done already in both recipes (by --exp base, with TINY's options).
 @pytest.mark.parametrize(
     "recipe, small, models",
     [
@@ -293,3 +289,10 @@ def test_fmllr_and_ivector_features_split_and_merge_to_the_local_result(runs, re
         assert sorted(a) == sorted(b), table
         for key in a:
             np.testing.assert_array_equal(a[key], b[key], err_msg=f"{table} {key}")
+
+
+# Last: the fmllr and i-vector runs above reuse base's data, which this prepares again.
+def test_a_data_option_runs_prepare_again_and_the_stages_after_it(runs):
+    _, local = runs
+    proc = local.run("--exp", "third", "--stop-stage", "1", "data.dev_utts=15")
+    assert "stage 0 (prepare): done already" not in proc.stderr and "stage 0 (prepare): python" in proc.stderr
