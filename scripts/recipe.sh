@@ -153,7 +153,8 @@ lock_experiment() {
   fi
   exec 8>>"$lock"
   # A few seconds' grace: the stages of a run just killed still hold the lock while they exit.
-  if ! flock -w 5 8; then
+  # ASR_RUN_LOCK_WAIT_S (default 5) is for the tests, which wait less to see a run refused.
+  if ! flock -w "${ASR_RUN_LOCK_WAIT_S:-5}" 8; then
     log "ERROR: $lock: exp/$exp is in use by $whose ($(head -1 "$lock" 2>/dev/null || echo unknown)); wait for it or stop it, or use another --exp"
     exit 2
   fi

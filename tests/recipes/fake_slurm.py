@@ -20,10 +20,12 @@ import fcntl
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+# subprocess is imported where a job starts: run.sh polls squeue several times a second, and each
+# call is an interpreter: it and site took 15 of the call's 49 ms of CPU.
 
 STATE_ENV = "FAKE_SLURM_DIR"
 ACTIVE = ("PENDING", "RUNNING")
@@ -35,7 +37,8 @@ def install(bin_dir: Path, state_dir: Path) -> dict[str, str]:
     state_dir.mkdir(parents=True, exist_ok=True)
     for name in ("sbatch", "squeue", "sacct", "scancel", "srun", "scontrol"):
         script = bin_dir / name
-        script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" {name} "$@"\n')
+        # -I -S: the stand-in needs only the standard library, and starts in half the time
+        script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -I -S "{Path(__file__).resolve()}" {name} "$@"\n')
         script.chmod(0o755)
     return {STATE_ENV: str(state_dir)}
 
@@ -88,6 +91,8 @@ def sbatch(state: Path, argv: list[str]) -> int:
     for task in meta["tasks"]:
         _set_state(state, job, task, "PENDING", 0)
     _record(state, "sbatch", argv, job=job)
+    import subprocess
+
     subprocess.Popen(
         [sys.executable, __file__, "run", str(job)],
         stdin=subprocess.DEVNULL,
@@ -139,6 +144,8 @@ def _run_task(meta: dict, job: int, task: int | None) -> int:
         if meta["fail"] == f"{meta['name']}:{task}":
             log.write(f"fake slurm: task {task} of job {job} lost its node (FAKE_SLURM_FAIL)\n")
             return 1
+        import subprocess
+
         return subprocess.run(
             ["bash", meta["script"], *meta["args"]], cwd=meta["chdir"], env=env, stdout=log, stderr=subprocess.STDOUT
         ).returncode
@@ -175,6 +182,8 @@ def srun(state: Path, argv: list[str]) -> int:
     _record(state, "srun", argv)
     while argv and argv[0].startswith("-"):
         argv = argv[1:]
+    import subprocess
+
     return subprocess.run(argv).returncode
 
 

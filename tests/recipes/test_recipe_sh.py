@@ -281,6 +281,11 @@ def test_the_real_recipes_use_the_checked_options(tmp_path):
     assert proc.returncode == 2 and "--decode 'beam': choose beam_lm or greedy" in proc.stderr
 
 
+# run.sh waits 5 s for a held lock before it refuses (a killed run's stages may still be exiting);
+# a run that must be refused waits a tenth of that.
+REFUSED_SOON = dict(os.environ, ASR_RUN_LOCK_WAIT_S="0.5")
+
+
 def test_each_node_of_a_multi_node_job_locks_only_its_own_rank(fake):
     """Every machine of a multi-node job runs the same command on the shared experiment dir."""
     lock = fake / "exp" / "m" / ".run.node1.lock"
@@ -294,7 +299,7 @@ def test_each_node_of_a_multi_node_job_locks_only_its_own_rank(fake):
         deadline = time.time() + 10
         while "77" not in lock.read_text():
             assert time.time() < deadline
-        proc = run(fake, *node, "--node-rank", "1")
+        proc = run(fake, *node, "--node-rank", "1", env=REFUSED_SOON)
         assert proc.returncode == 2 and "in use by another run.sh of node rank 1 (pid 77)" in proc.stderr
         assert run(fake, *node, "--node-rank", "0").returncode == 0  # node 0 is not held up by node 1
         assert [r[0] for r in ran(fake)] == ["train"]
@@ -316,7 +321,7 @@ def test_a_second_run_of_the_same_experiment_is_refused_naming_the_first(fake):
         deadline = time.time() + 10
         while "4242" not in lock.read_text():
             assert time.time() < deadline
-        proc = run(fake, "--exp", "l")
+        proc = run(fake, "--exp", "l", env=REFUSED_SOON)
         assert proc.returncode == 2 and ran(fake) == []
         assert "exp/l is in use by another run.sh (pid 4242 on node7 since 2026-01-01 10:00:00)" in proc.stderr
         assert run(fake, "--exp", "other").returncode == 0  # other experiments are not held up
