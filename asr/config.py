@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -35,9 +34,8 @@ from asr.text.config import TokenizerConfig
 from asr.train.config import TrainConfig
 from asr.utils.checks import Check, device_name
 from asr.utils.errors import InputError
+from asr.utils.experiment_groups import CONF_DIR
 from asr.utils.log import rank
-
-CONF_DIR = os.environ.get("ASR_CONF_DIR", str(Path(__file__).resolve().parent.parent / "conf"))
 
 
 @dataclass

@@ -59,6 +59,7 @@ data_root=""
 exp_root=""
 data_root_dirs=(data feats lang)  # what --data-root moves
 overrides=()
+experiment_groups=""  # the config groups an experiment= override sets (parse_options)
 declare -A recipe_opts=()
 declare -A recipe_list_opts=()
 corpus_paths=()
@@ -133,6 +134,10 @@ parse_options() {
   link_root "$data_root" "${data_root_dirs[@]}"
   link_root "$exp_root" exp
   overrides=("exp_name=$(hydra_quote "$exp")" "${overrides[@]}")
+  # The groups an experiment= override sets (the last one wins, as in Hydra): stage_options.
+  local experiment
+  experiment=$(override_value experiment "")
+  [[ -z "$experiment" ]] || experiment_groups=$(python -m asr.utils.experiment_groups "$experiment")
   exp_dir=exp/$exp
   mkdir -p "$exp_dir/.done"
   lock_experiment
@@ -296,8 +301,9 @@ override_value() {
 # the stages before it as its inputs: it runs again whenever one of them ran again.
 
 # The config groups each stage reads: an override of any other group does not make a done
-# stage run again. Overrides outside these groups (exp_name, seed, device, experiment=...)
-# count for every stage, and so do all overrides for a stage not listed.
+# stage run again. Overrides outside these groups (exp_name, seed, device) count for every
+# stage, and so do all overrides for a stage not listed; experiment=NAME counts for the stages
+# that read a group the experiment sets (asr/utils/experiment_groups.py).
 config_groups=" data synth features tokenizer lm lang gmm model train distributed decode score sweep average "
 declare -A stage_groups=(
   [synth]="synth" [prepare]="data" [validate]="data" [perturb]="data" [features]="data features"
@@ -326,6 +332,7 @@ stage_options() {
   local groups=" ${stage_groups[$name]:-$config_groups} "
   for word in "$@"; do
     [[ "$shared_stages" != *" $name "* || "$word" != exp_name=* ]] || continue
+    [[ "$word" != experiment=* ]] || experiment_counts "$groups" || continue
     if [[ "$word" =~ ^[+~]*([A-Za-z_][A-Za-z0-9_]*)([.=]|$) ]]; then
       group=${BASH_REMATCH[1]}
       if [[ "$config_groups" == *" $group "* && "$groups" != *" $group "* ]]; then
@@ -334,6 +341,16 @@ stage_options() {
     fi
     printf '%q\n' "$word"
   done
+}
+
+# experiment_counts " GROUPS ": whether the experiment= override sets any of GROUPS, or a key
+# outside the config groups (which counts for every stage).
+experiment_counts() {
+  local g
+  for g in $experiment_groups; do
+    [[ "$config_groups" == *" $g "* && "$1" != *" $g "* ]] || return 0
+  done
+  return 1
 }
 
 # stage_changes RECORD OPTIONS: succeeds when RECORD says the stage is done with OPTIONS; else

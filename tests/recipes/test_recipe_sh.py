@@ -224,6 +224,21 @@ def test_done_stage_reruns_when_its_options_change_and_the_later_stages_follow(f
     assert [r[0] for r in ran(fake)] == ["score", "score_greedy"]
 
 
+def test_an_experiment_reruns_only_the_stages_that_read_a_group_it_sets(fake):
+    assert run(fake, "--exp", "base").returncode == 0
+    ran(fake)
+    # mini_ssgd sets distributed and train: the data stages another experiment made are done
+    proc = run(fake, "--exp", "x", "experiment=mini_ssgd")
+    assert proc.returncode == 0, proc.stderr
+    assert [r[0] for r in ran(fake)] == ["train", "decode", "score", "decode_greedy", "score_greedy"]
+    assert proc.stderr.count("done already by another experiment") == 3  # prepare, validate, tokenizer
+
+    # hybrid sets decode, model and train: train runs again, named by its changed word
+    proc = run(fake, "--exp", "x", "experiment=hybrid")
+    assert [r[0] for r in ran(fake)] == ["train", "decode", "score", "decode_greedy", "score_greedy"]
+    assert "- experiment=mini_ssgd" in proc.stderr and "+ experiment=hybrid" in proc.stderr
+
+
 def test_an_edited_input_reruns_the_stage_reading_it_and_those_after_it(fake):
     assert run(fake, "--exp", "e").returncode == 0
     ran(fake)

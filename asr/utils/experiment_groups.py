@@ -1,0 +1,60 @@
+"""The config groups an `experiment=NAME` override sets, for run.sh: a stage that reads none of
+them is not made to run again by it (scripts/recipe.sh, `stage_options`).
+
+    python -m asr.utils.experiment_groups NAME     # e.g. hybrid -> decode model train
+
+An experiment (conf/experiment/NAME.yaml, `# @package _global_`) sets the top-level keys it
+writes and the groups its defaults list overrides (`override /decode: wfst` -> decode), and
+those of the experiments it names in that list (`- swb300_ssgd`). Only PyYAML, not Hydra, so
+that run.sh asks in a few tens of milliseconds; an experiment that cannot be read prints `*`
+(every group: Hydra then names the problem when the first stage loads the config).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import yaml
+
+CONF_DIR = os.environ.get("ASR_CONF_DIR", str(Path(__file__).resolve().parents[2] / "conf"))
+EVERY_GROUP = "*"
+
+
+def experiment_groups(name: str, conf_dir: str | Path = CONF_DIR, seen: frozenset[str] = frozenset()) -> set[str]:
+    path = Path(conf_dir) / "experiment" / f"{name}.yaml"
+    try:
+        node = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {EVERY_GROUP}
+    if not isinstance(node, dict) or name in seen:
+        return {EVERY_GROUP}
+    groups = {key for key in node if key != "defaults"}
+    for entry in node.get("defaults") or []:
+        groups |= default_groups(entry, conf_dir, seen | {name})
+    return groups
+
+
+def default_groups(entry, conf_dir: str | Path, seen: frozenset[str]) -> set[str]:
+    """What one entry of an experiment's defaults list sets."""
+    if entry == "_self_":
+        return set()
+    if isinstance(entry, str):  # another experiment of the same group
+        return experiment_groups(entry, conf_dir, seen)
+    if isinstance(entry, dict):
+        return {key.removeprefix("override").strip().lstrip("/").split("/")[0] for key in entry}
+    return {EVERY_GROUP}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m asr.utils.experiment_groups NAME", file=sys.stderr)
+        return 2
+    print(" ".join(sorted(experiment_groups(args[0]))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
