@@ -46,6 +46,7 @@ OTHERS = [
     "asr.transcribe",
     "asr.train.phone_ali",
     "asr.utils.recipe_record",
+    "asr.utils.experiment_groups",
 ]
 ASR = Path(__file__).resolve().parents[1] / "asr"
 

@@ -12,6 +12,7 @@ that run.sh asks in a few tens of milliseconds; an experiment that cannot be rea
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -48,11 +49,10 @@ def default_groups(entry, conf_dir: str | Path, seen: frozenset[str]) -> set[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m asr.utils.experiment_groups NAME", file=sys.stderr)
-        return 2
-    print(" ".join(sorted(experiment_groups(args[0]))))
+    parser = argparse.ArgumentParser(prog="python -m asr.utils.experiment_groups", description=__doc__.split("\n\n")[0])
+    parser.add_argument("name", help="the experiment: conf/experiment/NAME.yaml")
+    args = parser.parse_args(argv)
+    print(" ".join(sorted(experiment_groups(args.name))))
     return 0
 
 
