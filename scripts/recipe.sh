@@ -346,8 +346,9 @@ stage_options() {
 # experiment_counts " GROUPS ": whether the experiment= override sets any of GROUPS, or a key
 # outside the config groups (which counts for every stage).
 experiment_counts() {
-  local g
-  for g in $experiment_groups; do
+  local g groups_set
+  read -ra groups_set <<< "$experiment_groups"  # not `for g in $experiment_groups`: `*` would glob
+  for g in "${groups_set[@]}"; do
     [[ "$config_groups" == *" $g "* && "$1" != *" $g "* ]] || return 0
   done
   return 1
