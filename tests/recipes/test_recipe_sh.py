@@ -239,6 +239,16 @@ def test_an_experiment_reruns_only_the_stages_that_read_a_group_it_sets(fake):
     assert "- experiment=mini_ssgd" in proc.stderr and "+ experiment=hybrid" in proc.stderr
 
 
+def test_an_experiment_run_sh_cannot_read_counts_for_every_stage(fake):
+    assert run(fake, "--exp", "base").returncode == 0
+    ran(fake)
+    # no conf/experiment/no_such.yaml: every stage runs again with it (the real stages' Hydra
+    # then names the problem)
+    assert run(fake, "--exp", "x", "experiment=no_such").returncode == 0
+    # (the stand-in tokenizer's command has no overrides: nothing of it changed)
+    assert [r[0] for r in ran(fake)] == [s for s in ALL if s != "tokenizer"]
+
+
 def test_an_edited_input_reruns_the_stage_reading_it_and_those_after_it(fake):
     assert run(fake, "--exp", "e").returncode == 0
     ran(fake)
