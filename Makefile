@@ -20,13 +20,14 @@ AVX2_ONLY := ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUC
 
 install: $(STAMP)
 
+# KenLM compiles (CPU-bound) in the background while pip downloads and unpacks (I/O-bound).
 $(STAMP): setup.py scripts/install_system.sh scripts/build_kenlm.sh
 	bash scripts/install_system.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e '.[dev]'
-	bash scripts/build_kenlm.sh $(VENV)
+	bash scripts/build_kenlm.sh $(VENV) & kenlm=$$!; \
+	$(PY) -m pip install -q $(TORCH) && $(PY) -m pip install -q -e '.[dev]'; status=$$?; \
+	wait $$kenlm; exit $$status
 	$(PY) -c "import asr.config, torch, kaldiio, sentencepiece, jiwer, soundfile, kaldi_hmm_gmm, kaldifst, kaldilm; print('asr toolkit installed, torch', torch.__version__)"
 	touch $(STAMP)
 

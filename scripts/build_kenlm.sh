@@ -27,8 +27,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 start=$SECONDS
 echo "build_kenlm: building KenLM $version (lmplz, build_binary, query) into $dest" >&2
-# The sdist only: its Python module is not needed, so no wheel is built.
-"$venv/bin/pip" download -q --no-deps --no-build-isolation --no-binary kenlm "kenlm==$version" -d "$work" 2>/dev/null
+# The sdist only: its Python module is not needed, so no wheel is built. Its metadata is made in
+# pip's own build environment, not the venv, which `make install` is filling at the same time.
+if ! "$venv/bin/pip" download -q --no-deps --no-binary kenlm "kenlm==$version" -d "$work" >"$work/download.log" 2>&1; then
+  grep -v '^WARNING: Location' "$work/download.log" | tail -20 >&2
+  echo "build_kenlm: could not download the kenlm $version source (log above); the LM stage will not run" >&2
+  exit 0
+fi
 tar xzf "$work"/kenlm-*.tar.gz -C "$work"
 src=$(find "$work" -maxdepth 1 -type d -name 'kenlm-*' | head -1)
 if ! cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DKENLM_MAX_ORDER=6 >"$work/cmake.log" 2>&1 \

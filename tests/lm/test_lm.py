@@ -4,6 +4,7 @@ proper distribution, the LM stage's files, and clear errors without the KenLM to
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -23,6 +24,14 @@ except InputError:
 needs_kenlm = pytest.mark.skipif(
     not HAVE_KENLM, reason="KenLM tools not built (make install runs scripts/build_kenlm.sh)"
 )
+
+
+@pytest.mark.skipif(os.environ.get("CI", "").lower() != "true", reason="CI only: elsewhere KenLM may be missing")
+def test_ci_machine_has_the_kenlm_tools_make_install_builds():
+    """`make install` builds KenLM in the background; a build that failed there must fail CI, not
+    turn every LM test into a skip."""
+    assert HAVE_KENLM, "make install did not build KenLM's lmplz/query (scripts/build_kenlm.sh)"
+
 
 # A bigram LM written by hand (log10 probabilities, back-off weights).
 ARPA = """\\data\\
