@@ -632,3 +632,15 @@ def test_dictionary_has_the_timed_phones_of_most_words(corpus):
     spoken = {p for _, phones in timed for p in phones}
     known = {p for word_prons in prons.values() for pron in word_prons for p in pron}
     assert spoken <= known  # linking `r-` too, from the in-context forms
+
+
+def test_resampling_to_8k_equals_scipys_own_filter_design():
+    """to_phone_rate designs its filter once; it must give resample_poly's default output exactly."""
+    from scipy import signal
+
+    from asr.data.synth.channel import to_phone_rate
+
+    speech = np.random.default_rng(0).standard_normal(22050).astype(np.float32)
+    expected = signal.resample_poly(speech.astype(np.float64), 160, 441).astype(np.float32)
+    for _ in range(2):  # the second call uses the cached filter
+        assert np.array_equal(to_phone_rate(speech, 22050), expected)
