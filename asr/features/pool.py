@@ -61,9 +61,8 @@ def run_parts(
     """`work(task, on_item_done)` for every task (in spawned worker processes when more than
     one), with a progress bar of `total` items; results in task order."""
     with tqdm(total=total, desc=desc, unit=unit, mininterval=2.0, disable=None) as bar:
-        if len(tasks) == 1:  # one torch thread, as in a worker: the features must not depend on jobs
-            with single_thread():
-                return [work(tasks[0], lambda: bar.update(1))]
+        if len(tasks) == 1:
+            return [work(tasks[0], lambda: bar.update(1))]
         # spawn, not fork: forking a process whose torch thread pools are running can hang.
         context = multiprocessing.get_context("spawn")
         progress = context.Queue()
