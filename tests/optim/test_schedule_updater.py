@@ -76,7 +76,7 @@ def test_optimizers():
         train_cfg(optimizer="sgd", momentum=0.0),
     ],
 )
-def test_fused_update_is_the_per_tensor_loop_bit_for_bit(cfg):
+def test_fused_update_matches_the_per_tensor_loop_to_round_off(cfg):
     """build_optimizer picks torch's fused kernel on the CPU; against the reference loop
     (foreach=False), the same weights and moments after each of five updates, to float32
     round-off (the kernel orders its arithmetic differently: 1-2 units in the last place)."""
