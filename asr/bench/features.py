@@ -9,7 +9,7 @@ Audio: a Kaldi data dir (e.g. recipes/mini/data/eval2000), or by default a synth
 Measured, all on `--threads` CPU threads (torch) and one process:
   reference_fbank   kaldi-native-fbank on every segment (80 bins; audio already in memory)
   fbank             ours on the same segments (80 bins; audio in memory, batched as the driver does),
-                    its spectrum in float64 (the default: the same digits on every CPU)
+                    in float64 up to the log (the default: the same bits on every CPU)
   fbank_float32     the same with a float32 spectrum (last digits depend on the CPU's FFT kernel)
   recipes           each conf/features recipe end to end through the stage's own code (reading
                     audio, writing ark/scp and CMVN stats); for the fMLLR and i-vector recipes

@@ -13,12 +13,14 @@ multiplied by `sample_scale` (default 32768, `INT16_SCALE`) first, so the number
 Kaldi's; the scale adds the constant log(32768^2) to every log-mel value, and it also
 decides where the FLT_EPSILON floor and `energy_floor` bite. Pass 1 for int16-scale input.
 
-Precision: frames and their power spectrum are computed in float64, the mel energies and logs
-in the input's dtype. A float32 FFT's round-off depends on the kernel the CPU's instruction set
-selects (MKL on AVX2, AVX512, AMX, ...), and in a mel bin far below its frame's strongest one it
-reaches 1e-3 nats; a float64 spectrum is exact to ~1e-12 on every CPU and GPU. The mel sums
-that follow add positive terms, whose float32 round-off is at most a few ulps of the result
-whatever the kernel, so the features differ from Kaldi's only by Kaldi's own float32 round-off.
+Precision: everything up to the floored log is computed in float64 and rounded to the input's
+dtype once, at the end. A float32 FFT's or matmul's round-off depends on the kernel that the
+CPU's instruction set, the thread count and the batch's shape select (MKL on AVX2, AVX512, AMX,
+...): the float32 spectrum is off by up to 1e-3 nats in a mel bin far below its frame's
+strongest one, and a float32 mel matmul changes the last bit with the number of frames in the
+batch. In float64 these differences are ~1e-16 relative and vanish in the final rounding, so an
+utterance's features have the same bits on every CPU, with any number of threads or parallel
+jobs, alone or in any batch, and differ from Kaldi's only by Kaldi's own float32 round-off.
 The features benchmark times this against an all-float32 computation
 (`compute_dtype=torch.float32`, whose last digits depend on the CPU).
 
@@ -191,7 +193,7 @@ def fbank_batch(
 
     frames = _cut_frames(waveforms.to(compute_dtype), lengths, max_frames, opts, sample_scale)
     frames, log_energy = _process_frames(frames, opts, generator)
-    feats = _mel_energies(frames, opts, dtype)
+    feats = _mel_energies(frames, opts)
     if opts.use_energy:
         feats = _attach_energy(feats, log_energy, opts)
     valid = torch.arange(max_frames, device=device)[None, :] < counts[:, None]
@@ -253,14 +255,14 @@ def _log_energy(frames: torch.Tensor) -> torch.Tensor:
     return frames.pow(2).sum(dim=-1).clamp(min=FLT_EPSILON).log()
 
 
-def _mel_energies(frames: torch.Tensor, opts: FbankOptions, dtype: torch.dtype) -> torch.Tensor:
-    """One rfft over all (padded) frames in their dtype, then in `dtype` one matmul with the mel
-    matrix and the floored log."""
+def _mel_energies(frames: torch.Tensor, opts: FbankOptions) -> torch.Tensor:
+    """One rfft over all (padded) frames, one matmul with the mel matrix and the floored log, all
+    in the frames' dtype (the caller rounds to the output dtype)."""
     spectrum = torch.fft.rfft(frames)  # already zero-padded to padded_window_length
     power = torch.view_as_real(spectrum).pow(2).sum(-1)
     if not opts.use_power:
         power = power.sqrt()
-    mel = power.to(dtype) @ _mel_matrix(opts, frames.device, dtype)
+    mel = power @ _mel_matrix(opts, frames.device, power.dtype)
     if opts.use_log_fbank:
         mel = mel.clamp(min=FLT_EPSILON).log()
     return mel
