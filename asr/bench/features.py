@@ -10,7 +10,7 @@ Measured, all on `--threads` CPU threads (torch) and one process:
   reference_fbank   kaldi-native-fbank on every segment (80 bins; audio already in memory)
   fbank             ours on the same segments (80 bins; audio in memory, batched as the driver does),
                     in float64 up to the log (the default: the same bits on every CPU)
-  fbank_float32     the same with a float32 spectrum (last digits depend on the CPU's FFT kernel)
+  fbank_float32     the same computed in float32 (last digits depend on the CPU's kernels)
   recipes           each conf/features recipe end to end through the stage's own code (reading
                     audio, writing ark/scp and CMVN stats); for the fMLLR and i-vector recipes
                     the one-off training of their models on the same set (GMM/LDA+MLLT+SAT;

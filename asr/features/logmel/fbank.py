@@ -18,10 +18,11 @@ dtype once, at the end. A float32 FFT's or matmul's round-off depends on the ker
 CPU's instruction set, the thread count and the batch's shape select (MKL on AVX2, AVX512, AMX,
 ...): the float32 spectrum is off by up to 1e-3 nats in a mel bin far below its frame's
 strongest one, and a float32 mel matmul changes the last bit with the number of frames in the
-batch. In float64 these differences are ~1e-16 relative and vanish in the final rounding (but
-for a value within 1e-16 of a float32 rounding boundary, about one in 10^8), so an utterance's
-features have the same bits on every CPU, with any number of threads or parallel jobs, alone or
-in any batch, and differ from Kaldi's only by Kaldi's own float32 round-off.
+batch. In float64 these differences are float64 round-off and vanish in the final rounding
+(but for a value that falls within float64 round-off of a float32 rounding boundary, which can
+round either way), so an utterance's features have the same bits on every CPU, with any number
+of threads or parallel jobs, alone or in any batch, and differ from Kaldi's only by Kaldi's own
+float32 round-off.
 The features benchmark times this against an all-float32 computation
 (`compute_dtype=torch.float32`, whose last digits depend on the CPU).
 
