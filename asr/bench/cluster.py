@@ -33,7 +33,10 @@ For each point (`NxL`: N hosts of L learners; 2 cores: host n on core n mod 2):
                  ssgd, decentralized: both by default, or one of them): the step time and
                  step time over t (never clamped: 1.0 means the communication is hidden, 2.0
                  that a step takes twice as long), for all learners and for the active and the
-                 passive ones apart; bytes sent on host 0's link. At the fastest link also SSGD
+                 passive ones apart; bytes sent on host 0's link; and one exchange of the
+                 weights timed alone on the link (link_probe.py: what the payload's time
+                 becomes on the wire, headers and acknowledgements included). At the fastest
+                 link also SSGD
                  with torch's 25 MB buckets (distributed.bucket_cap_mb=25) beside the configured
                  ones (auto: asr/distributed/ssgd.py): what the all-reduce overlapping the
                  backward pass saves. `--delay-by-one`: ADPSGD / H-ADPSGD also with
@@ -192,6 +195,8 @@ def link_runs(algorithms: list[str], fastest_link: bool, delay_by_one: bool = Fa
 def measure_link(s: Session, layout: str, frames: int, label: str, rate: float, compute_s: float, fast: bool) -> dict:
     hosts, per_host = parse_layout(layout)
     s.cluster.set_rate(rate)
+    exchange = s.launcher.exchange_times(s.cluster, f"probe_{layout}_{frames}f_{rate:g}mbit", per_host, s.params)
+    log.info("%s at %g Mbit/s: one exchange alone takes %.3f s", layout, rate, sum(exchange) / len(exchange))
     runs = link_runs(chosen(s.args.algorithms, per_host), fast, s.args.delay_by_one)
     done: dict[str, list] = {name: [] for name in runs}
     for r in s.repeats:
@@ -207,6 +212,7 @@ def measure_link(s: Session, layout: str, frames: int, label: str, rate: float, 
         "link": label,
         "rate_mbit": rate,
         "weights_transfer_s": s.params * 32 / (rate * 1e6) if rate else 0.0,
+        "exchange_s": spread(exchange),
         "runs": {name: run_summary(repeats, compute_s) for name, repeats in done.items()},
     }
 

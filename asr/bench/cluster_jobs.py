@@ -1,7 +1,8 @@
 """The cluster benchmark's training jobs: `python -m asr.train` learners, alone side by side
 (compute only) or under `torchrun` across the emulated hosts (asr/bench/netns.py), each pinned
 to its host's core, and the CPU-bound competitors that slow a host down. Every job writes its
-learners' step times (timing/learner-<rank>.json), which is what comes back from here."""
+learners' step times (timing/learner-<rank>.json), which is what comes back from here; and
+the link probe (link_probe.py), which times one weight exchange on the link alone."""
 
 from __future__ import annotations
 
@@ -103,23 +104,36 @@ class Launcher:
         `extra`: overrides (distributed=..., train.max_steps=...); `slowed_host`: a host whose
         core is shared with one competitor per learner for the whole job."""
         exp = self.fresh_exp(name)
-        port, job = free_port(), uuid.uuid4().hex[:8]
         before = cluster.tx_bytes(0)
-        procs, logs = [], []
         with self.competitors(slowed_host, per_host):
-            for host in range(cluster.nodes):
-                logs.append(self.work / f"{name}.host{host}.log")
-                torchrun = [
-                    *(self.python, "-m", "torch.distributed.run", f"--nnodes={cluster.nodes}"),
-                    *(f"--node-rank={host}", f"--nproc-per-node={per_host}", "--rdzv-backend=c10d"),
-                    *(f"--rdzv-endpoint={cluster.address(0)}:{port}", f"--rdzv-id={job}"),
-                    *(f"--local-addr={cluster.address(host)}", f"--rdzv-conf=is_host={int(host == 0)}"),
-                    *("-m", "asr.train", *self.train_overrides(exp, frames, *extra)),
-                ]
-                pinned = ["taskset", "-c", self.core(host), "env", "GLOO_SOCKET_IFNAME=eth0", *torchrun]
-                procs.append(self.start(cluster.command(host, pinned), logs[-1]))
-            self.wait(procs, logs, name)
+            self.torchrun(cluster, name, per_host, ["asr.train", *self.train_overrides(exp, frames, *extra)])
         return timings(exp), cluster.tx_bytes(0) - before
+
+    def exchange_times(self, cluster: EmulatedCluster, name: str, per_host: int, parameters: int) -> list[float]:
+        """Seconds per weight exchange on the link as it is set now, with nothing else running
+        (asr/bench/link_probe.py)."""
+        out = self.work / f"{name}.json"
+        self.torchrun(cluster, name, per_host, ["asr.bench.link_probe", f"--parameters={parameters}", f"--out={out}"])
+        return json.loads(out.read_text())["exchange_s"]
+
+    def torchrun(self, cluster: EmulatedCluster, name: str, per_host: int, module: list[str]) -> None:
+        """`python -m module...` as one torchrun job of `per_host` processes on every host,
+        each host's pinned to its core; waits for it."""
+        port, job = free_port(), uuid.uuid4().hex[:8]
+        procs, logs = [], []
+        for host in range(cluster.nodes):
+            logs.append(self.work / f"{name}.host{host}.log")
+            torchrun = [
+                *(self.python, "-m", "torch.distributed.run", f"--nnodes={cluster.nodes}"),
+                *(f"--node-rank={host}", f"--nproc-per-node={per_host}", "--rdzv-backend=c10d"),
+                *(f"--rdzv-endpoint={cluster.address(0)}:{port}", f"--rdzv-id={job}"),
+                *(f"--local-addr={cluster.address(host)}", f"--rdzv-conf=is_host={int(host == 0)}"),
+                "-m",
+                *module,
+            ]
+            pinned = ["taskset", "-c", self.core(host), "env", "GLOO_SOCKET_IFNAME=eth0", *torchrun]
+            procs.append(self.start(cluster.command(host, pinned), logs[-1]))
+        self.wait(procs, logs, name)
 
     @contextlib.contextmanager
     def competitors(self, host: int | None, count: int):

@@ -130,7 +130,8 @@ def decentralized_name(point: dict) -> str:
 def link_label(link: dict) -> str:
     what = {"fast": "a tenth of a step", "one_step": "one step"}.get(link["link"])
     transfer = f"weights in {link['weights_transfer_s']:.3g} s" if link["rate_mbit"] else "no limit"
-    return f"{mbit(link['rate_mbit'])} ({transfer}{', ' + what if what else ''})"
+    measured = f"; an exchange alone {link['exchange_s']['mean']:.3g} s" if "exchange_s" in link else ""
+    return f"{mbit(link['rate_mbit'])} ({transfer}{', ' + what if what else ''}{measured})"
 
 
 def ratio(run: dict | None) -> str:

@@ -135,6 +135,8 @@ def test_repeats_roles_and_the_h_adpsgd_straggler(toy_corpus, tmp_path):
     assert link["rate_mbit"] == 20 and link["weights_transfer_s"] == pytest.approx(
         report["model_parameters"] * 32 / 20e6, rel=1e-9
     )
+    exchange = link["exchange_s"]  # timed alone on the link: the probe's rounds, its warm-up left out
+    assert len(exchange["repeats"]) == 10 and exchange["min"] > 0
     assert set(link["runs"]) == {"hadpsgd"}
     run = link["runs"]["hadpsgd"]
     check_run(run, compute["mean"], 1, 4, {"active", "passive"})
@@ -153,6 +155,7 @@ def test_repeats_roles_and_the_h_adpsgd_straggler(toy_corpus, tmp_path):
         assert sum(steps) * UTTS == STRAGGLER_UTTS
     table = markdown(report)
     assert "| 2x2 | 2,688 (paper) |" in table and "H-ADPSGD" in table
+    assert f"an exchange alone {exchange['mean']:.3g} s" in table
 
 
 @pytest.mark.slow
