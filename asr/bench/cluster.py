@@ -4,7 +4,7 @@ computation, and does a slow host slow only itself? Measured through the real en
     python -m asr.bench cluster [--recipe-dir recipes/mini] [--steps 30] [--repeats 3]
                                 [--frames [LAYOUT:]FRAMES ...] [--sweep] [--rates auto | MBIT ...]
                                 [--layouts 2x1 2x2] [--algorithms ssgd decentralized]
-                                [--delay-by-one]
+                                [--delay-by-one] [--exchange-rounds 10]
                                 [--straggler-utts 2400] [--out DIR] [overrides...]
     python -m asr.bench cluster --replot DIR/cluster.json    # cluster.png and cluster.md from it
 
@@ -25,7 +25,8 @@ after them. Each (layout, frames) is a point of the report.
 
 For each point (`NxL`: N hosts of L learners; 2 cores: host n on core n mod 2):
   compute_only   the same learners with distributed=none, side by side on the same cores: the
-                 compute-only step time t of this layout and step size
+                 compute-only step time t of this layout and step size; once to set the
+                 links, then again before every repeat at each link (the runs' yardstick)
   links          `--rates auto`: two link rates from t and the model's size P, the one-step
                  link, where an exchange of the weights (P x 32 bits) takes t, and the fast
                  link, ten times that; or the rates given, in Mbit/s (0: unlimited)
@@ -33,9 +34,10 @@ For each point (`NxL`: N hosts of L learners; 2 cores: host n on core n mod 2):
                  ssgd, decentralized: both by default, or one of them): the step time and
                  step time over t (never clamped: 1.0 means the communication is hidden, 2.0
                  that a step takes twice as long), for all learners and for the active and the
-                 passive ones apart; bytes sent on host 0's link; and one exchange of the
-                 weights timed alone on the link (link_probe.py: what the payload's time
-                 becomes on the wire, headers and acknowledgements included). At the fastest
+                 passive ones apart; bytes sent on host 0's link; and --exchange-rounds
+                 exchanges of the weights timed alone on the link (link_probe.py: what the
+                 payload's time becomes on the wire, headers and acknowledgements included).
+                 At the fastest
                  link also SSGD
                  with torch's 25 MB buckets (distributed.bucket_cap_mb=25) beside the configured
                  ones (auto: asr/distributed/ssgd.py): what the all-reduce overlapping the
@@ -51,7 +53,8 @@ For each point (`NxL`: N hosts of L learners; 2 cores: host n on core n mod 2):
 
 Every measurement is repeated --repeats times (the algorithms interleaved): the report gives
 the mean, min and max, and each repeat's value; a ratio's repeats divide each run's step by
-the mean compute-only step, a straggler ratio's each slowed epoch by the even one before it.
+the compute-only step of the same repeat and link, measured just before it, a straggler
+ratio's each slowed epoch by the even one before it.
 Writes cluster.json, cluster.png and cluster.md (the tables) into --out; `--replot` draws the
 last two again from a json alone. Needs root for the namespaces; where they cannot be made it
 says so and exits 2.
@@ -157,22 +160,18 @@ class Session:
 def measure_point(s: Session, layout: str, frames: int) -> dict:
     hosts, per_host = parse_layout(layout)
     tag = f"{layout}_{frames}f"
-    steps = [
-        mean_step(s.launcher.compute_only(f"compute_{tag}_r{r}", hosts, per_host, frames, s.args.steps))
-        for r in s.repeats
-    ]
-    compute = spread(steps)
-    log.info("compute only, %s, %d frames: %.3f s per step", layout, frames, compute["mean"])
-    rates = link_rates(s.args.rates, s.params, compute["mean"])
-    links = [
-        measure_link(s, layout, frames, label, rate, compute["mean"], is_fastest(rate, rates)) for label, rate in rates
-    ]
+    calibration = mean_step(s.launcher.compute_only(f"calibrate_{tag}", hosts, per_host, frames, s.args.steps))
+    log.info("compute only, %s, %d frames: %.3f s per step (sets the links)", layout, frames, calibration)
+    rates = link_rates(s.args.rates, s.params, calibration)
+    links = [measure_link(s, layout, frames, label, rate, is_fastest(rate, rates)) for label, rate in rates]
+    paired = [step for link in links for step in link["compute_only"]["step_s"]["repeats"]]
     return {
         "layout": layout,
         "frames": frames,
         "paper_step": frames == PAPER_FRAMES[min(per_host, 2)],
         "algorithm": decentralized(per_host),
-        "compute_only": {"step_s": compute},
+        "calibration_step_s": calibration,
+        "compute_only": {"step_s": spread([calibration, *paired])},
         "links": links,
     }
 
@@ -192,28 +191,38 @@ def link_runs(algorithms: list[str], fastest_link: bool, delay_by_one: bool = Fa
     return runs
 
 
-def measure_link(s: Session, layout: str, frames: int, label: str, rate: float, compute_s: float, fast: bool) -> dict:
+def measure_link(s: Session, layout: str, frames: int, label: str, rate: float, fast: bool) -> dict:
+    """Every repeat runs the compute-only learners first, then each run at this link: a run's
+    ratio is over the compute-only step measured just before it (this shared host's speed
+    drifts between minutes more than the runs differ)."""
     hosts, per_host = parse_layout(layout)
     s.cluster.set_rate(rate)
-    exchange = s.launcher.exchange_times(s.cluster, f"probe_{layout}_{frames}f_{rate:g}mbit", per_host, s.params)
-    log.info("%s at %g Mbit/s: one exchange alone takes %.3f s", layout, rate, sum(exchange) / len(exchange))
+    probe = {}
+    if s.args.exchange_rounds:
+        name = f"probe_{layout}_{frames}f_{rate:g}mbit"
+        exchange = s.launcher.exchange_times(s.cluster, name, per_host, s.params, s.args.exchange_rounds)
+        log.info("%s at %g Mbit/s: one exchange alone takes %.3f s", layout, rate, sum(exchange) / len(exchange))
+        probe = {"exchange_s": spread(exchange)}
     runs = link_runs(chosen(s.args.algorithms, per_host), fast, s.args.delay_by_one)
     done: dict[str, list] = {name: [] for name in runs}
+    compute: list[float] = []
     for r in s.repeats:
+        tag = f"{layout}_{frames}f_{rate:g}mbit_r{r}"
+        compute.append(mean_step(s.launcher.compute_only(f"compute_{tag}", hosts, per_host, frames, s.args.steps)))
         for name, (algorithm, *extra) in runs.items():
             limit = s.args.steps if algorithm == "ssgd" else s.args.steps * hosts  # decentralized: over all hosts
-            job = f"{name}_{layout}_{frames}f_{rate:g}mbit_r{r}"
             overrides = [f"distributed={algorithm}", f"train.max_steps={limit}", *extra]
-            timings, sent = s.launcher.distributed(s.cluster, job, per_host, frames, *overrides)
+            timings, sent = s.launcher.distributed(s.cluster, f"{name}_{tag}", per_host, frames, *overrides)
             done[name].append((timings, sent))
             step = mean_step(timings)
-            log.info("%s: %.3f s per step, %.2f x compute-only", job, step, step / compute_s)
+            log.info("%s_%s: %.3f s per step, %.2f x compute-only", name, tag, step, step / compute[-1])
     return {
         "link": label,
         "rate_mbit": rate,
         "weights_transfer_s": s.params * 32 / (rate * 1e6) if rate else 0.0,
-        "exchange_s": spread(exchange),
-        "runs": {name: run_summary(repeats, compute_s) for name, repeats in done.items()},
+        **probe,
+        "compute_only": {"step_s": spread(compute)},
+        "runs": {name: run_summary(repeats, compute) for name, repeats in done.items()},
     }
 
 
@@ -319,6 +328,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="also run ADPSGD / H-ADPSGD with distributed.delay_by_one=true (each average one step late)",
     )
+    add(
+        "--exchange-rounds",
+        type=int,
+        default=10,
+        help="exchanges timed alone at each link, after a warm-up (0: none; default %(default)s)",
+    )
     add("--rates", nargs="+", default=["auto"], help="link rates in Mbit/s (0: unlimited), or auto (per point)")
     add("--layouts", nargs="+", default=["2x1", "2x2"], help="hosts x learners per host")
     add("--straggler-utts", type=int, default=2400, help="utterances in the straggler epoch (0: skip it)")
@@ -336,6 +351,8 @@ def check(args) -> dict[str, list[int]]:
         raise InputError(f"--layouts: every layout needs the same number of hosts (got {' '.join(args.layouts)})")
     if args.repeats < 1 or args.steps < 1:
         raise InputError("--repeats and --steps: at least 1")
+    if args.exchange_rounds < 0:
+        raise InputError("--exchange-rounds: 0 or more")
     if args.rates != ["auto"] and not all(r.replace(".", "", 1).isdigit() for r in args.rates):
         raise InputError(f"--rates {' '.join(args.rates)}: give auto, or rates in Mbit/s (0: unlimited)")
     return frames_plan(args.frames, args.layouts, args.sweep)

@@ -49,19 +49,24 @@ def by_role(timings: list[dict]) -> dict[str, list[dict]]:
     return groups
 
 
-def run_summary(repeats: list[tuple[list[dict], int]], compute_s: float) -> dict:
+def run_summary(repeats: list[tuple[list[dict], int]], compute_s: list[float]) -> dict:
     """One algorithm at one link, over its repeats (each: the learners' timings, bytes host 0
-    sent): step time and its ratio to the compute-only step, for all learners and per role."""
+    sent): step time and its ratio to the compute-only step of the same repeat (`compute_s`,
+    one per repeat), for all learners and per role."""
     steps = [mean_step(timings) for timings, _ in repeats]
     roles: dict[str, list[float]] = {}
     for timings, _ in repeats:
         for role, learners in by_role(timings).items():
             roles.setdefault(role, []).append(mean_step(learners))
+
+    def over_compute(values: list[float]) -> dict:
+        return spread([step / compute for step, compute in zip(values, compute_s, strict=True)])  # never clamped
+
     return {
         "step_s": spread(steps),
-        "step_over_compute": spread([s / compute_s for s in steps]),  # never clamped
+        "step_over_compute": over_compute(steps),
         "by_role": {
-            role: {"step_s": spread(values), "step_over_compute": spread([s / compute_s for s in values])}
+            role: {"step_s": spread(values), "step_over_compute": over_compute(values)}
             for role, values in sorted(roles.items())
         },
         "roles": [t.get("role") for t in repeats[0][0]],
@@ -146,8 +151,8 @@ def step_rows(report: dict) -> list[str]:
         "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for point in report["points"]:
-        compute = ranged(point["compute_only"]["step_s"], ".3f", " s")
         for link in point["links"]:
+            compute = ranged(link.get("compute_only", point["compute_only"])["step_s"], ".3f", " s")
             runs = link["runs"]
             roles = runs.get(point["algorithm"], {}).get("by_role", {})
             delayed = runs.get(point["algorithm"] + DELAYED)
@@ -198,8 +203,14 @@ def repeats(count: int) -> str:
 
 def markdown(report: dict) -> str:
     settings = report["settings"]
+    paired = all("compute_only" in link for point in report["points"] for link in point["links"])
+    yardstick = (
+        "the compute-only step measured just before it (same layout, step size and link)"
+        if paired
+        else "the compute-only step of the same layout and step size"
+    )
     head = (
-        f"Step time over the compute-only step of the same layout and step size; {repeats(settings['repeats'])}, "
+        f"Step time over {yardstick}; {repeats(settings['repeats'])}, "
         f"{settings['steps']} steps per learner and run; "
         f"{report['model_parameters']:,} parameters ({report['weights_bytes'] / 1e6:.3g} MB of weights), "
         f"SSGD's buckets {report['ssgd_bucket_cap_mb']:.3g} MB; {report['machine']['cpus']} CPUs, "

@@ -68,7 +68,7 @@ def round_times(per_learner: list[list[float]]) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m asr.bench.link_probe", description=__doc__.split("\n\n")[0])
     parser.add_argument("--parameters", type=int, required=True, help="weights of the model (float32)")
-    parser.add_argument("--rounds", type=int, default=11, help="exchanges, the first one a warm-up")
+    parser.add_argument("--rounds", type=int, default=11, help="exchanges, the first one a warm-up (at least 2)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     dist.init_process_group("gloo")

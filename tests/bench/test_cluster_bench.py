@@ -73,10 +73,11 @@ def test_auto_links_cost_one_step_of_the_point_and_a_tenth_of_it():
     assert link_rates(["20", "0", "20"], params=1, compute_s=1.0) == [("given", 20.0), ("given", 0.0)]
 
 
-def check_run(run: dict, compute_s: float, repeats: int, learners: int, roles: set[str]) -> None:
+def check_run(run: dict, compute_s: list[float], repeats: int, learners: int, roles: set[str]) -> None:
     for stats in (run["step_s"], run["step_over_compute"]):
         assert len(stats["repeats"]) == repeats and stats["min"] <= stats["mean"] <= stats["max"]
-    assert run["step_over_compute"]["repeats"] == pytest.approx([s / compute_s for s in run["step_s"]["repeats"]])
+    over = [s / c for s, c in zip(run["step_s"]["repeats"], compute_s, strict=True)]  # each over its repeat's
+    assert run["step_over_compute"]["repeats"] == pytest.approx(over)
     assert set(run["by_role"]) == roles and len(run["roles"]) == learners
     for role in run["by_role"].values():  # the roles' means bracket the mean over all learners
         assert len(role["step_s"]["repeats"]) == repeats
@@ -101,12 +102,13 @@ def test_repeats_are_summarised_per_role_and_paired_for_the_straggler():
     roles = ("active", "active", "passive", "passive")
     first = [learner(r, s) for r, s in zip(roles, (1.0, 1.2, 2.0, 2.2))]
     second = [learner(r, s) for r, s in zip(roles, (1.4, 1.6, 3.0, 3.2))]
-    run = run_summary([(first, 100), (second, 200)], compute_s=1.0)
+    run = run_summary([(first, 100), (second, 200)], compute_s=[1.0, 2.0])
     assert run["step_s"]["repeats"] == pytest.approx([1.6, 2.3])
     assert (run["step_s"]["min"], run["step_s"]["max"]) == pytest.approx((1.6, 2.3))
     assert run["step_s"]["mean"] == pytest.approx(1.95)
+    assert run["step_over_compute"]["repeats"] == pytest.approx([1.6, 1.15])  # each over its own repeat's
     assert run["by_role"]["active"]["step_s"]["repeats"] == pytest.approx([1.1, 1.5])
-    assert run["by_role"]["passive"]["step_over_compute"]["repeats"] == pytest.approx([2.1, 3.1])
+    assert run["by_role"]["passive"]["step_over_compute"]["repeats"] == pytest.approx([2.1, 1.55])
     assert run["roles"] == list(roles) and run["host0_sent_bytes"] == [100, 200]
     even = [learner("active", 1, utterances=60, train_s=2.0), learner("passive", 1, utterances=60, train_s=3.0)]
     slowed = [learner("active", 1, utterances=80, train_s=4.0), learner("passive", 1, utterances=40, train_s=4.0)]
@@ -129,9 +131,10 @@ def test_repeats_roles_and_the_h_adpsgd_straggler(toy_corpus, tmp_path):
     )  # fmt: skip
     [point] = report["points"]
     assert (point["layout"], point["frames"], point["paper_step"], point["algorithm"]) == ("2x2", 2688, True, "hadpsgd")
-    compute = point["compute_only"]["step_s"]
-    assert len(compute["repeats"]) == 1 and compute["min"] == compute["mean"] == compute["max"]
     [link] = point["links"]
+    compute = link["compute_only"]["step_s"]  # the repeat's own, measured before its runs
+    assert len(compute["repeats"]) == 1 and compute["min"] == compute["mean"] == compute["max"]
+    assert point["compute_only"]["step_s"]["repeats"] == [point["calibration_step_s"], *compute["repeats"]]
     assert link["rate_mbit"] == 20 and link["weights_transfer_s"] == pytest.approx(
         report["model_parameters"] * 32 / 20e6, rel=1e-9
     )
@@ -139,7 +142,7 @@ def test_repeats_roles_and_the_h_adpsgd_straggler(toy_corpus, tmp_path):
     assert len(exchange["repeats"]) == 10 and exchange["min"] > 0
     assert set(link["runs"]) == {"hadpsgd"}
     run = link["runs"]["hadpsgd"]
-    check_run(run, compute["mean"], 1, 4, {"active", "passive"})
+    check_run(run, compute["repeats"], 1, 4, {"active", "passive"})
     assert run["roles"] == ["active", "active", "passive", "passive"]  # node 0 starts the exchanges
     # Every step of node 0 sent a model's worth over host 0's link: each learner its share of
     # the weights to its counterpart on the passive node.
@@ -156,6 +159,7 @@ def test_repeats_roles_and_the_h_adpsgd_straggler(toy_corpus, tmp_path):
     table = markdown(report)
     assert "| 2x2 | 2,688 (paper) |" in table and "H-ADPSGD" in table
     assert f"an exchange alone {exchange['mean']:.3g} s" in table
+    assert table.startswith("Step time over the compute-only step measured just before it")
 
 
 @pytest.mark.slow
@@ -166,20 +170,21 @@ def test_links_per_step_size_ssgd_buckets_and_replot(toy_corpus, tmp_path):
     needs_namespaces()
     report = bench(
         tmp_path, toy_corpus, *("--layouts", "2x1", "--frames", "3000", "6000", "--repeats", "1"),
-        *("--algorithms", "ssgd", "--straggler-utts", "0"),
+        *("--algorithms", "ssgd", "--straggler-utts", "0", "--exchange-rounds", "0"),
     )  # fmt: skip
     assert [p["frames"] for p in report["points"]] == [3000, 6000] and report["straggler"] == []
     assert report["ssgd_bucket_cap_mb"] == 1.0  # auto, on a model far under 4 MB
     for point in report["points"]:
-        compute = point["compute_only"]["step_s"]["mean"]
         fast, one_step = point["links"]
         assert (fast["link"], one_step["link"]) == ("fast", "one_step")
-        assert one_step["weights_transfer_s"] == pytest.approx(compute, rel=1e-9)  # one step of this point
+        # one step of this point, as its calibrating compute-only run measured it
+        assert one_step["weights_transfer_s"] == pytest.approx(point["calibration_step_s"], rel=1e-9)
         assert fast["rate_mbit"] == pytest.approx(10 * one_step["rate_mbit"], rel=1e-9)
         assert set(fast["runs"]) == {"ssgd", DEFAULT_BUCKETS_RUN} and set(one_step["runs"]) == {"ssgd"}
+        assert "exchange_s" not in fast  # --exchange-rounds 0: no exchange timed alone
         for link in point["links"]:
             for run in link["runs"].values():
-                check_run(run, compute, 1, 2, {"all"})
+                check_run(run, link["compute_only"]["step_s"]["repeats"], 1, 2, {"all"})
                 # its half of a ring all-reduce, twice, every step: a model's worth
                 assert run["host0_sent_bytes"][0] >= run["steps_by_learner"][0][0] * report["weights_bytes"]
     json_path = tmp_path / "bench" / "cluster.json"
@@ -197,3 +202,9 @@ def test_replot_refuses_a_report_of_another_format(tmp_path, capsys):
     assert main(["--replot", str(old)]) == 2
     assert "rerun `python -m asr.bench cluster`" in capsys.readouterr().err
     assert not (tmp_path / "cluster.png").exists()
+
+
+def test_a_negative_number_of_timed_exchanges_is_refused(tmp_path, capsys):
+    assert main(["--exchange-rounds", "-1", "--out", str(tmp_path / "bench")]) == 2
+    assert "--exchange-rounds: 0 or more" in capsys.readouterr().err
+    assert not (tmp_path / "bench").exists()
