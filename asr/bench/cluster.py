@@ -36,7 +36,10 @@ For each point (`NxL`: N hosts of L learners; 2 cores: host n on core n mod 2):
                  that a step takes twice as long), for all learners and for the active and the
                  passive ones apart; bytes sent on host 0's link; and --exchange-rounds
                  exchanges of the weights timed alone on the link (link_probe.py: what the
-                 payload's time becomes on the wire, headers and acknowledgements included).
+                 payload's time becomes on the wire, headers and acknowledgements included,
+                 and the CPU time the machine spends on one, the emulated network's included;
+                 with several learners per host also the CPU time of the nodes' all-reduce and
+                 all-gather of one step).
                  At the fastest
                  link also SSGD
                  with torch's 25 MB buckets (distributed.bucket_cap_mb=25) beside the configured
@@ -200,9 +203,16 @@ def measure_link(s: Session, layout: str, frames: int, label: str, rate: float, 
     probe = {}
     if s.args.exchange_rounds:
         name = f"probe_{layout}_{frames}f_{rate:g}mbit"
-        exchange = s.launcher.exchange_times(s.cluster, name, per_host, s.params, s.args.exchange_rounds)
-        log.info("%s at %g Mbit/s: one exchange alone takes %.3f s", layout, rate, sum(exchange) / len(exchange))
-        probe = {"exchange_s": spread(exchange)}
+        alone = s.launcher.exchange_alone(s.cluster, name, per_host, s.params, s.args.exchange_rounds)
+        probe = {
+            "exchange_s": spread(alone["exchange_s"]),
+            "exchange_cpu_s": alone["machine_cpu_s_per_exchange"],
+            "node_step_cpu_s": alone.get("machine_cpu_s_per_node_step"),
+        }
+        log.info(
+            "%s at %g Mbit/s: one exchange alone takes %.3f s and %s CPU-s of the machine, the nodes' collectives %s",
+            *(layout, rate, probe["exchange_s"]["mean"], probe["exchange_cpu_s"], probe["node_step_cpu_s"]),
+        )
     runs = link_runs(chosen(s.args.algorithms, per_host), fast, s.args.delay_by_one)
     done: dict[str, list] = {name: [] for name in runs}
     compute: list[float] = []

@@ -109,15 +109,13 @@ class Launcher:
             self.torchrun(cluster, name, per_host, ["asr.train", *self.train_overrides(exp, frames, *extra)])
         return timings(exp), cluster.tx_bytes(0) - before
 
-    def exchange_times(
-        self, cluster: EmulatedCluster, name: str, per_host: int, parameters: int, rounds: int
-    ) -> list[float]:
-        """Seconds per weight exchange on the link as it is set now, `rounds` of them after a
-        warm-up, with nothing else running (asr/bench/link_probe.py)."""
+    def exchange_alone(self, cluster: EmulatedCluster, name: str, per_host: int, parameters: int, rounds: int) -> dict:
+        """`rounds` weight exchanges after a warm-up on the link as it is set now, with nothing
+        else running: the probe's report (asr/bench/link_probe.py)."""
         out = self.work / f"{name}.json"
         probe = ["asr.bench.link_probe", f"--parameters={parameters}", f"--rounds={rounds + 1}", f"--out={out}"]
         self.torchrun(cluster, name, per_host, probe)
-        return json.loads(out.read_text())["exchange_s"]
+        return json.loads(out.read_text())
 
     def torchrun(self, cluster: EmulatedCluster, name: str, per_host: int, module: list[str]) -> None:
         """`python -m module...` as one torchrun job of `per_host` processes on every host,

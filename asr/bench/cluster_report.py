@@ -136,6 +136,10 @@ def link_label(link: dict) -> str:
     what = {"fast": "a tenth of a step", "one_step": "one step"}.get(link["link"])
     transfer = f"weights in {link['weights_transfer_s']:.3g} s" if link["rate_mbit"] else "no limit"
     measured = f"; an exchange alone {link['exchange_s']['mean']:.3g} s" if "exchange_s" in link else ""
+    if link.get("exchange_cpu_s") is not None:
+        measured += f" and {link['exchange_cpu_s']:.2g} CPU-s"
+    if link.get("node_step_cpu_s") is not None:
+        measured += f"; the nodes' collectives of a step {link['node_step_cpu_s']:.2g} CPU-s"
     return f"{mbit(link['rate_mbit'])} ({transfer}{', ' + what if what else ''}{measured})"
 
 

@@ -140,6 +140,9 @@ def test_repeats_roles_and_the_h_adpsgd_straggler(toy_corpus, tmp_path):
     )
     exchange = link["exchange_s"]  # timed alone on the link: the probe's rounds, its warm-up left out
     assert len(exchange["repeats"]) == 10 and exchange["min"] > 0
+    # the machine's CPU time over the probe's rounds (/proc/stat), per exchange and per step of
+    # the nodes' all-reduce and all-gather (2 learners a node)
+    assert link["exchange_cpu_s"] >= 0 and link["node_step_cpu_s"] >= 0
     assert set(link["runs"]) == {"hadpsgd"}
     run = link["runs"]["hadpsgd"]
     check_run(run, compute["repeats"], 1, 4, {"active", "passive"})
@@ -158,7 +161,7 @@ def test_repeats_roles_and_the_h_adpsgd_straggler(toy_corpus, tmp_path):
         assert sum(steps) * UTTS == STRAGGLER_UTTS
     table = markdown(report)
     assert "| 2x2 | 2,688 (paper) |" in table and "H-ADPSGD" in table
-    assert f"an exchange alone {exchange['mean']:.3g} s" in table
+    assert f"an exchange alone {exchange['mean']:.3g} s and {link['exchange_cpu_s']:.2g} CPU-s" in table
     assert table.startswith("Step time over the compute-only step measured just before it")
 
 
