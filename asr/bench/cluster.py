@@ -143,6 +143,10 @@ def link_rates(rates: list[str], params: int, compute_s: float) -> list[tuple[st
     return [("given", float(r)) for r in dict.fromkeys(rates)]
 
 
+def cpu(seconds: float | None) -> str:
+    return "unknown" if seconds is None else f"{seconds:.3f}"
+
+
 def is_fastest(rate: float, links: list[tuple[str, float]]) -> bool:
     """Whether `rate` is the fastest of the links (0: unlimited, the fastest of all)."""
     return (rate or float("inf")) == max(r or float("inf") for _, r in links)
@@ -209,9 +213,10 @@ def measure_link(s: Session, layout: str, frames: int, label: str, rate: float, 
             "exchange_cpu_s": alone["machine_cpu_s_per_exchange"],
             "node_step_cpu_s": alone.get("machine_cpu_s_per_node_step"),
         }
+        node = f", the nodes' collectives of a step {cpu(probe['node_step_cpu_s'])}" if per_host > 1 else ""
         log.info(
-            "%s at %g Mbit/s: one exchange alone takes %.3f s and %s CPU-s of the machine, the nodes' collectives %s",
-            *(layout, rate, probe["exchange_s"]["mean"], probe["exchange_cpu_s"], probe["node_step_cpu_s"]),
+            "%s at %g Mbit/s: one exchange alone takes %.3f s and %s CPU-s of the machine%s",
+            *(layout, rate, probe["exchange_s"]["mean"], cpu(probe["exchange_cpu_s"]), node),
         )
     runs = link_runs(chosen(s.args.algorithms, per_host), fast, s.args.delay_by_one)
     done: dict[str, list] = {name: [] for name in runs}
