@@ -39,12 +39,10 @@ For each point (`NxL`: N hosts of L learners; 2 cores: host n on core n mod 2):
                  payload's time becomes on the wire, headers and acknowledgements included,
                  and the CPU time the machine spends on one, the emulated network's included;
                  with several learners per host also the CPU time of the nodes' all-reduce and
-                 all-gather of one step).
-                 At the fastest
-                 link also SSGD
-                 with torch's 25 MB buckets (distributed.bucket_cap_mb=25) beside the configured
-                 ones (auto: asr/distributed/ssgd.py): what the all-reduce overlapping the
-                 backward pass saves. `--delay-by-one`: ADPSGD / H-ADPSGD also with
+                 all-gather of one step). At the fastest link also SSGD with torch's 25 MB
+                 buckets (distributed.bucket_cap_mb=25) beside the configured ones (auto:
+                 asr/distributed/ssgd.py): what the all-reduce overlapping the backward pass
+                 saves. `--delay-by-one`: ADPSGD / H-ADPSGD also with
                  distributed.delay_by_one=true, whose exchange overlaps a whole step.
   straggler      (each layout, at its first frames value, at each of its links) one epoch over
                  --straggler-utts utterances with host 1's core shared with one CPU-bound
