@@ -39,6 +39,7 @@ STAGES = {
 # argparse entry points (tools that take paths): their own --help
 OTHERS = [
     "asr.bench",
+    "asr.bench.link_probe",
     "asr.report",
     "asr.data.validate",
     "asr.data.perturb",

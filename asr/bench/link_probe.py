@@ -33,13 +33,15 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
-from asr.distributed.exchange import PointToPoint
-from asr.distributed.hadpsgd import make_groups
-from asr.distributed.topology import Layout
 from asr.utils.atomic import write_text
+
+if TYPE_CHECKING:
+    from asr.distributed.exchange import PointToPoint
+    from asr.distributed.topology import Layout
+
+# torch is imported where it is used, so that --help answers without it (tests/test_help.py).
 
 WARMUP_ROUNDS = 1  # gloo connects a pair on its first message
 
@@ -69,6 +71,8 @@ def busy_cpu_seconds() -> float | None:
 def timed_rounds(rounds: int, work: Callable[[int], None]) -> tuple[list[float], float | None]:
     """`work(round)` after a barrier, `rounds` times: this learner's seconds per round, and the
     CPU seconds the machine was busy over the rounds after the warm-up (None: unknown)."""
+    import torch.distributed as dist
+
     times = []
     busy_from = None
     for step in range(rounds):
@@ -85,6 +89,8 @@ def timed_rounds(rounds: int, work: Callable[[int], None]) -> tuple[list[float],
 
 def swapping(layout: Layout, transport: PointToPoint, elements: int) -> Callable[[int], None]:
     """A round of exchanges: every learner of a paired node swaps its share with its counterpart."""
+    import torch
+
     mine, theirs = torch.randn(elements), torch.empty(elements)
 
     def swap(step: int) -> None:
@@ -98,6 +104,9 @@ def swapping(layout: Layout, transport: PointToPoint, elements: int) -> Callable
 def node_collectives(node_group, parameters: int, elements: int, learners: int) -> Callable[[int], None]:
     """What H-ADPSGD's node does every step besides the exchange: all-reduce the gradients
     (the whole model) and all-gather the learners' shares of the average."""
+    import torch
+    import torch.distributed as dist
+
     gradients, share = torch.randn(parameters), torch.randn(elements)
     shares = list(torch.empty(elements * learners).split(elements))
 
@@ -123,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=11, help="exchanges, the first one a warm-up (at least 2)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    import torch.distributed as dist
+
+    from asr.distributed.exchange import PointToPoint
+    from asr.distributed.hadpsgd import make_groups
+    from asr.distributed.topology import Layout
+
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     layout = Layout(rank, world, int(os.environ.get("LOCAL_WORLD_SIZE", 1)))

@@ -146,7 +146,8 @@ def straggler_jobs() -> dict[str, list[list[dict]]]:
 
 def assert_clean(learners: list[dict]) -> None:
     for learner in learners:
-        assert learner["exit"] == 0, learner
+        exited = f"learner {learner.get('rank')} exited with {learner['exit']}"
+        assert learner["exit"] == 0, f"{exited}; its stderr ends: {learner['stderr'][-3000:]}"
         assert not any(sign in learner["stderr"] for sign in ABORT_SIGNS), learner["stderr"][-2000:]
 
 
