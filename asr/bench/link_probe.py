@@ -132,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=11, help="exchanges, the first one a warm-up (at least 2)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    if args.rounds <= WARMUP_ROUNDS:
+        parser.error(f"--rounds {args.rounds}: at least {WARMUP_ROUNDS + 1} (the first is a warm-up)")
     import torch.distributed as dist
 
     from asr.distributed.exchange import PointToPoint

@@ -14,3 +14,14 @@ def test_every_learner_swaps_its_share_with_its_counterpart_as_training_does():
 def test_a_round_lasts_until_its_slowest_share_has_landed_and_the_warm_up_is_left_out():
     per_learner = [[2.0, 0.1, 0.5, 0.2], [2.5, 0.3, 0.4, 0.6]]
     assert round_times(per_learner) == [0.3, 0.5, 0.6]
+
+
+def test_fewer_rounds_than_a_warm_up_and_one_timed_are_refused(tmp_path, capsys):
+    import pytest
+
+    from asr.bench.link_probe import main
+
+    with pytest.raises(SystemExit) as end:
+        main(["--parameters", "10", "--rounds", "1", "--out", str(tmp_path / "probe.json")])
+    assert end.value.code == 2 and "--rounds 1: at least 2" in capsys.readouterr().err
+    assert not (tmp_path / "probe.json").exists()
