@@ -1,31 +1,39 @@
 """In which precision training computes (`train.precision`: fp32 | bf16 | fp16 | auto)."""
 
 import contextlib
+import logging
 
 import torch
 
-from asr.utils.device import cpu_isa, native_bf16
+from asr.utils.device import bf16_support
 from asr.utils.errors import InputError
+
+log = logging.getLogger(__name__)
 
 
 def training_precision(name: str, device: torch.device) -> str:
-    """fp32, bf16 or fp16; auto picks bf16 where the hardware has it, else fp16 on GPUs (with a
-    loss scaler: V100s and older) and fp32 on CPUs."""
-    if name == "auto":
-        if native_bf16(device):
-            return "bf16"
-        return "fp16" if device.type == "cuda" else "fp32"
-    if name not in ("fp32", "bf16", "fp16"):
+    """fp32, bf16 or fp16; auto picks bf16 where the hardware computes it (faster than fp32), else
+    fp16 on GPUs (with a loss scaler: V100s and older) and fp32 on CPUs, and logs why."""
+    if name not in ("fp32", "bf16", "fp16", "auto"):
         raise InputError(f"train.precision={name!r}; choose fp32, bf16, fp16 or auto")
     if name == "fp16" and device.type != "cuda":
         raise InputError(
             "train.precision=fp16 needs a CUDA device (CPUs' LSTM kernels have no float16); use bf16 or fp32"
         )
-    if name == "bf16" and device.type == "cpu" and not native_bf16(device):
+    if name == "fp32" or name == "fp16":
+        return name
+    bf16 = bf16_support(device)
+    if name == "auto":
+        chosen = "bf16" if bf16.native else "fp16" if device.type == "cuda" else "fp32"
+        log.info("train.precision=auto: %s, as %s", chosen, bf16.reason)
+        return chosen
+    if device.type == "cpu" and not bf16.runs:
         raise InputError(
-            f"train.precision=bf16: this CPU (kernels at {cpu_isa()}) has no bf16 LSTM kernel "
-            "(oneDNN needs AVX512-BF16 or AMX); use train.precision=auto or train.precision=fp32"
+            f"train.precision=bf16: {bf16.reason} (oneDNN needs AVX-512); "
+            "use train.precision=auto or train.precision=fp32"
         )
+    if device.type == "cpu" and not bf16.native:
+        log.warning("train.precision=bf16: %s; train.precision=auto trains in fp32 here", bf16.reason)
     return name
 
 

@@ -209,9 +209,9 @@ def test_a_batch_of_only_non_finite_losses_gives_no_update(root, monkeypatch):
 
 
 def test_training_precision_choice(monkeypatch):
-    from asr.train import precision as devices
+    from asr.train import precision
     from asr.train.precision import autocast, grad_scaler, training_precision
-    from asr.utils.device import native_bf16
+    from asr.utils.device import Bf16Support, native_bf16
 
     cpu = torch.device("cpu")
     assert training_precision("fp32", cpu) == "fp32"
@@ -222,7 +222,8 @@ def test_training_precision_choice(monkeypatch):
         training_precision("fp8", cpu)
     # A GPU without native bf16 (a V100) trains in fp16 with a loss scaler; an A100 in bf16.
     for native, expected in ((False, "fp16"), (True, "bf16")):
-        monkeypatch.setattr(devices, "native_bf16", lambda device, native=native: native)
+        support = Bf16Support(native, native, "a GPU")
+        monkeypatch.setattr(precision, "bf16_support", lambda device, support=support: support)
         assert training_precision("auto", torch.device("cuda")) == expected
     assert (
         grad_scaler("fp16", cpu) is not None and grad_scaler("bf16", cpu) is None and grad_scaler("fp32", cpu) is None
@@ -256,23 +257,33 @@ def test_fp32_on_a_gpu_is_ieee_fp32_not_tf32(device, precision, ieee):
             s.fp32_precision = value
 
 
-@pytest.mark.parametrize("has_bf16_lstm", [True, False])
-def test_cpu_precision_follows_the_bf16_probe(monkeypatch, has_bf16_lstm):
-    """The probe's answer, faked both ways, decides `auto` and whether `bf16` is refused."""
+@pytest.mark.parametrize(
+    "native,runs,expected",
+    [(True, True, "bf16"), (False, True, "fp32"), (False, False, "fp32")],
+    ids=["bf16 hardware", "emulated bf16", "no bf16 kernel"],
+)
+def test_cpu_precision_follows_the_bf16_hardware(monkeypatch, caplog, native, runs, expected):
+    """`auto` picks bf16 only where the CPU computes it and logs why; `bf16` runs where oneDNN
+    emulates it, with a warning naming the slowdown, and is refused where no kernel exists."""
+    from asr.train import precision
     from asr.train.precision import training_precision
-    from asr.utils import device as devices
+    from asr.utils.device import Bf16Support
 
-    monkeypatch.setattr(devices, "cpu_bf16_lstm", lambda: has_bf16_lstm)
-    monkeypatch.setattr(devices.torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    support = Bf16Support(native, runs, "the reason")
+    monkeypatch.setattr(precision, "bf16_support", lambda device: support)
     cpu = torch.device("cpu")
-    assert training_precision("auto", cpu) == ("bf16" if has_bf16_lstm else "fp32")
-    if has_bf16_lstm:
-        assert training_precision("bf16", cpu) == "bf16"
-    else:
-        with pytest.raises(
-            InputError, match=r"train.precision=bf16: this CPU .* no bf16 LSTM kernel.*train.precision=auto"
-        ):
+    caplog.set_level("INFO", logger=precision.__name__)
+    assert training_precision("auto", cpu) == expected
+    assert f"train.precision=auto: {expected}, as the reason" in caplog.text
+    caplog.clear()
+    if not runs:
+        with pytest.raises(InputError, match=r"train.precision=bf16: the reason .*train.precision=auto"):
             training_precision("bf16", cpu)
+        return
+    assert training_precision("bf16", cpu) == "bf16"
+    warned = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert bool(warned) == (not native)
+    assert not warned or "the reason; train.precision=auto trains in fp32 here" in warned[0].getMessage()
 
 
 def test_bf16_probe_agrees_with_a_real_bf16_lstm():
