@@ -24,7 +24,7 @@ from asr.data.synth import layouts
 from asr.data.synth import speakers as sp
 from asr.data.synth import tokens as tk
 from asr.data.synth import phones as ph
-from asr.data.synth.corpus import SPEAKERS_FILE, plan_corpus, synthesize_corpus, why_synthesize
+from asr.data.synth.corpus import SPEAKERS_FILE, add_dictionary, plan_corpus, synthesize_corpus, why_synthesize
 from asr.data.synth.dictionary import dictionary_path
 from asr.data.synth.render import MARGIN, UtteranceRenderer, smoothed_power
 from asr.utils.errors import InputError
@@ -632,6 +632,19 @@ def test_dictionary_has_the_timed_phones_of_most_words(corpus):
     spoken = {p for _, phones in timed for p in phones}
     known = {p for word_prons in prons.values() for pron in word_prons for p in pron}
     assert spoken <= known  # linking `r-` too, from the in-context forms
+
+
+def test_dictionary_in_parallel_parts_is_the_one_a_single_process_writes(corpus, tmp_path):
+    """add_dictionary splits the transcripts over its processes and merges the parts in order;
+    each part starts a fresh eSpeak engine, which must not change a phone."""
+    plan = plan_corpus(tiny_config(corpus))
+    written = {}
+    for processes in (1, 3):
+        root = tmp_path / str(processes)
+        shutil.copytree(corpus / layouts.MS98_DIR, root / layouts.MS98_DIR)
+        dictionary_path(root).unlink()
+        written[processes] = add_dictionary(root, plan, processes).read_bytes()
+    assert written[1] == written[3] == dictionary_path(corpus).read_bytes()
 
 
 def test_resampling_to_8k_equals_scipys_own_filter_design():

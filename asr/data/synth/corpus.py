@@ -23,7 +23,13 @@ from tqdm import tqdm
 
 from asr.data.synth import grammar as gr
 from asr.data.synth import layouts
-from asr.data.synth.dictionary import write_dictionary
+from asr.data.synth.dictionary import (
+    merged_lines,
+    training_transcripts,
+    transcript_pronunciations,
+    word_pronunciations,
+    write_dictionary_lines,
+)
 from asr.data.synth.quirks import QUIRK_CONVERSATIONS, QUIRKS, apply_quirks
 from asr.data.synth.channel import RATE
 from asr.data.synth.conversation import Conversation, ConversationSpec, render_conversation
@@ -236,13 +242,19 @@ def side_accents(plan: CorpusPlan) -> dict[str, str]:
     return out
 
 
-def add_dictionary(root: Path, plan: CorpusPlan) -> Path:
-    """Write the corpus' pronunciation dictionary, phonemised in a fresh process: eSpeak's state
+def add_dictionary(root: Path, plan: CorpusPlan, processes: int) -> Path:
+    """Write the corpus' pronunciation dictionary, phonemised in fresh processes: eSpeak's state
     carries from call to call, and the caller's own engine (a test rendering in-process) must
-    not see these calls."""
+    not see these calls. The training transcripts are split into one contiguous part per
+    process and merged in order, so the file is the one a single process writes."""
+    transcripts = list(training_transcripts(root, side_accents(plan)))
+    size = max(1, -(-len(transcripts) // max(processes, 1)))
+    parts = [transcripts[i : i + size] for i in range(0, len(transcripts), size)]
     context = mp.get_context("forkserver")
-    with context.Pool(processes=1, maxtasksperchild=1) as pool:
-        return pool.apply(write_dictionary, (root, plan_accents(plan), side_accents(plan)))
+    with context.Pool(processes=max(processes, 1), maxtasksperchild=1) as pool:
+        words = pool.apply_async(word_pronunciations, (plan_accents(plan),))
+        in_context = pool.map(transcript_pronunciations, parts, chunksize=1)
+        return write_dictionary_lines(root, merged_lines(words.get(), in_context))
 
 
 # ---- summary ------------------------------------------------------------------------
@@ -392,7 +404,7 @@ def synthesize_corpus(cfg: DictConfig) -> dict:
         if cfg.quirks:
             summary["quirks"] = apply_quirks(tmp, list(cfg.quirks), kept, plan.train_numbers)
             (tmp / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="ascii")
-        add_dictionary(tmp, plan)
+        add_dictionary(tmp, plan, int(cfg.jobs))
         write_record(tmp, STAGE, RERUN, corpus_options(cfg), [], outputs_of(tmp, sizes_only=AUDIO))
     elapsed = time.perf_counter() - started
     audio_hours = sum(summary[s]["audio_hours"] for s in subsets_of(plan.conversations))

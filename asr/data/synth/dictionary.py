@@ -93,28 +93,48 @@ def context_prons(engine: Espeak, words: list[str], accent: str) -> list[tuple[s
     return out
 
 
+Pronunciations = dict[str, dict[tuple[str, ...], None]]  # word -> its phone sequences, in order
+ContextProns = list[tuple[str, tuple[str, ...]]]  # (word, phones) as spoken in a segment, in order
+
+
+def word_pronunciations(accents: list[str], engine: Espeak | None = None) -> Pronunciations:
+    """Each vocabulary word as every accent says it on its own."""
+    engine = engine or Espeak.instance()
+    return {
+        word: dict.fromkeys(phonemise(engine, spoken, accent) for accent in accents)
+        for word, spoken in spoken_forms().items()
+    }
+
+
+def transcript_pronunciations(transcripts: list[tuple[list[str], str]], engine: Espeak | None = None) -> ContextProns:
+    """Every word of these segments as its speaker's accent says it in context, in segment order:
+    a part of the transcripts can be phonemised in a process of its own."""
+    engine = engine or Espeak.instance()
+    return [pron for words, accent in transcripts for pron in context_prons(engine, words, accent)]
+
+
+def merged_lines(prons: Pronunciations, parts: list[ContextProns]) -> list[str]:
+    """`word  phones` lines, sorted by word: the words' own pronunciations, then those the
+    transcripts add, part after part."""
+    for part in parts:
+        for word, phones in part:
+            if word in prons:
+                prons[word][phones] = None
+    return [f"{word}  {' '.join(pron)}" for word in sorted(prons, key=str.encode) for pron in prons[word]]
+
+
 def dictionary_lines(
     accents: list[str], transcripts: list[tuple[list[str], str]] = (), engine: Espeak | None = None
 ) -> list[str]:
     """`word  phones` lines, sorted by word: each word's pronunciations for every accent, then
     those it has in the transcripts ((words, accent) a segment)."""
     engine = engine or Espeak.instance()
-    prons: dict[str, dict[tuple[str, ...], None]] = {}
-    for word, spoken in spoken_forms().items():
-        prons[word] = dict.fromkeys(phonemise(engine, spoken, accent) for accent in accents)
-    for words, accent in transcripts:
-        for word, phones in context_prons(engine, words, accent):
-            if word in prons:
-                prons[word][phones] = None
-    return [f"{word}  {' '.join(pron)}" for word in sorted(prons, key=str.encode) for pron in prons[word]]
+    return merged_lines(word_pronunciations(accents, engine), [transcript_pronunciations(list(transcripts), engine)])
 
 
-def write_dictionary(root: Path, accents: list[str], side_accents: dict[str, str] | None = None) -> Path:
-    """Write the corpus' dictionary (atomically) for these accents and the training transcripts
-    under `root` (`side_accents`: transcript file name prefix swNNNN{A,B} -> accent)."""
+def write_dictionary_lines(root: Path, lines: list[str]) -> Path:
     path = dictionary_path(root)
-    transcripts = list(training_transcripts(root, side_accents or {}))
-    write_text(path, HEADER + "\n".join(dictionary_lines(sorted(set(accents)), transcripts)) + "\n")
+    write_text(path, HEADER + "\n".join(lines) + "\n")
     return path
 
 
