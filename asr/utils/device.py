@@ -79,11 +79,6 @@ def cpu_bf16_support(flags: frozenset[str], environ) -> Bf16Support:
     return Bf16Support(True, True, f"this CPU computes bf16 in hardware ({', '.join(found)})")
 
 
-def native_bf16(device: torch.device) -> bool:
-    """Whether the device computes bfloat16 in hardware, so that bf16 is faster than fp32."""
-    return bf16_support(device).native
-
-
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     """The first CPU's feature flags (Linux; elsewhere none, so bf16 is never taken for native)."""
     try:

@@ -169,8 +169,8 @@ def test_repeats_roles_and_the_h_adpsgd_straggler(toy_corpus, tmp_path):
 def test_links_per_step_size_ssgd_buckets_and_replot(toy_corpus, tmp_path):
     """SSGD at a given step size of one layout, at its own one-step link and ten times it,
     beside itself with torch's 25 MB buckets at the fast link; the figure and the tables drawn
-    again from the json alone. One step size: each size is a point with runs of its own (about
-    100 s of CPU here), and how sizes become points is test_frames_default_to_the_papers_steps_per_layout's."""
+    again from the json alone. One step size: each size is a point with runs of its own, and
+    how sizes become points is test_frames_default_to_the_papers_steps_per_layout's."""
     needs_namespaces()
     report = bench(
         tmp_path, toy_corpus, *("--layouts", "2x1", "--frames", "3000", "--repeats", "1"),

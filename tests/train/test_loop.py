@@ -211,13 +211,13 @@ def test_a_batch_of_only_non_finite_losses_gives_no_update(root, monkeypatch):
 def test_training_precision_choice(monkeypatch):
     from asr.train import precision
     from asr.train.precision import autocast, grad_scaler, training_precision
-    from asr.utils.device import Bf16Support, native_bf16
+    from asr.utils.device import Bf16Support, bf16_support
 
     cpu = torch.device("cpu")
     assert training_precision("fp32", cpu) == "fp32"
     with pytest.raises(InputError, match="train.precision=fp16 needs a CUDA device"):
         training_precision("fp16", cpu)  # oneDNN has no float16 LSTM on most CPUs
-    assert training_precision("auto", cpu) == ("bf16" if native_bf16(cpu) else "fp32")
+    assert training_precision("auto", cpu) == ("bf16" if bf16_support(cpu).native else "fp32")
     with pytest.raises(InputError, match="train.precision='fp8'"):
         training_precision("fp8", cpu)
     # A GPU without native bf16 (a V100) trains in fp16 with a loss scaler; an A100 in bf16.

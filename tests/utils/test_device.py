@@ -4,10 +4,9 @@ faked, for every kind of CPU the project's machines have."""
 import re
 
 import pytest
-import torch
 
 from asr.utils import device as devices
-from asr.utils.device import bf16_support, cpu_bf16_support, cpu_flags, onednn_isa_cap
+from asr.utils.device import cpu_bf16_support, cpu_flags, onednn_isa_cap
 
 AMX = frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile"})
 ZEN4 = frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16"})
@@ -50,11 +49,3 @@ def test_cpu_flags_reads_the_first_flags_line(tmp_path):
     info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\nflags\t\t: fpu\n")
     assert cpu_flags(info) == {"fpu", "avx2", "avx512_bf16"}
     assert cpu_flags(tmp_path / "missing") == frozenset()
-
-
-def test_this_cpu_native_bf16_implies_flags_and_a_kernel():
-    """On the machine the suite runs on: native only where the flags say so and the LSTM runs."""
-    support = bf16_support(torch.device("cpu"))
-    if support.native:
-        assert support.runs and set(devices.CPU_BF16_FLAGS) & cpu_flags()
-    assert support.runs == devices.cpu_bf16_lstm()

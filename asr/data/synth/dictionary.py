@@ -123,15 +123,6 @@ def merged_lines(prons: Pronunciations, parts: list[ContextProns]) -> list[str]:
     return [f"{word}  {' '.join(pron)}" for word in sorted(prons, key=str.encode) for pron in prons[word]]
 
 
-def dictionary_lines(
-    accents: list[str], transcripts: list[tuple[list[str], str]] = (), engine: Espeak | None = None
-) -> list[str]:
-    """`word  phones` lines, sorted by word: each word's pronunciations for every accent, then
-    those it has in the transcripts ((words, accent) a segment)."""
-    engine = engine or Espeak.instance()
-    return merged_lines(word_pronunciations(accents, engine), [transcript_pronunciations(list(transcripts), engine)])
-
-
 def write_dictionary_lines(root: Path, lines: list[str]) -> Path:
     path = dictionary_path(root)
     write_text(path, HEADER + "\n".join(lines) + "\n")
