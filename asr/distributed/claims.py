@@ -8,7 +8,10 @@ straggler until the plan is used up (the epoch end).
 
 One counter per epoch (`epoch<E>`); the store is new for every torchrun attempt, and a resumed
 run re-plans what is left of the epoch, so counters never carry over between plans.
-`limit` caps the claims of this run (train.max_steps: node batches over all nodes). A stop
+`limit` caps the claims of this run (train.max_steps: node batches over all nodes). Whether
+the limit ended the run is decided from what every node knows alike (the limit, the plan's size,
+the plans of this run's finished epochs), never from the index a node drew last: at a plan's end
+each node draws one index past it, and those indices differ between nodes. A stop
 request (preemption: any learner got SIGTERM/SIGUSR1) is a key of the same store: every
 leader's next claim sees it and ends its node's plan there, so no node waits for another.
 """
@@ -68,10 +71,14 @@ class BatchClaims:
                 self.stop_seen = True
                 return NO_MORE
             index = int(self.store.add(f"epoch{self.epoch}", 1)) - 1
-        if self.limit and self.claimed_in_run + index >= self.limit:
-            self.limit_reached = True
-            return NO_MORE
-        return index if index < plan_size else NO_MORE
+        if index < min(plan_size, self.limit_left()):
+            return index
+        self.limit_reached = self.limit_left() < plan_size
+        return NO_MORE
+
+    def limit_left(self) -> float:
+        """Batches the run's limit leaves for this epoch (inf: no limit)."""
+        return self.limit - self.claimed_in_run if self.limit else float("inf")
 
     def _share_in_node(self, index: int) -> int:
         if self.control_group is None:

@@ -553,12 +553,13 @@ class Trainer:
         if self.claims is not None:
             # A node that used up the plan before another published its stop must stop too, or
             # it would wait for the others at the epoch end's average: all learners agree here
-            # (every one ends its plan, by the plan's end or by the stop).
+            # (every one ends its plan, by the plan's end, the run's limit or the stop).
             stop = self.claims.stop_seen or self.stop.requested
-            self.preempted = self.dist.all_reduce_sum([float(stop)])[0] > 0
+            stops, limits = self.dist.all_reduce_sum([float(stop), float(self.claims.limit_reached)])
+            self.preempted = stops > 0
             if self.preempted:
                 self.stop.request(PEER_SIGNAL)
-            self.stopped = self.claims.limit_reached or self.preempted
+            self.stopped = limits > 0 or self.preempted
         bar.close()
 
     def read_ahead(self) -> int:

@@ -64,6 +64,48 @@ def test_a_limit_stops_every_node_at_the_same_total():
     assert nodes[0](plan_size=40) is None  # 40 claimed in the run already, beyond the limit
 
 
+def run_epochs(nodes: list[BatchClaims], plan: int, epochs: int, seed: int) -> tuple[list[int], list[set[bool]]]:
+    """The nodes claim each epoch's plan in a random order until every one is told no more, as
+    their leaders' threads would; returns the batches trained per epoch and, per epoch, the
+    set of answers the nodes got to "did the run's limit end it"."""
+    order = np.random.default_rng(seed)
+    trained, verdicts = [], []
+    for epoch in range(epochs):
+        for c in nodes:
+            c.start_epoch(epoch)
+        open_nodes, count = list(nodes), 0
+        while open_nodes:
+            c = open_nodes[order.integers(len(open_nodes))]
+            if c(plan_size=plan) is None:
+                open_nodes.remove(c)
+            else:
+                count += 1
+        trained.append(count)
+        verdicts.append({c.limit_reached for c in nodes})
+        if any(c.limit_reached for c in nodes):
+            break
+        for c in nodes:
+            c.end_epoch(plan)
+    return trained, verdicts
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_every_node_agrees_whether_the_limit_ended_the_run_at_every_limit_around_the_plans_end(nodes):
+    """max_steps from P-1 to P+K (K nodes): at the plan's end each node draws one index past it,
+    K different ones; whether the run stopped must not depend on which a node drew."""
+    plan = 10
+    for limit in range(plan - 1, plan + nodes + 1):
+        for seed in range(5):
+            store = dist.HashStore()
+            claims = [claimer(store, limit=limit) for _ in range(nodes)]
+            trained, verdicts = run_epochs(claims, plan, epochs=3, seed=seed)
+            assert all(len(v) == 1 for v in verdicts), (limit, seed, verdicts)
+            assert sum(trained) == limit, (limit, seed, trained)
+            # The limit inside a plan stops that epoch; at the plan's end the epoch ends as
+            # planned and the next one stops before its first batch.
+            assert trained[0] == min(plan, limit) and verdicts[-1] == {True}
+
+
 def test_a_node_of_several_learners_shares_one_claim():
     """Each learner of a node takes its stride share of the node's batch."""
     sampler = BucketBatchSampler(list(range(10, 74)), 10_000, 4, seed=1, num_replicas=2, rank=1)
