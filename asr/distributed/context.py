@@ -97,7 +97,12 @@ class HangWatchdog:
     (each waits in a collective or went silent: a deadlock, a stopped process, a lost host), and
     after distributed.timeout_s and a grace in any case. Every learner publishes what it is doing
     in the job's store every HEARTBEAT_S (from this thread, so a learner stuck in its own
-    computation still answers); the message names the learner that is behind."""
+    computation still answers); the message names the learner that is behind.
+
+    A heartbeat carries a counter, not a time: a learner is silent when its counter has not
+    moved for three heartbeats of the reader's own clock, so hosts whose clocks disagree never
+    look silent to each other. A reader reads every other learner's heartbeat at most once a
+    heartbeat, in one store round trip."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -113,12 +118,28 @@ class HangWatchdog:
         self.rank, self.world_size = 0, 1
         self.stalled_state: tuple | None = None  # the other learners' waits, unchanged...
         self.stalled_since = 0.0  # ...since then
+        self.published = 0  # heartbeats this learner has published
+        self.seen: dict[int, tuple[int, float]] = {}  # rank -> (its heartbeat counter, when it last moved)
+        self.read_at = -math.inf
+        self.read: dict[int, dict] = {}
+        self.stopping = threading.Event()
 
     def arm(self, limit_s: float, poll_s: float = 1.0) -> None:
         self.limit_s = limit_s
         if self.thread is None:
+            self.stopping.clear()
             self.thread = threading.Thread(target=self._watch, args=(poll_s,), name="asr-hang-watchdog", daemon=True)
             self.thread.start()
+
+    def disarm(self, timeout_s: float = 10.0) -> None:
+        """Stop the thread before the process group goes: a daemon thread still inside a store
+        call when the interpreter exits is killed inside C++ code, and the process aborts
+        ("terminate called without an active exception") after its work is done."""
+        thread, self.thread = self.thread, None
+        if thread is not None:
+            self.stopping.set()
+            thread.join(timeout_s)
+        self.store = None
 
     def attach(self, store, rank: int, world_size: int) -> None:
         self.store, self.rank, self.world_size = store, rank, world_size
@@ -148,8 +169,7 @@ class HangWatchdog:
 
     def _watch(self, poll_s: float) -> None:
         published = -math.inf
-        while True:
-            time.sleep(poll_s)
+        while not self.stopping.wait(poll_s):
             if self.store is not None and time.monotonic() - published >= HEARTBEAT_S:
                 published = time.monotonic()
                 self._publish()
@@ -187,13 +207,29 @@ class HangWatchdog:
         return 0.0 if state is None else time.monotonic() - self.stalled_since
 
     def heartbeats(self) -> dict[int, dict]:
-        """The other learners' last heartbeats (rank -> beat); those not published yet are missing."""
+        """The other learners' last heartbeats (rank -> beat, with `silent_s`: for how long its
+        counter has not moved, on this learner's clock); those not published yet are missing.
+        Read from the store at most once a heartbeat."""
+        now = time.monotonic()
+        if now - self.read_at >= HEARTBEAT_S:
+            self.read_at, self.read = now, self._read_beats()
         beats = {}
-        for rank in range(self.world_size):
-            key = f"heartbeat/{rank}"
-            if rank != self.rank and self.store is not None and self.store.check([key]):
-                beats[rank] = json.loads(self.store.get(key))
+        for rank, beat in self.read.items():
+            counter, since = self.seen.get(rank, (None, now))
+            if counter != beat["beat"]:
+                since = self.read_at
+                self.seen[rank] = beat["beat"], since
+            beats[rank] = beat | {"silent_s": now - since}
         return beats
+
+    def _read_beats(self) -> dict[int, dict]:
+        ranks = [r for r in range(self.world_size) if r != self.rank]
+        keys = [f"heartbeat/{r}" for r in ranks]
+        if self.store is None or not keys:
+            return {}
+        if self.store.check(keys):  # one round trip for all (a missing key would block multi_get)
+            return {r: json.loads(v) for r, v in zip(ranks, self.store.multi_get(keys))}
+        return {r: json.loads(self.store.get(k)) for r, k in zip(ranks, keys) if self.store.check([k])}
 
     def others_waiting(self) -> tuple | None:
         """Every other learner's (step, what it does) if each has published and now waits in a
@@ -204,17 +240,17 @@ class HangWatchdog:
             return None
         if len(beats) < self.world_size - 1:
             return None  # a learner still starting up (importing, loading) has not published
-        now = time.time()
-        if not all(beat.get("waiting", False) or now - beat["t"] > 3 * HEARTBEAT_S for beat in beats.values()):
+        if not all(beat["waiting"] or beat["silent_s"] > 3 * HEARTBEAT_S for beat in beats.values()):
             return None
         return tuple((rank, beat["step"], beat["doing"]) for rank, beat in sorted(beats.items()))
 
     def _publish(self) -> None:
         doing, waiting = self.doing()
+        self.published += 1
         try:
             self.store.set(
                 f"heartbeat/{self.rank}",
-                json.dumps({"t": time.time(), "step": self.step, "doing": doing, "waiting": waiting}),
+                json.dumps({"beat": self.published, "step": self.step, "doing": doing, "waiting": waiting}),
             )
         except Exception:  # noqa: BLE001  (a store gone at the end of the job: nothing to tell)
             pass
@@ -228,9 +264,8 @@ class HangWatchdog:
             return f"the other learners' state is unknown ({type(err).__name__}); see their logs"
         if not beats:
             return "see the other learners' logs"
-        now = time.time()
-        rank, beat = min(beats.items(), key=lambda kv: (now - kv[1]["t"] < 3 * HEARTBEAT_S, kv[1]["step"]))
-        silent = now - beat["t"]
+        rank, beat = min(beats.items(), key=lambda kv: (kv[1]["silent_s"] <= 3 * HEARTBEAT_S, kv[1]["step"]))
+        silent = beat["silent_s"]
         state = (
             f"no heartbeat for {silent:.0f} s, last at {beat['doing']}" if silent > 3 * HEARTBEAT_S else beat["doing"]
         )
@@ -351,6 +386,7 @@ class DistributedContext:
             dist.all_reduce(torch.zeros(1))
 
     def close(self) -> None:
+        WATCHDOG.disarm()
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -370,6 +406,17 @@ def restart_safe_store(world_size: int, timeout: timedelta):
         os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False, timeout=timeout
     )
     return dist.PrefixStore(f"asr/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+
+
+def check_gpus_for_nccl(backend: str, local_world_size: int, gpus: int) -> None:
+    """NCCL serves one learner per GPU: with more learners on a node than GPUs, two ranks would
+    share one and NCCL would fail at the first collective with a duplicate-GPU error."""
+    if "nccl" in backend and local_world_size > gpus:
+        raise InputError(
+            f"torchrun started {local_world_size} learners on this node but it has {gpus} visible GPU(s); "
+            f"NCCL needs one GPU per learner: pass --nproc-per-node={gpus} (or CUDA_VISIBLE_DEVICES naming "
+            f"{local_world_size}), or share GPUs over distributed.backend=gloo"
+        )
 
 
 def validate_launch(algorithm: str, world_size: int) -> None:
@@ -407,6 +454,7 @@ def init_distributed(cfg) -> DistributedContext:
             log.info("distributed=%s with one process: training as a single learner", dcfg.algorithm)
         return ctx
     ctx.backend = choose_backend(dcfg.backend, device)
+    check_gpus_for_nccl(ctx.backend, ctx.local_world_size, torch.cuda.device_count() if device.type == "cuda" else 0)
     if "nccl" in ctx.backend:
         os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "2"  # NCCL errors raised in our thread (see above)
     WATCHDOG.arm(ctx.timeout_s + WATCHDOG_GRACE_S)

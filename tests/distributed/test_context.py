@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from asr.distributed.context import DistributedContext, choose_backend, init_distributed
+from asr.distributed import context
+from asr.distributed.context import DistributedContext, check_gpus_for_nccl, choose_backend, init_distributed
 from asr.utils.errors import InputError
 
 
@@ -19,6 +20,27 @@ def test_backend_follows_the_device():
         choose_backend("nccl", torch.device("cpu"))
     with pytest.raises(InputError, match="choose auto, gloo or nccl"):
         choose_backend("mpi", torch.device("cpu"))
+
+
+def test_more_learners_on_a_node_than_gpus_under_nccl_is_an_input_error_naming_both():
+    with pytest.raises(InputError, match="started 4 learners on this node but it has 2 visible GPU"):
+        check_gpus_for_nccl("cpu:gloo,cuda:nccl", 4, 2)
+    check_gpus_for_nccl("cpu:gloo,cuda:nccl", 2, 2)
+    check_gpus_for_nccl("gloo", 4, 1)  # learners may share a GPU over gloo (tests/gpu does)
+    check_gpus_for_nccl("gloo", 2, 0)
+
+
+def test_a_launch_with_more_learners_than_gpus_stops_before_joining(monkeypatch):
+    """What torchrun --nproc-per-node=4 on a node of 2 GPUs meets: the error, not NCCL's."""
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setattr(context, "select_device", lambda requested: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(context.dist, "init_process_group", lambda **kw: pytest.fail("joined the group"))
+    with pytest.raises(InputError, match="4 learners on this node but it has 2 visible GPU"):
+        init_distributed(cfg("ssgd"))
 
 
 def cfg(algorithm):

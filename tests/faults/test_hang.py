@@ -5,6 +5,7 @@ hang after STEP_HANG_MIN_S once no other learner computes or moves on."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -31,8 +32,12 @@ def test_the_limit_inside_the_steps_follows_the_slowest_step():
     assert watchdog.current_limit()[0] == 1860.0
 
 
-def beat(store, rank: int, step: int, doing: str, waiting: bool, age_s: float = 0.0) -> None:
-    record = {"t": time.time() - age_s, "step": step, "doing": doing, "waiting": waiting}
+BEATS = itertools.count(1)
+
+
+def beat(store, rank: int, step: int, doing: str, waiting: bool) -> None:
+    """A heartbeat as a learner's watchdog publishes it (a counter that moves with each one)."""
+    record = {"beat": next(BEATS), "step": step, "doing": doing, "waiting": waiting}
     store.set(f"heartbeat/{rank}", json.dumps(record))
 
 
@@ -49,10 +54,12 @@ def epoch_end(monkeypatch):
     return watchdog, store
 
 
-def hung_after(watchdog, waited: float = 1.0, polls: int = 5) -> str:
-    """The watchdog's verdict on a wait of `waited` s at the epoch end, polled as its thread does."""
+def hung_after(watchdog, waited: float = 1.0, polls: int = 10, beating=lambda: None) -> str:
+    """The watchdog's verdict on a wait of `waited` s at the epoch end, polled as its thread
+    does; `beating` publishes the heartbeats of the learners still alive before each poll."""
     why = ""
     for _ in range(polls):
+        beating()
         why = watchdog._why_hung(waited, watchdog.limit_s, 1800.0)
         time.sleep(0.05)
     return why
@@ -70,8 +77,8 @@ def test_at_an_epoch_end_a_wait_is_a_hang_once_every_other_learner_waits_unchang
 def test_at_an_epoch_end_waiting_for_a_learner_that_computes_is_no_hang(epoch_end):
     watchdog, store = epoch_end
     beat(store, 1, 7, "outside the training steps, waiting for every learner at the epoch end", True)
-    beat(store, 2, 7, "outside the training steps, computing (not in a collective)", False)  # evaluating
-    assert hung_after(watchdog) == ""
+    evaluating = lambda: beat(store, 2, 7, "outside the training steps, computing (not in a collective)", False)  # noqa: E731
+    assert hung_after(watchdog, beating=evaluating) == ""
 
 
 def test_learners_moving_through_collectives_are_no_hang(epoch_end):
@@ -87,9 +94,46 @@ def test_a_silent_learner_is_a_hang_and_one_not_yet_started_is_not(epoch_end):
     watchdog, store = epoch_end
     beat(store, 1, 7, "outside the training steps, waiting for every learner at the epoch end", True)
     assert hung_after(watchdog) == ""  # learner 2 has not published: still starting up
-    beat(store, 2, 3, "step 4, computing (not in a collective)", False, age_s=60.0)  # stopped or lost
+    beat(store, 2, 3, "step 4, computing (not in a collective)", False)  # then stops or is lost
+    assert hung_after(watchdog, polls=3) == ""  # silent for less than three heartbeats: computing
     assert hung_after(watchdog) == "after 0.2 s no learner computes any more"
-    assert "learner 2 is behind (no heartbeat for 60 s, last at step 4" in watchdog.laggard()
+    assert re.search(r"learner 2 is behind \(no heartbeat for [\d.]+ s, last at step 4", watchdog.laggard())
+
+
+def test_a_learner_whose_clock_differs_is_not_silent_while_it_beats(epoch_end):
+    """Heartbeats are compared by their counters on the reader's clock: a host whose clock is
+    minutes off, publishing its wall time in the record, changes nothing."""
+    watchdog, store = epoch_end
+    beat(store, 1, 7, "outside the training steps, waiting for every learner at the epoch end", True)
+    for _ in range(10):
+        record = {"beat": next(BEATS), "t": time.time() - 900, "step": 7, "doing": "evaluating", "waiting": False}
+        store.set("heartbeat/2", json.dumps(record))
+        assert watchdog._why_hung(1.0, watchdog.limit_s, 1800.0) == ""
+        time.sleep(0.05)
+    assert "learner 1 is behind" in watchdog.laggard() or "learner 2 is behind (evaluating)" in watchdog.laggard()
+
+
+def test_a_reader_reads_the_store_at_most_once_a_heartbeat(epoch_end, monkeypatch):
+    watchdog, store = epoch_end
+    beat(store, 1, 7, "waiting", True)
+    beat(store, 2, 7, "waiting", True)
+    reads = []
+    read = watchdog._read_beats
+    monkeypatch.setattr(watchdog, "_read_beats", lambda: reads.append(1) or read())
+    monkeypatch.setattr(context, "HEARTBEAT_S", 10.0)
+    for _ in range(20):
+        watchdog.others_waiting()
+    assert len(reads) == 1
+
+
+def test_the_watchdog_thread_ends_before_the_process_group_does():
+    watchdog = context.HangWatchdog()
+    watchdog.arm(1000.0, poll_s=0.01)
+    watchdog.attach(dist.HashStore(), 0, 2)
+    thread = watchdog.thread
+    time.sleep(0.05)
+    watchdog.disarm()
+    assert not thread.is_alive() and watchdog.store is None
 
 
 @pytest.mark.slow
