@@ -20,11 +20,12 @@ the average lands one step late (Zhang et al., ICASSP 2020). The exchange still 
 applied (`drain()`) before anything that needs a learner's weights to be its whole state: the
 epoch-end average, a node checkpoint (`quiesce()`), the end of training.
 
-There is no barrier between epoch ends. At an epoch end (`average_for_epoch_end`, the one
-collective of an epoch) every learner waits for its exchanges to land and the learners'
-weights are averaged: the model ADPSGD's analysis is about (pairwise averaging keeps the sum of
-the weights), which is evaluated and saved as the epoch's checkpoint. Learners then continue
-from their own weights, unless distributed.restart_from_average says otherwise.
+There is no barrier between epoch ends. At an epoch end (`average_for_epoch_end`) every
+learner waits for its exchanges to land on both sides (`settle`, also before the node
+checkpoints of a stop) and the learners' weights are averaged: the model ADPSGD's analysis is
+about (pairwise averaging keeps the sum of the weights), which is evaluated and saved as the
+epoch's checkpoint. Learners then continue from their own weights, unless
+distributed.restart_from_average says otherwise.
 
 With one learner per node this is ADPSGD; with one node, no exchange happens and the node's
 all-reduce makes it SSGD.
@@ -111,7 +112,7 @@ class AdpsgdUpdater(Updater):
         self._begun = False
         self._slots: list = []  # an active's buffers: two, as up to two exchanges are in flight
         self._taken: Tensor | None = None  # an H-ADPSGD passive's copy of its share of the pending average
-        self._gathered: tuple[Tensor, list[Tensor]] | None = None  # the node's shares laid end to end
+        self._gathered: Tensor | None = None  # the node's shares laid end to end
         # Made at once: a passive's server must answer from the start, even when its own node
         # has not claimed a batch yet (or none at all in an epoch) and waits at the epoch end.
         self.exchanger = self._make_exchanger()
@@ -224,12 +225,11 @@ class AdpsgdUpdater(Updater):
             padded = torch.zeros(self.share_size, dtype=share.dtype, device=share.device)
             padded[: share.numel()] = share
             share = padded
-        if self._gathered is None:  # made once: views of one buffer receive the shares
-            whole = self.staging.zeros(self.share_size * self.layout.learners_per_node)
-            self._gathered = whole, list(whole.split(self.share_size))
-        whole, parts = self._gathered
+        if self._gathered is None:  # made once: the shares are gathered straight into it
+            self._gathered = self.staging.zeros(self.share_size * self.layout.learners_per_node)
+        whole = self._gathered
         with collective("gathering the averaged weights inside the node", self.layout.rank, self.timeout_s):
-            dist.all_gather(parts, share, group=self.groups.node)
+            dist.all_gather_into_tensor(whole, share, group=self.groups.node)
         return whole[: self.size]
 
     def end_step(self) -> None:
@@ -271,16 +271,24 @@ class AdpsgdUpdater(Updater):
             dist.all_gather_object(out, obj, group=self.groups.node_control)
         return out
 
-    def average_for_epoch_end(self) -> EpochAverage:
-        """All learners, once each: wait for the exchanges to land, then average."""
-        rank = self.layout.rank
+    def settle(self, what: str) -> None:
+        """All learners, once each, after their last step: every exchange lands on both sides,
+        so that the learners' weights together keep the sum averaging conserves (the epoch-end
+        average, the node checkpoints of a stop). An active applies its exchange still in
+        flight and reaches the barrier only then; past it no exchange starts, and a passive
+        waits for those its server is still answering and folds them in."""
         self.drain()
-        with collective("waiting for every learner at the epoch end", rank, self.timeout_s):
+        with collective(f"waiting for every learner {what}", self.layout.rank, self.timeout_s):
             dist.all_reduce(torch.zeros(1))  # a barrier on gloo's side of the group: exchanges done
         if isinstance(self.exchanger, PassiveServer):
             with self.lock:
                 self.exchanger.wait_idle()
             self.quiesce()
+
+    def average_for_epoch_end(self) -> EpochAverage:
+        """All learners, once each: wait for the exchanges to land, then average."""
+        rank = self.layout.rank
+        self.settle("at the epoch end")
         world = self.layout.world_size
         with collective("averaging of all learners' weights", rank, self.timeout_s):
             mine = flat_parameters(self.params).float()

@@ -15,16 +15,17 @@ Under torchrun (distributed=ssgd|adpsgd|hadpsgd, asr/distributed/):
   slow one. A node claims one batch ahead (read while its step runs), and a batch counts as
   trained, in its checkpoints, only once its step is applied. Nodes never synchronise inside
   an epoch: each node's leader writes the node's own checkpoint every
-  train.checkpoint_every_steps of its steps. At an epoch end (the one
-  collective of an epoch) the learners' weights are averaged, the average is evaluated and
-  saved as the epoch's checkpoint (best.pt, last.pt: what decoding uses), and every learner
-  goes on from its own weights.
+  train.checkpoint_every_steps of its steps. At an epoch end (where all learners meet: one sum
+  that agrees on stopping, then the average) every exchange lands, the learners' weights are
+  averaged, the average is evaluated and saved as the epoch's checkpoint (best.pt, last.pt:
+  what decoding uses), and every learner goes on from its own weights.
 
 Rank 0 alone writes the training log, plots and the one-model checkpoints.
 
 SIGTERM or SIGUSR1 (preemption, asr/utils/stop.py) stops every learner at a step boundary they
 agree on (`stop_agreed`); each saves its part as at train.max_steps (the one model, or every
-node its own), they wait for each other, and train() raises Preempted: exit 75, and the same
+node its own, after every exchange in flight has landed on both sides, so that the nodes'
+weights keep the sum averaging conserves), they wait for each other, and train() raises Preempted: exit 75, and the same
 command goes on exactly from there. Only one training runs in an experiment at a time
 (`<exp_dir>/train.lock`, held by learner 0 for the whole job).
 """
@@ -495,6 +496,8 @@ class Trainer:
     def stop_early(self) -> None:
         """train.max_steps reached or a stop requested: save where this run got to, so the
         next one goes on exactly from there."""
+        if self.updater.decentralized:
+            self.updater.settle("before saving the node checkpoints")
         self.save_checkpoint()
         if self.preempted:
             # Every learner's part is saved before any exits: torchrun ends the others when the

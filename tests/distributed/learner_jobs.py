@@ -155,18 +155,9 @@ def flat(model) -> list[float]:
 
 
 def own_weights(updater, model) -> list[float]:
-    """This learner's weights once every exchange has landed (an active applies its delayed
-    one, a passive folds what its server averaged): after a barrier, which every active
-    reaches only after its last exchange."""
-    import torch.distributed as dist
-
-    updater.drain()
-    dist.all_reduce(torch.zeros(1))
-    exchanger = updater.exchanger
-    if hasattr(exchanger, "wait_idle"):
-        with updater.lock:
-            exchanger.wait_idle()
-        updater.quiesce()
+    """This learner's weights once every exchange has landed on both sides, as before the node
+    checkpoints of a stop (the updater's settle)."""
+    updater.settle("before reporting its own weights")
     return flat(model)
 
 
