@@ -40,9 +40,10 @@ blocked in a send or receive, and the process group can be destroyed cleanly.
 
 Waiting is bounded: an active learner waits at most `timeout_s` for its exchange, a passive one
 at most `timeout_s` for an exchange in flight (at an epoch end) and for the goodbyes; beyond
-that a DistributedError names the learner that stopped answering. The threads themselves block
-without a timeout (gloo cannot cancel a receive), which is why the bounded waits are on the
-main thread.
+that a DistributedError names the learner that stopped answering. Each of these waits is also
+under the hang watchdog (context.py), which inside the training steps ends a wait far sooner
+than timeout_s. The threads themselves block without a timeout (gloo cannot cancel a receive),
+which is why the bounded waits are on the main thread.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from asr.distributed.context import DistributedError
+from asr.distributed.context import DistributedError, collective
 from asr.distributed.staging import Slot, Staging, wait
 
 log = logging.getLogger(__name__)
@@ -187,7 +188,10 @@ class ActiveExchanger:
         assert self.oldest() == step, f"finish({step}) but the oldest exchange in flight is of step {self.oldest()}"
         _, partner, future, _ = self.in_flight.popleft()
         try:
-            delta, event = future.result(timeout=self.timeout_s)
+            with collective(
+                f"waiting for the weight exchange of step {step} with learner {partner}", self.rank, self.timeout_s
+            ):
+                delta, event = future.result(timeout=self.timeout_s)
         except FutureTimeout:
             raise DistributedError(
                 f"learner {self.rank}: no answer from learner {partner} to the ADPSGD weight exchange of step {step} "
@@ -205,7 +209,8 @@ class ActiveExchanger:
         assert not self.in_flight, "close() with an exchange in flight: its average would be lost"
         done = self.thread.submit(self._goodbye, step)
         try:
-            done.result(timeout=self.timeout_s)
+            with collective(f"saying goodbye to learners {self.passives}", self.rank, self.timeout_s):
+                done.result(timeout=self.timeout_s)
         except FutureTimeout:
             raise DistributedError(
                 f"learner {self.rank}: could not say goodbye to learners {self.passives} within {self.timeout_s:g} s"
@@ -320,22 +325,24 @@ class PassiveServer:
         """Wait (lock held) until no exchange is in flight: every exchange an active neighbour
         has finished is then in `pending`."""
         deadline = time.monotonic() + self.timeout_s
-        while True:
-            self._check()
-            if self.in_flight == 0:
-                return
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise DistributedError(
-                    f"learner {self.rank}: "
-                    f"an ADPSGD weight exchange did not finish within distributed.timeout_s={self.timeout_s:g}; "
-                    "the active neighbour died, hung or cannot be reached"
-                )
-            self.lock.wait(left)
+        with collective("waiting for the weight exchanges in flight to finish", self.rank, self.timeout_s):
+            while True:
+                self._check()
+                if self.in_flight == 0:
+                    return
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DistributedError(
+                        f"learner {self.rank}: "
+                        f"an ADPSGD weight exchange did not finish within distributed.timeout_s={self.timeout_s:g}; "
+                        "the active neighbour died, hung or cannot be reached"
+                    )
+                self.lock.wait(left)
 
     def close(self) -> None:
         """Wait for every active neighbour's goodbye; the server thread then ends."""
-        self.thread.join(self.timeout_s)
+        with collective(f"waiting for the goodbyes of learners {sorted(self.actives)}", self.rank, self.timeout_s):
+            self.thread.join(self.timeout_s)
         if self.thread.is_alive():
             missing = sorted(self.actives - self.goodbyes)
             raise DistributedError(

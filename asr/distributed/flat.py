@@ -58,30 +58,3 @@ def add_to_parameters_(params: Sequence[Tensor], flat: Tensor) -> None:
         n = p.numel()
         p.add_(flat[offset : offset + n].view_as(p).to(p.dtype))
         offset += n
-
-
-@torch.no_grad()
-def flat_gradients(params: Sequence[Tensor], scale: float, extra: int = 0) -> Tensor:
-    """scale x gradients as one vector with `extra` trailing slots; a missing gradient is 0."""
-    device = params[0].device
-    out = torch.zeros(numel(params) + extra, device=device, dtype=torch.float32)
-    offset = 0
-    for p in params:
-        n = p.numel()
-        if p.grad is not None:
-            out[offset : offset + n].copy_(p.grad.reshape(-1)).mul_(scale)
-        offset += n
-    return out
-
-
-@torch.no_grad()
-def set_gradients_(params: Sequence[Tensor], flat: Tensor) -> None:
-    offset = 0
-    for p in params:
-        n = p.numel()
-        values = flat[offset : offset + n].view_as(p).to(p.dtype)
-        if p.grad is None:
-            p.grad = values.clone()
-        else:
-            p.grad.copy_(values)
-        offset += n

@@ -53,9 +53,12 @@ def bucket_cap_mb(setting: float | str, model: torch.nn.Module) -> float:
 
 def ddp_wrap(model: torch.nn.Module, device: torch.device, group, bucket_cap_mb: float) -> DistributedDataParallel:
     """DDP over `group` (None: all learners), with torch's default for buffers: the models have
-    none, and a model with some would get them from the group's first learner, as DDP users expect."""
+    none, and a model with some would get them from the group's first learner, as DDP users expect.
+    The gradients are views of DDP's buckets, which saves a model-sized copy a step and its memory."""
     device_ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=device_ids, process_group=group, bucket_cap_mb=bucket_cap_mb)
+    return DistributedDataParallel(
+        model, device_ids=device_ids, process_group=group, bucket_cap_mb=bucket_cap_mb, gradient_as_bucket_view=True
+    )
 
 
 def weighted_mean_factor(

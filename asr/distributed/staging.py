@@ -29,9 +29,8 @@ at every exchange, so no step allocates a model-sized tensor:
                                brackets every in-place change with the two (optimizer step,
                                fold, restart from the average, loading a checkpoint), under its
                                weights lock, whether or not there was anything to average.
-    upload(host)               a host tensor onto the device, on the side stream; returns the
-                               device tensor and an event; `ready_on_main(tensor, event)` makes
-                               the main stream wait for it before use.
+    ready_on_main(t, event)    the main stream waits for a side-stream result (an active's
+                               average) before it uses it.
 
 The order of operations in one step, on the two streams (H-ADPSGD: each learner's share):
 
@@ -57,8 +56,8 @@ taken only after that slot's previous exchange has finished.
 So the main stream never waits for the network, only (on the GPU) for a memory copy, and a
 snapshot never waits for compute. The stream operations go through a small seam (CudaStreams;
 tests substitute a fake that logs them per stream: tests/distributed/test_gpu_order.py checks
-the order above without a GPU). Nothing here has run on a GPU yet (no GPU is lent to this
-project).
+the order above without a GPU). On a GPU this has run once, on one H200 with two and four
+learners sharing it over gloo (docs/distributed.md); never across GPUs or machines.
 """
 
 from __future__ import annotations
@@ -81,7 +80,10 @@ class CudaStreams:
     def __init__(self, device: torch.device):
         self.device = device
         self.main = torch.cuda.current_stream(device)
-        self.side = torch.cuda.Stream(device)
+        # High priority (-1; CUDA clamps it to the device's range): the side stream's kernels,
+        # (v - w) / 2 and the passive's pending sum, are what an exchange waits for, and the
+        # scheduler then runs them between a step's kernels rather than behind them.
+        self.side = torch.cuda.Stream(device, priority=-1)
 
     def record(self, stream, what: str):
         """An event marking everything queued on `stream` so far (`what`: for the fake's log)."""
@@ -263,18 +265,6 @@ class Staging:
         event = s.record(s.main, "weights updated")
         with self._lock:
             self._updated = event
-
-    def upload(self, host: Tensor) -> tuple[Tensor, object]:
-        """`host` (float32, CPU) as a tensor on the device; the event marks the copy's end."""
-        s = self.streams
-        if s is None:
-            return host, None
-        pinned = s.pinned(host)
-        with s.running_on(s.side, "upload"):
-            out = torch.empty(pinned.shape, dtype=pinned.dtype, device=self.device)
-            out.copy_(pinned, non_blocking=True)
-        done = s.record(s.side, "upload done")
-        return out, done
 
     def ready_on_main(self, tensor: Tensor, event) -> Tensor:
         """Make the main stream wait for an upload before it uses `tensor`."""

@@ -92,14 +92,6 @@ class Ring:
     def active_neighbours(self, passive: int) -> list[int]:
         return [m for m in self.neighbours(passive) if self.is_active(m)]
 
-    def last_request(self, active: int, passive: int, through_step: int) -> int:
-        """The last step <= through_step at which `active` averages with `passive` (-1: none)."""
-        period = len(self.neighbours(active))
-        for step in range(through_step, max(-1, through_step - period), -1):
-            if self.partner(active, step) == passive:
-                return step
-        return -1
-
     def pairs(self, step: int) -> list[tuple[int, int]]:
         """(active, passive) exchanges of one step, actives in ascending order."""
         return [(a, self.partner(a, step)) for a in range(self.size) if self.is_active(a) and self.neighbours(a)]

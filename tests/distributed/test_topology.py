@@ -60,18 +60,6 @@ def test_odd_ring_drops_the_wrap_edge_to_stay_bipartite(size):
     assert edges == {frozenset({m, m + 1}) for m in range(size - 1)}
 
 
-@pytest.mark.parametrize("size", [2, 3, 4, 5, 8])
-def test_last_request_matches_the_schedule(size):
-    ring = Ring(size)
-    for passive in range(size):
-        if ring.is_active(passive):
-            continue
-        for active in ring.active_neighbours(passive):
-            for through in range(-1, 7):
-                expected = max([s for s in range(through + 1) if ring.partner(active, s) == passive], default=-1)
-                assert ring.last_request(active, passive, through) == expected
-
-
 def test_layout_roles_and_leaders():
     layouts = [Layout(rank, 4, 2) for rank in range(4)]
     assert [lay.node for lay in layouts] == [0, 0, 1, 1]
