@@ -70,6 +70,9 @@ corpus_lists=()
 log() { echo "$(date '+%Y-%m-%d %H:%M:%S') [$(basename "$PWD")] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 usage_error() { log "ERROR: $* (see --help)"; exit 2; }
+# --help: the recipe's opening comment, whole (run.sh is in the current dir: recipes cd there).
+usage() { sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$(basename "$0")"; }
+LAST_STAGE=8  # score: the last stage of every recipe (docs/recipes.md)
 
 # Recipe-specific options: declare them with `recipe_option NAME DEFAULT` before
 # parse_options; `--name value` then sets the shell variable NAME (dashes -> underscores).
@@ -169,6 +172,7 @@ lock_experiment() {
 check_options() {
   [[ -n "$exp" && "$exp" != */* && "$exp" != . && "$exp" != .. ]] || usage_error "--exp '$exp': a name, not a path"
   (( stage <= stop_stage )) || usage_error "--stage $stage is after --stop-stage $stop_stage"
+  (( stage <= LAST_STAGE )) || usage_error "--stage $stage: the last stage is $LAST_STAGE (score)"
   (( nproc >= 1 && nnodes >= 1 )) || usage_error "--nproc and --nnodes must be at least 1"
   (( node_rank < nnodes )) || usage_error "--node-rank $node_rank: must be below --nnodes $nnodes"
   (( nnodes == 1 )) || [[ -n "$rdzv_endpoint" ]] || usage_error "--nnodes $nnodes needs --rdzv-endpoint HOST:PORT"
@@ -539,19 +543,19 @@ check_decode_options() {
   [[ "$score" == hub5 || "$score" == jiwer ]] || usage_error "--score '$score': choose hub5 or jiwer"
 }
 
-# decode_stages FIRST: tune (beam_lm only), decode and score as stages FIRST..FIRST+2. With the
-# LM, greedy decoding is scored too (decode_<set>_greedy/, seconds), to show what the LM brings.
+# decode_stages FIRST: tune (beam_lm only), decode and score as stages FIRST..FIRST+2. Each
+# decoding has its own dir: beam+LM decode_<set>/, greedy decode_<set>_greedy/ (scored beside the
+# LM's too, seconds, to show what the LM brings), so --decode greedy never touches the LM result.
 decode_stages() {
-  local n=$1
+  local n=$1 greedy_dir=()
+  [[ -n $(override_value decode.dir_suffix "") ]] || greedy_dir=(decode.dir_suffix=_greedy)
   if [[ $decode == beam_lm ]]; then
     run_stage "$n" tune python -m asr.tune decode=beam_lm "${overrides[@]}"
+    run_stage $((n + 1)) decode python -m asr.decode decode=beam_lm "${overrides[@]}"
+    run_stage $((n + 2)) score  python -m asr.score "score=$score" "${overrides[@]}"
   fi
-  run_stage $((n + 1)) decode python -m asr.decode "decode=$decode" "${overrides[@]}"
-  run_stage $((n + 2)) score  python -m asr.score "score=$score" "${overrides[@]}"
-  if [[ $decode == beam_lm ]]; then
-    run_stage $((n + 1)) decode_greedy python -m asr.decode decode=greedy decode.dir_suffix=_greedy "${overrides[@]}"
-    run_stage $((n + 2)) score_greedy  python -m asr.score "score=$score" decode.dir_suffix=_greedy "${overrides[@]}"
-  fi
+  run_stage $((n + 1)) decode_greedy python -m asr.decode decode=greedy "${greedy_dir[@]}" "${overrides[@]}"
+  run_stage $((n + 2)) score_greedy  python -m asr.score "score=$score" "${greedy_dir[@]}" "${overrides[@]}"
   last_stage=$((n + 2))
 }
 
@@ -591,13 +595,13 @@ show_wer() {
   eval_set=$(override_value data.eval_set eval2000)
   (( stop_stage >= last_stage )) || return 0
   wer="$exp_dir/decode_${eval_set}_greedy/wer.md"
-  if [[ $decode == beam_lm && -f "$wer" ]]; then
+  if [[ -f "$wer" ]]; then
     log "WER on $eval_set, greedy decoding (no LM), $score scoring ($wer):"
     cat "$wer"
   fi
   wer="$exp_dir/decode_$eval_set/wer.md"
-  if [[ -f "$wer" ]]; then
-    log "WER on $eval_set, $decode decoding, $score scoring ($wer):"
+  if [[ $decode == beam_lm && -f "$wer" ]]; then
+    log "WER on $eval_set, beam_lm decoding, $score scoring ($wer):"
     cat "$wer"
   fi
 }

@@ -19,7 +19,6 @@ RECIPE_ARGS=("$@")
 decode_options
 speed_perturb_option  # true: train on <train>_sp, Kaldi's 3-way speed perturbation (0.9 1.0 1.1)
 data_root_dirs+=(corpus)  # --data-root DIR: the synthetic corpus (synth.out_dir) goes to DIR/corpus too
-usage() { sed -n '2,9p' "$0"; }
 parse_options "$@"
 data=$(override_value data.data_dir data)
 hybrid=false  # hybrid_ce: frame targets from the synthesiser's phone timings, no decoding

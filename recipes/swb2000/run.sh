@@ -13,7 +13,6 @@ here=$PWD
 cd "$(dirname "$0")"
 RECIPE_ARGS=("$@")
 . ../../scripts/recipe.sh
-usage() { sed -n '2,12p' "$0"; }
 decode_options
 speed_perturb_option
 corpus_option swbd_dir

@@ -11,7 +11,6 @@ here=$PWD
 cd "$(dirname "$0")"
 RECIPE_ARGS=("$@")
 . ../../scripts/recipe.sh
-usage() { sed -n '2,10p' "$0"; }
 decode_options
 speed_perturb_option
 corpus_option swbd_dir

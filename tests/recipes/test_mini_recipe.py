@@ -98,6 +98,15 @@ def test_stages_run_one_by_one_then_skip(mini_recipe):
     commands = (exp / "commands.log").read_text().splitlines()
     assert len(commands) == len(STAGES) + 1 and "--exp smoke" in commands[-1]
 
+    # The README's "greedy decoding, for comparison" decodes greedy again, into its own dir:
+    # the beam+LM result is left as it was.
+    lm_dir = {p.name: p.read_bytes() for p in (exp / "decode_eval2000").iterdir() if p.is_file()}
+    proc = r.run("--exp", "smoke", "--stage", "7", "--decode", "greedy", "--force", *TINY, timeout=300)
+    assert "stage 7 (decode_greedy)" in proc.stderr and "stage 8 (score_greedy)" in proc.stderr
+    assert {p.name: p.read_bytes() for p in (exp / "decode_eval2000").iterdir() if p.is_file()} == lm_dir
+    assert json.loads((exp / "decode_eval2000_greedy/wer.json").read_text()) == greedy
+    assert "greedy decoding (no LM)" in proc.stderr and "beam_lm decoding" not in proc.stderr
+
 
 def test_an_edited_transcript_reruns_the_stages_that_read_it_and_not_the_features(mini_recipe):
     r = mini_recipe

@@ -306,6 +306,24 @@ def test_the_real_recipes_use_the_checked_options(tmp_path):
     assert proc.returncode == 2 and "--decode 'beam': choose beam_lm or greedy" in proc.stderr
 
 
+@pytest.mark.parametrize("name", ["mini", "swb300", "swb2000"])
+def test_help_from_any_directory_prints_the_whole_opening_comment(name):
+    script = REPO / "recipes" / name / "run.sh"
+    comment = []
+    for line in script.read_text().splitlines()[1:]:
+        if not line.startswith("#"):
+            break
+        comment.append(line.removeprefix("#").removeprefix(" "))
+    proc = subprocess.run(["bash", f"recipes/{name}/run.sh", "--help"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.splitlines() == comment, proc.stderr
+    assert "Stages" in proc.stdout and proc.stdout.rstrip().endswith((".", ")"))  # not cut mid-sentence
+
+
+def test_a_stage_past_the_last_is_a_usage_error(tmp_path):
+    proc = Recipe(tmp_path, "mini").run("--stage", "9", check=False)
+    assert proc.returncode == 2 and "--stage 9: the last stage is 8 (score)" in proc.stderr
+
+
 # run.sh waits 5 s for a held lock before it refuses (a killed run's stages may still be exiting);
 # a run that must be refused waits a tenth of that.
 REFUSED_SOON = dict(os.environ, ASR_RUN_LOCK_WAIT_S="0.5")
