@@ -134,6 +134,7 @@ parse_options() {
     esac
   done
   check_options
+  check_overrides
   link_root "$data_root" "${data_root_dirs[@]}"
   link_root "$exp_root" exp
   overrides=("exp_name=$(hydra_quote "$exp")" "${overrides[@]}")
@@ -167,6 +168,18 @@ lock_experiment() {
     exit 2
   fi
   printf 'pid %s on %s since %s\n' "$$" "$(hostname)" "$(date '+%Y-%m-%d %H:%M:%S')" > "$lock"
+}
+
+# check_overrides: every key=value of the command line (and of --config) names a config key or
+# a group's choice, checked before any stage runs, whatever stages are skipped.
+check_overrides() {
+  (( ${#overrides[@]} )) || return 0
+  local problems
+  problems=$(python -m asr.overrides "${overrides[@]}") && return 0
+  [[ -n "$problems" ]] || die "could not check the overrides (python -m asr.overrides failed)"
+  while IFS= read -r line; do log "ERROR: $line"; done <<< "$problems"
+  log "fix the override(s) above (python -m asr.<stage> --help lists a stage's keys)"
+  exit 2
 }
 
 check_options() {

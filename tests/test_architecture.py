@@ -24,7 +24,7 @@ LAYERS = [
     {"score", "transcribe", "gmm"},  # gmm decodes with decode's output writers
     {"tune"},
     {"sweep", "report"},
-    {"config", "stage"},  # the schema of every group and the stage runner: above the library
+    {"config", "stage", "overrides"},  # the schema, the stage runner, the recipe's override check
     {"bench"},
 ]
 LAYER = {package: level for level, packages in enumerate(LAYERS) for package in packages}

@@ -239,14 +239,21 @@ def test_an_experiment_reruns_only_the_stages_that_read_a_group_it_sets(fake):
     assert "- experiment=mini_ssgd" in proc.stderr and "+ experiment=hybrid" in proc.stderr
 
 
-def test_an_experiment_run_sh_cannot_read_counts_for_every_stage(fake):
-    assert run(fake, "--exp", "base").returncode == 0
+def test_an_experiment_run_sh_cannot_read_counts_for_every_stage(fake, tmp_path):
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    (conf / "experiment" / "broken.yaml").write_text("defaults: [\n")
+    env = dict(os.environ, ASR_CONF_DIR=str(conf))
+    assert run(fake, "--exp", "base", env=env).returncode == 0
     ran(fake)
-    # no conf/experiment/no_such.yaml: every stage runs again with it (the real stages' Hydra
-    # then names the problem)
-    assert run(fake, "--exp", "x", "experiment=no_such").returncode == 0
+    # conf/experiment/broken.yaml is no YAML: every stage runs again with it (the real stages'
+    # Hydra then names the problem)
+    assert run(fake, "--exp", "x", "experiment=broken", env=env).returncode == 0
     # (the stand-in tokenizer's command has no overrides: nothing of it changed)
     assert [r[0] for r in ran(fake)] == [s for s in ALL if s != "tokenizer"]
+    # an experiment that does not exist at all is refused before any stage
+    proc = run(fake, "--exp", "y", "experiment=no_such", env=env)
+    assert proc.returncode == 2 and "experiment=no_such: no such choice" in proc.stderr and ran(fake) == []
 
 
 def test_an_edited_input_reruns_the_stage_reading_it_and_those_after_it(fake):
@@ -304,6 +311,16 @@ def test_the_real_recipes_use_the_checked_options(tmp_path):
     assert proc.returncode == 2 and not list(tmp_path.rglob("INJECTED"))
     proc = recipe.run("--decode", "beam", "--stage", "7", check=False)
     assert proc.returncode == 2 and "--decode 'beam': choose beam_lm or greedy" in proc.stderr
+
+
+def test_a_misspelt_override_stops_the_recipe_before_any_stage_even_skipped_ones(fake):
+    proc = run(fake, "--exp", "typo", "--stage", "3", "--stop-stage", "3", "train.epoch=2", "distributed=foo")
+    assert proc.returncode == 2 and ran(fake) == [], proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 2, proc.stderr
+    assert "train.epoch: unknown key; did you mean train.epochs?" in errors[0]
+    assert "distributed=foo: no such choice; choose one of adpsgd, hadpsgd, none, ssgd" in errors[1]
+    assert "Config search path" not in proc.stderr and not (fake / "exp" / "typo").exists()
 
 
 @pytest.mark.parametrize("name", ["mini", "swb300", "swb2000"])
