@@ -1,6 +1,7 @@
 """Write a Kaldi lang dir from a lexicon, as Kaldi's utils/prepare_lang.sh does (without
 word-position-dependent phones): the symbol tables, the HMM topology, L.fst and
-L_disambig.fst, and the phone lists under phones/.
+L_disambig.fst, and the phone lists under phones/ (every file prepare_lang.sh writes there and
+validate_lang.pl checks, so Kaldi's own scripts take the dir as it is).
 
 phones.txt numbers `<eps>`, the silence phones (sil first), the other phones (sorted), then
 the disambiguation symbols #0 (G's backoff) .. #K, where #1 .. #K-1 tell apart homophones
@@ -63,6 +64,14 @@ def _write_table(path: Path, symbols: list[str]) -> None:
     path.write_text("".join(f"{s} {i}\n" for i, s in enumerate(symbols)), encoding="utf-8")
 
 
+def _write_phone_sets(phones_dir: Path, name: str, ids: dict[str, int], sets: list[list[str]]) -> None:
+    """<name>.txt and .int: one set of phones a line."""
+    (phones_dir / f"{name}.txt").write_text("".join(" ".join(s) + "\n" for s in sets), encoding="utf-8")
+    (phones_dir / f"{name}.int").write_text(
+        "".join(" ".join(str(ids[p]) for p in s) + "\n" for s in sets), encoding="ascii"
+    )
+
+
 def _write_phone_lists(phones_dir: Path, ids: dict[str, int], nonsilence: list[str], disambig: list[str]) -> None:
     phones_dir.mkdir(parents=True, exist_ok=True)
     silence = list(SILENCE_PHONES)
@@ -71,13 +80,18 @@ def _write_phone_lists(phones_dir: Path, ids: dict[str, int], nonsilence: list[s
         "nonsilence": nonsilence,
         "disambig": disambig,
         "optional_silence": [OPTIONAL_SILENCE],
-        "sets": silence + nonsilence,  # one set per phone: no word-position or stress variants
+        "context_indep": silence,  # prepare_lang.sh: the silence phones take no context in the tree
     }
     for name, names in lists.items():
-        (phones_dir / f"{name}.txt").write_text("".join(f"{p}\n" for p in names), encoding="utf-8")
-        (phones_dir / f"{name}.int").write_text("".join(f"{ids[p]}\n" for p in names), encoding="ascii")
-        if name in ("silence", "nonsilence", "optional_silence"):
-            (phones_dir / f"{name}.csl").write_text(":".join(str(ids[p]) for p in names) + "\n", encoding="ascii")
+        _write_phone_sets(phones_dir, name, ids, [[p] for p in names])
+        (phones_dir / f"{name}.csl").write_text(":".join(str(ids[p]) for p in names) + "\n", encoding="ascii")
+    _write_phone_sets(phones_dir, "sets", ids, [[p] for p in silence + nonsilence])  # no position or stress variants
+    # One question for silence, one for speech, as a dictionary's extra_questions.txt gives
+    # prepare_lang.sh (validate_lang.pl warns when there are none).
+    _write_phone_sets(phones_dir, "extra_questions", ids, [silence, nonsilence])
+    # G's backoff symbol #0 in both tables (mkgraph.sh and format_lm.sh read these).
+    (phones_dir / "wdisambig.txt").write_text(f"{WORD_DISAMBIG}\n", encoding="utf-8")
+    (phones_dir / "wdisambig_phones.int").write_text(f"{ids[WORD_DISAMBIG]}\n", encoding="ascii")
     # Kaldi's roots file: each phone its own tree root, its HMM states' pdfs shared, split by questions.
     roots = silence + nonsilence
     (phones_dir / "roots.txt").write_text("".join(f"shared split {p}\n" for p in roots), encoding="utf-8")
@@ -115,6 +129,7 @@ def write_lang_dir(lexicon: Lexicon, out: Path, sil_prob: float = SIL_PROB) -> d
     (out / "oov.txt").write_text(f"{OOV_WORD}\n", encoding="utf-8")
     (out / "oov.int").write_text(f"{word_ids[OOV_WORD]}\n", encoding="ascii")
     _write_align_lexicon(out / "phones", entries, phone_ids, word_ids)
+    (out / "phones/wdisambig_words.int").write_text(f"{word_ids[WORD_DISAMBIG]}\n", encoding="ascii")
     plain = lexicon_fst(entries, phone_ids, word_ids, OPTIONAL_SILENCE, sil_prob)
     plain.write(str(out / "L.fst"))
     with_disambig = lexicon_fst(
@@ -142,7 +157,9 @@ def build_lang_dir(
     into place), unless its stage record says it is made from this dictionary and silence
     probability already; returns its summary (sizes of tables and L.fst)."""
     dictionary, lang_dir = Path(dictionary), Path(lang_dir)
-    options = {"sil_prob": sil_prob}
+    # phones: which files phones/ holds (a dir made before context_indep, extra_questions and
+    # wdisambig were written is made again)
+    options = {"sil_prob": sil_prob, "phones": "prepare_lang.sh"}
     reason = "lang.force=true" if force else why_rerun(lang_dir, "lang", options, [dictionary])
     if reason is None:
         log.info("%s: made from this dictionary already; keeping it (lang.force=true rebuilds)", lang_dir)

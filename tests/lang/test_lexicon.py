@@ -176,6 +176,36 @@ def test_lang_dir_files_and_tables(two_words):
     assert roots[0] == "shared split sil" and len(roots) == len(lang.silence_phones + lang.nonsilence_phones)
 
 
+def symbols(path) -> dict[str, int]:
+    return {s: int(i) for s, i in (line.split() for line in path.read_text().splitlines())}
+
+
+def test_phones_dir_has_what_kaldis_validate_lang_checks(two_words):
+    """validate_lang.pl's file checks: each list as .txt, .int and .csl that agree through
+    phones.txt; roots and sets as .txt and .int; non-empty extra questions; silence and
+    nonsilence and disambig partitioning phones.txt; the #0 files mkgraph.sh reads."""
+    phones_dir = two_words.dir / "phones"
+    ids = symbols(two_words.dir / "phones.txt")
+    lists = {}
+    for name in ("context_indep", "disambig", "nonsilence", "silence", "optional_silence"):
+        names = (phones_dir / f"{name}.txt").read_text().split()
+        ints = [int(i) for i in (phones_dir / f"{name}.int").read_text().split()]
+        assert ints == [ids[p] for p in names], name
+        assert (phones_dir / f"{name}.csl").read_text().strip() == ":".join(map(str, ints)), name
+        lists[name] = names
+    for name, skip in (("roots", 2), ("sets", 0), ("extra_questions", 0)):
+        txt = [line.split()[skip:] for line in (phones_dir / f"{name}.txt").read_text().splitlines()]
+        ints = [line.split()[skip:] for line in (phones_dir / f"{name}.int").read_text().splitlines()]
+        assert txt and [[str(ids[p]) for p in line] for line in txt] == ints, name
+    assert lists["context_indep"] == lists["silence"] and lists["optional_silence"] == ["sil"]
+    parts = [set(lists[n]) for n in ("silence", "nonsilence", "disambig")]
+    assert sum(map(len, parts)) == len(set().union(*parts)) == len(ids) - 1  # all but <eps>, once each
+    words = symbols(two_words.dir / "words.txt")
+    assert (phones_dir / "wdisambig.txt").read_text().split() == ["#0"]
+    assert int((phones_dir / "wdisambig_phones.int").read_text()) == ids["#0"]
+    assert int((phones_dir / "wdisambig_words.int").read_text()) == words["#0"]
+
+
 def test_incomplete_lang_dir_is_an_input_error(two_words, tmp_path):
     with pytest.raises(InputError, match="L.fst is missing"):
         (tmp_path / "phones").mkdir()
