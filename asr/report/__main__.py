@@ -3,6 +3,10 @@
 Writes <out>.md and <out>.json (one row per scored decode dir of the set: `decode_<set>` and
 `decode_<set>_<suffix>`) and <out>.png (WER against training time, or epochs), prints the
 table, and names the directories it skipped (no scored decode dir).
+
+`python -m asr.report --best exp/*` prints, as Kaldi's `grep WER ... | utils/best_wer.sh`
+would, each experiment's decode dir of the lowest total WER as `%WER ...` lines (its subsets
+after the total) and writes nothing.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import argparse
 import logging
 import sys
 
-from asr.report.experiments import read_experiments
+from asr.report.experiments import best_wer_lines, read_experiments
 from asr.report.render import write_report
 from asr.utils.log import setup_logging
 
@@ -21,7 +25,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("exp_dirs", nargs="+", help="experiment directories (exp/<name>)")
     parser.add_argument("--eval-set", default="eval2000", help="the decoded set to compare (decode_<set>/wer.json)")
     parser.add_argument("--out", default="report", help="output prefix: <out>.md, <out>.json and <out>.png")
+    parser.add_argument("--best", action="store_true", help="print each experiment's best %%WER lines, write nothing")
     args = parser.parse_args(argv)
+    if args.best:
+        lines = [line for path in args.exp_dirs for line in best_wer_lines(path, args.eval_set)]
+        print("".join(f"{line}\n" for line in lines), end="")
+        if not lines:
+            print(
+                f"no decode_{args.eval_set}*/wer.json in {' '.join(args.exp_dirs)}; run decode and score first",
+                file=sys.stderr,
+            )
+        return 0 if lines else 2
     setup_logging("report")
     log = logging.getLogger("asr.report")
     experiments = []

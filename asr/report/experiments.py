@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from asr.score.report import kaldi_wer_line
 from asr.utils.record import read_record, record_path
 
 
@@ -145,3 +146,15 @@ def read_experiments(exp_dir: str | os.PathLike, eval_set: str = "eval2000") -> 
         )
         for decode_dir in decode_dirs(exp_dir, eval_set)
     ]
+
+
+def best_wer_lines(exp_dir: str | os.PathLike, eval_set: str = "eval2000", subset: str = "total") -> list[str]:
+    """Kaldi's best_wer.sh over an experiment: its decode dir of the lowest `subset` WER as a
+    `%WER ...` line, and that dir's other subsets after it; none without a scored decode dir."""
+    scored = [(json.loads((d / "wer.json").read_text()), d) for d in decode_dirs(Path(exp_dir), eval_set)]
+    scored = [(report, d) for report, d in scored if subset in report]
+    if not scored:
+        return []
+    report, best = min(scored, key=lambda item: item[0][subset]["wer"])
+    order = [subset] + [name for name in report if name != subset]
+    return [kaldi_wer_line(report[name], f"{best} {name}") for name in order]

@@ -35,7 +35,11 @@ def _cell(value, fmt: str) -> str:
 
 
 def _hours(seconds: float | None) -> str:
-    return "" if seconds is None else f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+    if seconds is None:
+        return ""
+    if seconds >= 3600:
+        return f"{seconds / 3600:.2f} h"
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
 
 
 def markdown_table(experiments: list[Experiment]) -> str:
@@ -61,27 +65,42 @@ def markdown_table(experiments: list[Experiment]) -> str:
     return "\n".join([header, rule, *rows]) + "\n"
 
 
+def time_unit(seconds: list[float]) -> tuple[str, float]:
+    """The unit that reads best for the longest of these times, and its length in seconds."""
+    longest = max(seconds, default=0.0)
+    if longest >= 2 * 3600:
+        return "hours", 3600.0
+    return ("minutes", 60.0) if longest >= 120 else ("seconds", 1.0)
+
+
+def point_label(e: Experiment) -> str:
+    """The experiment and how it was decoded: two decodings of one model are two points."""
+    return f"{e.name}: {e.decoding}" if e.decoding else f"{e.name}: {e.decode_dir}"
+
+
 def plot_wer(experiments: list[Experiment], path: str | os.PathLike) -> str:
     """WER (total, and SWB/CallHome where present) against training time; epochs when no
     experiment has a training time. Returns the x-axis used."""
     timed = [e for e in experiments if e.train_seconds is not None]
     by_time = bool(timed)
     points = timed if by_time else [e for e in experiments if e.epochs is not None] or experiments
+    unit, scale = time_unit([e.train_seconds for e in timed])
     fig, ax = plt.subplots(figsize=(7, 4.5))
     markers = {"total": "o", "swb": "s", "callhome": "^"}
     for subset in SUBSETS:
-        xs, ys, names = [], [], []
+        xs, ys, labels = [], [], []
         for e in points:
             if subset in e.wer:
-                xs.append(e.train_seconds / 3600 if by_time else (e.epochs or 0))
+                xs.append(e.train_seconds / scale if by_time else (e.epochs or 0))
                 ys.append(e.wer[subset])
-                names.append(e.name)
+                labels.append(point_label(e))
         if xs:
             ax.scatter(xs, ys, marker=markers[subset], label=subset)
             if subset == "total":
-                for x, y, name in zip(xs, ys, names):
-                    ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    ax.set_xlabel("training time (hours)" if by_time else "epochs")
+                for x, y, label in zip(xs, ys, labels):
+                    ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.ticklabel_format(axis="x", useOffset=False, style="plain")
+    ax.set_xlabel(f"training time ({unit})" if by_time else "epochs")
     ax.set_ylabel("WER (%)")
     ax.set_title("WER on the evaluation set")
     ax.grid(alpha=0.3)

@@ -3,6 +3,8 @@
 - `wer.json`: {subset: {"wer", "sub", "del", "ins", "words", "sentences"}}, WER in percent;
   the shape later scorers keep, so tools that collect results read any of them.
 - `wer.md`: the same as a Markdown table (printed by the stage too).
+- `wer.txt`: the same as Kaldi's `%WER 14.44 [ 690 / 4776, 33 ins, 64 del, 593 sub ]` lines,
+  one per subset with the decode dir and subset after it, for `grep WER` and best_wer.sh.
 - `align.txt`: per-utterance alignment in the manner of sclite's `pra` output: errors in
   upper case, `***` for the missing side of an insertion or deletion.
 - `wer_by_speaker.md`: the table per speaker (optional), like sclite's `sys` report.
@@ -21,6 +23,7 @@ from asr.utils.atomic import write_text
 
 WER_JSON = "wer.json"
 WER_MD = "wer.md"
+WER_TXT = "wer.txt"
 ALIGN_TXT = "align.txt"
 WER_BY_SPEAKER_MD = "wer_by_speaker.md"
 
@@ -30,6 +33,19 @@ GAP = "***"
 
 def wer_json(result: ScoreResult) -> dict:
     return {name: counts.as_report() for name, counts in result.subsets.items()}
+
+
+def kaldi_wer_line(report: dict, where: str) -> str:
+    """One subset of wer.json as Kaldi's compute-wer prints it, then `where` (dir and subset)."""
+    errors = report["sub"] + report["del"] + report["ins"]
+    return (
+        f"%WER {report['wer']:.2f} [ {errors} / {report['words']}, {report['ins']} ins, "
+        f"{report['del']} del, {report['sub']} sub ] {where}"
+    )
+
+
+def kaldi_wer_text(result: ScoreResult, out_dir: Path) -> str:
+    return "".join(kaldi_wer_line(report, f"{out_dir} {name}") + "\n" for name, report in wer_json(result).items())
 
 
 def _table_row(name: str, counts: ErrorCounts) -> str:
@@ -80,11 +96,12 @@ def alignment_text(result: ScoreResult) -> str:
 
 
 def write_reports(result: ScoreResult, out_dir: str | os.PathLike, per_speaker: bool = True) -> list[Path]:
-    """Write wer.json, wer.md, align.txt (and wer_by_speaker.md) into `out_dir`."""
+    """Write wer.json, wer.md, wer.txt, align.txt (and wer_by_speaker.md) into `out_dir`."""
     out_dir = Path(out_dir)
     written = {
         WER_JSON: json.dumps(wer_json(result), indent=2) + "\n",
         WER_MD: markdown_table(result.subsets),
+        WER_TXT: kaldi_wer_text(result, out_dir),
         ALIGN_TXT: alignment_text(result),
     }
     if per_speaker:

@@ -96,5 +96,5 @@ def run(cfg: DictConfig) -> dict[str, str]:
     """Score every set (unless scored already), then print each set's Markdown table to stdout."""
     tables = {set_name: wer_table(cfg, set_name) for set_name in evaluation_sets(cfg)}
     for set_name, table in tables.items():
-        print(f"\n### {cfg.exp_name}: {set_name}\n\n{table}", end="")
+        print(f"\n### {cfg.exp_name}: {decode_dir(cfg, set_name).name}\n\n{table}", end="")
     return tables

@@ -119,3 +119,41 @@ def test_every_decode_dir_of_the_set_is_a_row_labelled_by_its_own_record(tmp_pat
         ("decode_eval2000_greedy", "greedy", 14.6),
         ("decode_eval2000_old", "", 20.0),
     ]
+
+
+def counts(wer: float, words: int = 100) -> dict:
+    errors = round(wer * words / 100)
+    return {"wer": wer, "sub": errors - 2, "del": 1, "ins": 1, "words": words, "sentences": 9}
+
+
+def test_best_prints_each_experiments_lowest_total_as_kaldis_wer_lines(tmp_path, capsys):
+    exp = tmp_path / "e"
+    for suffix, total in (("", 12.0), ("_greedy", 20.0), ("_avg", 11.0)):
+        decode = exp / f"decode_eval2000{suffix}"
+        decode.mkdir(parents=True)
+        report = {"swb": counts(total - 3), "callhome": counts(total + 3), "total": counts(total)}
+        (decode / "wer.json").write_text(json.dumps(report))
+    (tmp_path / "empty").mkdir()
+    assert main(["--best", str(exp), str(tmp_path / "empty"), "--out", str(tmp_path / "never")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        f"%WER 11.00 [ 11 / 100, 1 ins, 1 del, 9 sub ] {exp}/decode_eval2000_avg total",
+        f"%WER 8.00 [ 8 / 100, 1 ins, 1 del, 6 sub ] {exp}/decode_eval2000_avg swb",
+        f"%WER 14.00 [ 14 / 100, 1 ins, 1 del, 12 sub ] {exp}/decode_eval2000_avg callhome",
+    ]
+    assert not list(tmp_path.glob("never*"))  # --best writes nothing
+    assert main(["--best", str(tmp_path / "empty")]) == 2
+
+
+def test_the_plot_reads_in_a_unit_of_the_times_and_labels_each_decoding(tmp_path):
+    from asr.report.render import point_label, time_unit
+
+    assert time_unit([0.7, 1.2]) == ("seconds", 1.0)
+    assert time_unit([30.0, 600.0]) == ("minutes", 60.0)
+    assert time_unit([9000.0]) == ("hours", 3600.0)
+    exp = make_exp(tmp_path, "t", {"total": 50.0}, epochs=1, seconds=0.7, decode_kind="beam_lm")
+    scored(exp / "decode_eval2000_greedy", 60.0, {"kind": "greedy"})
+    labels = {point_label(e) for e in read_experiments(exp)}
+    assert len(labels) == 2 and any("greedy" in label for label in labels)
+    assert main([str(exp), "--out", str(tmp_path / "r")]) == 0
+    assert "| 0.7 s |" in (tmp_path / "r.md").read_text()

@@ -28,6 +28,15 @@ def test_wer_json_shape_and_values(tmp_path):
     assert list(report) == ["swb", "callhome", "total"]
 
 
+def test_wer_txt_is_kaldis_wer_line_per_subset(tmp_path):
+    write_reports(hub5_result(), tmp_path)
+    assert (tmp_path / "wer.txt").read_text().splitlines() == [
+        f"%WER 33.33 [ 2 / 6, 1 ins, 0 del, 1 sub ] {tmp_path} swb",
+        f"%WER 60.00 [ 3 / 5, 0 ins, 3 del, 0 sub ] {tmp_path} callhome",
+        f"%WER 45.45 [ 5 / 11, 1 ins, 3 del, 1 sub ] {tmp_path} total",
+    ]
+
+
 def test_wer_md_content(tmp_path):
     write_reports(hub5_result(), tmp_path)
     assert (tmp_path / "wer.md").read_text() == (
@@ -42,14 +51,14 @@ def test_wer_md_content(tmp_path):
 def test_files_written_and_no_temporaries_left(tmp_path):
     out = tmp_path / "decode_eval2000"
     written = write_reports(hub5_result(), out)
-    names = ["wer.json", "wer.md", "align.txt", "wer_by_speaker.md"]
+    names = ["wer.json", "wer.md", "wer.txt", "align.txt", "wer_by_speaker.md"]
     assert written == [out / name for name in names]
     assert sorted(p.name for p in out.iterdir()) == sorted(names)  # no .tmp files left
 
 
 def test_per_speaker_table_is_optional(tmp_path):
     written = write_reports(hub5_result(), tmp_path, per_speaker=False)
-    assert [p.name for p in written] == ["wer.json", "wer.md", "align.txt"]
+    assert [p.name for p in written] == ["wer.json", "wer.md", "wer.txt", "align.txt"]
     assert not (tmp_path / "wer_by_speaker.md").exists()
 
 
