@@ -145,8 +145,17 @@ parse_options() {
   exp_dir=exp/$exp
   mkdir -p "$exp_dir/.done"
   lock_experiment
-  # The exact command line of every run, replayable: `bash -c "$(tail -1 commands.log | cut -f2)"`.
-  printf '%s\t%s\n' "$(date '+%Y-%m-%d %H:%M:%S')" "$(replayable_command)" >> "$exp_dir/commands.log"
+  log_command "$PWD/$exp_dir/commands.log"
+}
+
+# log_command FILE: the exact command line of every run, replayable (`bash -c "$(tail -1
+# commands.log | cut -f2)"`), then how it ended: `exit N` when run.sh exits, `killed` (written by
+# the next run) when it never got to say.
+log_command() {
+  [[ ! -s $1 || -z $(tail -c1 "$1") ]] || printf '\tkilled\n' >> "$1"
+  printf '%s\t%s' "$(date '+%Y-%m-%d %H:%M:%S')" "$(replayable_command)" >> "$1"
+  commands_log=$1
+  trap 'printf "\texit %d\n" "$?" >> "$commands_log"' EXIT
 }
 
 # One run.sh at a time per experiment (per node rank in a multi-node job, whose machines run the
@@ -381,6 +390,7 @@ stage_changes() { python -m asr.utils.recipe_record check "$1" <<< "$2"; }
 # read it), and those numbered below --stage; a shared stage's by its copy in data/.done/, which
 # every experiment's stages read. validate only checks, so it is nobody's input.
 declare -A seen_now=()
+declare -A ran_now=()  # the stages this run ran (not skipped)
 earlier_records() {
   local n=$1 name=$2 record base number
   for record in "$exp_dir"/.done/*.record.json; do
@@ -456,6 +466,7 @@ run_stage() {
   fi
   stage_record write "$n" "$name" "$options"
   seen_now[$n.$name]=1
+  ran_now[$n.$name]=1
   log "stage $n ($name): finished in $((SECONDS - start)) s"
   printf '{"stage": %s, "name": "%s", "seconds": %d, "finished": "%s"}\n' "$n" "$name" "$((SECONDS - start))" \
     "$(date '+%Y-%m-%d %H:%M:%S')" >> "$exp_dir/stage_times.jsonl"
@@ -602,19 +613,20 @@ speed_perturb_stage() {
   overrides+=("data.train_set=$(hydra_quote "${train_set}_sp")")
 }
 
-# show_wer: print the eval set's WER tables after the score stage (decode_stages ran).
+# show_wer: after the score stages (decode_stages ran), one line per decoding of the eval set:
+# its total WER as Kaldi prints it, and its table when no score stage of this run printed it.
 show_wer() {
-  local eval_set wer
+  local eval_set
   eval_set=$(override_value data.eval_set eval2000)
   (( stop_stage >= last_stage )) || return 0
-  wer="$exp_dir/decode_${eval_set}_greedy/wer.md"
-  if [[ -f "$wer" ]]; then
-    log "WER on $eval_set, greedy decoding (no LM), $score scoring ($wer):"
-    cat "$wer"
-  fi
-  wer="$exp_dir/decode_$eval_set/wer.md"
-  if [[ $decode == beam_lm && -f "$wer" ]]; then
-    log "WER on $eval_set, beam_lm decoding, $score scoring ($wer):"
-    cat "$wer"
-  fi
+  wer_line "WER on $eval_set, greedy decoding (no LM), $score scoring" "$exp_dir/decode_${eval_set}_greedy" score_greedy
+  [[ $decode != beam_lm ]] ||
+    wer_line "WER on $eval_set, beam_lm decoding, $score scoring" "$exp_dir/decode_$eval_set" score
+}
+wer_line() {
+  local total
+  [[ -f "$2/wer.md" ]] || return 0
+  total=$(grep ' total$' "$2/wer.txt" 2>/dev/null | cut -d' ' -f1-13)
+  log "$1: ${total:-see} ($2/wer.md)"
+  [[ -n "${ran_now[$last_stage.$3]:-}" ]] || cat "$2/wer.md"
 }

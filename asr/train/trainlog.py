@@ -81,8 +81,8 @@ class TrainLog:
         ax = fig.add_subplot()
         train = [(r.step, r.train_loss) for r in self.rows if not math.isnan(r.train_loss)]
         dev = [(r.step, r.dev_loss) for r in self.rows if not math.isnan(r.dev_loss)]
-        if train:
-            ax.plot(*zip(*train), label="train")
+        if train:  # markers too: a log of one row is one point, not an invisible line
+            ax.plot(*zip(*train), ".-", markersize=4, label="train")
         if dev:
             ax.plot(*zip(*dev), "o-", label="dev (epoch end)")
         ax.set_xlabel("step")

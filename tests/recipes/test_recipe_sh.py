@@ -180,7 +180,7 @@ def test_command_log_replays_the_same_run(fake, tmp_path):
     args = ["--exp", "r", "--swbd-dir", 'it\'s a "dir"', "model.name='a b'", "--stop-stage", "0"]
     assert run(fake, *args, cwd=start).returncode == 0
     first = ran(fake)
-    logged = (fake / "exp/r/commands.log").read_text().splitlines()[-1].split("\t", 1)[1]
+    logged = (fake / "exp/r/commands.log").read_text().splitlines()[-1].split("\t")[1]
     subprocess.run(["bash", "-c", logged + " --force"], capture_output=True, text=True, check=True, timeout=60)
     assert ran(fake) == first
     stage_cmd = (fake / "exp/r/.done/0.prepare.cmd").read_text()
@@ -288,6 +288,12 @@ def test_failed_stage_exits_with_its_status_and_leaves_no_record(fake):
     ran(fake)
     assert run(fake, "--exp", "f").returncode == 0
     assert [r[0] for r in ran(fake)] == ["train", "decode", "score", "decode_greedy", "score_greedy"]
+    # commands.log says how each run ended; one that never got to (killed) is named by the next
+    log = fake / "exp/f/commands.log"
+    assert [line.split("\t")[2:] for line in log.read_text().splitlines()] == [["exit 3"], ["exit 0"]]
+    log.write_text(log.read_text() + "2026-01-01 00:00:00\tbash run.sh --exp f")  # a run killed -9
+    assert run(fake, "--exp", "f").returncode == 0
+    assert [line.split("\t")[2:] for line in log.read_text().splitlines()] == [["exit 3"], ["exit 0"], ["killed"], ["exit 0"]]
 
 
 def test_markers_of_older_recipes_still_count_as_done(fake):

@@ -75,7 +75,7 @@ def test_corpus_options_become_data_overrides(swb300):
     recording = read_data_dir(swb300.dir / "data/train_nodup").wav_scp
     sources = {parse_wav_scp_entry(value).path for value in recording.values()}
     assert all(path.startswith(str(quirky_corpus() / "LDC97S62")) for path in sources)  # read natively, whole
-    replay = (swb300.dir / "exp/tiny/commands.log").read_text().splitlines()[0].split("\t", 1)[1]
+    replay = (swb300.dir / "exp/tiny/commands.log").read_text().splitlines()[0].split("\t")[1]
     args = ["--exp", "tiny", *corpus_options(quirky_corpus(), fisher=False), *TINY_SWB]
     assert shlex.split(replay) == [
         "cd",
@@ -92,5 +92,6 @@ def test_missing_corpus_refused_before_any_work(tmp_path):
     proc = recipe.run("--exp", "x", "--swbd-dir", "nowhere", check=False)
     assert proc.returncode != 0
     assert f"{recipe.dir / 'nowhere'}: Switchboard-1 audio directory (LDC97S62) not found" in proc.stderr
-    assert "data.ms98_dir: required" in proc.stderr and "data.eval2000_dir: required" in proc.stderr
+    assert "data.ms98_dir: required (the recipe's --ms98-dir DIR" in proc.stderr
+    assert "data.eval2000_dir: required (the recipe's --eval2000-dir DIR" in proc.stderr
     assert not (recipe.dir / "data").exists()

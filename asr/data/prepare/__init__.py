@@ -87,8 +87,12 @@ def requested_sets(cfg: DictConfig) -> list[str]:
 
 
 def _required_paths(cfg: DictConfig, keys: tuple[str, ...]) -> list[str]:
-    """`???` corpus locations, named as the override that sets them."""
-    return [f"data.{key}: required (pass data.{key}=/path/to/corpus)" for key in keys if OmegaConf.is_missing(cfg, key)]
+    """`???` corpus locations, named as the recipe's option and the override that set them."""
+    return [
+        f"data.{key}: required (the recipe's --{key.replace('_', '-')} DIR, or data.{key}=/path/to/corpus)"
+        for key in keys
+        if OmegaConf.is_missing(cfg, key)
+    ]
 
 
 def _given(cfg: DictConfig, *keys: str) -> list[str | None]:
@@ -121,7 +125,7 @@ def preflight(cfg: DictConfig, sets: list[str]) -> None:
         layouts += [EVAL2000_LAYOUT] if eval_missing else []
     if missing:
         raise InputError(
-            "corpus inputs missing; fix the data.* paths:\n  " + "\n  ".join(missing) + "\n" + "\n".join(layouts)
+            "corpus inputs missing; fix the corpus paths:\n  " + "\n  ".join(missing) + "\n" + "\n".join(layouts)
         )
 
 

@@ -21,20 +21,15 @@ log = logging.getLogger("asr.data.synth")
     writes="synth.out_dir: an LDC-format corpus (Switchboard-1, Hub5-2000 SPHERE audio and transcripts)",
 )
 def main(cfg: DictConfig) -> None:
-    from asr.data.synth.corpus import (
-        format_summary,
-        synthesize_corpus,
-        why_synthesize,
-    )  # here, not above: --help answers without importing torch
+    # here, not above: --help answers without importing torch
+    from asr.data.synth.corpus import synthesize_corpus, why_synthesize
 
     reason = "synth.force=true" if cfg.synth.force else why_synthesize(cfg.synth)
     if reason is None:
         log.info("%s: corpus already made with this config; keeping it (synth.force=true rebuilds)", cfg.synth.out_dir)
         return
     log.info("%s: synthesising (%s)", cfg.synth.out_dir, reason)
-    summary = synthesize_corpus(cfg.synth)
-    print(format_summary(summary))
-    print(f"synthesis took {summary['seconds']:.1f} s")
+    synthesize_corpus(cfg.synth)  # logs the corpus' summary and the time it took
 
 
 if __name__ == "__main__":
