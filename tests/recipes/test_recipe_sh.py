@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from asr.config import load_config
-from tests.recipes.conftest import REPO, Recipe
+from tests.recipes.conftest import REPO, TINY, Recipe
 
 # Values that broke the recipes: spaces (word splitting), quotes, $ and ${ (expansion and
 # OmegaConf interpolation), glob characters, backslashes next to quotes, Hydra's , [ ] =.
@@ -401,3 +401,12 @@ def test_a_second_run_of_the_same_experiment_is_refused_naming_the_first(fake):
     # experiment reuses them
     assert [r[0] for r in ran(fake)] == ALL[3:]
     assert "stage 0 (prepare): done already by another experiment" in proc.stderr
+
+
+def test_the_readmes_try_is_the_smoke_tests_run():
+    """The Quickstart's one-minute try runs the overrides the mini smoke test runs (less its
+    thread counts), so the test keeps the README's command working."""
+    text = (REPO / "README.md").read_text()
+    command = text[text.index("./run.sh --exp try") :].split("```")[0].replace("\\\n", " ")
+    overrides = {word for word in shlex.split(command) if "=" in word}
+    assert overrides == set(TINY) - {"train.threads=1", "features.jobs=1"}
