@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 # The torch version tested, installed first; setup.py accepts a range, so a CUDA build already installed stays.
 TORCH := torch==2.13.0
 
-.PHONY: install demo lint test test-avx2 test-avx512 clean-demo
+.PHONY: install demo lint test test-avx2 test-avx512 gpu-check clean-demo
 
 # oneDNN, ATen and MKL each pick kernels by instruction set; capping all three reproduces an
 # AVX2-only CPU (no bf16 LSTM, AVX2 round-off) on an AVX-512 or AMX machine.
@@ -67,6 +67,12 @@ test-avx2: install
 
 test-avx512: install
 	$(call run_tests,$(AVX512_NO_BF16))
+
+# On a GPU machine: tests/gpu, the CUDA exchange tests and the Switchboard model's throughput
+# in one JSON (exp/gpu_check/gpu_check.json; scripts/gpu_check.py). GPU_CHECK=--device cpu runs
+# it with the CPU standing in.
+gpu-check: install
+	$(PY) scripts/gpu_check.py $(GPU_CHECK)
 
 clean-demo:
 	rm -rf recipes/mini/corpus recipes/mini/data recipes/mini/feats recipes/mini/lang recipes/mini/exp

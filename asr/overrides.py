@@ -70,7 +70,7 @@ def override_problem(override: str, conf_dir: str | Path = CONF_DIR) -> str | No
 
 def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
-        print(__doc__)
+        print(f"usage: python -m asr.overrides KEY=VALUE ...\n\n{__doc__}")
         return 0
     problems = [p for p in (override_problem(o) for o in argv) if p]
     for problem in problems:

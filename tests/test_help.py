@@ -48,6 +48,7 @@ OTHERS = [
     "asr.train.phone_ali",
     "asr.utils.recipe_record",
     "asr.utils.experiment_groups",
+    "asr.overrides",
 ]
 ASR = Path(__file__).resolve().parents[1] / "asr"
 

@@ -15,6 +15,7 @@ BENCHMARKS = {
     "chunks": "asr.bench.chunks",
     "exchange": "asr.bench.exchange",
     "gmm": "asr.bench.gmm",
+    "model": "asr.bench.model_step",
 }
 
 
