@@ -83,6 +83,7 @@ def hang_message(what: str, rank: int, timeout_s: float, detail: str) -> str:
 STEP_HANG_MIN_S = 180.0  # a collective inside the training steps is hung after this long...
 STEP_HANG_FACTOR = 10.0  # ...or this many times the slowest step so far, whichever is longer
 HEARTBEAT_S = 5.0  # how often a learner publishes what it is doing (read when another one hangs)
+BACKEND_GRACE_S = 30.0  # inside the steps the backends' own timeouts come this long after the watchdog's
 
 
 class HangWatchdog:
@@ -99,6 +100,13 @@ class HangWatchdog:
     in the job's store every HEARTBEAT_S (from this thread, so a learner stuck in its own
     computation still answers); the message names the learner that is behind.
 
+    The process groups of the training steps follow the same rule (`follow`): their backends'
+    own timeout, NCCL's too, is the step limit and BACKEND_GRACE_S while stepping (the watchdog,
+    which names the learner behind, comes first where it can see) and distributed.timeout_s outside,
+    so that NCCL, whose calls return at once and whose waits happen later in a host sync the
+    watchdog cannot see, aborts a hung step's collective within minutes; with
+    TORCH_NCCL_ASYNC_ERROR_HANDLING=2 the error then surfaces in the learner, which exits.
+
     A heartbeat carries a counter, not a time: a learner is silent when its counter has not
     moved for three heartbeats of the reader's own clock, so hosts whose clocks disagree never
     look silent to each other. A reader reads every other learner's heartbeat at most once a
@@ -111,7 +119,6 @@ class HangWatchdog:
         ] = {}  # thread -> what, rank, timeout_s, since, limit
         self.limit_s = math.inf
         self.thread: threading.Thread | None = None
-        self.stepping = False  # inside the training loop's steps
         self.slowest_step_s = 0.0
         self.step = 0
         self.store = None  # the job's store, for heartbeats
@@ -123,6 +130,37 @@ class HangWatchdog:
         self.read_at = -math.inf
         self.read: dict[int, dict] = {}
         self.stopping = threading.Event()
+        self._stepping = False
+        self.groups: list = []  # process groups whose backends' timeout follows the limit
+        self.backend_timeout_s = 0.0  # theirs outside the steps (distributed.timeout_s)
+        self.group_timeout_s = 0.0  # what they were last set to
+
+    @property
+    def stepping(self) -> bool:
+        """Inside the training loop's steps."""
+        return self._stepping
+
+    @stepping.setter
+    def stepping(self, value: bool) -> None:
+        self._stepping = value
+        self._update_group_timeouts()
+
+    def follow(self, group, timeout_s: float | None = None) -> None:
+        """Bound `group`'s collectives (None: the default group) by the limit of current_limit
+        inside the steps, by `timeout_s` (distributed.timeout_s, given once) outside them."""
+        self.groups.append(group)
+        if timeout_s is not None:
+            self.backend_timeout_s = timeout_s
+
+    def _update_group_timeouts(self) -> None:
+        limit = self.backend_timeout_s
+        if self._stepping:  # a little after the watchdog, whose message names the learner behind
+            limit = min(limit, self.current_limit()[0] + BACKEND_GRACE_S)
+        if not self.groups or round(limit) == round(self.group_timeout_s):
+            return
+        self.group_timeout_s = limit
+        for group in self.groups:
+            dist.distributed_c10d._set_pg_timeout(timedelta(seconds=limit), group)
 
     def arm(self, limit_s: float, poll_s: float = 1.0) -> None:
         self.limit_s = limit_s
@@ -140,13 +178,16 @@ class HangWatchdog:
             self.stopping.set()
             thread.join(timeout_s)
         self.store = None
+        self.groups, self.group_timeout_s = [], 0.0
 
     def attach(self, store, rank: int, world_size: int) -> None:
         self.store, self.rank, self.world_size = store, rank, world_size
 
     def step_done(self, step: int, seconds: float) -> None:
         self.step = step
-        self.slowest_step_s = max(self.slowest_step_s, seconds)
+        if seconds > self.slowest_step_s:
+            self.slowest_step_s = seconds
+            self._update_group_timeouts()
 
     def current_limit(self) -> tuple[float, str]:
         """(seconds, why) a collective started now may take."""
@@ -466,6 +507,7 @@ def init_distributed(cfg) -> DistributedContext:
         else:
             dist.init_process_group(backend=ctx.backend, timeout=timeout, store=store, rank=rank, world_size=world_size)
     WATCHDOG.attach(dist.PrefixStore("asr/watchdog", dist.distributed_c10d._get_default_store()), rank, world_size)
+    WATCHDOG.follow(None, ctx.timeout_s)  # the default group: SSGD's gradients and every step's sums
     log.info(
         "learner %d of %d (local %d of %d) on %s, backend %s, algorithm %s",
         rank,

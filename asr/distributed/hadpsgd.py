@@ -28,7 +28,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from asr.distributed.context import DistributedContext
+from asr.distributed.context import WATCHDOG, DistributedContext
 from asr.distributed.topology import Layout
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,8 @@ def make_groups(layout: Layout) -> DecentralizedGroups:
             claims = dist.new_group(ranks, backend="gloo")
             if layout.rank in ranks:
                 groups.node, groups.node_control, groups.node_claims = node, control, claims
+                for group in (node, control) if node is not None else (control,):
+                    WATCHDOG.follow(group)  # inside the steps (the claims wait on another thread)
     if layout.num_nodes > 1:
         for local_index in range(layout.learners_per_node):
             ranks = layout.exchange_group_ranks(local_index)

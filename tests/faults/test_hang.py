@@ -165,3 +165,35 @@ def test_a_learner_hung_mid_epoch_is_named_within_seconds(toy_corpus, tmp_path):
         r"learner 0: gradient all-reduce.* got no answer for \d+ s \(limit 3 s: 10 x the slowest step", line
     ), line
     assert "learner 1 is behind (step 5, computing (not in a collective))" in line, line
+
+
+def test_the_step_groups_backend_timeouts_follow_the_watchdogs_limit(monkeypatch):
+    """NCCL's own timeout is what ends a hang it hides from the watchdog (its waits happen in a
+    later host sync): inside the steps it is the step limit, outside distributed.timeout_s."""
+    set_to = []
+    monkeypatch.setattr(
+        context.dist.distributed_c10d, "_set_pg_timeout", lambda t, group: set_to.append((group, t.total_seconds()))
+    )
+    watchdog = context.HangWatchdog()
+    watchdog.limit_s = 1860.0
+    watchdog.follow(None, 1800.0)
+    watchdog.follow("node")
+    watchdog.stepping = True  # no step timed yet: distributed.timeout_s
+    watchdog.step_done(1, 2.0)  # 10 x 2 s is under the three minutes
+    watchdog.step_done(2, 1.0)  # not the slowest: nothing changes
+    watchdog.step_done(3, 30.0)
+    watchdog.stepping = False
+    grace = context.BACKEND_GRACE_S  # the watchdog's own message comes first
+    assert set_to == [
+        (None, 1800.0),
+        ("node", 1800.0),
+        (None, context.STEP_HANG_MIN_S + grace),
+        ("node", context.STEP_HANG_MIN_S + grace),
+        (None, 300.0 + grace),
+        ("node", 300.0 + grace),
+        (None, 1800.0),
+        ("node", 1800.0),
+    ]
+    watchdog.disarm()
+    watchdog.stepping = True
+    assert len(set_to) == 8  # disarmed at the context's close: groups forgotten
