@@ -20,9 +20,17 @@ import typing
 from pathlib import Path
 
 from asr.config import AsrConfig
+from asr.train.config import RENAMED as TRAIN_RENAMED
 from asr.utils.experiment_groups import CONF_DIR
 
 HYDRA_PREFIXES = ("hydra.", "hydra/")
+RENAMED = {f"train.{old}": f"train.{new}" for old, new in TRAIN_RENAMED.items()}  # still read
+
+
+def renamed_note(override: str) -> str | None:
+    """A line for a key that has a new name (the old one still works); None otherwise."""
+    key = override.lstrip("+~").partition("=")[0]
+    return f"{key} is now {RENAMED[key]} (the old name still works)" if key in RENAMED else None
 
 
 def group_choices(group: str, conf_dir: str | Path = CONF_DIR) -> list[str] | None:
@@ -72,6 +80,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(f"usage: python -m asr.overrides KEY=VALUE ...\n\n{__doc__}")
         return 0
+    for note in filter(None, map(renamed_note, argv)):
+        print(note, file=sys.stderr)
     problems = [p for p in (override_problem(o) for o in argv) if p]
     for problem in problems:
         print(problem)

@@ -51,3 +51,9 @@ def test_the_command_prints_each_problem_and_exits_2(capsys):
     assert main(["train.epoch=2", "model=nope"]) == 2
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 and out[0].startswith("train.epoch:") and out[1].startswith("model=nope:")
+
+
+def test_a_renamed_key_works_and_says_its_new_name(capsys):
+    assert main(["train.max_train_utts=10"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and "train.max_train_utts is now train.subset_utts" in captured.err

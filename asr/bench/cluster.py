@@ -248,7 +248,7 @@ def measure_straggler(s: Session, point: dict, link: dict) -> dict:
     for r in s.repeats:
         for algorithm in algorithms:
             job = f"straggler_{algorithm}_{point['layout']}_{point['frames']}f_{link['rate_mbit']:g}mbit_r{r}"
-            overrides = [f"distributed={algorithm}", "train.epochs=1", f"train.max_train_utts={utts}"]
+            overrides = [f"distributed={algorithm}", "train.epochs=1", f"train.subset_utts={utts}"]
             even, _ = s.launcher.distributed(s.cluster, f"{job}_even", per_host, point["frames"], *overrides)
             slowed, _ = s.launcher.distributed(
                 s.cluster, f"{job}_slowed", per_host, point["frames"], *overrides, slowed_host=1

@@ -1,9 +1,12 @@
 """Configuration of training (Hydra group `train`)."""
 
+import logging
 from dataclasses import dataclass
 from typing import ClassVar
 
 from asr.utils.checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Check, between, one_of
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -12,7 +15,8 @@ class TrainConfig:
     # > 0: stop this run after this many steps (decentralized: batches claimed by all nodes)
     # and save, so that the same command goes on from there (benchmarks, time-limited jobs)
     max_steps: int = 0
-    max_train_utts: int = 0  # > 0: train on the first N utterances of the training set only (a quick run)
+    subset_utts: int = 0  # > 0: train on the first N utterances of the training set only (a quick run)
+    max_train_utts: int = 0  # the old name of subset_utts, still read (a warning says so)
     max_frames: int = 20000  # batch size per learner in padded input frames (utterances x longest)
     max_utts: int = 64  # and at most this many utterances per batch (the global batch is learners x these)
     optimizer: str = "adam"  # adam | sgd (with momentum)
@@ -89,8 +93,20 @@ class TrainConfig:
         "precision": one_of("fp32", "bf16", "fp16", "auto"),
         "max_steps": NON_NEGATIVE,
         "max_train_utts": NON_NEGATIVE,
+        "subset_utts": NON_NEGATIVE,
         "objective": one_of("ctc", "frame_ce"),
         "ali_length_tolerance": NON_NEGATIVE,
         "chunk_frames": NON_NEGATIVE,
         "batch_samples": AT_LEAST_ONE,
     }
+
+
+RENAMED = {"max_train_utts": "subset_utts"}  # old key -> new key of the train group
+
+
+def subset_utts(tcfg) -> int:
+    """train.subset_utts, or its old name train.max_train_utts (with a warning)."""
+    if tcfg.max_train_utts and not tcfg.subset_utts:
+        log.warning("train.max_train_utts is now train.subset_utts; the old name still works")
+        return int(tcfg.max_train_utts)
+    return int(tcfg.subset_utts)

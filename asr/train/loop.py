@@ -57,6 +57,7 @@ from asr.models.blstm import build_model
 from asr.models.checkpoint import CHECKPOINT_FORMAT, CheckpointDir, restore_rng_state, rng_state
 from asr.optim.updater import optimizer_moments
 from asr.train.chunks import FrameChunks, SampleBatchSampler, check_chunking, window_starts
+from asr.train.config import subset_utts
 from asr.train.data import (
     Batch,
     BucketBatchSampler,
@@ -207,7 +208,7 @@ class Trainer:
         self.train_set, self.dev_set = self.datasets()
         if self.chunked:
             self.train_set = FrameChunks(
-                self.train_set, self.tcfg.chunk_frames, cfg.model.subsample, cfg.seed, self.tcfg.max_train_utts
+                self.train_set, self.tcfg.chunk_frames, cfg.model.subsample, cfg.seed, subset_utts(self.tcfg)
             )
         self.datasets_seconds = (
             time.perf_counter() - started
@@ -294,7 +295,7 @@ class Trainer:
                 rank=group.rank,
                 window_starts=window_starts(self.train_set, t.shuffle_window_utts),
             )
-        lengths = list(self.train_set.num_frames)[: t.max_train_utts or None]
+        lengths = list(self.train_set.num_frames)[: subset_utts(t) or None]
         return BucketBatchSampler(
             lengths,
             t.max_frames,

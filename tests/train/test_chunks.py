@@ -189,8 +189,9 @@ def test_the_lr_scales_with_samples_times_frames(corpus):
     assert scaled_lr(cfg.train, learners=4) == pytest.approx(0.02 * 4 * 16 * CHUNK / 64)
 
 
-def test_max_train_utts_cuts_the_samples_of_the_first_utterances(corpus, chunks):
-    trainer = loop.Trainer(load_config(chunk_overrides(corpus, "train.max_train_utts=10")))
+@pytest.mark.parametrize("key", ["train.subset_utts", "train.max_train_utts"])  # the old name still works
+def test_subset_utts_cuts_the_samples_of_the_first_utterances(corpus, chunks, key):
+    trainer = loop.Trainer(load_config(chunk_overrides(corpus, f"{key}=10")))
     frames = np.asarray(chunks.utterances.num_frames[:10])
     assert len(trainer.train_set) == trainer.num_train_utts == int((frames // CHUNK).sum())
     assert trainer.sampler.num_batches() == -(-len(trainer.train_set) // 16)
