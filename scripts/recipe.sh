@@ -568,18 +568,19 @@ check_decode_options() {
 }
 
 # decode_stages FIRST: tune (beam_lm only), decode and score as stages FIRST..FIRST+2. Each
-# decoding has its own dir: beam+LM decode_<set>/, greedy decode_<set>_greedy/ (scored beside the
-# LM's too, seconds, to show what the LM brings), so --decode greedy never touches the LM result.
+# decoding has its own dir: beam+LM decode_<set><suffix>/, greedy decode_<set><suffix>_greedy/
+# (scored beside the LM's too, seconds, to show what the LM brings), so --decode greedy never
+# touches the LM result. The greedy suffix comes last among the overrides: the last one wins.
 decode_stages() {
-  local n=$1 greedy_dir=()
-  [[ -n $(override_value decode.dir_suffix "") ]] || greedy_dir=(decode.dir_suffix=_greedy)
+  local n=$1 greedy_dir
+  greedy_dir="decode.dir_suffix=$(hydra_quote "$(override_value decode.dir_suffix "")_greedy")"
   if [[ $decode == beam_lm ]]; then
     run_stage "$n" tune python -m asr.tune decode=beam_lm "${overrides[@]}"
     run_stage $((n + 1)) decode python -m asr.decode decode=beam_lm "${overrides[@]}"
     run_stage $((n + 2)) score  python -m asr.score "score=$score" "${overrides[@]}"
   fi
-  run_stage $((n + 1)) decode_greedy python -m asr.decode decode=greedy "${greedy_dir[@]}" "${overrides[@]}"
-  run_stage $((n + 2)) score_greedy  python -m asr.score "score=$score" "${greedy_dir[@]}" "${overrides[@]}"
+  run_stage $((n + 1)) decode_greedy python -m asr.decode decode=greedy "${overrides[@]}" "$greedy_dir"
+  run_stage $((n + 2)) score_greedy  python -m asr.score "score=$score" "${overrides[@]}" "$greedy_dir"
   last_stage=$((n + 2))
 }
 
@@ -616,12 +617,12 @@ speed_perturb_stage() {
 # show_wer: after the score stages (decode_stages ran), one line per decoding of the eval set:
 # its total WER as Kaldi prints it, and its table when no score stage of this run printed it.
 show_wer() {
-  local eval_set
+  local eval_set dir
   eval_set=$(override_value data.eval_set eval2000)
   (( stop_stage >= last_stage )) || return 0
-  wer_line "WER on $eval_set, greedy decoding (no LM), $score scoring" "$exp_dir/decode_${eval_set}_greedy" score_greedy
-  [[ $decode != beam_lm ]] ||
-    wer_line "WER on $eval_set, beam_lm decoding, $score scoring" "$exp_dir/decode_$eval_set" score
+  dir="$exp_dir/decode_$eval_set$(override_value decode.dir_suffix "")"
+  wer_line "WER on $eval_set, greedy decoding (no LM), $score scoring" "${dir}_greedy" score_greedy
+  [[ $decode != beam_lm ]] || wer_line "WER on $eval_set, beam_lm decoding, $score scoring" "$dir" score
 }
 wer_line() {
   local total

@@ -455,8 +455,8 @@ def check_gpus_for_nccl(backend: str, local_world_size: int, gpus: int) -> None:
     if "nccl" in backend and local_world_size > gpus:
         raise InputError(
             f"torchrun started {local_world_size} learners on this node but it has {gpus} visible GPU(s); "
-            f"NCCL needs one GPU per learner: pass --nproc-per-node={gpus} (or CUDA_VISIBLE_DEVICES naming "
-            f"{local_world_size}), or share GPUs over distributed.backend=gloo"
+            f"NCCL needs one GPU per learner: pass --nproc-per-node={gpus} (or let CUDA_VISIBLE_DEVICES show "
+            f"{local_world_size} GPUs), or share GPUs over distributed.backend=gloo"
         )
 
 

@@ -49,7 +49,7 @@ def test_scores_every_decoded_set(workdir):
     }
     assert {"wer.md", "align.txt", "wer_by_speaker.md"} <= {p.name for p in decode.iterdir()}
     # The tables end the stage's stdout; one log line per subset goes to the stage log.
-    assert "### e1: eval2000\n\n| Subset | WER |" in proc.stdout
+    assert "### e1: decode_eval2000\n\n| Subset | WER |" in proc.stdout  # headed by its decode dir
     assert "| total | 44.44 | 2 | 1 | 1 | 9 | 2 |" in proc.stdout
     assert proc.stdout.rstrip().endswith("| total | 0.00 | 0 | 0 | 0 | 2 | 1 |")
     log = (workdir / "exp/e1/log/score.log").read_text()
