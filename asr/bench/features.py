@@ -55,6 +55,7 @@ from asr.features.ivector.recipe import ensure_extractor, extract_ivector_set
 from asr.features.recipes import feature_dim
 from asr.kaldi.segments import Segment
 from asr.utils.atomic import write_text
+from asr.utils.device import cpu_name
 
 log = logging.getLogger("asr.bench.features")
 
@@ -298,7 +299,7 @@ def _run(data_dir: Path | None, minutes: float, threads: int, overrides: list[st
             "segments": len(waves),
         },
         "machine": {
-            "cpu": _cpu_name(),
+            "cpu": cpu_name(),
             "cores": os.cpu_count(),
             "load_average_1min": round(os.getloadavg()[0], 2),
             "torch_threads": threads,
@@ -322,16 +323,6 @@ def _run(data_dir: Path | None, minutes: float, threads: int, overrides: list[st
         "compression": compression,
         "overrides": overrides,
     }
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,21 +43,13 @@ from asr.train.data import Batch
 from asr.train.objectives import frame_ce_utterance_losses
 from asr.train.precision import autocast, training_precision, use_ieee_fp32
 from asr.utils.atomic import atomic_path, write_text
-from asr.utils.device import select_device
+from asr.utils.device import cpu_name, select_device
 from asr.utils.errors import InputError
 
 log = logging.getLogger("asr.bench")
 
 FEAT_DIM = 260  # fMLLR 40 + i-vector 100 + log-mel 40 with deltas: the paper's input
 PAPER_FRAMES_PER_S_PER_V100 = 2000 * 3600 * 100 * 16 / (5.2 * 3600) / 64  # 9,615
-
-
-def cpu_name() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor()
-    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
 
 
 def batch_of_samples(samples: int, frames: int, pdfs: int, generator: torch.Generator) -> Batch:

@@ -3,6 +3,7 @@ computes natively."""
 
 import functools
 import os
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +90,18 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     except OSError:
         pass
     return frozenset()
+
+
+def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The first CPU's model name, for a benchmark's report ("unknown" where it cannot be read)."""
+    try:
+        with cpuinfo.open() as lines:
+            for line in lines:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def onednn_isa_cap(environ) -> tuple[str, int | None]:

@@ -49,3 +49,10 @@ def test_cpu_flags_reads_the_first_flags_line(tmp_path):
     info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\nflags\t\t: fpu\n")
     assert cpu_flags(info) == {"fpu", "avx2", "avx512_bf16"}
     assert cpu_flags(tmp_path / "missing") == frozenset()
+
+
+def test_cpu_name_reads_the_first_model_name(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9B14\nflags\t\t: avx2\n\nmodel name\t: other\n")
+    assert devices.cpu_name(cpuinfo) == "AMD EPYC 9B14"
+    assert devices.cpu_name(tmp_path / "missing") != ""  # the platform's name, or "unknown"
