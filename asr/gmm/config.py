@@ -9,7 +9,9 @@ from asr.utils.checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Check, each, 
 @dataclass
 class GmmConfig:
     kind: str = "mono"  # mono: flat start (train_mono.sh) | tri: a tree on `alignments` (train_deltas.sh)
-    # | align: the model of `alignments` aligns align_set into dir (align_si.sh)
+    # | lda_mllt: spliced statics, LDA on the tied states of `alignments`, MLLT (train_lda_mllt.sh)
+    # | sat: per-speaker fMLLR on an lda_mllt system's features (train_sat.sh)
+    # | align: the model of `alignments` aligns align_set into dir (align_si.sh; align_fmllr.sh for sat)
     dir: str = "exp/mono"  # the model, tree, ali.N.gz and log go here (Kaldi's exp/mono, exp/tri1)
     lang_dir: str = "${lang.dir}"  # the Kaldi lang dir (python -m asr.lang)
     train_set: str = "${data.train_set}"
@@ -23,6 +25,12 @@ class GmmConfig:
     cepstral_lifter: float = 22.0
     delta_order: int = 2  # Kaldi's add-deltas: 13 -> 39 dims
     cmvn: str = "speaker"  # speaker: per speaker, as Kaldi | set: the feature set's own (asr/gmm/frontend.py)
+    # kind lda_mllt: the statics spliced +-splice_context, LDA to lda_dim, MLLT at these passes
+    splice_context: int = 3
+    lda_dim: int = 40
+    mllt_iters: list = field(default_factory=lambda: [2, 4, 6, 12])
+    # kind sat: every training speaker's fMLLR re-estimated at these passes
+    fmllr_iters: list = field(default_factory=lambda: [2, 4, 6, 12])
     # EM
     num_iters: int = 40
     realign_iters: list = field(
@@ -48,7 +56,11 @@ class GmmConfig:
     boundary_tolerance_ms: float = 20.0
 
     CHECKS: ClassVar[dict[str, Check]] = {
-        "kind": one_of("mono", "tri", "align"),
+        "kind": one_of("mono", "tri", "lda_mllt", "sat", "align"),
+        "splice_context": NON_NEGATIVE,
+        "lda_dim": AT_LEAST_ONE,
+        "mllt_iters": each(AT_LEAST_ONE),
+        "fmllr_iters": each(AT_LEAST_ONE),
         "subset": NON_NEGATIVE,
         "nj": AT_LEAST_ONE,
         "front_end": one_of("mfcc", "stored"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +26,10 @@ from asr.data.ctm import CtmWord, write_ctm
 from asr.data.datadir import read_data_dir
 from asr.decode.output import TimedWord, ctm_words, evaluation_sets, write_hyp_text
 from asr.features.featureset import feature_set_dir, feature_set_input
-from asr.gmm.frontend import GmmFeatures, with_deltas
-from asr.gmm.stats import ModelArrays
+from asr.gmm.adaptation import SpeakerAccs, estimate_transforms, speaker_accs
+from asr.gmm.frontend import GmmFeatures, Projection
+from asr.gmm.stats import FrameWeights, ModelArrays, Stats, accumulate
+from asr.kaldi.matrix import write_transform_ark
 from asr.kaldi.model import read_model
 from asr.kaldi.tree import load_context_dependency
 from asr.lang.graph import mkgraph
@@ -41,7 +43,10 @@ log = logging.getLogger("asr.gmm")
 GRAPH_RERUN = RERUN = "python -m asr.gmm.decode"
 STAGE = "decode"
 FRONT_END = ("front_end", "num_ceps", "cepstral_lifter", "cmvn", "delta_order", "decode_acoustic_scale")
+MODEL_FILES = ("final.mdl", "final.alimdl", "final.mat")  # what a set's decoding reads of the system
 CTM_TABLES = ("utt2spk", "segments", "reco2file_and_channel")  # what a set's words and times are read with
+ALIGNMENT_MODEL = "final.alimdl"  # a SAT system's speaker-independent model: its first pass
+SILENCE_WEIGHT = 0.01  # decode_fmllr.sh's --silence-weight for the transforms' statistics
 FRAME_CHUNK = 512  # frames scored at once: (chunk x Gaussians) float64 stays in tens of MB
 
 
@@ -88,20 +93,25 @@ class GmmDecodeSpec:
     options: SearchOptions
 
 
-_WORKER: tuple[GraphDecoder, ModelArrays] | None = None
+_WORKER: tuple[GraphDecoder, dict[str, ModelArrays]] | None = None
 
 
 def _init_worker(spec: GmmDecodeSpec) -> None:
     global _WORKER
-    trans_model, am = read_model(Path(spec.model_dir) / "final.mdl")
-    decoder = GraphDecoder(Path(spec.model_dir) / "graph", trans_model, Lang.load(spec.lang_dir), spec.options)
-    _WORKER = decoder, ModelArrays.of(am)
+    model_dir = Path(spec.model_dir)
+    trans_model, am = read_model(model_dir / "final.mdl")
+    models = {"final": ModelArrays.of(am)}
+    if (model_dir / ALIGNMENT_MODEL).is_file():
+        models["si"] = ModelArrays.of(read_model(model_dir / ALIGNMENT_MODEL)[1])
+    decoder = GraphDecoder(model_dir / "graph", trans_model, Lang.load(spec.lang_dir), spec.options)
+    _WORKER = decoder, models
 
 
-def _decode_in_worker(task: tuple[str, np.ndarray]) -> tuple[str, list[TimedWord]]:
-    utt, feats = task
-    decoder, model = _WORKER
-    return utt, [TimedWord(w.word, w.start, w.end, 1.0) for w in decoder(pdf_log_likelihoods(model, feats))]
+def _decode_in_worker(task: tuple[str, np.ndarray, str]) -> tuple[str, list[TimedWord], np.ndarray]:
+    utt, feats, model = task
+    decoder, models = _WORKER
+    words, tids = decoder.decode(pdf_log_likelihoods(models[model], feats))
+    return utt, [TimedWord(w.word, w.start, w.end, 1.0) for w in words], np.asarray(tids, np.int64)
 
 
 def set_made_from(cfg, set_name: str, model_dir: Path) -> tuple[dict, list[Path]]:
@@ -109,7 +119,7 @@ def set_made_from(cfg, set_name: str, model_dir: Path) -> tuple[dict, list[Path]
     options = {**{k: cfg.gmm[k] for k in FRONT_END}, **{k: cfg.decode[k] for k in ("wfst_beam", "max_active")}}
     options["frame_shift_ms"] = cfg.decode.frame_shift_ms
     data_dir = Path(cfg.data.data_dir) / set_name
-    inputs = [model_dir / "graph" / "graph.record.json", model_dir / "final.mdl"]
+    inputs = [model_dir / "graph" / "graph.record.json", *(model_dir / name for name in MODEL_FILES)]
     inputs += [data_dir / name for name in CTM_TABLES] + [feature_set_input(feature_set_dir(cfg, set_name))]
     return options, [p for p in inputs if p.is_file()]
 
@@ -124,20 +134,72 @@ def decode_set(cfg, set_name: str, pool, out_root: Path) -> Path:
     log.info("%s: decoding (%s)", set_name, reason)
     data = read_data_dir(Path(cfg.data.data_dir) / set_name)
     g = cfg.gmm
-    feats = GmmFeatures(
+    statics = GmmFeatures(
         feature_set_dir(cfg, set_name), data.utt2spk, g.front_end, g.num_ceps, g.cepstral_lifter, g.cmvn
     )
-    tasks = ((utt, with_deltas(feats.statics(utt), g.delta_order)) for utt in feats.reader.utts())
+    projection = Projection.load(out_root, g.delta_order)
+    feats = {utt: projection.speaker_independent(statics.statics(utt)) for utt in statics.reader.utts()}
+    if (out_root / ALIGNMENT_MODEL).is_file():  # SAT: the speaker-independent pass, then fMLLR per speaker
+        first = dict(decode_all(pool, feats, "si"))
+        transforms = first_pass_transforms(out_root, feats, first, data.utt2spk, cfg.gmm.lang_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_transform_ark(out_dir / "trans.ark", transforms)
+        projection = replace(projection, speaker_transforms=transforms, utt2spk=dict(data.utt2spk))
+        feats = {utt: projection.adapt(utt, x) for utt, x in feats.items()}
+    outputs = dict(decode_all(pool, feats, "final"))
     hyps: dict[str, str] = {}
     ctm: list[CtmWord] = []
-    for utt, words in pool.imap(_decode_in_worker, tasks, chunksize=8):
+    for utt, (words, _) in outputs.items():
         hyps[utt] = " ".join(w.word for w in words)
         ctm.extend(ctm_words(data, utt, words, cfg.decode.frame_shift_ms / 1000.0))
     write_hyp_text(out_dir / "hyp.txt", hyps)
     write_ctm(out_dir / "hyp.ctm", ctm)
-    write_record(out_dir, STAGE, RERUN, *made, {"hyp.txt": True, "hyp.ctm": True})
+    written = {"hyp.txt": True, "hyp.ctm": True, **({"trans.ark": True} if (out_dir / "trans.ark").is_file() else {})}
+    write_record(out_dir, STAGE, RERUN, *made, written)
     log.info("%s: %d hypotheses, %d words -> %s", set_name, len(hyps), len(ctm), out_dir)
     return out_dir
+
+
+def decode_all(pool, feats: dict[str, np.ndarray], model: str):
+    """(utt, (words, transition ids)) of every utterance, decoded with `model` (final | si)."""
+    tasks = ((utt, x, model) for utt, x in feats.items())
+    for utt, words, tids in pool.imap(_decode_in_worker, tasks, chunksize=8):
+        yield utt, (words, tids)
+
+
+def first_pass_transforms(model_dir: Path, feats: dict, first: dict, utt2spk: dict, lang_dir) -> dict:
+    """decode_fmllr.sh's fMLLR: each speaker's transform under the final model from the first
+    pass's best paths, silence frames weighted SILENCE_WEIGHT (speakers with too few frames
+    keep the identity)."""
+    tm, am = read_model(model_dir / "final.mdl")
+    model = ModelArrays.of(am)
+    id2pdf = np.asarray(tm.id2pdf_id, dtype=np.int64)
+    phones = np.array([0] + [tm.transition_id_to_phone(t) for t in range(1, tm.num_transition_ids + 1)])
+    silence = np.isin(phones, Lang.load(lang_dir).silence_phones)
+    speakers: dict[str, SpeakerAccs] = {}
+    for utt, (_, tids) in first.items():
+        x = feats[utt]
+        if len(tids) != len(x):  # no path found: nothing to adapt with
+            continue
+        weights = FrameWeights.empty(len(x), x.shape[1])
+        accumulate(
+            model, Stats.zeros(model.num_gauss, x.shape[1], tm.num_transition_ids), x, id2pdf[tids], tids, None, weights
+        )
+        frame_weight = np.where(silence[tids], SILENCE_WEIGHT, 1.0)
+        acc = speaker_accs(weights, x, frame_weight)
+        speaker = utt2spk.get(utt, utt)
+        if speaker in speakers:
+            speakers[speaker].add(acc)
+        else:
+            speakers[speaker] = acc
+    estimated = estimate_transforms(speakers, {}, am.dim)
+    log.info(
+        "fMLLR of %d speakers from the speaker-independent pass: %d estimated, auxiliary function +%.3f per frame",
+        len(speakers),
+        estimated.updated,
+        estimated.aux_gain_per_frame,
+    )
+    return estimated.transforms
 
 
 def decode_gmm(cfg) -> list[Path]:

@@ -18,6 +18,7 @@ speech, so the same silence comes out as different features in each and the mode
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,9 @@ import numpy as np
 from asr.features.cmvn import Cmvn, merge_stats
 from asr.features.deltas import add_deltas
 from asr.features.featureset import FeatureReader
+from asr.features.splice import splice, splice_opts
+from asr.kaldi.matrix import apply_transform, read_matrix, read_transform_ark, write_matrix, write_transform_ark
+from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
 
 FRONT_ENDS = ("mfcc", "stored")
@@ -100,3 +104,83 @@ class GmmFeatures:
 def with_deltas(statics: np.ndarray, order: int, window: int = 2) -> np.ndarray:
     """Kaldi's add-deltas (order 2: 13 MFCCs -> 39 dims)."""
     return add_deltas(statics, order, window).astype(np.float32) if order else statics
+
+
+@dataclass
+class Projection:
+    """How a system's features come from the statics: deltas (train_deltas.sh), or the frames
+    spliced +-`splice` and projected by `matrix` (LDA+MLLT, train_lda_mllt.sh; deltas then
+    unused), then each speaker's fMLLR transform y = A x + b (SAT, train_sat.sh). Saved in a
+    system's dir as Kaldi keeps them: final.mat, splice_opts, trans.ark (speaker -> [A b])."""
+
+    delta_order: int = 0
+    splice: int = 0
+    matrix: np.ndarray | None = None  # (d, statics * (2 splice + 1))
+    speaker_transforms: dict[str, np.ndarray] | None = None  # speaker -> (d, d + 1)
+    utt2spk: dict[str, str] = field(default_factory=dict)  # of the utterances it is applied to
+
+    def speaker_independent(self, statics: np.ndarray) -> np.ndarray:
+        if self.matrix is None:
+            return with_deltas(statics, self.delta_order)
+        return (splice(statics, self.splice, self.splice) @ self.matrix.T).astype(np.float32)
+
+    def adapt(self, utt: str, feats: np.ndarray) -> np.ndarray:
+        """A speaker-independent frame block of `utt` with its speaker's transform (if any)."""
+        transform = (self.speaker_transforms or {}).get(self.utt2spk.get(utt, ""))
+        return feats if transform is None else apply_transform(feats, transform)
+
+    def __call__(self, utt: str, statics: np.ndarray) -> np.ndarray:
+        return self.adapt(utt, self.speaker_independent(statics))
+
+    @property
+    def adapted(self) -> bool:
+        return self.speaker_transforms is not None
+
+    def dim(self, statics_dim: int) -> int:
+        if self.matrix is not None:
+            return self.matrix.shape[0]
+        return statics_dim * (1 + self.delta_order)
+
+    def for_utterances(self, utts) -> "Projection":
+        """The same projection carrying only these utterances' speakers (what a job needs)."""
+        if not self.adapted:
+            return self
+        utt2spk = {u: self.utt2spk[u] for u in utts if u in self.utt2spk}
+        transforms = {s: self.speaker_transforms[s] for s in set(utt2spk.values()) if s in self.speaker_transforms}
+        return replace(self, speaker_transforms=transforms, utt2spk=utt2spk)
+
+    def without_speakers(self) -> "Projection":
+        return replace(self, speaker_transforms=None, utt2spk={})
+
+    def save(self, out_dir: Path) -> None:
+        if self.matrix is not None:
+            write_matrix(out_dir / "final.mat", self.matrix)
+            write_text(out_dir / "splice_opts", splice_opts(self.splice, self.splice))
+        if self.speaker_transforms is not None:
+            write_transform_ark(out_dir / "trans.ark", self.speaker_transforms)
+
+    @classmethod
+    def load(cls, model_dir: Path, delta_order: int, utt2spk: dict[str, str] | None = None) -> "Projection":
+        """A system's projection from its dir (the transforms only with `utt2spk`: those of a
+        training set's speakers; another set's are estimated by decoding)."""
+        model_dir = Path(model_dir)
+        matrix, context = None, 0
+        if (model_dir / "final.mat").is_file():
+            matrix = read_matrix(model_dir / "final.mat")
+            context = read_splice_context(model_dir / "splice_opts")
+        transforms = None
+        if utt2spk is not None and (model_dir / "trans.ark").is_file():
+            transforms = read_transform_ark(model_dir / "trans.ark")
+        return cls(delta_order, context, matrix, transforms, dict(utt2spk or {}))
+
+
+def read_splice_context(path: Path) -> int:
+    """The +-context of a splice_opts file (`--left-context=L --right-context=L`)."""
+    try:
+        values = dict(option.lstrip("-").split("=") for option in path.read_text().split())
+        left, right = int(values["left-context"]), int(values["right-context"])
+    except (OSError, KeyError, ValueError):
+        raise InputError(f"{path}: not Kaldi splice options (--left-context=N --right-context=N)") from None
+    if left != right:
+        raise InputError(f"{path}: left and right context differ ({left}, {right}); only symmetric splicing is read")
+    return left

@@ -22,9 +22,11 @@ import kaldi_hmm_gmm as khg
 import kaldifst
 import numpy as np
 
-from asr.gmm.frontend import GmmFeatures, with_deltas
+from asr.features.splice import splice
+from asr.gmm.adaptation import MlltAccs, SpeakerAccs, add_lda_frames, mllt_frames_term, speaker_accs
+from asr.gmm.frontend import GmmFeatures, Projection
 from asr.gmm.graphs import AlignOptions, align, equal_alignment, graph_compiler
-from asr.gmm.stats import ModelArrays, Stats, accumulate
+from asr.gmm.stats import FrameWeights, ModelArrays, Stats, accumulate
 from asr.kaldi.alignments import parse_int_vector_archive, read_archive_bytes, write_int_vector_archive
 from asr.utils.atomic import atomic_path, write_text
 from asr.utils.errors import InputError
@@ -101,31 +103,45 @@ def share_utterances(work_dir: Path, index: int) -> list[tuple[str, int]]:
 
 
 class ShareFeatures:
-    """A share's features with deltas, utterance by utterance, from its memory map."""
+    """A share's features as a system sees them (its Projection of the statics), utterance by
+    utterance, from the share's memory map."""
 
-    def __init__(self, work_dir: Path, index: int, delta_order: int):
+    def __init__(self, work_dir: Path, index: int, projection: Projection):
         self.utts = share_utterances(work_dir, index)
         self.statics = np.load(feats_path(work_dir, index), mmap_mode="r")
         self.starts = np.concatenate([[0], np.cumsum([n for _, n in self.utts])])
-        self.delta_order = delta_order
+        self.projection = projection
+
+    def statics_by_utterance(self):
+        for (utt, _), start, stop in zip(self.utts, self.starts[:-1], self.starts[1:]):
+            yield utt, np.asarray(self.statics[start:stop])
+
+    def both(self):
+        """(utt, speaker-independent features, adapted features) in the share's order."""
+        for utt, statics in self.statics_by_utterance():
+            independent = self.projection.speaker_independent(statics)
+            yield utt, independent, self.projection.adapt(utt, independent)
 
     def __iter__(self):
-        for (utt, _), start, stop in zip(self.utts, self.starts[:-1], self.starts[1:]):
-            yield utt, with_deltas(np.asarray(self.statics[start:stop]), self.delta_order)
+        for utt, _, adapted in self.both():
+            yield utt, adapted
 
 
 @dataclass
 class PassSpec:
-    """One pass of one job: how to get its alignments, and the model to use."""
+    """One pass of one job: how to get its alignments, the model, and what to gather."""
 
     index: int
     work_dir: Path
     out_dir: Path  # ali.N.gz goes here
-    mode: str  # equal | align | read
+    mode: str  # equal | align | read | given (the `alignments` below)
     model: tuple  # (TransitionModel, AmDiagGmm), pickled through the bindings
-    delta_order: int
+    projection: Projection
     align_opts: AlignOptions = field(default_factory=AlignOptions)
     accumulate: bool = True
+    gather: tuple[str, ...] = ()  # also: mllt | fmllr | twofeats (sums over the unadapted frames)
+    silence_phones: tuple[int, ...] = ()  # weighted 0 in the MLLT and fMLLR statistics
+    alignments: list | None = None  # mode given: (utt, transition ids) in the share's order
 
 
 @dataclass
@@ -137,6 +153,28 @@ class PassResult:
     align_log_like: float = 0.0  # the aligner's scores (acoustic-scaled), summed
     frames: int = 0
     align_seconds: float = 0.0
+    mllt: MlltAccs | None = None
+    speakers: dict[str, SpeakerAccs] = field(default_factory=dict)
+
+    def add(self, other: "PassResult") -> None:
+        """Sum another job's result into this one (the statistics add)."""
+        self.aligned += other.aligned
+        self.failed += other.failed
+        self.retried += other.retried
+        self.frames += other.frames
+        self.align_log_like += other.align_log_like
+        self.align_seconds = max(self.align_seconds, other.align_seconds)
+        for name in ("stats", "mllt"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if mine is None:
+                setattr(self, name, theirs)
+            elif theirs is not None:
+                mine.add(theirs)
+        for speaker, acc in other.speakers.items():
+            if speaker in self.speakers:
+                self.speakers[speaker].add(acc)
+            else:
+                self.speakers[speaker] = acc
 
 
 def ali_path(out_dir: Path, index: int) -> Path:
@@ -146,24 +184,26 @@ def ali_path(out_dir: Path, index: int) -> Path:
 def run_share(spec: PassSpec) -> PassResult:
     """Align (or read the alignments of) one share, write ali.N.gz if aligned, accumulate."""
     tm, am = spec.model
-    feats = ShareFeatures(spec.work_dir, spec.index, spec.delta_order)
+    feats = ShareFeatures(spec.work_dir, spec.index, spec.projection)
     model = ModelArrays.of(am) if spec.accumulate else None
     stats = Stats.zeros(model.num_gauss, am.dim, tm.num_transition_ids) if model else None
-    id2pdf = np.asarray(tm.id2pdf_id, dtype=np.int64)
     result = PassResult(stats)
     if spec.mode == "read":
         path = ali_path(spec.out_dir, spec.index)
         alignments = parse_int_vector_archive(read_archive_bytes(path), str(path))
+    elif spec.mode == "given":
+        alignments = spec.alignments or []
     else:
         alignments = list(aligned_utterances(spec, feats, tm, am, result))  # transition ids: 4 bytes a frame
         write_int_vector_archive(ali_path(spec.out_dir, spec.index), iter(alignments))
+    gatherer = Gatherer(spec, tm, model, result) if model else None
     batch = FrameBatch()
-    for utt, tids, frames in joined(alignments, feats):
+    for utt, tids, independent, adapted in joined(alignments, feats):
         result.frames += len(tids)
-        if stats is not None and batch.add(frames, tids) >= ACCUMULATE_FRAMES:
-            accumulate(model, stats, *batch.take(id2pdf))
-    if stats is not None and batch.frames:
-        accumulate(model, stats, *batch.take(id2pdf))
+        if gatherer is not None and batch.add(utt, tids, independent, adapted) >= ACCUMULATE_FRAMES:
+            gatherer(batch)
+    if gatherer is not None and batch.frames:
+        gatherer(batch)
     return result
 
 
@@ -176,21 +216,72 @@ class FrameBatch:
     mini corpus: 0.2 s instead of 1.7 s for 1,000 utterances)."""
 
     def __init__(self):
-        self.feats: list[np.ndarray] = []
+        self.utts: list[tuple[str, int]] = []
         self.tids: list[np.ndarray] = []
+        self.independent: list[np.ndarray] = []
+        self.adapted: list[np.ndarray] = []
         self.frames = 0
 
-    def add(self, feats: np.ndarray, tids: np.ndarray) -> int:
-        self.feats.append(feats)
+    def add(self, utt: str, tids: np.ndarray, independent: np.ndarray, adapted: np.ndarray) -> int:
+        self.utts.append((utt, len(tids)))
         self.tids.append(tids)
+        self.independent.append(independent)
+        self.adapted.append(adapted)
         self.frames += len(tids)
         return self.frames
 
-    def take(self, id2pdf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(features, pdfs, transition ids) of the batch, which starts again empty."""
-        feats, tids = np.concatenate(self.feats), np.concatenate(self.tids)
-        self.feats, self.tids, self.frames = [], [], 0
-        return feats, id2pdf[tids], tids
+    def take(self) -> tuple[list[tuple[str, int]], np.ndarray, np.ndarray, np.ndarray]:
+        """(utterances and their frames, transition ids, unadapted and adapted frames) of the
+        batch, which starts again empty."""
+        out = self.utts, np.concatenate(self.tids), np.concatenate(self.independent), np.concatenate(self.adapted)
+        self.__init__()
+        return out
+
+
+class Gatherer:
+    """A job's statistics from its batches: the model's EM statistics, and as the pass asks the
+    MLLT statistics (non-silence frames) and each speaker's fMLLR statistics."""
+
+    def __init__(self, spec: PassSpec, tm, model: ModelArrays, result: PassResult):
+        self.spec, self.model, self.result = spec, model, result
+        self.id2pdf = np.asarray(tm.id2pdf_id, dtype=np.int64)
+        phones = np.array([0] + [tm.transition_id_to_phone(t) for t in range(1, tm.num_transition_ids + 1)])
+        self.silence = np.isin(phones, list(spec.silence_phones))
+        self.utt2spk = spec.projection.utt2spk
+        if "mllt" in spec.gather:
+            dim = model.inv_vars.shape[1]
+            result.mllt = MlltAccs(
+                np.zeros((dim, dim * (dim + 1) // 2)), Stats.zeros(model.num_gauss, dim, len(phones) - 1)
+            )
+
+    def __call__(self, batch: FrameBatch) -> None:
+        gather, model = self.spec.gather, self.model
+        utts, tids, independent, adapted = batch.take()
+        pdfs = self.id2pdf[tids]
+        weights = FrameWeights.empty(len(tids), adapted.shape[1]) if "fmllr" in gather else None
+        summed = independent if "twofeats" in gather else None
+        accumulate(model, self.result.stats, adapted, pdfs, tids, summed, weights)
+        speech = ~self.silence[tids]
+        if self.result.mllt is not None:
+            mllt_weights = FrameWeights.empty(int(speech.sum()), adapted.shape[1])
+            frames = adapted[speech]
+            accumulate(model, self.result.mllt.gauss, frames, pdfs[speech], tids[speech], None, mllt_weights)
+            self.result.mllt.frames_term += mllt_frames_term(mllt_weights, frames)
+        if weights is not None:
+            self.add_speakers(utts, weights, independent, speech.astype(np.float64))
+
+    def add_speakers(self, utts, weights: FrameWeights, independent: np.ndarray, frame_weight: np.ndarray) -> None:
+        bounds = np.concatenate([[0], np.cumsum([n for _, n in utts])])
+        for (utt, _), start, stop in zip(utts, bounds[:-1], bounds[1:]):
+            part = slice(start, stop)
+            acc = speaker_accs(
+                FrameWeights(weights.inv_vars[part], weights.means_invvars[part]), independent[part], frame_weight[part]
+            )
+            speaker = self.utt2spk.get(utt, utt)
+            if speaker in self.result.speakers:
+                self.result.speakers[speaker].add(acc)
+            else:
+                self.result.speakers[speaker] = acc
 
 
 def aligned_utterances(spec: PassSpec, feats: ShareFeatures, tm, am, result: PassResult):
@@ -220,18 +311,18 @@ def aligned_utterances(spec: PassSpec, feats: ShareFeatures, tm, am, result: Pas
 
 
 def joined(alignments, feats: ShareFeatures):
-    """(utt, tids, features) for the utterances with an alignment (both in key order)."""
+    """(utt, tids, unadapted, adapted features) for the utterances with an alignment (both in key order)."""
     pending = iter(alignments)
     current = next(pending, None)
-    for utt, frames in feats:
+    for utt, independent, adapted in feats.both():
         if current is None:
             return
         if current[0] != utt:
             continue
         tids = current[1]
-        if len(tids) != len(frames):
-            raise InputError(f"{utt}: {len(tids)} transition ids for {len(frames)} frames; stale alignments?")
-        yield utt, tids, frames
+        if len(tids) != len(adapted):
+            raise InputError(f"{utt}: {len(tids)} transition ids for {len(adapted)} frames; stale alignments?")
+        yield utt, tids, independent, adapted
         current = next(pending, None)
 
 
@@ -244,12 +335,41 @@ class TreeStatsSpec:
     alignments: dict[str, np.ndarray]
     old_model: khg.TransitionModel
     ci_phones: list[int]
-    delta_order: int
+    projection: Projection
 
 
 def share_tree_stats(spec: TreeStatsSpec):
     from asr.hmm.tree import accumulate_tree_stats  # the tree's statistics (acc-tree-stats)
 
-    feats = ShareFeatures(spec.work_dir, spec.index, spec.delta_order)
+    feats = ShareFeatures(spec.work_dir, spec.index, spec.projection)
     pairs = ((spec.alignments[utt], frames) for utt, frames in feats if utt in spec.alignments)
     return accumulate_tree_stats(spec.old_model, pairs, ci_phones=spec.ci_phones)
+
+
+@dataclass
+class LdaSpec:
+    """acc-lda over one share: the statics spliced +-context, classed by the old alignment's pdfs."""
+
+    index: int
+    work_dir: Path
+    alignments: dict[str, np.ndarray]
+    old_model: khg.TransitionModel
+    silence_phones: list[int]
+    context: int
+
+
+def share_lda_stats(spec: LdaSpec):
+    """The share's LDA statistics (silence frames left out, as weight-silence-post 0.0 does)."""
+    tm = spec.old_model
+    id2pdf = np.asarray(tm.id2pdf_id, dtype=np.int64)
+    phones = np.array([0] + [tm.transition_id_to_phone(t) for t in range(1, tm.num_transition_ids + 1)])
+    speech = ~np.isin(phones, spec.silence_phones)
+    stats = None
+    for utt, statics in ShareFeatures(spec.work_dir, spec.index, Projection()).statics_by_utterance():
+        tids = spec.alignments.get(utt)
+        if tids is None or len(tids) != len(statics):
+            continue
+        keep = speech[tids]
+        spliced = splice(statics, spec.context, spec.context)[keep]
+        stats = add_lda_frames(stats, id2pdf[tids][keep], spliced, tm.num_pdfs)
+    return stats

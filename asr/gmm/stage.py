@@ -19,11 +19,16 @@ from omegaconf import OmegaConf
 from asr.features.featureset import feature_set_dir, feature_set_input
 from asr.gmm.boundaries import boundary_accuracy
 from asr.gmm.train import STAGE, TrainingData, read_alignments, run_gmm_alignment, run_gmm_training, training_data
+from asr.gmm.transformed import train_lda_mllt, train_sat
 from asr.utils.record import record_path, why_rerun
 
 log = logging.getLogger("asr.gmm")
 
-NOT_OPTIONS = ("dir", "decode_acoustic_scale")  # where the system goes, how python -m asr.gmm.decode decodes it
+NOT_OPTIONS = ("dir", "decode_acoustic_scale")
+TRAINERS = {
+    "lda_mllt": train_lda_mllt,
+    "sat": train_sat,
+}  # mono and tri: asr/gmm/train.py's own  # where the system goes, how python -m asr.gmm.decode decodes it
 
 
 def made_from(cfg: Any) -> tuple[dict, list[Path]]:
@@ -95,4 +100,4 @@ def run(cfg: Any, lang=None) -> dict:
     reporter = None
     if gmm.phone_timings and align is not None:
         reporter = boundary_reporter(cfg, lang, align, data_root / gmm.align_set)
-    return run_gmm_training(cfg, lang, train, align, Path(gmm.dir), made, reporter)
+    return run_gmm_training(cfg, lang, train, align, Path(gmm.dir), made, reporter, TRAINERS.get(gmm.kind))

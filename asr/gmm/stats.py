@@ -85,9 +85,23 @@ def gaussian_log_likelihoods(model: ModelArrays, pdf: int, feats: np.ndarray) ->
     )
 
 
-def accumulate(model: ModelArrays, stats: Stats, feats: np.ndarray, pdfs: np.ndarray, tids: np.ndarray) -> None:
-    """Add the statistics of frames `feats` (T, D) aligned to `pdfs` (and transition ids `tids`)."""
+def accumulate(
+    model: ModelArrays,
+    stats: Stats,
+    feats: np.ndarray,
+    pdfs: np.ndarray,
+    tids: np.ndarray,
+    stat_feats: np.ndarray | None = None,
+    weights: FrameWeights | None = None,
+) -> None:
+    """Add the statistics of frames `feats` (T, D) aligned to `pdfs` (and transition ids `tids`).
+
+    `stat_feats`: the Gaussians' posteriors come from `feats`, their sums from these frames
+    instead (gmm-acc-stats-twofeats: a SAT system's speaker-independent alignment model).
+    `weights`: filled with each frame's posterior-weighted inverse variances and scaled means
+    (what MLLT and fMLLR accumulate)."""
     feats = feats.astype(np.float64)
+    summed = feats if stat_feats is None else stat_feats.astype(np.float64)
     stats.transitions += np.bincount(tids, minlength=len(stats.transitions))[: len(stats.transitions)]
     stats.frames += len(pdfs)
     order = np.argsort(pdfs, kind="stable")
@@ -103,10 +117,27 @@ def accumulate(model: ModelArrays, stats: Stats, feats: np.ndarray, pdfs: np.nda
         frame_like = top + np.log(np.exp(loglikes - top[:, None]).sum(axis=1))
         posteriors = np.exp(loglikes - frame_like[:, None])
         rows = slice(model.offsets[pdf], model.offsets[pdf + 1])
+        s = summed[block]
         stats.occupancy[rows] += posteriors.sum(axis=0)
-        stats.sum_x[rows] += posteriors.T @ x
-        stats.sum_x2[rows] += posteriors.T @ (x * x)
+        stats.sum_x[rows] += posteriors.T @ s
+        stats.sum_x2[rows] += posteriors.T @ (s * s)
         stats.log_like += float(frame_like.sum())
+        if weights is not None:
+            weights.inv_vars[block] = posteriors @ model.inv_vars[rows]
+            weights.means_invvars[block] = posteriors @ model.means_invvars[rows]
+
+
+@dataclass
+class FrameWeights:
+    """Per frame, sum_m gamma_tm / var_m and sum_m gamma_tm mu_m / var_m over its pdf's
+    Gaussians m: the frame's part of the MLLT and fMLLR statistics."""
+
+    inv_vars: np.ndarray  # (T, D)
+    means_invvars: np.ndarray  # (T, D)
+
+    @classmethod
+    def empty(cls, frames: int, dim: int) -> "FrameWeights":
+        return cls(np.zeros((frames, dim)), np.zeros((frames, dim)))
 
 
 @dataclass
@@ -128,24 +159,31 @@ def update(
     power: float = 0.2,
     perturb_factor: float = 0.01,
     min_count: float = 20.0,
+    flags: str = "mvwt",
+    remove_low_count: bool = True,
 ) -> UpdateResult:
     """gmm-est: ML update of every pdf (Kaldi's MleDiagGmmUpdate), of the transition
-    probabilities, then mixing up to `mixup_to` Gaussians in all (0: no change)."""
-    flags = khg.GmmUpdateFlags.kGmmAll
+    probabilities, then mixing up to `mixup_to` Gaussians in all (0: no change). `flags`:
+    gmm-est's --update-flags (m means, v variances, w weights, t transitions); `remove_low_count`:
+    its --remove-low-count-gaussians."""
+    gmm_flags = khg.str_to_gmm_flags(flags.replace("t", ""))
     opts = khg.MleDiagGmmOptions(min_gaussian_occupancy=min_gaussian_occupancy, min_variance=min_variance)
+    opts.remove_low_count_gaussians = remove_low_count
     gmm_change, pdf_occupancy = 0.0, np.zeros(am.num_pdfs)
     for pdf in range(am.num_pdfs):
         rows = slice(model.offsets[pdf], model.offsets[pdf + 1])
         gmm = am.get_pdf(pdf)
-        acc = khg.AccumDiagGmm(gmm, flags)
+        acc = khg.AccumDiagGmm(gmm, gmm_flags)
         acc.occupancy = stats.occupancy[rows]
         acc.mean_accumulator = stats.sum_x[rows]
         acc.variance_accumulator = stats.sum_x2[rows]
         pdf_occupancy[pdf] = stats.occupancy[rows].sum()
         if pdf_occupancy[pdf] > 0:
-            change, *_ = _kaldi_hmm_gmm.mle_diag_gmm_update(config=opts, diag_gmm_acc=acc, flags=flags, gmm=gmm)
+            change, *_ = _kaldi_hmm_gmm.mle_diag_gmm_update(config=opts, diag_gmm_acc=acc, flags=gmm_flags, gmm=gmm)
             gmm_change += change
-    transition_change, count = tm.mle_update(stats.transitions.astype(np.float64), khg.MleTransitionUpdateConfig())
+    transition_change, count = 0.0, 1.0
+    if "t" in flags:
+        transition_change, count = tm.mle_update(stats.transitions.astype(np.float64), khg.MleTransitionUpdateConfig())
     if mixup_to > am.num_gauss:
         am.split_by_count(
             state_occs=pdf_occupancy.astype(np.float32),

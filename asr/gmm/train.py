@@ -21,7 +21,7 @@ import multiprocessing
 import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,6 +31,8 @@ import numpy as np
 from asr.data.datadir import read_data_dir
 from asr.features.pool import one_blas_thread_in_children
 from asr.features.featureset import read_num_frames
+from asr.gmm.adaptation import estimate_transforms
+from asr.gmm.frontend import Projection
 from asr.gmm.graphs import AlignOptions
 from asr.gmm.shares import (
     PassResult,
@@ -44,7 +46,7 @@ from asr.gmm.shares import (
     share_utterances,
     split_shares,
 )
-from asr.gmm.stats import ModelArrays, Stats, update
+from asr.gmm.stats import ModelArrays, update
 from asr.kaldi.model import read_model, write_model
 from asr.kaldi.tree import load_context_dependency
 from asr.kaldi.table import c_sort_key
@@ -67,6 +69,20 @@ class TrainingData:
     frames: dict[str, int]
     utt2spk: dict[str, str]
     feats_dir: Path
+
+
+@dataclass
+class System:
+    """A trained GMM-HMM system: tree, transition model, GMMs, the passes that made it and its
+    features' Projection; a SAT system also has its speaker-independent alignment model."""
+
+    tree: Any
+    tm: Any
+    am: Any
+    history: list
+    projection: Projection
+    align_am: Any = None  # final.alimdl's GMMs (SAT)
+    summary: dict = field(default_factory=dict)  # what the kind adds to summary.json
 
 
 def training_data(data_dir: Path, feats_dir: Path, lang, shortest: int = 0) -> TrainingData:
@@ -119,11 +135,11 @@ class Jobs:
 # --- the model -----------------------------------------------------------------------------------
 
 
-def global_mean_var(work_dir: Path, delta_order: int, max_utts: int) -> tuple[np.ndarray, np.ndarray]:
+def global_mean_var(work_dir: Path, projection: Projection, max_utts: int) -> tuple[np.ndarray, np.ndarray]:
     """Mean and variance of the first `max_utts` utterances of share 1 (gmm-init-mono's
     --train-feats=... subset-feats --n=10)."""
     frames = []
-    for n, (_, feats) in enumerate(ShareFeatures(work_dir, 1, delta_order)):
+    for n, (_, feats) in enumerate(ShareFeatures(work_dir, 1, projection)):
         if n >= max_utts:
             break
         frames.append(feats.astype(np.float64))
@@ -167,47 +183,54 @@ class PassLog:
 
 @dataclass
 class Trainer:
-    """Runs passes of the jobs over the shares in `work_dir`, alignments into `out_dir`."""
+    """Runs passes of the jobs over the shares in `work_dir`, alignments into `out_dir`, on
+    the features of `projection` (each job gets its own utterances' speakers)."""
 
     jobs: Jobs
     num_shares: int
     work_dir: Path
     out_dir: Path
-    delta_order: int
+    projection: Projection
+    silence_phones: tuple[int, ...] = ()
     history: list[PassLog] = field(default_factory=list)
 
     def run_pass(
-        self, mode: str, tm, am, opts: AlignOptions, accumulate: bool = True
-    ) -> tuple[Stats | None, PassResult]:
-        specs = [
-            PassSpec(i, self.work_dir, self.out_dir, mode, (tm, am), self.delta_order, opts, accumulate)
-            for i in range(1, self.num_shares + 1)
-        ]
-        results = self.jobs.map(run_share, specs)
+        self,
+        mode: str,
+        tm,
+        am,
+        opts: AlignOptions,
+        accumulate: bool = True,
+        gather: tuple[str, ...] = (),
+        given: dict | None = None,
+    ) -> PassResult:
+        """One pass of every job; `given`: mode given's alignments (utterance -> transition ids)."""
+        specs = []
+        for i in range(1, self.num_shares + 1):
+            utts = [u for u, _ in share_utterances(self.work_dir, i)]
+            alignments = [(u, given[u]) for u in utts if u in given] if given is not None else None
+            projection = self.projection.for_utterances(utts)
+            specs.append(
+                PassSpec(
+                    i, self.work_dir, self.out_dir, mode, (tm, am), projection, opts, accumulate, gather,
+                    self.silence_phones, alignments,
+                )
+            )  # fmt: skip
         total = PassResult(None)
-        for r in results:
-            total.aligned += r.aligned
-            total.failed += r.failed
-            total.retried += r.retried
-            total.frames += r.frames
-            total.align_log_like += r.align_log_like
-            total.align_seconds = max(total.align_seconds, r.align_seconds)
-            if r.stats is not None:
-                if total.stats is None:
-                    total.stats = r.stats
-                else:
-                    total.stats.add(r.stats)
-        if mode != "read" and total.aligned == 0:
+        for result in self.jobs.map(run_share, specs):
+            total.add(result)
+        if mode in ("equal", "align") and total.aligned == 0:
             raise InputError(
                 f"{self.out_dir}: no utterance aligned (all {len(total.failed)} failed); wrong lang or features?"
             )
-        return total.stats, total
+        return total
 
 
 def em_pass(trainer: Trainer, iteration: int, mode: str, tm, am, opts: AlignOptions, **update_opts) -> PassLog:
     started = time.perf_counter()
     model = ModelArrays.of(am)
-    stats, result = trainer.run_pass(mode, tm, am, opts)
+    result = trainer.run_pass(mode, tm, am, opts)
+    stats = result.stats
     like = stats.log_like / max(stats.frames, 1)
     change = update(am, tm, stats, model, **update_opts)
     entry = PassLog(
@@ -283,9 +306,9 @@ def train_mono(cfg: Any, lang, data: TrainingData, work_dir: Path, out_dir: Path
     )
     tm = khg.TransitionModel(ctx_dep=tree, hmm_topo=topo)
     num_shares = prepare_shares(jobs, data, work_dir, cfg, lang, tm, tree)
-    delta_order = cfg.delta_order
-    tree, tm, am = flat_start(topo, *global_mean_var(work_dir, delta_order, cfg.init_utts))
-    trainer = Trainer(jobs, num_shares, work_dir, out_dir, delta_order)
+    projection = Projection(cfg.delta_order)
+    tree, tm, am = flat_start(topo, *global_mean_var(work_dir, projection, cfg.init_utts))
+    trainer = Trainer(jobs, num_shares, work_dir, out_dir, projection)
     num_gauss = am.num_gauss
     increment = max(0, (cfg.total_gauss - num_gauss) // max(cfg.max_iter_inc, 1))
     mixing = dict(min_gaussian_occupancy=cfg.min_gaussian_occupancy, power=cfg.power)
@@ -298,7 +321,7 @@ def train_mono(cfg: Any, lang, data: TrainingData, work_dir: Path, out_dir: Path
             beam = cfg.beam
         if iteration <= cfg.max_iter_inc:
             num_gauss += increment
-    return tree, tm, am, trainer.history
+    return System(tree, tm, am, trainer.history, projection)
 
 
 def read_alignments(ali_dir: Path) -> dict[str, np.ndarray]:
@@ -309,13 +332,13 @@ def read_alignments(ali_dir: Path) -> dict[str, np.ndarray]:
     return {utt: tids for f in files for utt, tids in parse_int_vector_archive(read_archive_bytes(f), str(f))}
 
 
-def tree_stats(jobs: Jobs, cfg: Any, num_shares: int, work_dir: Path, alignments: dict, old_tm, ci_phones):
+def tree_stats(jobs: Jobs, num_shares: int, work_dir: Path, alignments: dict, old_tm, ci_phones, projection):
     """acc-tree-stats over the shares, merged (sum-tree-stats)."""
     specs = []
     for i in range(1, num_shares + 1):
         utts = [u for u, _ in share_utterances(work_dir, i)]
         kept = {u: alignments[u] for u in utts if u in alignments}
-        specs.append(TreeStatsSpec(i, work_dir, kept, old_tm, list(ci_phones), cfg.delta_order))
+        specs.append(TreeStatsSpec(i, work_dir, kept, old_tm, list(ci_phones), projection))
     parts = jobs.map(share_tree_stats, specs)
     stats = parts[0]
     for part in parts[1:]:
@@ -366,10 +389,11 @@ def train_tri(cfg: Any, lang, data: TrainingData, work_dir: Path, out_dir: Path,
         phones=topo.phones, phone2num_pdf_classes=topo.get_phone_to_num_pdf_classes()
     )
     num_shares = prepare_shares(jobs, data, work_dir, cfg, lang, old_tm, mono_tree, graphs=False)
-    stats = tree_stats(jobs, cfg, num_shares, work_dir, alignments, old_tm, lang.silence_phones)
+    projection = Projection(cfg.delta_order)
+    stats = tree_stats(jobs, num_shares, work_dir, alignments, old_tm, lang.silence_phones, projection)
     built, tm, am = init_from_tree(cfg, lang, stats)
     prepare_shares(jobs, data, work_dir, cfg, lang, tm, built.ctx_dep, feats=False)
-    trainer = Trainer(jobs, num_shares, work_dir, out_dir, cfg.delta_order)
+    trainer = Trainer(jobs, num_shares, work_dir, out_dir, projection)
     num_gauss = max(am.num_gauss, cfg.num_leaves)
     increment = max(0, (cfg.total_gauss - num_gauss) // max(cfg.max_iter_inc, 1))
     mixing = dict(min_gaussian_occupancy=cfg.min_gaussian_occupancy, power=cfg.power)
@@ -378,15 +402,24 @@ def train_tri(cfg: Any, lang, data: TrainingData, work_dir: Path, out_dir: Path,
         em_pass(trainer, iteration, mode, tm, am, align_opts(cfg, cfg.beam), mixup_to=num_gauss, **mixing)
         if iteration <= cfg.max_iter_inc:
             num_gauss += increment
-    return built.ctx_dep, tm, am, trainer.history
+    return System(built.ctx_dep, tm, am, trainer.history, projection)
 
 
-def align_set(cfg: Any, lang, data: TrainingData, tree, tm, am, work_dir: Path, out_dir: Path, jobs: Jobs):
-    """align_si.sh: the final model's alignments of `data` into out_dir/ali.N.gz; returns (shares, result)."""
-    num_shares = prepare_shares(jobs, data, work_dir, cfg, lang, tm, tree)
-    trainer = Trainer(jobs, num_shares, work_dir, out_dir, cfg.delta_order)
+def align_set(cfg: Any, lang, data: TrainingData, system: System, work_dir: Path, out_dir: Path, jobs: Jobs):
+    """align_si.sh (or for a SAT system align_fmllr.sh): the final model's alignments of `data`
+    into out_dir/ali.N.gz; returns (shares, result, seconds, the projection aligned with)."""
+    num_shares = prepare_shares(jobs, data, work_dir, cfg, lang, system.tm, system.tree)
+    projection = system.projection
+    trainer = Trainer(jobs, num_shares, work_dir, out_dir, projection, tuple(lang.silence_phones))
+    opts = align_opts(cfg, cfg.beam)
     started = time.perf_counter()
-    _, result = trainer.run_pass("align", tm, am, align_opts(cfg, cfg.beam), accumulate=False)
+    if projection.adapted:
+        speakers = {data.utt2spk.get(u, u) for u in data.utts}
+        transforms = projection.speaker_transforms
+        if not speakers <= set(transforms):
+            transforms = speaker_transforms(trainer, system, data, opts).transforms
+        projection = trainer.projection = replace(projection, speaker_transforms=transforms, utt2spk=data.utt2spk)
+    result = trainer.run_pass("align", system.tm, system.am, opts, accumulate=False)
     seconds = time.perf_counter() - started
     audio = sum(data.frames.values()) / 100.0
     log.info(
@@ -399,7 +432,24 @@ def align_set(cfg: Any, lang, data: TrainingData, tree, tm, am, work_dir: Path, 
         seconds / audio,
         audio,
     )
-    return num_shares, result, seconds
+    return num_shares, result, seconds, projection
+
+
+def speaker_transforms(trainer: Trainer, system: System, data: TrainingData, opts: AlignOptions):
+    """align_fmllr.sh's first half for speakers without a transform: the speaker-independent
+    model aligns the unadapted features, then each speaker's fMLLR is estimated under the final
+    model on that alignment (silence weighted 0)."""
+    trainer.projection = replace(system.projection, speaker_transforms={}, utt2spk=data.utt2spk)
+    trainer.run_pass("align", system.tm, system.align_am, opts, accumulate=False)
+    gathered = trainer.run_pass("read", system.tm, system.am, opts, gather=("fmllr",))
+    estimated = estimate_transforms(gathered.speakers, {}, system.am.dim)
+    log.info(
+        "fMLLR of %d speakers from the speaker-independent alignment: %d estimated, auxiliary function +%.3f per frame",
+        len(estimated.transforms),
+        estimated.updated,
+        estimated.aux_gain_per_frame,
+    )
+    return estimated
 
 
 def pass_lines(summary: dict) -> str:
@@ -414,10 +464,13 @@ def pass_lines(summary: dict) -> str:
     return "\n".join([*lines, json.dumps(rest)]) + "\n"
 
 
-def write_outputs(out: Path, tree, tm, am, num_shares: int, summary: dict, made_from: MadeFrom) -> None:
+def write_outputs(out: Path, system: System, num_shares: int, summary: dict, made_from: MadeFrom) -> None:
     write_text(out / "log" / "train.log", pass_lines(summary))
-    write_model(out / "final.mdl", tm, am)
-    tree.write(binary=True, filename=str(out / "tree"))
+    write_model(out / "final.mdl", system.tm, system.am)
+    if system.align_am is not None:
+        write_model(out / "final.alimdl", system.tm, system.align_am)
+    system.projection.save(out)
+    system.tree.write(binary=True, filename=str(out / "tree"))
     write_text(out / "num_jobs", f"{num_shares}\n")
     write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     write_record(out, STAGE, RERUN, *made_from, outputs_of(out))
@@ -431,30 +484,34 @@ def run_gmm_training(
     out_dir: Path,
     made_from: MadeFrom,
     boundary_report: Callable | None = None,
+    trainer: Callable | None = None,
 ) -> dict:
-    """The whole stage (kind mono or tri) into out_dir, atomically."""
+    """The whole stage into out_dir, atomically; `trainer` makes the System (default: kind
+    mono or tri; the transformed kinds' are in asr/gmm/transformed.py)."""
     gmm = cfg.gmm
+    if trainer is None:
+        trainer = train_mono if gmm.kind == "mono" else train_tri
     with atomic_dir(out_dir) as tmp, Jobs(gmm.nj) as jobs:
         work = tmp / "work"
         work.mkdir()
         started = time.perf_counter()
-        trainer = train_mono if gmm.kind == "mono" else train_tri
-        tree, tm, am, history = trainer(gmm, lang, train, work, tmp, jobs)
+        system = trainer(gmm, lang, train, work, tmp, jobs)
         summary: dict[str, Any] = {
             "kind": gmm.kind,
             "train_utterances": len(train.utts),
             "train_frames": sum(train.frames.values()),
-            "passes": [vars(p) for p in history],
+            "passes": [vars(p) for p in system.history],
             "train_seconds": time.perf_counter() - started,
-            "num_pdfs": am.num_pdfs,
-            "num_gauss": am.num_gauss,
+            "num_pdfs": system.am.num_pdfs,
+            "num_gauss": system.am.num_gauss,
+            **system.summary,
         }
         if align is not None:
             for stale in tmp.glob("ali.*.gz"):
                 stale.unlink()
             shutil.rmtree(work)
             work.mkdir()
-            num_shares, result, seconds = align_set(gmm, lang, align, tree, tm, am, work, tmp, jobs)
+            num_shares, result, seconds, system.projection = align_set(gmm, lang, align, system, work, tmp, jobs)
             audio = sum(align.frames.values()) / 100.0
             summary.update(
                 align_utterances=len(align.utts),
@@ -465,10 +522,22 @@ def run_gmm_training(
         else:
             num_shares = len(list(tmp.glob("ali.*.gz")))
         if boundary_report is not None:
-            summary["boundaries"] = boundary_report(tmp, tm)
+            summary["boundaries"] = boundary_report(tmp, system.tm)
         shutil.rmtree(work)
-        write_outputs(tmp, tree, tm, am, num_shares, summary, made_from)
+        write_outputs(tmp, system, num_shares, summary, made_from)
     return summary
+
+
+def load_system(model_dir: Path, delta_order: int, utt2spk: dict[str, str] | None = None) -> System:
+    """A trained system's dir as a System (the SAT speakers' transforms with `utt2spk`)."""
+    model_dir = Path(model_dir)
+    for name in ("final.mdl", "tree"):
+        if not (model_dir / name).is_file():
+            raise InputError(f"{model_dir}: no {name}; point gmm.alignments at a trained GMM dir (e.g. exp/tri1)")
+    tm, am = read_model(model_dir / "final.mdl")
+    align_am = read_model(model_dir / "final.alimdl")[1] if (model_dir / "final.alimdl").is_file() else None
+    projection = Projection.load(model_dir, delta_order, utt2spk if align_am is not None else None)
+    return System(load_context_dependency(model_dir / "tree"), tm, am, [], projection, align_am)
 
 
 def run_gmm_alignment(
@@ -478,15 +547,11 @@ def run_gmm_alignment(
     final.mdl and tree, copied) aligns `align` into out_dir/ali.N.gz, atomically (with
     gmm.phone_timings, scored against them as training's alignments are)."""
     gmm, source = cfg.gmm, Path(cfg.gmm.alignments)
-    for name in ("final.mdl", "tree"):
-        if not (source / name).is_file():
-            raise InputError(f"gmm.alignments={source}: no {name}; point it at a trained GMM dir (e.g. exp/tri1)")
-    tm, am = read_model(source / "final.mdl")
-    tree = load_context_dependency(source / "tree")
+    system = load_system(source, gmm.delta_order, {})
     with atomic_dir(out_dir) as tmp, Jobs(gmm.nj) as jobs:
         work = tmp / "work"
         work.mkdir()
-        num_shares, result, seconds = align_set(gmm, lang, align, tree, tm, am, work, tmp, jobs)
+        num_shares, result, seconds, system.projection = align_set(gmm, lang, align, system, work, tmp, jobs)
         summary = {
             "kind": "align",
             "model": str(source),
@@ -497,7 +562,7 @@ def run_gmm_alignment(
             "align_real_time_factor": seconds / (sum(align.frames.values()) / 100.0),
         }
         if boundary_report is not None:
-            summary["boundaries"] = boundary_report(tmp, tm)
+            summary["boundaries"] = boundary_report(tmp, system.tm)
         shutil.rmtree(work)
-        write_outputs(tmp, tree, tm, am, num_shares, summary, made_from)
+        write_outputs(tmp, system, num_shares, summary, made_from)
     return summary

@@ -66,6 +66,23 @@ def write_transforms(out_dir: str | os.PathLike, transforms: dict[str, np.ndarra
     return scp
 
 
+def write_transform_ark(path: str | os.PathLike, transforms: dict[str, np.ndarray]) -> None:
+    """One archive of per-speaker transforms (as Kaldi's trans.JOB), keys sorted, atomically:
+    an archive names no path, so it stays valid wherever its directory is moved."""
+    with atomic_path(path) as tmp, kaldiio.WriteHelper(f"ark:{tmp}") as writer:
+        for key in sorted(transforms, key=c_sort_key):
+            writer(key, np.ascontiguousarray(transforms[key], dtype=np.float32))
+
+
+def read_transform_ark(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    try:
+        return {k: np.asarray(v, dtype=np.float64) for k, v in kaldiio.load_ark(str(path))}
+    except FileNotFoundError:
+        raise InputError(f"{path}: missing transforms; train the system again") from None
+    except Exception as err:
+        raise InputError(f"{path}: not a Kaldi archive of transforms ({err})") from None
+
+
 def read_transforms(scp: str | os.PathLike) -> dict[str, np.ndarray]:
     """A `trans.scp` (Kaldi's or ours): speaker -> d x (d+1) (or d x d) float64 matrix."""
     if not Path(scp).is_file():

@@ -103,13 +103,19 @@ class GraphDecoder:
 
     def __call__(self, loglikes_by_pdf: np.ndarray, acoustic_scale: float | None = None) -> list[DecodedWord]:
         """The words of one utterance; `acoustic_scale` replaces the options' (a tuning sweep)."""
+        return self.decode(loglikes_by_pdf, acoustic_scale)[0]
+
+    def decode(
+        self, loglikes_by_pdf: np.ndarray, acoustic_scale: float | None = None
+    ) -> tuple[list[DecodedWord], list[int]]:
+        """The words of one utterance and its best path's transition ids (empty: no path)."""
         scale = self.options.acoustic_scale if acoustic_scale is None else acoustic_scale
         scaled = pdf_to_transition_loglikes(loglikes_by_pdf, self.trans_model) * scale
         o = self.options
         words, tids = decode_wfst(self.hclg, scaled, self.trans_model, o.beam, o.max_active, o.lattice_beam)
         if not tids:
-            return []
+            return [], []
         partial = not self.trans_model.is_final(tids[-1])  # the search reached no final state
         segments = phone_segments(tids, self.trans_model, partial)
         spans = word_spans(words, segments, self.prons, self.lang.optional_silence, partial)
-        return [DecodedWord(self.word_names[s.word], s.start, s.end) for s in spans]
+        return [DecodedWord(self.word_names[s.word], s.start, s.end) for s in spans], tids

@@ -36,6 +36,7 @@ class Experiment:
     decoding: str = ""
     scorer: str = ""
     wer: dict[str, float] = field(default_factory=dict)  # subset -> WER %
+    boundaries: float | None = None  # a GMM system's alignments: % of phone boundaries within tolerance
 
 
 def _yaml(path: Path) -> dict:
@@ -124,9 +125,61 @@ def describe_scorer(exp_dir: Path, decode_dir: Path) -> str:
     return kind
 
 
+GMM_KINDS = {
+    "mono": "monophone GMM-HMM",
+    "tri": "triphone GMM-HMM",
+    "lda_mllt": "LDA+MLLT GMM-HMM",
+    "sat": "SAT GMM-HMM (LDA+MLLT+fMLLR)",
+}
+
+
+def gmm_system(exp_dir: Path) -> dict:
+    """A GMM system dir's summary.json (python -m asr.gmm), or {} for any other dir."""
+    summary = exp_dir / "summary.json"
+    if not (exp_dir / "final.mdl").is_file() or not summary.is_file():
+        return {}
+    try:
+        return json.loads(summary.read_text())
+    except json.JSONDecodeError:
+        return {}
+
+
+def describe_gmm(system: dict) -> str:
+    """`SAT GMM-HMM (LDA+MLLT+fMLLR), 176 pdfs, 10,000 Gaussians`."""
+    kind = GMM_KINDS.get(system.get("kind", ""), f"GMM-HMM {system.get('kind', '')}".strip())
+    return f"{kind}, {system.get('num_pdfs', '?'):,} pdfs, {system.get('num_gauss', '?'):,} Gaussians"
+
+
+def boundary_accuracy(system: dict) -> float | None:
+    """% of the reference phone boundaries its alignments put within tolerance (gmm.phone_timings)."""
+    accuracy = (system.get("boundaries") or {}).get("accuracy")
+    return None if accuracy is None else 100.0 * accuracy
+
+
+def describe_gmm_decoding(decode_dir: Path) -> str:
+    adapted = (decode_dir / "trans.ark").is_file()
+    return "HCLG, 2 passes (speaker-independent, then fMLLR)" if adapted else "HCLG"
+
+
 def read_experiments(exp_dir: str | os.PathLike, eval_set: str = "eval2000") -> list[Experiment]:
     """One row per scored decode dir of eval_set; none for a directory with none."""
     exp_dir = Path(exp_dir)
+    system = gmm_system(exp_dir)
+    if system:
+        return [
+            Experiment(
+                name=exp_dir.name,
+                path=exp_dir,
+                decode_dir=decode_dir.name,
+                config=describe_gmm(system),
+                train_seconds=system.get("train_seconds"),
+                decoding=describe_gmm_decoding(decode_dir),
+                scorer=describe_scorer(exp_dir, decode_dir),
+                wer=read_wer(decode_dir),
+                boundaries=boundary_accuracy(system),
+            )
+            for decode_dir in decode_dirs(exp_dir, eval_set)
+        ]
     epochs, seconds = read_train_log(exp_dir / "train_log.csv")
     config = describe_config(training_config(exp_dir))
     return [
@@ -139,13 +192,16 @@ def read_experiments(exp_dir: str | os.PathLike, eval_set: str = "eval2000") -> 
             train_seconds=seconds,
             decoding=describe_decoding(exp_dir, decode_options(exp_dir, decode_dir, eval_set)),
             scorer=describe_scorer(exp_dir, decode_dir),
-            wer={
-                subset: float(values["wer"])
-                for subset, values in json.loads((decode_dir / "wer.json").read_text()).items()
-            },
+            wer=read_wer(decode_dir),
         )
         for decode_dir in decode_dirs(exp_dir, eval_set)
     ]
+
+
+def read_wer(decode_dir: Path) -> dict[str, float]:
+    return {
+        subset: float(values["wer"]) for subset, values in json.loads((decode_dir / "wer.json").read_text()).items()
+    }
 
 
 def best_wer_lines(exp_dir: str | os.PathLike, eval_set: str = "eval2000", subset: str = "total") -> list[str]:

@@ -43,8 +43,11 @@ def _hours(seconds: float | None) -> str:
 
 
 def markdown_table(experiments: list[Experiment]) -> str:
-    header = "| " + " | ".join(COLUMNS) + " |"
-    rule = "|---|---|---|---:|---:|---|---|---:|---:|---:|"
+    """One row per experiment; a GMM system's alignment accuracy in a last column when any has one."""
+    boundaries = any(e.boundaries is not None for e in experiments)
+    columns = [*COLUMNS, *(["Phone boundaries within tolerance (%)"] if boundaries else [])]
+    header = "| " + " | ".join(columns) + " |"
+    rule = "|---|---|---|---:|---:|---|---|---:|---:|---:|" + ("---:|" if boundaries else "")
     rows = [
         "| "
         + " | ".join(
@@ -57,6 +60,7 @@ def markdown_table(experiments: list[Experiment]) -> str:
                 e.decoding,
                 e.scorer,
                 *(_cell(e.wer.get(s), ".2f") for s in SUBSETS),
+                *([_cell(e.boundaries, ".1f")] if boundaries else []),
             ]
         )
         + " |"

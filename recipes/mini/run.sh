@@ -7,8 +7,9 @@
 # 1 validate, 2 features, 3 tokenizer, 4 lm and lang, 5 train, 6 tune (LM weight, or the hybrid
 # model's acoustic scale, on dev), 7 decode, 8 score; --stage 0 starts from the corpus already made.
 # With experiment=hybrid the toolkit's own GMM-HMM systems come first (stage 4: lang, monophones,
-# triphones, each decoded with its HCLG and scored), the BLSTM trains on the triphone alignments
-# (frame cross-entropy) and decodes with the triphone HCLG; exp/NAME/report.md compares the three.
+# triphones, LDA+MLLT, SAT, each decoded with its HCLG and scored), the BLSTM trains on the
+# triphone alignments (frame cross-entropy) and decodes with the triphone HCLG;
+# exp/NAME/report.md compares them all.
 # With experiment=hybrid_ce the BLSTM trains on frame targets from the synthesiser's phone timings
 # (stage 2 phone_ali, exp/NAME/phone_ali/) and the recipe ends after training: hybrid decoding
 # needs a Kaldi graph (python -m asr.decode experiment=hybrid_ce writes log-likelihoods for it).
@@ -63,6 +64,18 @@ if [[ $gmm_hybrid == true ]]; then  # Kaldi s5c's first stages: monophones, trip
     "gmm.align_set=$(override_value data.dev_set train_dev)" "${gmm_front[@]}" "${overrides[@]}"
   run_stage 4 tri1_decode python -m asr.gmm.decode gmm=tri "${gmm_front[@]}" "${overrides[@]}"
   run_stage 4 tri1_score  python -m asr.score "score=$score" exp_dir=exp/tri1 "${overrides[@]}"
+  # s5c's tri3 and tri4: LDA+MLLT on tri1's tied states, then SAT on its matrix and alignments,
+  # decoded in two passes (speaker-independent, then each speaker's fMLLR)
+  run_stage 4 tri2        python -m asr.gmm gmm=lda_mllt "gmm.phone_timings=$(hydra_quote "$timings")" \
+    "${tri_realign[@]}" "${overrides[@]}"
+  run_stage 4 tri2_decode python -m asr.gmm.decode gmm=lda_mllt "${overrides[@]}"
+  run_stage 4 tri2_score  python -m asr.score "score=$score" exp_dir=exp/tri2 "${overrides[@]}"
+  run_stage 4 tri3        python -m asr.gmm gmm=sat "gmm.phone_timings=$(hydra_quote "$timings")" \
+    "${tri_realign[@]}" "${overrides[@]}"
+  run_stage 4 tri3_dev    python -m asr.gmm gmm=sat gmm.kind=align gmm.alignments=exp/tri3 gmm.dir=exp/tri3_ali_dev \
+    "gmm.align_set=$(override_value data.dev_set train_dev)" "${overrides[@]}"
+  run_stage 4 tri3_decode python -m asr.gmm.decode gmm=sat "${overrides[@]}"
+  run_stage 4 tri3_score  python -m asr.score "score=$score" exp_dir=exp/tri3 "${overrides[@]}"
 fi
 train_launcher
 run_stage 5 train     "${launcher[@]}" asr.train "${overrides[@]}"
@@ -74,7 +87,7 @@ if [[ $gmm_hybrid == true ]]; then  # the BLSTM's log-likelihoods in tri1's grap
   run_stage 6 tune   python -m asr.tune "${overrides[@]}"  # the acoustic scale on the dev set
   run_stage 7 decode python -m asr.decode decode=wfst "${overrides[@]}"
   run_stage 8 score  python -m asr.score "score=$score" "${overrides[@]}"
-  (( stop_stage < 8 )) || python -m asr.report exp/mono exp/tri1 "$exp_dir" --out "$exp_dir/report"
+  (( stop_stage < 8 )) || python -m asr.report exp/mono exp/tri1 exp/tri2 exp/tri3 "$exp_dir" --out "$exp_dir/report"
   exit 0
 fi
 decode_stages 6
