@@ -330,23 +330,25 @@ override_value() {
 # stage run again. Overrides outside these groups (exp_name, seed, device) count for every
 # stage, and so do all overrides for a stage not listed; experiment=NAME counts for the stages
 # that read a group the experiment sets (asr/utils/experiment_groups.py).
-config_groups=" data synth features tokenizer lm lang gmm model train distributed decode score sweep average "
+config_groups=" data synth features tokenizer lm lang gmm model train distributed decode score sweep average size "
 declare -A stage_groups=(
   [synth]="synth" [prepare]="data" [validate]="data" [perturb]="data" [features]="data features"
   [phone_ali]="data synth features"
   [tokenizer]="data tokenizer" [lm]="data tokenizer lm" [lang]="data lang"
-  [mono]="data features lang gmm" [tri1]="data features lang gmm" [tri1_dev]="data features lang gmm"
-  [mono_decode]="data features lang lm gmm decode" [tri1_decode]="data features lang lm gmm decode"
-  [mono_score]="data decode score" [tri1_score]="data decode score"
-  [tri2]="data features lang gmm" [tri3]="data features lang gmm" [tri3_dev]="data features lang gmm"
-  [tri2_decode]="data features lang lm gmm decode" [tri3_decode]="data features lang lm gmm decode"
-  [tri2_score]="data decode score" [tri3_score]="data decode score"
+  [gmm_features]="data features"
   [train]="data features tokenizer model train distributed"
   [tune]="data features tokenizer lm lang model train distributed decode"
   [decode]="data features tokenizer lm lang model train distributed decode"
   [decode_greedy]="data features tokenizer lm model train distributed decode"
   [score]="data decode score" [score_greedy]="data decode score"
 )
+# The GMM systems' stages (gmm_system, gmm_align_dev): NAME, NAME_dev, NAME_decode, NAME_score.
+for system in mono tri1 tri2 tri3 tri4; do
+  stage_groups[$system]="data features lang gmm size"
+  stage_groups[${system}_dev]="data features lang gmm size"
+  stage_groups[${system}_decode]="data features lang lm gmm decode size"
+  stage_groups[${system}_score]="data decode score"
+done
 # Stages that only check: running them again does not change what the later stages use, so
 # they are nobody's input.
 declare -A checks_only=([validate]=1)
@@ -587,6 +589,52 @@ decode_stages() {
   last_stage=$((n + 2))
 }
 
+# --- the GMM-HMM systems (stage 4; asr/gmm), as Kaldi's swbd s5c trains them --------------------
+# gmm_overrides: the overrides every GMM stage gets (the caller sets them).
+# gmm_system NAME KIND [overrides...]: exp/NAME trained (python -m asr.gmm gmm=KIND), decoded with
+# its HCLG and scored, as stages 4 NAME, NAME_decode and NAME_score.
+gmm_system() {
+  local name=$1 kind=$2; shift 2
+  run_stage 4 "$name"          python -m asr.gmm "gmm=$kind" "gmm.dir=exp/$name" "$@" "${gmm_overrides[@]}"
+  run_stage 4 "${name}_decode" python -m asr.gmm.decode "gmm=$kind" "gmm.dir=exp/$name" "$@" "${gmm_overrides[@]}"
+  run_stage 4 "${name}_score"  python -m asr.score "score=$score" "exp_dir=exp/$name" "${gmm_overrides[@]}"
+}
+# gmm_align_dev NAME KIND [overrides...]: exp/NAME aligns the dev set into exp/NAME_ali_dev (stage
+# 4 NAME_dev; a SAT system as align_fmllr.sh does), the hybrid model's dev targets.
+gmm_align_dev() {
+  local name=$1 kind=$2; shift 2
+  run_stage 4 "${name}_dev" python -m asr.gmm "gmm=$kind" gmm.kind=align "gmm.alignments=exp/$name" \
+    "gmm.dir=exp/${name}_ali_dev" "gmm.align_set=$(override_value data.dev_set train_dev)" "$@" "${gmm_overrides[@]}"
+}
+# s5c_size LEAVES GAUSSIANS: a Switchboard system's tree and Gaussians as s5c sizes them, unless size=tiny
+# (conf/size/tiny.yaml) shrinks them.
+s5c_size() {
+  [[ $(override_value size full) == tiny ]] || printf '%s\n' "gmm.num_leaves=$1" "gmm.total_gauss=$2"
+}
+
+# switchboard_hybrid_stages: the paper's hybrid BLSTM-HMM without Kaldi (experiment=swb*_hybrid_*):
+# s5c's GMM ladder on 13 MFCCs (from a logmel40 feature set made beside the experiment's), mono on
+# the 30k shortest utterances, tri1 and tri2 (deltas) on the first 100k, tri3 (LDA+MLLT) and tri4
+# (SAT) on all; tri4 aligns the training and dev sets for the BLSTM and its graph decodes it.
+switchboard_hybrid_stages() {
+  local o size=()
+  gmm_overrides=()
+  for o in "${overrides[@]}"; do [[ $o == features=* ]] || gmm_overrides+=("$o"); done
+  gmm_overrides+=(features=logmel40)
+  run_stage 2 gmm_features python -m asr.features "${gmm_overrides[@]}"
+  run_stage 4 lang         python -m asr.lang "${gmm_overrides[@]}"
+  gmm_system mono mono gmm.subset=30000
+  mapfile -t size < <(s5c_size 3200 30000)
+  gmm_system tri1 tri gmm.alignments=exp/mono gmm.first=100000 "${size[@]}"
+  mapfile -t size < <(s5c_size 4000 70000)
+  gmm_system tri2 tri gmm.alignments=exp/tri1 gmm.first=100000 "${size[@]}"
+  mapfile -t size < <(s5c_size 6000 140000)
+  gmm_system tri3 lda_mllt gmm.alignments=exp/tri2 "${size[@]}"
+  mapfile -t size < <(s5c_size 11500 200000)
+  gmm_system tri4 sat gmm.alignments=exp/tri3 "${size[@]}"
+  gmm_align_dev tri4 sat
+}
+
 # switchboard_stages: the stages of the real-corpus recipes (swb300, swb2000), after
 # corpus_overrides has pointed the data group at the corpus.
 switchboard_stages() {
@@ -599,6 +647,18 @@ switchboard_stages() {
   run_stage 2 features  python -m asr.features "${overrides[@]}"
   run_stage 3 tokenizer python -m asr.text "${overrides[@]}"
   run_stage 4 lm        python -m asr.lm "${overrides[@]}"
+  if [[ $(override_value experiment "") == *_hybrid_* ]]; then
+    switchboard_hybrid_stages
+    train_launcher
+    run_stage 5 train  "${launcher[@]}" asr.train "${overrides[@]}"
+    run_stage 6 tune   python -m asr.tune "${overrides[@]}"  # the acoustic scale on the dev set
+    run_stage 7 decode python -m asr.decode "${overrides[@]}"
+    run_stage 8 score  python -m asr.score "score=$score" "${overrides[@]}"
+    (( stop_stage < 8 )) || python -m asr.report exp/mono exp/tri1 exp/tri2 exp/tri3 exp/tri4 "$exp_dir" \
+      --out "$exp_dir/report"
+    last_stage=8
+    return 0
+  fi
   train_launcher
   run_stage 5 train     "${launcher[@]}" asr.train "${overrides[@]}"
   decode_stages 6

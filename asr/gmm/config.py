@@ -16,6 +16,7 @@ class GmmConfig:
     lang_dir: str = "${lang.dir}"  # the Kaldi lang dir (python -m asr.lang)
     train_set: str = "${data.train_set}"
     subset: int = 0  # train on the N shortest utterances (Kaldi's train_10kshort); 0: all
+    first: int = 0  # train on the first N utterances in key order (subset_data_dir.sh's train_100k); 0: all
     align_set: str = "${data.train_set}"  # aligned with the final model into <dir>/ali.N.gz ('' : none)
     alignments: str = ""  # kind=tri: the alignment dir it starts from (e.g. exp/mono)
     nj: int = 2  # jobs (processes) over shares of the utterances; also the number of ali.N.gz
@@ -62,6 +63,7 @@ class GmmConfig:
         "mllt_iters": each(AT_LEAST_ONE),
         "fmllr_iters": each(AT_LEAST_ONE),
         "subset": NON_NEGATIVE,
+        "first": NON_NEGATIVE,
         "nj": AT_LEAST_ONE,
         "front_end": one_of("mfcc", "stored"),
         "cmvn": one_of("set", "speaker"),

@@ -93,7 +93,7 @@ def run(cfg: Any, lang=None) -> dict:
         align = training_data(data_root / gmm.align_set, feature_set_dir(cfg, gmm.align_set), lang)
         reporter = boundary_reporter(cfg, lang, align, data_root / gmm.align_set) if gmm.phone_timings else None
         return run_gmm_alignment(cfg, lang, align, Path(gmm.dir), made, reporter)
-    train = training_data(data_root / gmm.train_set, feature_set_dir(cfg, gmm.train_set), lang, gmm.subset)
+    train = training_data(data_root / gmm.train_set, feature_set_dir(cfg, gmm.train_set), lang, gmm.subset, gmm.first)
     align = None
     if gmm.align_set:
         align = training_data(data_root / gmm.align_set, feature_set_dir(cfg, gmm.align_set), lang)

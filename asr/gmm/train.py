@@ -85,9 +85,9 @@ class System:
     summary: dict = field(default_factory=dict)  # what the kind adds to summary.json
 
 
-def training_data(data_dir: Path, feats_dir: Path, lang, shortest: int = 0) -> TrainingData:
-    """The utterances with a transcript and features; the `shortest` N only (Kaldi's
-    subset_data_dir.sh --shortest) when N > 0."""
+def training_data(data_dir: Path, feats_dir: Path, lang, shortest: int = 0, first: int = 0) -> TrainingData:
+    """The utterances with a transcript and features; the `first` N of them in key order (Kaldi's
+    subset_data_dir.sh N), then of those the `shortest` N (subset_data_dir.sh --shortest), each when N > 0."""
     data = read_data_dir(data_dir, tables=("utt2spk", "text"))
     if not data.text:
         raise InputError(f"{data_dir / 'text'}: missing or empty; GMM training needs transcripts")
@@ -97,6 +97,8 @@ def training_data(data_dir: Path, feats_dir: Path, lang, shortest: int = 0) -> T
     utts = sorted((u for u in data.text if u in frames and frames[u] > 0), key=c_sort_key)
     if not utts:
         raise InputError(f"{data_dir}: no utterance has both a transcript and features in {feats_dir}")
+    if first > 0:
+        utts = utts[:first]
     if 0 < shortest < len(utts):
         keep = set(sorted(utts, key=lambda u: (frames[u], c_sort_key(u)))[:shortest])
         utts = [u for u in utts if u in keep]

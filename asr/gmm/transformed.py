@@ -7,9 +7,10 @@ triphones, where at each of `mllt_iters` an MLLT (semi-tied covariance) is estim
 current model on non-silence frames, the means rotated by it and it composed into the matrix.
 
 SAT (`kind: sat`, s5c's tri4): on the LDA+MLLT system's matrix and alignments, each training
-speaker's fMLLR transform estimated under that system's model (train_sat.sh does so when the
-alignment dir has none), the tree grown on the adapted features, EM, and at each of
-`fmllr_iters` every speaker's transform re-estimated under the current model. Last, the
+speaker's fMLLR transform estimated under that system's model (or, from a SAT system, its
+transforms taken as they are, as train_sat.sh does with an alignment dir's trans.*), the tree
+grown on the adapted features, EM, and at each of `fmllr_iters` every speaker's transform
+re-estimated under the current model. Last, the
 speaker-independent alignment model (final.alimdl: the model's posteriors on the adapted
 frames, means and variances re-estimated on the unadapted ones) for the first decoding pass.
 
@@ -183,7 +184,10 @@ def train_sat(cfg: Any, lang, data: TrainingData, work_dir: Path, out_dir: Path,
             estimated.aux_gain_per_frame,
         )
 
-    estimate_fmllr(old.tm, old.am, "given", alignments)  # under the LDA+MLLT system, on its alignments
+    if old.projection.speaker_transforms:  # a SAT system's own, as train_sat.sh takes an alignment dir's trans.*
+        trainer.projection = replace(trainer.projection, speaker_transforms=dict(old.projection.speaker_transforms))
+    else:  # under the LDA+MLLT system, on its alignments
+        estimate_fmllr(old.tm, old.am, "given", alignments)
     tree, tm, am = new_tree_system(cfg, lang, data, work_dir, jobs, num_shares, alignments, old, trainer.projection)
 
     def reestimate(iteration: int, mode: str, _opts) -> bool:

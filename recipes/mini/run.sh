@@ -45,37 +45,24 @@ fi
 run_stage 3 tokenizer python -m asr.text "${overrides[@]}"
 run_stage 4 lm        python -m asr.lm "${overrides[@]}"
 run_stage 4 lang      python -m asr.lang "${overrides[@]}"
-if [[ $gmm_hybrid == true ]]; then  # Kaldi s5c's first stages: monophones, triphones, their WERs
-  timings=$(override_value synth.out_dir corpus)/swb_ms98_transcriptions
+if [[ $gmm_hybrid == true ]]; then  # Kaldi s5c's GMM systems, each decoded with its HCLG and scored
+  gmm_overrides=("${overrides[@]}")
+  timings=(gmm.phone_timings="$(hydra_quote "$(override_value synth.out_dir corpus)/swb_ms98_transcriptions")")
   # MFCCs without deltas: on eSpeak's speech they place phone boundaries better (RESULTS.md)
   gmm_front=()
   [[ -n $(override_value gmm.delta_order "") ]] || gmm_front+=(gmm.delta_order=0)
-  run_stage 4 mono        python -m asr.gmm gmm=mono "gmm.phone_timings=$(hydra_quote "$timings")" "${gmm_front[@]}" \
-    "${overrides[@]}"
-  run_stage 4 mono_decode python -m asr.gmm.decode gmm=mono "${gmm_front[@]}" "${overrides[@]}"
-  run_stage 4 mono_score  python -m asr.score "score=$score" exp_dir=exp/mono "${overrides[@]}"
-  # tri1 realigns at 9 passes after its first, not train_deltas.sh's 3 (10 20 30): 82.5% of the
-  # boundaries within 20 ms against 80.8% (RESULTS.md), for about 130 s more CPU
+  # the triphone systems realign at 9 passes after their first, not train_deltas.sh's 3 (10 20
+  # 30): tri1's boundaries 82.5% within 20 ms against 80.8% (RESULTS.md), for about 130 s more CPU
   tri_realign=()
   [[ -n $(override_value gmm.realign_iters "") ]] || tri_realign+=("gmm.realign_iters=[3,6,9,12,15,18,21,25,30]")
-  run_stage 4 tri1        python -m asr.gmm gmm=tri "gmm.phone_timings=$(hydra_quote "$timings")" "${gmm_front[@]}" \
-    "${tri_realign[@]}" "${overrides[@]}"
-  run_stage 4 tri1_dev    python -m asr.gmm gmm=tri gmm.kind=align gmm.alignments=exp/tri1 gmm.dir=exp/tri1_ali_dev \
-    "gmm.align_set=$(override_value data.dev_set train_dev)" "${gmm_front[@]}" "${overrides[@]}"
-  run_stage 4 tri1_decode python -m asr.gmm.decode gmm=tri "${gmm_front[@]}" "${overrides[@]}"
-  run_stage 4 tri1_score  python -m asr.score "score=$score" exp_dir=exp/tri1 "${overrides[@]}"
+  gmm_system mono mono "${timings[@]}" "${gmm_front[@]}"
+  gmm_system tri1 tri "${timings[@]}" "${gmm_front[@]}" "${tri_realign[@]}"
+  gmm_align_dev tri1 tri "${gmm_front[@]}"
   # s5c's tri3 and tri4: LDA+MLLT on tri1's tied states, then SAT on its matrix and alignments,
   # decoded in two passes (speaker-independent, then each speaker's fMLLR)
-  run_stage 4 tri2        python -m asr.gmm gmm=lda_mllt "gmm.phone_timings=$(hydra_quote "$timings")" \
-    "${tri_realign[@]}" "${overrides[@]}"
-  run_stage 4 tri2_decode python -m asr.gmm.decode gmm=lda_mllt "${overrides[@]}"
-  run_stage 4 tri2_score  python -m asr.score "score=$score" exp_dir=exp/tri2 "${overrides[@]}"
-  run_stage 4 tri3        python -m asr.gmm gmm=sat "gmm.phone_timings=$(hydra_quote "$timings")" \
-    "${tri_realign[@]}" "${overrides[@]}"
-  run_stage 4 tri3_dev    python -m asr.gmm gmm=sat gmm.kind=align gmm.alignments=exp/tri3 gmm.dir=exp/tri3_ali_dev \
-    "gmm.align_set=$(override_value data.dev_set train_dev)" "${overrides[@]}"
-  run_stage 4 tri3_decode python -m asr.gmm.decode gmm=sat "${overrides[@]}"
-  run_stage 4 tri3_score  python -m asr.score "score=$score" exp_dir=exp/tri3 "${overrides[@]}"
+  gmm_system tri3 lda_mllt gmm.alignments=exp/tri1 "${timings[@]}" "${tri_realign[@]}"
+  gmm_system tri4 sat gmm.alignments=exp/tri3 "${timings[@]}" "${tri_realign[@]}"
+  gmm_align_dev tri4 sat
 fi
 train_launcher
 run_stage 5 train     "${launcher[@]}" asr.train "${overrides[@]}"
@@ -87,7 +74,7 @@ if [[ $gmm_hybrid == true ]]; then  # the BLSTM's log-likelihoods in tri1's grap
   run_stage 6 tune   python -m asr.tune "${overrides[@]}"  # the acoustic scale on the dev set
   run_stage 7 decode python -m asr.decode decode=wfst "${overrides[@]}"
   run_stage 8 score  python -m asr.score "score=$score" "${overrides[@]}"
-  (( stop_stage < 8 )) || python -m asr.report exp/mono exp/tri1 exp/tri2 exp/tri3 "$exp_dir" --out "$exp_dir/report"
+  (( stop_stage < 8 )) || python -m asr.report exp/mono exp/tri1 exp/tri3 exp/tri4 "$exp_dir" --out "$exp_dir/report"
   exit 0
 fi
 decode_stages 6

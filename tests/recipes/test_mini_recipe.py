@@ -271,12 +271,12 @@ def test_hybrid_trains_on_the_triphone_states_and_decodes_with_their_graph(mini_
         "4.tri1",
         "4.tri1_dev",
         "4.tri1_decode",
-        "4.tri2",
-        "4.tri2_decode",
         "4.tri3",
-        "4.tri3_dev",
         "4.tri3_decode",
-        "4.tri3_score",
+        "4.tri4",
+        "4.tri4_dev",
+        "4.tri4_decode",
+        "4.tri4_score",
         "5.train",
         "6.tune",
         "8.score",
@@ -294,17 +294,17 @@ def test_hybrid_trains_on_the_triphone_states_and_decodes_with_their_graph(mini_
         in proc.stderr + (r.dir / "exp/gmmhyb/log/decode.log").read_text()
     )
     report = (r.dir / "exp/gmmhyb/report.md").read_text()
-    for system in ("exp/mono", "exp/tri1", "exp/tri2", "exp/tri3", "exp/gmmhyb"):
+    for system in ("exp/mono", "exp/tri1", "exp/tri3", "exp/tri4", "exp/gmmhyb"):
         wer = json.loads((r.dir / system / "decode_eval2000/wer.json").read_text())
         assert wer["total"]["words"] > 0 and system.split("/")[1] in report
     # the LDA+MLLT system's matrix, the SAT system's transforms and alignment model, Kaldi's files;
     # its decoding adapted every eval speaker in a second pass
-    assert (r.dir / "exp/tri2/final.mat").is_file() and not (r.dir / "exp/tri2/trans.ark").exists()
+    assert (r.dir / "exp/tri3/final.mat").is_file() and not (r.dir / "exp/tri3/trans.ark").exists()
     for name in ("final.mat", "splice_opts", "trans.ark", "final.alimdl"):
-        assert (r.dir / "exp/tri3" / name).is_file(), name
+        assert (r.dir / "exp/tri4" / name).is_file(), name
     speakers = {line.split()[0] for line in (r.dir / "data/eval2000/spk2utt").read_text().splitlines()}
-    assert set(read_transform_ark(r.dir / "exp/tri3/decode_eval2000/trans.ark")) == speakers
-    assert (r.dir / "exp/tri3_ali_dev/trans.ark").is_file()
+    assert set(read_transform_ark(r.dir / "exp/tri4/decode_eval2000/trans.ark")) == speakers
+    assert (r.dir / "exp/tri4_ali_dev/trans.ark").is_file()
     hyps = (r.dir / "exp/gmmhyb/decode_eval2000/hyp.txt").read_text().splitlines()
     assert sum(len(line.split()) > 1 for line in hyps) > len(hyps) / 2  # words decoded, not empty lines
 
@@ -312,7 +312,7 @@ def test_hybrid_trains_on_the_triphone_states_and_decodes_with_their_graph(mini_
     # GMM systems do not: their records name what they read, and that is not the LM.
     again = ("--exp", "gmmhyb", "--stage", "4", "--stop-stage", "4", "experiment=hybrid", *TINY, *TINY_GMM)
     proc = r.run(*again, "lm.prune=[0,0,1]")
-    for stage in ("lm", "mono_decode", "mono_score", "tri1_decode", "tri1_score", "tri3_decode", "tri3_score"):
+    for stage in ("lm", "mono_decode", "mono_score", "tri1_decode", "tri1_score", "tri4_decode", "tri4_score"):
         assert f"stage 4 ({stage}): done before, but an option or an input changed" in proc.stderr, stage
-    for stage in ("lang", "mono", "tri1", "tri1_dev", "tri2", "tri3", "tri3_dev"):
+    for stage in ("lang", "mono", "tri1", "tri1_dev", "tri3", "tri4", "tri4_dev"):
         assert f"stage 4 ({stage}): done already" in proc.stderr, stage

@@ -293,7 +293,12 @@ def test_failed_stage_exits_with_its_status_and_leaves_no_record(fake):
     assert [line.split("\t")[2:] for line in log.read_text().splitlines()] == [["exit 3"], ["exit 0"]]
     log.write_text(log.read_text() + "2026-01-01 00:00:00\tbash run.sh --exp f")  # a run killed -9
     assert run(fake, "--exp", "f").returncode == 0
-    assert [line.split("\t")[2:] for line in log.read_text().splitlines()] == [["exit 3"], ["exit 0"], ["killed"], ["exit 0"]]
+    assert [line.split("\t")[2:] for line in log.read_text().splitlines()] == [
+        ["exit 3"],
+        ["exit 0"],
+        ["killed"],
+        ["exit 0"],
+    ]
 
 
 def test_markers_of_older_recipes_still_count_as_done(fake):
