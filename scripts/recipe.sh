@@ -343,6 +343,8 @@ declare -A stage_groups=(
   [score]="data decode score" [score_greedy]="data decode score"
 )
 # The GMM systems' stages (gmm_system, gmm_align_dev): NAME, NAME_dev, NAME_decode, NAME_score.
+stage_groups[tri4_feats]="data features gmm size"
+stage_groups[sat_features]="data features"
 for system in mono tri1 tri2 tri3 tri4; do
   stage_groups[$system]="data features lang gmm size"
   stage_groups[${system}_dev]="data features lang gmm size"
@@ -606,6 +608,23 @@ gmm_align_dev() {
   run_stage 4 "${name}_dev" python -m asr.gmm "gmm=$kind" gmm.kind=align "gmm.alignments=exp/$name" \
     "gmm.dir=exp/${name}_ali_dev" "gmm.align_set=$(override_value data.dev_set train_dev)" "$@" "${gmm_overrides[@]}"
 }
+# gmm_feature_overrides: gmm_overrides = the overrides with features=logmel40, what the GMM systems
+# read whatever the acoustic model's features; features_from_sat: the model's features are the SAT
+# system's (features=sat40), made after the GMM stages by sat_features_stages.
+gmm_feature_overrides() {
+  local o
+  gmm_overrides=()
+  for o in "${overrides[@]}"; do [[ $o == features=* ]] || gmm_overrides+=("$o"); done
+  gmm_overrides+=(features=logmel40)
+}
+features_from_sat() { [[ $(override_value features "") == sat40 ]]; }
+# sat_features_stages: exp/tri4's speaker-adapted features as Kaldi data dirs (make_fmllr_feats.sh)
+# and, with features=sat40, the model's feature set from them (stage 4 tri4_feats, sat_features).
+sat_features_stages() {
+  features_from_sat || return 0
+  run_stage 4 tri4_feats   python -m asr.gmm.fmllr_feats gmm=sat gmm.dir=exp/tri4 "${gmm_overrides[@]}"
+  run_stage 4 sat_features python -m asr.features "${overrides[@]}"
+}
 # s5c_size LEAVES GAUSSIANS: a Switchboard system's tree and Gaussians as s5c sizes them, unless size=tiny
 # (conf/size/tiny.yaml) shrinks them.
 s5c_size() {
@@ -617,10 +636,8 @@ s5c_size() {
 # the 30k shortest utterances, tri1 and tri2 (deltas) on the first 100k, tri3 (LDA+MLLT) and tri4
 # (SAT) on all; tri4 aligns the training and dev sets for the BLSTM and its graph decodes it.
 switchboard_hybrid_stages() {
-  local o size=()
-  gmm_overrides=()
-  for o in "${overrides[@]}"; do [[ $o == features=* ]] || gmm_overrides+=("$o"); done
-  gmm_overrides+=(features=logmel40)
+  local size=()
+  gmm_feature_overrides
   run_stage 2 gmm_features python -m asr.features "${gmm_overrides[@]}"
   run_stage 4 lang         python -m asr.lang "${gmm_overrides[@]}"
   gmm_system mono mono gmm.subset=30000
@@ -633,6 +650,7 @@ switchboard_hybrid_stages() {
   mapfile -t size < <(s5c_size 11500 200000)
   gmm_system tri4 sat gmm.alignments=exp/tri3 "${size[@]}"
   gmm_align_dev tri4 sat
+  sat_features_stages
 }
 
 # switchboard_stages: the stages of the real-corpus recipes (swb300, swb2000), after
@@ -644,7 +662,7 @@ switchboard_stages() {
   run_stage 1 validate  python -m asr.data.validate "$data/$(override_value data.train_set train_nodup)" \
                           "$data/$(override_value data.dev_set train_dev)" "$data/$(override_value data.eval_set eval2000)"
   speed_perturb_stage 2 "$data" train_nodup
-  run_stage 2 features  python -m asr.features "${overrides[@]}"
+  features_from_sat || run_stage 2 features python -m asr.features "${overrides[@]}"
   run_stage 3 tokenizer python -m asr.text "${overrides[@]}"
   run_stage 4 lm        python -m asr.lm "${overrides[@]}"
   if [[ $(override_value experiment "") == *_hybrid_* ]]; then

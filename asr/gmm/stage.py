@@ -25,6 +25,14 @@ from asr.utils.record import record_path, why_rerun
 log = logging.getLogger("asr.gmm")
 
 NOT_OPTIONS = ("dir", "decode_acoustic_scale")
+# options only some kinds read: another kind's record leaves them out (and `first` when 0, unset),
+# so that a system trained before they existed is not trained again
+KIND_OPTIONS = {
+    "splice_context": ("lda_mllt",),
+    "lda_dim": ("lda_mllt",),
+    "mllt_iters": ("lda_mllt",),
+    "fmllr_iters": ("sat",),
+}
 TRAINERS = {
     "lda_mllt": train_lda_mllt,
     "sat": train_sat,
@@ -34,7 +42,11 @@ TRAINERS = {
 def made_from(cfg: Any) -> tuple[dict, list[Path]]:
     """The options and the inputs a GMM system's record names (see the module's docstring)."""
     gmm = cfg.gmm
-    options = {k: v for k, v in OmegaConf.to_container(gmm, resolve=True).items() if k not in NOT_OPTIONS}
+    options = {
+        k: v
+        for k, v in OmegaConf.to_container(gmm, resolve=True).items()
+        if k not in NOT_OPTIONS and gmm.kind in KIND_OPTIONS.get(k, (gmm.kind,)) and not (k == "first" and not v)
+    }
     inputs = [record_path(gmm.lang_dir, "lang")]
     sets = [gmm.align_set] if gmm.kind == "align" else [gmm.train_set, gmm.align_set]
     for name in dict.fromkeys(s for s in sets if s):

@@ -9,7 +9,8 @@
 # With experiment=hybrid the toolkit's own GMM-HMM systems come first (stage 4: lang, monophones,
 # triphones, LDA+MLLT, SAT, each decoded with its HCLG and scored), the BLSTM trains on the
 # triphone alignments (frame cross-entropy) and decodes with the triphone HCLG;
-# exp/NAME/report.md compares them all.
+# exp/NAME/report.md compares them all. size=tiny shrinks every system, the model, its
+# epochs, the LM and the searches (conf/size/tiny.yaml) for a smoke-size run.
 # With experiment=hybrid_ce the BLSTM trains on frame targets from the synthesiser's phone timings
 # (stage 2 phone_ali, exp/NAME/phone_ali/) and the recipe ends after training: hybrid decoding
 # needs a Kaldi graph (python -m asr.decode experiment=hybrid_ce writes log-likelihoods for it).
@@ -31,7 +32,9 @@ run_stage -1 synth     python -m asr.data.synth "${overrides[@]}"
 run_stage 0 prepare   python -m asr.data.prepare "${overrides[@]}"
 run_stage 1 validate  python -m asr.data.validate "$data/train" "$data/train_dev" "$data/eval2000"
 speed_perturb_stage 2 "$data" train  # with --speed-perturb true every later stage trains on train_sp
-run_stage 2 features  python -m asr.features "${overrides[@]}"
+gmm_overrides=("${overrides[@]}")  # the GMM systems' (stage 4); with features=sat40 (made after them) logmel40
+features_from_sat && gmm_feature_overrides
+run_stage 2 features  python -m asr.features "${gmm_overrides[@]}"
 if [[ $hybrid == true ]]; then  # phone targets per frame from the corpus' phone timings (a few seconds)
   ali=$exp_dir/phone_ali
   ms98=$(override_value data.ms98_dir "$(override_value synth.out_dir corpus)/swb_ms98_transcriptions")
@@ -46,7 +49,6 @@ run_stage 3 tokenizer python -m asr.text "${overrides[@]}"
 run_stage 4 lm        python -m asr.lm "${overrides[@]}"
 run_stage 4 lang      python -m asr.lang "${overrides[@]}"
 if [[ $gmm_hybrid == true ]]; then  # Kaldi s5c's GMM systems, each decoded with its HCLG and scored
-  gmm_overrides=("${overrides[@]}")
   timings=(gmm.phone_timings="$(hydra_quote "$(override_value synth.out_dir corpus)/swb_ms98_transcriptions")")
   # MFCCs without deltas: on eSpeak's speech they place phone boundaries better (RESULTS.md)
   gmm_front=()
@@ -63,6 +65,7 @@ if [[ $gmm_hybrid == true ]]; then  # Kaldi s5c's GMM systems, each decoded with
   gmm_system tri3 lda_mllt gmm.alignments=exp/tri1 "${timings[@]}" "${tri_realign[@]}"
   gmm_system tri4 sat gmm.alignments=exp/tri3 "${timings[@]}" "${tri_realign[@]}"
   gmm_align_dev tri4 sat
+  sat_features_stages  # features=sat40: the BLSTM on tri4's speaker-adapted features
 fi
 train_launcher
 run_stage 5 train     "${launcher[@]}" asr.train "${overrides[@]}"

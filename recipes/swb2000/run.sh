@@ -8,7 +8,14 @@
 #         7 decode (--decode beam_lm|greedy), 8 score (--score hub5|jiwer); --speed-perturb true adds
 #         stage 2 perturb (train on train_nodup_sp). --cmd local|slurm --nj N: where stages run (scripts/cmd.sh);
 #         --data-root/--exp-root DIR: outputs on another disk; corpus paths and presets once in db.conf.
-# Presets: experiment=swb2000_ssgd | swb2000_adpsgd | swb2000_hadpsgd; see RESULTS.md.
+# CTC presets: experiment=swb2000_ssgd | swb2000_adpsgd | swb2000_hadpsgd; see RESULTS.md.
+# The paper's hybrid BLSTM-HMM: experiment=swb2000_hybrid_<ssgd|adpsgd|hadpsgd> adds to stage 2 a
+#         logmel40 set for the GMMs and to stage 4 lang and s5c's GMM ladder without Kaldi (mono, tri1,
+#         tri2, tri3 LDA+MLLT, tri4 SAT, each decoded and scored; tri4 aligns the dev set), trains the
+#         BLSTM on tri4's alignments, tunes its acoustic scale (6), decodes with tri4's HCLG (7), scores
+#         (8) and writes exp/NAME/report.md with every system.
+# size=tiny: every system, the BLSTM, its epochs, the LM and the searches shrunk (conf/size/tiny.yaml),
+#         to try a recipe on a corner of a corpus before a week-long run.
 here=$PWD
 cd "$(dirname "$0")"
 RECIPE_ARGS=("$@")
