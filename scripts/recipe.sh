@@ -119,7 +119,7 @@ parse_options() {
     case "$name" in
       stage|stop_stage) stage_number_option "$name" "$value" ;;
       node_rank|nj) integer_option "$name" "$value" ;;
-      nproc|nnodes|max_restarts) integer_option "$name" "$value"; printf -v "${name}_given" 1 ;;
+      nproc|nnodes|max_restarts|hybrid_leaves) integer_option "$name" "$value"; printf -v "${name}_given" 1 ;;
       exp) exp=$value ;;
       rdzv_endpoint|local_addr|cmd|slurm_conf|data_root|exp_root) printf -v "$name" '%s' "$value" ;;
       config) ;;  # read first, by read_config_file
@@ -345,7 +345,7 @@ declare -A stage_groups=(
 # The GMM systems' stages (gmm_system, gmm_align_dev): NAME, NAME_dev, NAME_decode, NAME_score.
 stage_groups[tri4_feats]="data features gmm size"
 stage_groups[sat_features]="data features"
-for system in mono tri1 tri2 tri3 tri4; do
+for system in mono tri1 tri2 tri3 tri4 tri5; do
   stage_groups[$system]="data features lang gmm size"
   stage_groups[${system}_dev]="data features lang gmm size"
   stage_groups[${system}_decode]="data features lang lm gmm decode size"
@@ -634,7 +634,8 @@ s5c_size() {
 # switchboard_hybrid_stages: the paper's hybrid BLSTM-HMM without Kaldi (experiment=swb*_hybrid_*):
 # s5c's GMM ladder on 13 MFCCs (from a logmel40 feature set made beside the experiment's), mono on
 # the 30k shortest utterances, tri1 and tri2 (deltas) on the first 100k, tri3 (LDA+MLLT) and tri4
-# (SAT) on all; tri4 aligns the training and dev sets for the BLSTM and its graph decodes it.
+# (SAT) on all; then tri5, SAT with the paper's 32k leaves, whose alignments the BLSTM learns and
+# whose graph decodes it.
 switchboard_hybrid_stages() {
   local size=()
   gmm_feature_overrides
@@ -651,7 +652,15 @@ switchboard_hybrid_stages() {
   gmm_system tri4 sat gmm.alignments=exp/tri3 "${size[@]}"
   gmm_align_dev tri4 sat
   sat_features_stages
+  # the hybrid model's tree at the paper's size (--hybrid-leaves, 32,000 by default): a SAT system
+  # on tri4's alignments and transforms, aligning the training and dev sets for the BLSTM
+  mapfile -t size < <(s5c_size "$hybrid_leaves" $((hybrid_leaves * 12)))
+  [[ -z ${hybrid_leaves_given:-} ]] || size=("gmm.num_leaves=$hybrid_leaves")  # given: even with size=tiny
+  gmm_system tri5 sat gmm.alignments=exp/tri4 "${size[@]}"
+  gmm_align_dev tri5 sat
 }
+# hybrid_options: --hybrid-leaves N, the leaves of the hybrid model's tree (switchboard_hybrid_stages).
+hybrid_options() { recipe_option hybrid_leaves 32000; }
 
 # switchboard_stages: the stages of the real-corpus recipes (swb300, swb2000), after
 # corpus_overrides has pointed the data group at the corpus.
@@ -672,7 +681,7 @@ switchboard_stages() {
     run_stage 6 tune   python -m asr.tune "${overrides[@]}"  # the acoustic scale on the dev set
     run_stage 7 decode python -m asr.decode "${overrides[@]}"
     run_stage 8 score  python -m asr.score "score=$score" "${overrides[@]}"
-    (( stop_stage < 8 )) || python -m asr.report exp/mono exp/tri1 exp/tri2 exp/tri3 exp/tri4 "$exp_dir" \
+    (( stop_stage < 8 )) || python -m asr.report exp/mono exp/tri1 exp/tri2 exp/tri3 exp/tri4 exp/tri5 "$exp_dir" \
       --out "$exp_dir/report"
     last_stage=8
     return 0

@@ -35,6 +35,7 @@ STAGES = {
     "asr.average": (["average.num=5", "average.by=last"], ["train.lr="]),
     "asr.gmm": (["gmm.kind=", "gmm.num_leaves="], ["train.lr="]),
     "asr.gmm.decode": (["gmm.decode_acoustic_scale="], ["train.lr="]),
+    "asr.gmm.fmllr_feats": (["gmm.dir=", "gmm.cmvn="], ["train.lr="]),
 }
 # argparse entry points (tools that take paths): their own --help
 OTHERS = [

@@ -11,9 +11,10 @@
 # CTC presets: experiment=swb2000_ssgd | swb2000_adpsgd | swb2000_hadpsgd; see RESULTS.md.
 # The paper's hybrid BLSTM-HMM: experiment=swb2000_hybrid_<ssgd|adpsgd|hadpsgd> adds to stage 2 a
 #         logmel40 set for the GMMs and to stage 4 lang and s5c's GMM ladder without Kaldi (mono, tri1,
-#         tri2, tri3 LDA+MLLT, tri4 SAT, each decoded and scored; tri4 aligns the dev set), trains the
-#         BLSTM on tri4's alignments, tunes its acoustic scale (6), decodes with tri4's HCLG (7), scores
-#         (8) and writes exp/NAME/report.md with every system.
+#         tri2, tri3 LDA+MLLT, tri4 SAT, each decoded and scored), then tri5: SAT with the paper's tree
+#         (--hybrid-leaves N, default 32000); the BLSTM trains on tri5's alignments, its acoustic scale
+#         is tuned (6), it decodes with tri5's HCLG (7) and is scored (8); exp/NAME/report.md lists every
+#         system. features=sat40: the BLSTM reads tri4's speaker-adapted features (made in stage 4).
 # size=tiny: every system, the BLSTM, its epochs, the LM and the searches shrunk (conf/size/tiny.yaml),
 #         to try a recipe on a corner of a corpus before a week-long run.
 here=$PWD
@@ -22,6 +23,7 @@ RECIPE_ARGS=("$@")
 . ../../scripts/recipe.sh
 decode_options
 speed_perturb_option
+hybrid_options  # --hybrid-leaves N: the hybrid model's tree (experiment=*_hybrid_*)
 corpus_option swbd_dir
 corpus_option ms98_dir
 corpus_list_option fisher_dirs fisher_dir  # --fisher-dirs "A B C D", or --fisher-dir A --fisher-dir B ... (paths with spaces)

@@ -102,18 +102,22 @@ KALDI_BINARIES = ("gmm-align-compiled", "compile-train-graphs", "gmm-est-fmllr",
 
 
 def test_the_papers_system_runs_without_kaldi(swb300):
-    """experiment=swb300_hybrid_ssgd size=tiny: s5c's GMM ladder to SAT, the hybrid BLSTM on tri4's
-    alignments decoded with tri4's HCLG, one report of every system, no Kaldi binary anywhere."""
+    """experiment=swb300_hybrid_ssgd size=tiny: s5c's GMM ladder to SAT and the hybrid's own tree
+    (tri5), the BLSTM on tri5's alignments decoded with its HCLG, on tri4's speaker-adapted
+    features (features=sat40), one report of every system, no Kaldi binary anywhere."""
     for binary in KALDI_BINARIES:
         assert shutil.which(binary, path=swb300.env["PATH"]) is None, binary
     root = quirky_corpus()
     proc = swb300.run("--exp", "hyb", *corpus_options(root, fisher=False), "experiment=swb300_hybrid_ssgd", "size=tiny",
-                      *TINY_SWB)  # fmt: skip
+                      *(o for o in TINY_SWB if not o.startswith("features=")), "features=sat40",
+                      "--hybrid-leaves", "150")  # fmt: skip
     done = done_stages(swb300.dir / "exp/hyb")
-    for system in ("mono", "tri1", "tri2", "tri3", "tri4"):
+    for system in ("mono", "tri1", "tri2", "tri3", "tri4", "tri5"):
         for stage in (system, f"{system}_decode", f"{system}_score"):
             assert f"4.{stage}" in done, f"no record of {stage}:\n{proc.stderr[-3000:]}"
-    for stage in ("2.gmm_features", "4.lang", "4.tri4_dev", "5.train", "6.tune", "7.decode", "8.score"):
+    for stage in ("2.gmm_features", "4.lang", "4.tri4_dev", "4.tri4_feats", "4.sat_features", "4.tri5_dev"):
+        assert stage in done, stage
+    for stage in ("5.train", "6.tune", "7.decode", "8.score"):
         assert stage in done, stage
     exp = swb300.dir / "exp"
     # s5c's subsets: mono on the shortest, tri1 on the first utterances; tri4 adapted every speaker
@@ -121,10 +125,14 @@ def test_the_papers_system_runs_without_kaldi(swb300):
         (swb300.dir / "data/train_nodup/spk2utt").read_text().splitlines()
     )
     train_log = (exp / "hyb/log/train.log").read_text()
-    assert f"-> {json.loads((exp / 'tri4/summary.json').read_text())['num_pdfs']} pdfs" in train_log
+    assert f"-> {json.loads((exp / 'tri5/summary.json').read_text())['num_pdfs']} pdfs" in train_log
+    assert json.loads((exp / "tri5/summary.json").read_text())["num_pdfs"] > json.loads(
+        (exp / "tri4/summary.json").read_text()
+    )["num_pdfs"]  # --hybrid-leaves: the hybrid's own, larger tree
+    assert (swb300.dir / "feats/sat40/train_nodup/feat_dim").read_text().strip() == "40"
     report = (exp / "hyb/report.md").read_text()
     assert "SAT GMM-HMM (LDA+MLLT+fMLLR)" in report and "LDA+MLLT GMM-HMM" in report
-    for name in ("mono", "tri1", "tri2", "tri3", "tri4", "hyb"):
+    for name in ("mono", "tri1", "tri2", "tri3", "tri4", "tri5", "hyb"):
         assert f"| {name} | decode_eval2000 |" in report, name
     wer = json.loads((exp / "hyb/decode_eval2000/wer.json").read_text())
     assert wer["total"]["words"] > 100

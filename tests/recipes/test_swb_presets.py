@@ -54,12 +54,15 @@ HYBRID = {f"{data}_hybrid_{algorithm}": (data, algorithm, batch) for data, algor
 @pytest.mark.parametrize("preset", sorted(HYBRID))
 def test_hybrid_presets_train_the_papers_21_frame_samples(preset):
     """The hybrid variants: frame CE on alignments over 21-frame samples, global batches of the
-    paper's samples (4,096 SSGD / 8,192 H-ADPSGD / 12,288 ADPSGD) on its 64 learners, and
-    otherwise their CTC preset's model, features, algorithm and schedule."""
+    paper's samples (4,096 SSGD / 8,192 H-ADPSGD / 12,288 ADPSGD) on its 64 learners, the targets
+    and graph of the recipe's SAT system with the paper's tree (exp/tri5), and otherwise their CTC
+    preset's model, features, algorithm and schedule."""
     data, algorithm, global_batch = HYBRID[preset]
     cfg = load_config([f"data={data}", f"experiment={preset}"])
     base = load_config([f"data={data}", f"experiment={data}_{algorithm}"])
-    assert (cfg.train.objective, cfg.model.head, cfg.decode.kind) == ("frame_ce", "frame_ce", "loglikes")
+    assert (cfg.train.objective, cfg.model.head, cfg.decode.kind) == ("frame_ce", "frame_ce", "wfst")
+    assert (cfg.train.alignments, cfg.train.dev_alignments) == ("exp/tri5", "exp/tri5_ali_dev")
+    assert (cfg.decode.graph, cfg.decode.hmm_model) == ("exp/tri5/graph", "exp/tri5/final.mdl")
     assert (cfg.model.subsample, cfg.model.stack_frames) == (1, 1)  # 10 ms frames, as the HMM graphs expect
     assert cfg.train.chunk_frames == 21 and cfg.train.batch_samples * 64 == global_batch
     assert cfg.distributed.algorithm == algorithm and cfg.features.name == base.features.name
