@@ -10,9 +10,9 @@ SAT (`kind: sat`, s5c's tri4): on the LDA+MLLT system's matrix and alignments, e
 speaker's fMLLR transform estimated under that system's model (or, from a SAT system, its
 transforms taken as they are, as train_sat.sh does with an alignment dir's trans.*), the tree
 grown on the adapted features, EM, and at each of `fmllr_iters` every speaker's transform
-re-estimated under the current model. Last, the
-speaker-independent alignment model (final.alimdl: the model's posteriors on the adapted
-frames, means and variances re-estimated on the unadapted ones) for the first decoding pass.
+re-estimated under the current model. Last, the speaker-independent alignment model
+(final.alimdl: the model's posteriors on the adapted frames, means and variances re-estimated on
+the unadapted ones) for the first decoding pass.
 
 The previous system's alignments are carried to the new tree by aligning with the new model in
 the first pass (as asr/gmm/train.py's triphones do).
