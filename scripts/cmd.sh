@@ -38,6 +38,9 @@ declare -A slurm_options=()
 # The stage's own local parallelism, set by --nj with --cmd local.
 declare -A nj_knob=([synth]=synth.jobs [features]=features.jobs [tune]=decode.jobs [decode]=decode.jobs
   [decode_greedy]=decode.jobs)
+for system in mono tri1 tri2 tri3 tri4 tri5; do  # the GMM stages: jobs over shares, statistics summed
+  nj_knob[$system]=gmm.nj nj_knob[${system}_dev]=gmm.nj nj_knob[${system}_decode]=gmm.nj
+done
 # The stages split into --nj array tasks and a merge job with --cmd slurm: their split keys.
 declare -A split_key=([features]=features.split [tune]=decode.split [decode]=decode.split
   [decode_greedy]=decode.split)
