@@ -28,6 +28,7 @@ from asr.decode.output import TimedWord, ctm_words, evaluation_sets, write_hyp_t
 from asr.features.featureset import feature_set_dir, feature_set_input
 from asr.gmm.adaptation import SpeakerAccs, estimate_transforms, speaker_accs
 from asr.gmm.frontend import GmmFeatures, Projection
+from asr.gmm.graphs import silence_transition_ids
 from asr.gmm.stats import FrameWeights, ModelArrays, Stats, accumulate
 from asr.kaldi.matrix import write_transform_ark
 from asr.kaldi.model import read_model
@@ -174,17 +175,15 @@ def first_pass_transforms(model_dir: Path, feats: dict, first: dict, utt2spk: di
     tm, am = read_model(model_dir / "final.mdl")
     model = ModelArrays.of(am)
     id2pdf = np.asarray(tm.id2pdf_id, dtype=np.int64)
-    phones = np.array([0] + [tm.transition_id_to_phone(t) for t in range(1, tm.num_transition_ids + 1)])
-    silence = np.isin(phones, Lang.load(lang_dir).silence_phones)
+    silence = silence_transition_ids(tm, Lang.load(lang_dir).silence_phones)
     speakers: dict[str, SpeakerAccs] = {}
+    unused = Stats.zeros(model.num_gauss, am.dim, tm.num_transition_ids)  # only the frames' weights are wanted
     for utt, (_, tids) in first.items():
         x = feats[utt]
         if len(tids) != len(x):  # no path found: nothing to adapt with
             continue
         weights = FrameWeights.empty(len(x), x.shape[1])
-        accumulate(
-            model, Stats.zeros(model.num_gauss, x.shape[1], tm.num_transition_ids), x, id2pdf[tids], tids, None, weights
-        )
+        accumulate(model, unused, x, id2pdf[tids], tids, None, weights)
         frame_weight = np.where(silence[tids], SILENCE_WEIGHT, 1.0)
         acc = speaker_accs(weights, x, frame_weight)
         speaker = utt2spk.get(utt, utt)

@@ -90,3 +90,13 @@ def align(
     if not done or len(tids) != len(feats):
         return Aligned(None, 0.0, bool(retried))
     return Aligned(np.asarray(tids, dtype=np.int32), float(like), bool(retried))
+
+
+def transition_id_phones(tm: khg.TransitionModel) -> np.ndarray:
+    """(num_transition_ids + 1,): each transition id's phone (index 0, no transition id: 0)."""
+    return np.array([0] + [tm.transition_id_to_phone(t) for t in range(1, tm.num_transition_ids + 1)])
+
+
+def silence_transition_ids(tm: khg.TransitionModel, silence_phones) -> np.ndarray:
+    """(num_transition_ids + 1,) bool: the transition ids of silence phones (weight-silence-post)."""
+    return np.isin(transition_id_phones(tm), list(silence_phones))

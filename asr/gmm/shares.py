@@ -25,7 +25,7 @@ import numpy as np
 from asr.features.splice import splice
 from asr.gmm.adaptation import MlltAccs, SpeakerAccs, add_lda_frames, mllt_frames_term, speaker_accs
 from asr.gmm.frontend import GmmFeatures, Projection
-from asr.gmm.graphs import AlignOptions, align, equal_alignment, graph_compiler
+from asr.gmm.graphs import AlignOptions, align, equal_alignment, graph_compiler, silence_transition_ids
 from asr.gmm.stats import FrameWeights, ModelArrays, Stats, accumulate
 from asr.kaldi.alignments import parse_int_vector_archive, read_archive_bytes, write_int_vector_archive
 from asr.utils.atomic import atomic_path, write_text
@@ -245,13 +245,12 @@ class Gatherer:
     def __init__(self, spec: PassSpec, tm, model: ModelArrays, result: PassResult):
         self.spec, self.model, self.result = spec, model, result
         self.id2pdf = np.asarray(tm.id2pdf_id, dtype=np.int64)
-        phones = np.array([0] + [tm.transition_id_to_phone(t) for t in range(1, tm.num_transition_ids + 1)])
-        self.silence = np.isin(phones, list(spec.silence_phones))
+        self.silence = silence_transition_ids(tm, spec.silence_phones)
         self.utt2spk = spec.projection.utt2spk
         if "mllt" in spec.gather:
             dim = model.inv_vars.shape[1]
             result.mllt = MlltAccs(
-                np.zeros((dim, dim * (dim + 1) // 2)), Stats.zeros(model.num_gauss, dim, len(phones) - 1)
+                np.zeros((dim, dim * (dim + 1) // 2)), Stats.zeros(model.num_gauss, dim, tm.num_transition_ids)
             )
 
     def __call__(self, batch: FrameBatch) -> None:
@@ -362,8 +361,7 @@ def share_lda_stats(spec: LdaSpec):
     """The share's LDA statistics (silence frames left out, as weight-silence-post 0.0 does)."""
     tm = spec.old_model
     id2pdf = np.asarray(tm.id2pdf_id, dtype=np.int64)
-    phones = np.array([0] + [tm.transition_id_to_phone(t) for t in range(1, tm.num_transition_ids + 1)])
-    speech = ~np.isin(phones, spec.silence_phones)
+    speech = ~silence_transition_ids(tm, spec.silence_phones)
     stats = None
     for utt, statics in ShareFeatures(spec.work_dir, spec.index, Projection()).statics_by_utterance():
         tids = spec.alignments.get(utt)

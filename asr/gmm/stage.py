@@ -13,11 +13,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from omegaconf import OmegaConf
 
 from asr.features.featureset import feature_set_dir, feature_set_input
 from asr.gmm.boundaries import boundary_accuracy
+from asr.gmm.graphs import transition_id_phones
 from asr.gmm.train import STAGE, TrainingData, read_alignments, run_gmm_alignment, run_gmm_training, training_data
 from asr.gmm.transformed import train_lda_mllt, train_sat
 from asr.utils.record import record_path, why_rerun
@@ -61,7 +61,7 @@ def boundary_reporter(cfg: Any, lang, data: TrainingData, data_dir: Path):
     """The summary's `boundaries` entry: the final alignments against the corpus' phone timings."""
 
     def report(out_dir: Path, tm) -> dict:
-        phone_of_tid = np.array([0] + [tm.transition_id_to_phone(t) for t in range(1, tm.num_transition_ids + 1)])
+        phone_of_tid = transition_id_phones(tm)
         tolerance = int(round(cfg.gmm.boundary_tolerance_ms / 10.0))
         score = boundary_accuracy(
             Path(cfg.gmm.phone_timings),
