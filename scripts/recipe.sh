@@ -609,19 +609,20 @@ gmm_align_dev() {
     "gmm.dir=exp/${name}_ali_dev" "gmm.align_set=$(override_value data.dev_set train_dev)" "$@" "${gmm_overrides[@]}"
 }
 # gmm_feature_overrides: gmm_overrides = the overrides with features=logmel40, what the GMM systems
-# read whatever the acoustic model's features; features_from_sat: the model's features are the SAT
-# system's (features=sat40), made after the GMM stages by sat_features_stages.
+# read whatever the acoustic model's features; features_from_sat: the model's features (given on
+# the command line) read the SAT system's (features=sat40, sat40_ivector100_logmel40_deltas), so
+# sat_features_stages makes them after the GMM stages.
 gmm_feature_overrides() {
   local o
   gmm_overrides=()
   for o in "${overrides[@]}"; do [[ $o == features=* ]] || gmm_overrides+=("$o"); done
   gmm_overrides+=(features=logmel40)
 }
-features_from_sat() { [[ $(override_value features "") == sat40 ]]; }
-# sat_features_stages: exp/tri4's speaker-adapted features as Kaldi data dirs (make_fmllr_feats.sh)
-# and, with features=sat40, the model's feature set from them (stage 4 tri4_feats, sat_features).
+features_from_sat() { [[ $(override_value features "") == sat40* ]]; }
+# sat_features_stages: exp/tri4's speaker-adapted features as Kaldi data dirs (make_fmllr_feats.sh;
+# stage 4 tri4_feats), then the model's feature set, which reads them (stage 4 sat_features):
+# sat40 imports them, sat40_ivector100_logmel40_deltas pastes them into the paper's 260 dims.
 sat_features_stages() {
-  features_from_sat || return 0
   run_stage 4 tri4_feats   python -m asr.gmm.fmllr_feats gmm=sat gmm.dir=exp/tri4 "${gmm_overrides[@]}"
   run_stage 4 sat_features python -m asr.features "${overrides[@]}"
 }
@@ -632,10 +633,10 @@ s5c_size() {
 }
 
 # switchboard_hybrid_stages: the paper's hybrid BLSTM-HMM without Kaldi (experiment=swb*_hybrid_*):
-# s5c's GMM ladder on 13 MFCCs (from a logmel40 feature set made beside the experiment's), mono on
-# the 30k shortest utterances, tri1 and tri2 (deltas) on the first 100k, tri3 (LDA+MLLT) and tri4
-# (SAT) on all; then tri5, SAT with the paper's 32k leaves, whose alignments the BLSTM learns and
-# whose graph decodes it.
+# s5c's GMM ladder on 13 MFCCs (from a logmel40 feature set), mono on the 30k shortest utterances,
+# tri1 and tri2 (deltas) on the first 100k, tri3 (LDA+MLLT) and tri4 (SAT) on all; the model's
+# features after them (the presets': tri4's 40 adapted dims in the paper's 260); then tri5, SAT
+# with the paper's 32k leaves, whose alignments the BLSTM learns and whose graph decodes it.
 switchboard_hybrid_stages() {
   local size=()
   gmm_feature_overrides
@@ -659,6 +660,7 @@ switchboard_hybrid_stages() {
   gmm_system tri5 sat gmm.alignments=exp/tri4 "${size[@]}"
   gmm_align_dev tri5 sat
 }
+hybrid_experiment() { [[ $(override_value experiment "") == *_hybrid_* ]]; }
 # hybrid_options: --hybrid-leaves N, the leaves of the hybrid model's tree (switchboard_hybrid_stages).
 hybrid_options() { recipe_option hybrid_leaves 32000; }
 
@@ -671,10 +673,10 @@ switchboard_stages() {
   run_stage 1 validate  python -m asr.data.validate "$data/$(override_value data.train_set train_nodup)" \
                           "$data/$(override_value data.dev_set train_dev)" "$data/$(override_value data.eval_set eval2000)"
   speed_perturb_stage 2 "$data" train_nodup
-  features_from_sat || run_stage 2 features python -m asr.features "${overrides[@]}"
+  hybrid_experiment || run_stage 2 features python -m asr.features "${overrides[@]}"  # hybrid: after its GMMs
   run_stage 3 tokenizer python -m asr.text "${overrides[@]}"
   run_stage 4 lm        python -m asr.lm "${overrides[@]}"
-  if [[ $(override_value experiment "") == *_hybrid_* ]]; then
+  if hybrid_experiment; then
     switchboard_hybrid_stages
     train_launcher
     run_stage 5 train  "${launcher[@]}" asr.train "${overrides[@]}"

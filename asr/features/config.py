@@ -42,6 +42,10 @@ class FmllrConfig:
         False  # per-speaker CMVN of the log-mel frames before splicing: means only, as Kaldi's GMM systems
     )
     var_floor_ratio: float = 0.01  # Gaussian variances floored at this fraction of the data's
+    # A SAT GMM-HMM system of asr.gmm (e.g. exp/tri4): the fMLLR columns are its speaker-adapted
+    # features (<system>/fmllr_feats/<set>/, python -m asr.gmm.fmllr_feats) and no UBM is trained;
+    # the options above then do not apply. Empty: the UBM front end, estimated without transcripts.
+    system: str = ""
 
     CHECKS: ClassVar[dict[str, Check]] = {
         "dim": AT_LEAST_ONE,

@@ -9,7 +9,9 @@ system estimated for its speakers: the training set's in training (`<gmm.dir>/tr
 dev set's in its alignment (`<gmm.dir>_ali_dev/trans.ark`, align_fmllr.sh), the eval set's in
 its two-pass decoding (`<gmm.dir>/decode_<set>/trans.ark`); the first of those dirs holding
 every speaker of the set is used, so the stage runs after the system's dev alignment and
-decoding. `features=sat40` (kind kaldi) imports the dirs as the model's feature set.
+decoding. `features=sat40` (kind kaldi) imports the dirs as the model's feature set;
+`features=sat40_ivector100_logmel40_deltas` (features.fmllr.system) pastes them into the paper's
+260-dim input.
 
 A set is written again unless its record (`fmllr_feats.record.json`) names the same front end
 and unchanged inputs: the system's matrix, the transforms used, the set's feature set.
@@ -26,6 +28,7 @@ import numpy as np
 
 from asr.data.datadir import read_data_dir
 from asr.features.featureset import feature_set_dir, feature_set_input
+from asr.features.fmllr.recipe import FMLLR_FEATS_STAGE, system_set_dir
 from asr.gmm.frontend import GmmFeatures, Projection
 from asr.kaldi.matrix import read_transform_ark
 from asr.kaldi.table import c_sort_key, write_table
@@ -35,7 +38,7 @@ from asr.utils.record import outputs_of, why_rerun, write_record
 
 log = logging.getLogger("asr.gmm")
 
-STAGE, RERUN = "fmllr_feats", "python -m asr.gmm.fmllr_feats"
+STAGE, RERUN = FMLLR_FEATS_STAGE, "python -m asr.gmm.fmllr_feats"
 FRONT_END = ("front_end", "num_ceps", "cepstral_lifter", "cmvn")
 
 
@@ -76,7 +79,7 @@ def write_adapted_features(cfg: Any) -> list[Path]:
 
 
 def write_set(cfg: Any, system: Path, set_name: str) -> Path:
-    out_dir = system / "fmllr_feats" / set_name
+    out_dir = system_set_dir(system, set_name)
     data = read_data_dir(Path(cfg.data.data_dir) / set_name, tables=("utt2spk",))
     feats_dir = feature_set_dir(cfg, set_name)
     g = cfg.gmm

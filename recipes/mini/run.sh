@@ -32,7 +32,7 @@ run_stage -1 synth     python -m asr.data.synth "${overrides[@]}"
 run_stage 0 prepare   python -m asr.data.prepare "${overrides[@]}"
 run_stage 1 validate  python -m asr.data.validate "$data/train" "$data/train_dev" "$data/eval2000"
 speed_perturb_stage 2 "$data" train  # with --speed-perturb true every later stage trains on train_sp
-gmm_overrides=("${overrides[@]}")  # the GMM systems' (stage 4); with features=sat40 (made after them) logmel40
+gmm_overrides=("${overrides[@]}")  # the GMM systems' (stage 4); with features=sat40* (made after them) logmel40
 features_from_sat && gmm_feature_overrides
 run_stage 2 features  python -m asr.features "${gmm_overrides[@]}"
 if [[ $hybrid == true ]]; then  # phone targets per frame from the corpus' phone timings (a few seconds)
@@ -65,7 +65,7 @@ if [[ $gmm_hybrid == true ]]; then  # Kaldi s5c's GMM systems, each decoded with
   gmm_system tri3 lda_mllt gmm.alignments=exp/tri1 "${timings[@]}" "${tri_realign[@]}"
   gmm_system tri4 sat gmm.alignments=exp/tri3 "${timings[@]}" "${tri_realign[@]}"
   gmm_align_dev tri4 sat
-  sat_features_stages  # features=sat40: the BLSTM on tri4's speaker-adapted features
+  if features_from_sat; then sat_features_stages; fi  # features=sat40*: the BLSTM on tri4's adapted features
 fi
 train_launcher
 run_stage 5 train     "${launcher[@]}" asr.train "${overrides[@]}"

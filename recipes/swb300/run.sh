@@ -12,7 +12,8 @@
 #         tri2, tri3 LDA+MLLT, tri4 SAT, each decoded and scored), then tri5: SAT with the paper's tree
 #         (--hybrid-leaves N, default 32000); the BLSTM trains on tri5's alignments, its acoustic scale
 #         is tuned (6), it decodes with tri5's HCLG (7) and is scored (8); exp/NAME/report.md lists every
-#         system. features=sat40: the BLSTM reads tri4's speaker-adapted features (made in stage 4).
+#         system. Its input, the paper's 260 dims, holds tri4's 40 speaker-adapted dims (made in stage 4;
+#         features=sat40: those alone; features=fmllr40_ivector100_logmel40_deltas: a UBM's fMLLR instead).
 # size=tiny: every system, the BLSTM, its epochs, the LM and the searches shrunk (conf/size/tiny.yaml),
 #         to try a recipe on a corner of a corpus before a week-long run.
 here=$PWD

@@ -37,9 +37,13 @@ def test_recipe_dimensions():
 
     dims = {
         name: feature_dim(load_config([f"features={name}"]).features)
-        for name in ("ivector100", "fmllr40_ivector100_logmel40_deltas")
+        for name in ("ivector100", "fmllr40_ivector100_logmel40_deltas", "sat40_ivector100_logmel40_deltas")
     }
-    assert dims == {"ivector100": 100, "fmllr40_ivector100_logmel40_deltas": 260}
+    assert dims == {
+        "ivector100": 100,
+        "fmllr40_ivector100_logmel40_deltas": 260,
+        "sat40_ivector100_logmel40_deltas": 260,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +195,68 @@ def test_full_input_is_normalised_fmllr_ivector_and_logmel_deltas(full_input_run
     frames = np.concatenate([reader(u).numpy() for u in train if u.startswith("sw02001-A")])
     np.testing.assert_allclose(np.delete(frames, range(40, 45), axis=1).mean(axis=0), 0.0, atol=1e-4)
     np.testing.assert_allclose(np.delete(frames, range(40, 45), axis=1).std(axis=0), 1.0, atol=1e-3)
+
+
+def fake_sat_system(system, fbank_root, dims=40, short_utt=None):
+    """A SAT system's adapted sets as asr.gmm.fmllr_feats writes them (feats, trans.ark), with as
+    many frames per utterance as the log-mel of `fbank_root` (one fewer for `short_utt`)."""
+    rng = np.random.default_rng(0)
+    feats = {}
+    for set_name in SETS:
+        frames = read_table(fbank_root / set_name / "utt2num_frames")
+        set_dir = system / "fmllr_feats" / set_name
+        set_dir.mkdir(parents=True, exist_ok=True)
+        feats[set_name] = {
+            utt: (3.0 + rng.standard_normal((int(n) - (utt == short_utt), dims))).astype(np.float32)
+            for utt, n in frames.items()
+        }
+        kaldiio.save_ark(str(set_dir / "feats.ark"), feats[set_name], scp=str(set_dir / "feats.scp"))
+        speakers = sorted({utt.split("_")[0] for utt in frames})
+        kaldiio.save_ark(str(set_dir / "trans.ark"), {s: np.eye(dims, dims + 1, dtype=np.float32) for s in speakers})
+    return feats
+
+
+def test_the_sat_systems_features_go_into_the_full_input(full_input_run, tmp_path):
+    """features.fmllr.system: the fMLLR columns are a GMM system's speaker-adapted features (as
+    python -m asr.gmm.fmllr_feats writes them) pasted with the i-vector and the log-mel; no UBM
+    is trained, the reader normalises them per speaker, and a frame count that differs from the
+    log-mel's is refused naming the table."""
+    root, _, _ = full_input_run
+    (tmp_path / "data").symlink_to(root / "data")
+    ubm_input = root / "feats" / "fmllr40_ivector100_logmel40_deltas"
+    system = tmp_path / "exp" / "tri4"
+    sat = fake_sat_system(system, ubm_input / "fbank")
+    options = (*SMALL_IVECTOR, "features.compress=false", f"features.fmllr.system={system}")
+    summaries = make_features(config(tmp_path, "sat40_ivector100_logmel40_deltas", *options))
+    assert [s.utterances for s in summaries] == [12, 12, 12]
+    out = tmp_path / "feats" / "sat40_ivector100_logmel40_deltas"
+    assert not (out / "gmm").exists()  # no UBM front end
+    for set_name in SETS:
+        set_dir = out / set_name
+        assert (set_dir / "feat_dim").read_text() == "165\n" and (set_dir / "delta_columns").read_text() == "45 85\n"
+        stored = kaldiio.load_scp(str(set_dir / "feats.scp"))
+        ubm_stored = kaldiio.load_scp(str(ubm_input / set_name / "feats.scp"))
+        for utt, mat in stored.items():
+            np.testing.assert_array_equal(mat[:, :40], sat[set_name][utt])
+            np.testing.assert_array_equal(mat[:, 45:], ubm_stored[utt][:, 45:])  # the same log-mel
+        speakers = (set_dir / "fmllr_speakers").read_text().splitlines()
+        assert len(speakers) == 6 and all(line.endswith(" system") for line in speakers)
+    reader = FeatureReader(out / "eval", {utt: utt.split("_")[0] for utt in stored})
+    frames = np.concatenate([reader(u).numpy() for u in stored if u.startswith(next(iter(stored)).split("_")[0])])
+    np.testing.assert_allclose(frames[:, :40].mean(axis=0), 0.0, atol=1e-4)  # per speaker, as the UBM's
+    np.testing.assert_allclose(frames[:, :40].std(axis=0), 1.0, atol=1e-3)
+    assert all(s.skipped for s in make_features(config(tmp_path, "sat40_ivector100_logmel40_deltas", *options)))
+
+    short = next(iter(sat["train"]))
+    fake_sat_system(system, ubm_input / "fbank", short_utt=short)
+    with pytest.raises(InputError, match=rf"{system / 'fmllr_feats' / 'train' / 'feats.scp'}: {short} has \d+ frames"):
+        make_features(config(tmp_path, "sat40_ivector100_logmel40_deltas", *options))
+    with pytest.raises(InputError, match=r"nowhere/fmllr_feats/train: no speaker-adapted features .*asr.gmm.fmllr_feats"):
+        make_features(config(tmp_path, "sat40_ivector100_logmel40_deltas", *SMALL_IVECTOR, "features.fmllr.system=nowhere"))
+    fake_sat_system(tmp_path / "wide", ubm_input / "fbank", dims=30)
+    with pytest.raises(InputError, match="30-dim features, features.fmllr.dim=40; set features.fmllr.dim=30"):
+        make_features(config(tmp_path, "sat40_ivector100_logmel40_deltas", *SMALL_IVECTOR,
+                             f"features.fmllr.system={tmp_path / 'wide'}"))  # fmt: skip
 
 
 def test_option_errors_name_the_option(corpus, tmp_path):

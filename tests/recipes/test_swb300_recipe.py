@@ -8,6 +8,8 @@ import shutil
 
 import json
 
+import kaldiio
+import numpy as np
 import pytest
 
 from asr.data.audio import parse_wav_scp_entry
@@ -103,14 +105,14 @@ KALDI_BINARIES = ("gmm-align-compiled", "compile-train-graphs", "gmm-est-fmllr",
 
 def test_the_papers_system_runs_without_kaldi(swb300):
     """experiment=swb300_hybrid_ssgd size=tiny: s5c's GMM ladder to SAT and the hybrid's own tree
-    (tri5), the BLSTM on tri5's alignments decoded with its HCLG, on tri4's speaker-adapted
-    features (features=sat40), one report of every system, no Kaldi binary anywhere."""
+    (tri5), the BLSTM on tri5's alignments decoded with its HCLG, its input the paper's (the
+    preset's features: tri4's speaker-adapted dims, i-vector, log-mel with deltas), one report of
+    every system, no Kaldi binary anywhere."""
     for binary in KALDI_BINARIES:
         assert shutil.which(binary, path=swb300.env["PATH"]) is None, binary
     root = quirky_corpus()
     proc = swb300.run("--exp", "hyb", *corpus_options(root, fisher=False), "experiment=swb300_hybrid_ssgd", "size=tiny",
-                      *(o for o in TINY_SWB if not o.startswith("features=")), "features=sat40",
-                      "--hybrid-leaves", "150")  # fmt: skip
+                      *(o for o in TINY_SWB if not o.startswith("features=")), "--hybrid-leaves", "150")  # fmt: skip
     done = done_stages(swb300.dir / "exp/hyb")
     for system in ("mono", "tri1", "tri2", "tri3", "tri4", "tri5"):
         for stage in (system, f"{system}_decode", f"{system}_score"):
@@ -129,7 +131,11 @@ def test_the_papers_system_runs_without_kaldi(swb300):
     assert json.loads((exp / "tri5/summary.json").read_text())["num_pdfs"] > json.loads(
         (exp / "tri4/summary.json").read_text()
     )["num_pdfs"]  # --hybrid-leaves: the hybrid's own, larger tree
-    assert (swb300.dir / "feats/sat40/train_nodup/feat_dim").read_text().strip() == "40"
+    features = swb300.dir / "feats/sat40_ivector100_logmel40_deltas/train_nodup"
+    assert (features / "feat_dim").read_text().strip() == "180"  # 40 + size=tiny's 20-dim i-vector + 120
+    stored, sat = (kaldiio.load_scp(str(d / "feats.scp")) for d in (features, exp / "tri4/fmllr_feats/train_nodup"))
+    utt = next(iter(stored))
+    np.testing.assert_allclose(stored[utt][:, :40], sat[utt], atol=np.ptp(sat[utt]) / 64)  # compressed
     report = (exp / "hyb/report.md").read_text()
     assert "SAT GMM-HMM (LDA+MLLT+fMLLR)" in report and "LDA+MLLT GMM-HMM" in report
     for name in ("mono", "tri1", "tri2", "tri3", "tri4", "tri5", "hyb"):

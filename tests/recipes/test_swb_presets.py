@@ -10,6 +10,7 @@ import pytest
 from hydra.errors import HydraException
 
 from asr.config import CONF_DIR, load_config
+from asr.features.recipes import feature_dim
 
 PRESETS = {
     "swb300_ssgd": ("swb300", "ssgd", 4096),
@@ -55,8 +56,9 @@ HYBRID = {f"{data}_hybrid_{algorithm}": (data, algorithm, batch) for data, algor
 def test_hybrid_presets_train_the_papers_21_frame_samples(preset):
     """The hybrid variants: frame CE on alignments over 21-frame samples, global batches of the
     paper's samples (4,096 SSGD / 8,192 H-ADPSGD / 12,288 ADPSGD) on its 64 learners, the targets
-    and graph of the recipe's SAT system with the paper's tree (exp/tri5), and otherwise their CTC
-    preset's model, features, algorithm and schedule."""
+    and graph of the recipe's SAT system with the paper's tree (exp/tri5), its input the paper's
+    260 dims with that ladder's speaker-adapted 40 (exp/tri4's), and otherwise their CTC preset's
+    model, algorithm and schedule."""
     data, algorithm, global_batch = HYBRID[preset]
     cfg = load_config([f"data={data}", f"experiment={preset}"])
     base = load_config([f"data={data}", f"experiment={data}_{algorithm}"])
@@ -65,7 +67,9 @@ def test_hybrid_presets_train_the_papers_21_frame_samples(preset):
     assert (cfg.decode.graph, cfg.decode.hmm_model) == ("exp/tri5/graph", "exp/tri5/final.mdl")
     assert (cfg.model.subsample, cfg.model.stack_frames) == (1, 1)  # 10 ms frames, as the HMM graphs expect
     assert cfg.train.chunk_frames == 21 and cfg.train.batch_samples * 64 == global_batch
-    assert cfg.distributed.algorithm == algorithm and cfg.features.name == base.features.name
+    assert cfg.distributed.algorithm == algorithm
+    assert (cfg.features.name, cfg.features.fmllr.system) == ("sat40_ivector100_logmel40_deltas", "exp/tri4")
+    assert feature_dim(cfg.features) == feature_dim(base.features) == 260
     for key in ("epochs", "lr", "optimizer", "momentum", "warmup_steps", "lr_decay"):
         assert cfg.train[key] == base.train[key], key
     for key in ("num_layers", "hidden_size", "bottleneck", "bidirectional", "dropout"):

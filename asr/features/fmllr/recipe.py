@@ -15,15 +15,23 @@ Every set, eval included, is adapted the same way: each speaker's transform is e
 from that speaker's own frames under the GMM, so test-time adaptation is unsupervised and
 needs no first-pass decoding.
 
+With `features.fmllr.system=DIR` (a SAT GMM-HMM system of asr.gmm, e.g. exp/tri4) the fMLLR
+columns are that system's speaker-adapted features instead, `DIR/fmllr_feats/<set>/` as
+`python -m asr.gmm.fmllr_feats` writes them (its LDA+MLLT matrix, each speaker's transform from
+its training, dev alignment or two-pass decoding), pasted frame by frame with the i-vectors and
+log-mel as Kaldi's paste-feats does (the same frames, or an error naming both). No UBM is trained.
+
 Layout under <feats_dir>/<name>/:
   fbank/<set>/   the log-mel filterbank (asr.features.logmel.extract), with per-speaker CMVN stats
-  gmm/           the adaptation model trained on the training set (asr.features.fmllr.model)
+  gmm/           the adaptation model trained on the training set (asr.features.fmllr.model;
+                 not with fmllr.system)
   extractor/, ivector/<set>/   (fmllr_ivector_fbank) the i-vector extractor and each set's
                  i-vectors (asr.features.ivector.recipe)
   <set>/         feats.{ark,scp}, utt2num_frames, feat_dim, cmvn.{ark,scp}, cmvn_type,
                  trans.{ark,scp} (per-speaker fMLLR transforms, Kaldi matrices d x (d+1)),
                  fmllr_speakers (per speaker: frames, adapted|identity, log-likelihood per
-                 frame before/after, and with log|det A| added before/after), features.record.json
+                 frame before/after, and with log|det A| added before/after; with fmllr.system:
+                 frames and `system`), features.record.json
 Each directory is built under a temporary name and renamed when complete; a re-run skips
 the parts whose inputs and options did not change. The speakers of a set are split over
 `features.jobs` worker processes (one torch thread each).
@@ -63,15 +71,18 @@ from asr.features.parts import in_key_order, join_parts, merge_part_tables, merg
 from asr.features.provenance import made_with, plain, seal, source_files, why_incomplete
 from asr.features.subset import balance_speakers, speaker_frames, streamed_subset
 from asr.kaldi import commands
+from asr.kaldi.matrix import read_transform_ark
 from asr.kaldi.table import Lookup, c_sort_key, sorted_table
 from asr.utils.atomic import atomic_dir
 from asr.utils.errors import InputError
+from asr.utils.record import record_path
 
 log = logging.getLogger("asr.features")
 
 KINDS = ("fmllr", "fmllr_fbank", "fmllr_ivector_fbank")
 WITH_LOGMEL = ("fmllr_fbank", "fmllr_ivector_fbank")
 STORED_LAYOUT = "deltas appended on reading"  # sets that stored their deltas are made again
+FMLLR_FEATS_STAGE = "fmllr_feats"  # the stage record of a GMM system's adapted set (asr.gmm.adapted_features)
 PART_TABLES = ("utt2num_frames", "fmllr_speakers", "skipped")  # written by each part, merged in key order
 
 
@@ -91,7 +102,7 @@ def make_fmllr_features(cfg: Any) -> list[SetSummary]:
     fcfg = cfg.features
     if fcfg.kind not in KINDS:
         raise InputError(f"features.kind={fcfg.kind!r} is not an fMLLR recipe {KINDS}")
-    if fcfg.fmllr.lda and fcfg.fmllr.dim > FbankOptions.from_config(fcfg).dim * (
+    if not fcfg.fmllr.system and fcfg.fmllr.lda and fcfg.fmllr.dim > FbankOptions.from_config(fcfg).dim * (
         fcfg.fmllr.splice_left + 1 + fcfg.fmllr.splice_right
     ):
         raise InputError(f"features.fmllr.dim={fcfg.fmllr.dim} exceeds the spliced log-mel dimension")
@@ -100,13 +111,15 @@ def make_fmllr_features(cfg: Any) -> list[SetSummary]:
     base = make_base_sets(cfg, root)
     if fcfg.split.index >= 0:
         return base  # one cluster share of the log-mel: the model and adaptation run after the merge
-    ensure_model(root / "gmm", root / "fbank" / cfg.data.train_set, Path(cfg.data.data_dir) / cfg.data.train_set, fcfg)
+    if not fcfg.fmllr.system:
+        train_set = cfg.data.train_set
+        ensure_model(root / "gmm", root / "fbank" / train_set, Path(cfg.data.data_dir) / train_set, fcfg)
     ivectors = (
         ivector_sets(cfg, root, root / "ivector", write_feats=False) if fcfg.kind == "fmllr_ivector_fbank" else {}
     )
     return [
         adapt_set(
-            root / "gmm",
+            system_set_dir(fcfg.fmllr.system, s) if fcfg.fmllr.system else root / "gmm",
             root / "fbank" / s,
             Path(cfg.data.data_dir) / s,
             root / s,
@@ -117,13 +130,18 @@ def make_fmllr_features(cfg: Any) -> list[SetSummary]:
     ]
 
 
+def system_set_dir(system: str, set_name: str) -> Path:
+    """Where a SAT GMM-HMM system's speaker-adapted features of a set are (asr.gmm.adapted_features)."""
+    return Path(system) / "fmllr_feats" / set_name
+
+
 # ------------------------------------------------------------------------ model
 
 
 def ensure_model(model_dir: Path, base_dir: Path, data_dir: Path, fcfg: Any) -> None:
     """Train the adaptation model unless its stage record says it is made from the same
     options and log-mel set."""
-    options, inputs = plain(fcfg.fmllr), source_files(base_dir)
+    options, inputs = fmllr_options(fcfg), source_files(base_dir)
     reason = why_incomplete(model_dir, options, inputs, fcfg.force)
     if reason is None:
         log.info("fMLLR model: complete already (%s)", model_dir)
@@ -166,6 +184,7 @@ class AdaptOptions:
     ivector_columns: tuple[int, int] = (0, 0)  # fmllr_ivector_fbank: [first, last) of the i-vector
     ivector_dir: str = ""  # fmllr_ivector_fbank: the set's i-vectors (asr.features.ivector.recipe)
     compress: bool = False
+    from_system: bool = False  # the fMLLR columns are a GMM system's adapted features (fmllr.system)
 
     @classmethod
     def from_config(cls, fcfg: Any, ivector_dir: Path | None = None) -> "AdaptOptions":
@@ -184,6 +203,7 @@ class AdaptOptions:
             (first, first + ivector),
             str(ivector_dir) if ivector_dir is not None else "",
             fcfg.compress,
+            bool(fcfg.fmllr.system),
         )
 
 
@@ -191,7 +211,7 @@ class AdaptOptions:
 class AdaptTask:
     index: int
     speakers: list[str]  # this part's speakers
-    model_dir: str
+    model_dir: str  # the UBM adaptation model, or with fmllr.system the system's adapted set
     base_dir: str  # the set's log-mel features
     utt2spk: str  # the set's data dir utt2spk
     out_dir: str  # the set's temporary directory; the part writes its <file>.<index> there
@@ -212,7 +232,15 @@ class AdaptResult:
 def set_options(fcfg: Any) -> dict:
     """What changes an adapted set besides its inputs (the model, the log-mel set, the i-vectors)."""
     names = ("kind", "delta_order", "delta_window", "cmvn", "compress")
-    return {**{k: getattr(fcfg, k) for k in names}, "fmllr": plain(fcfg.fmllr), "layout": STORED_LAYOUT}
+    return {**{k: getattr(fcfg, k) for k in names}, "fmllr": fmllr_options(fcfg), "layout": STORED_LAYOUT}
+
+
+def fmllr_options(fcfg: Any) -> dict:
+    """What of features.fmllr changes a model or set: the GMM system it reads, or else the UBM front
+    end's options (with no `system` key, as records written before it existed say)."""
+    options = plain(fcfg.fmllr)
+    system = options.pop("system", "")
+    return {"system": system, "dim": options["dim"]} if system else options
 
 
 def adapt_set(
@@ -225,12 +253,17 @@ def adapt_set(
 ) -> SetSummary:
     """Per-speaker fMLLR of one set and the recipe's per-frame composition (with the i-vectors
     in `ivector_dir` for fmllr_ivector_fbank), the speakers split over `features.jobs` worker
-    processes. Every process reads the set's tables in step, so none holds a line per utterance."""
+    processes. Every process reads the set's tables in step, so none holds a line per utterance.
+    With fmllr.system, `model_dir` is the system's adapted set (system_set_dir)."""
     if fcfg.kind == "fmllr_ivector_fbank" and ivector_dir is None:
         raise ValueError("fmllr_ivector_fbank needs the set's i-vector directory")
+    if fcfg.fmllr.system:
+        fmllr_source = [SystemFeatures.check(model_dir, fcfg.fmllr.dim)]
+    else:
+        fmllr_source = made_with(model_dir)
     made_from = (
         set_options(fcfg),
-        made_with(model_dir, ivector_dir) + source_files(base_dir),
+        fmllr_source + made_with(ivector_dir) + source_files(base_dir),
     )
     if why_incomplete(out_dir, *made_from, fcfg.force) is None:
         log.info("%s: complete already (%s), skipping; features.force=true recomputes it", out_dir.name, out_dir)
@@ -271,19 +304,17 @@ def adapt_part(task: AdaptTask, on_speaker_done) -> AdaptResult:
 
 def _adapt_part(task: AdaptTask, on_speaker_done) -> AdaptResult:
     opts = task.options
-    model = FmllrModel.load(task.model_dir, opts.device)
     base = Path(task.base_dir)
     commands.check_table(base / "feats.scp", commands.scp_command)
-    normalise = speaker_cmvn(base, {}, model.norm_vars)
+    adapt = SystemFeatures(Path(task.model_dir)) if opts.from_system else UbmAdaptation(task.model_dir, base, opts)
     ivectors = IvectorReader(opts.ivector_dir) if opts.ivector_dir else None
     with PartOutputs(Path(task.out_dir), task.index, opts) as out:
         for speaker, entries in part_utterances(task):
             utts = [utt for utt, _ in entries]
             raw = [read_logmel(base, utt, entry) for utt, entry in entries]
-            normalised = [normalise(utt, r, speaker) for utt, r in zip(utts, raw)]
-            fmllr, adapted = adapt_speaker(model, utts, raw, normalised, opts, ivectors)
-            out.speaker(speaker, fmllr)
-            for utt, feats in adapted:
+            transform, fmllr = adapt(speaker, utts, raw)
+            out.speaker(speaker, transform)
+            for utt, feats in compose(utts, fmllr, raw, opts, ivectors):
                 out.utterance(utt, speaker, feats)
             on_speaker_done()
     return out.result
@@ -315,28 +346,89 @@ def part_utterances(task: AdaptTask) -> Iterator[tuple[str, list[tuple[str, str]
         yield current, entries
 
 
-def adapt_speaker(
-    model: FmllrModel,
+class UbmAdaptation:
+    """A speaker's transform under the recipe's own model (LDA+MLLT, SAT-trained UBM), estimated
+    from the speaker's own frames, and the adapted frames of its utterances."""
+
+    def __init__(self, model_dir: str, base: Path, opts: AdaptOptions):
+        self.model = FmllrModel.load(model_dir, opts.device)
+        self.normalise = speaker_cmvn(base, {}, self.model.norm_vars)
+        self.opts = opts.fmllr
+
+    def __call__(self, speaker: str, utts: list[str], raw: list[np.ndarray]):
+        projected = [self.model.project(self.normalise(utt, r, speaker)) for utt, r in zip(utts, raw)]
+        device = self.model.gmm.means.device
+        fmllr = self.opts.estimate(self.model.gmm, torch.from_numpy(np.concatenate(projected)).to(device))
+        return fmllr, [transform_frames(torch.from_numpy(z), fmllr.transform).numpy() for z in projected]
+
+
+class SystemFeatures:
+    """A GMM system's speaker-adapted features of one set (asr.gmm.adapted_features): per speaker
+    its transform and its utterances' frames, which must be as many as the log-mel's."""
+
+    def __init__(self, set_dir: Path):
+        self.set_dir = set_dir
+        self.feats = commands.load_scp(set_dir / "feats.scp")
+        self.transforms = read_transform_ark(set_dir / "trans.ark")
+
+    @staticmethod
+    def check(set_dir: Path, dim: int) -> Path:
+        """The set's record (what names it among the adapted set's inputs), after checking that
+        the set is there with `dim` columns."""
+        scp, record = set_dir / "feats.scp", record_path(set_dir, FMLLR_FEATS_STAGE)
+        if not scp.is_file() or not (set_dir / "trans.ark").is_file():
+            raise InputError(
+                f"{set_dir}: no speaker-adapted features (feats.scp, trans.ark) of features.fmllr.system; "
+                f"run python -m asr.gmm.fmllr_feats gmm=sat gmm.dir={set_dir.parent.parent} first"
+            )
+        first = next(iter(commands.load_scp(scp).values()), None)
+        if first is not None and first.shape[1] != dim:
+            raise InputError(
+                f"{scp}: {first.shape[1]}-dim features, features.fmllr.dim={dim}; set features.fmllr.dim={first.shape[1]}"
+            )
+        return record if record.is_file() else scp
+
+    def __call__(self, speaker: str, utts: list[str], raw: list[np.ndarray]):
+        frames = []
+        for utt, r in zip(utts, raw):
+            if utt not in self.feats:
+                raise InputError(f"{self.set_dir / 'feats.scp'}: no {utt}; make the system's features of every utterance")
+            feats = self.feats[utt]
+            if feats.shape[0] != r.shape[0]:
+                raise InputError(
+                    f"{self.set_dir / 'feats.scp'}: {utt} has {feats.shape[0]} frames, its log-mel {r.shape[0]}; "
+                    "the system's features must come from the same framing (features.frame_*, snip_edges)"
+                )
+            frames.append(feats)
+        transform = self.transforms.get(speaker)
+        if transform is None:
+            raise InputError(f"{self.set_dir / 'trans.ark'}: no transform of speaker {speaker}")
+        return SystemTransform(transform, sum(len(f) for f in frames)), frames
+
+
+@dataclass
+class SystemTransform:
+    """A speaker's transform as a GMM system estimated it (PartOutputs writes it as is)."""
+
+    transform: np.ndarray
+    count: int
+
+
+def compose(
     utts: list[str],
+    fmllr: list[np.ndarray],
     raw: list[np.ndarray],
-    normalised: list[np.ndarray],
     opts: AdaptOptions,
     ivectors: IvectorReader | None = None,
-) -> tuple[FmllrResult, list[tuple[str, np.ndarray]]]:
-    """One speaker's transform, and (utt, stored features) for its utterances."""
-    projected = [model.project(n) for n in normalised]
-    device = model.gmm.means.device
-    fmllr = opts.fmllr.estimate(model.gmm, torch.from_numpy(np.concatenate(projected)).to(device))
-    out = []
-    for utt, r, z in zip(utts, raw, projected):
-        adapted = transform_frames(torch.from_numpy(z), fmllr.transform).numpy().astype(np.float32)
-        parts = [adapted]
+) -> Iterator[tuple[str, np.ndarray]]:
+    """(utt, stored features) of a speaker's utterances: [fMLLR | (i-vector) | (log-mel)]."""
+    for utt, adapted, r in zip(utts, fmllr, raw):
+        parts = [adapted.astype(np.float32)]
         if ivectors is not None:
             parts.append(ivectors(utt, adapted.shape[0]).astype(np.float32))
         if opts.kind in WITH_LOGMEL:
             parts.append(r.astype(np.float32))
-        out.append((utt, np.concatenate(parts, axis=1)))
-    return fmllr, out
+        yield utt, np.concatenate(parts, axis=1)
 
 
 class PartOutputs:
@@ -361,8 +453,12 @@ class PartOutputs:
             spec = f"ark,scp:{out / f'cmvn.{index}.ark'},{out / f'cmvn.{index}.scp'}"
             self.utterance_stats = self.files.enter_context(kaldiio.WriteHelper(spec))
 
-    def speaker(self, speaker: str, fmllr: FmllrResult) -> None:
+    def speaker(self, speaker: str, fmllr: FmllrResult | SystemTransform) -> None:
         self.transforms(speaker, np.ascontiguousarray(fmllr.transform, dtype=np.float32))
+        if isinstance(fmllr, SystemTransform):
+            self.tables["fmllr_speakers"].write(f"{speaker} {fmllr.count} system\n")
+            self.result.adapted_speakers += 1
+            return
         # frames, adapted|identity, log-likelihood per frame before/after, and the same plus
         # log|det A| (the objective fMLLR maximises) before/after
         self.tables["fmllr_speakers"].write(
