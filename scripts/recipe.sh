@@ -60,6 +60,7 @@ exp_root=""
 data_root_dirs=(data feats lang)  # what --data-root moves
 overrides=()
 experiment_groups=""  # the config groups an experiment= override sets (parse_options)
+default_experiment=""  # the recipe's experiment when none is given (the Switchboard recipes: the paper's system)
 declare -A recipe_opts=()
 declare -A recipe_list_opts=()
 corpus_paths=()
@@ -134,6 +135,7 @@ parse_options() {
     esac
   done
   check_options
+  [[ -z "$default_experiment" || -n $(override_value experiment "") ]] || overrides=("experiment=$default_experiment" "${overrides[@]}")
   check_overrides
   link_root "$data_root" "${data_root_dirs[@]}"
   link_root "$exp_root" exp
@@ -610,15 +612,20 @@ gmm_align_dev() {
 }
 # gmm_feature_overrides: gmm_overrides = the overrides with features=logmel40, what the GMM systems
 # read whatever the acoustic model's features; features_from_sat: the model's features (given on
-# the command line) read the SAT system's (features=sat40, sat40_ivector100_logmel40_deltas), so
-# sat_features_stages makes them after the GMM stages.
+# the command line, or the experiment's) read the SAT system's (features=sat40,
+# sat40_ivector100_logmel40_deltas), so sat_features_stages makes them after the GMM stages.
 gmm_feature_overrides() {
   local o
   gmm_overrides=()
   for o in "${overrides[@]}"; do [[ $o == features=* ]] || gmm_overrides+=("$o"); done
   gmm_overrides+=(features=logmel40)
 }
-features_from_sat() { [[ $(override_value features "") == sat40* ]]; }
+features_from_sat() {
+  local features experiment
+  features=$(override_value features "") experiment=$(override_value experiment "")
+  [[ -n $features || -z $experiment ]] || features=$(python -m asr.utils.experiment_groups "$experiment" --choice features)
+  [[ $features == sat40* ]]
+}
 # sat_features_stages: exp/tri4's speaker-adapted features as Kaldi data dirs (make_fmllr_feats.sh;
 # stage 4 tri4_feats), then the model's feature set, which reads them (stage 4 sat_features):
 # sat40 imports them, sat40_ivector100_logmel40_deltas pastes them into the paper's 260 dims.

@@ -2,6 +2,7 @@
 them is not made to run again by it (scripts/recipe.sh, `stage_options`).
 
     python -m asr.utils.experiment_groups NAME     # e.g. hybrid -> decode model train
+    python -m asr.utils.experiment_groups NAME --choice features   # e.g. hybrid_sat -> sat40
 
 An experiment (conf/experiment/NAME.yaml, `# @package _global_`) sets the top-level keys it
 writes and the groups its defaults list overrides (`override /decode: wfst` -> decode), and
@@ -48,11 +49,38 @@ def default_groups(entry, conf_dir: str | Path, seen: frozenset[str]) -> set[str
     return {EVERY_GROUP}
 
 
+def experiment_choice(
+    name: str, group: str, conf_dir: str | Path = CONF_DIR, seen: frozenset[str] = frozenset()
+) -> str:
+    """The option an experiment picks for a config group (`override /features: sat40` -> sat40), its
+    own or an included experiment's, the last in its defaults list winning as in Hydra; "" if none."""
+    path = Path(conf_dir) / "experiment" / f"{name}.yaml"
+    try:
+        node = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return ""
+    if not isinstance(node, dict) or name in seen:
+        return ""
+    choice = ""
+    for entry in node.get("defaults") or []:
+        if isinstance(entry, str) and entry != "_self_":
+            choice = experiment_choice(entry, group, conf_dir, seen | {name}) or choice
+        elif isinstance(entry, dict):
+            for key, value in entry.items():
+                if key.removeprefix("override").strip().lstrip("/") == group:
+                    choice = str(value)
+    return choice
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m asr.utils.experiment_groups", description=__doc__.split("\n\n")[0])
     parser.add_argument("name", help="the experiment: conf/experiment/NAME.yaml")
+    parser.add_argument("--choice", metavar="GROUP", help="print the option it picks for GROUP instead")
     args = parser.parse_args(argv)
-    print(" ".join(sorted(experiment_groups(args.name))))
+    if args.choice:
+        print(experiment_choice(args.name, args.choice))
+    else:
+        print(" ".join(sorted(experiment_groups(args.name))))
     return 0
 
 

@@ -26,7 +26,7 @@ data=$(override_value data.data_dir data)
 hybrid=false  # hybrid_ce: frame targets from the synthesiser's phone timings, no decoding
 [[ $(override_value experiment "") == hybrid_ce ]] && hybrid=true
 gmm_hybrid=false  # hybrid: GMM-HMM systems, the BLSTM on their alignments, WFST decoding
-[[ $(override_value experiment "") == hybrid ]] && gmm_hybrid=true
+case $(override_value experiment "") in hybrid|hybrid_sat) gmm_hybrid=true ;; esac  # hybrid_sat: on tri4, sat40
 
 run_stage -1 synth     python -m asr.data.synth "${overrides[@]}"
 run_stage 0 prepare   python -m asr.data.prepare "${overrides[@]}"

@@ -8,8 +8,9 @@
 #         7 decode (--decode beam_lm|greedy), 8 score (--score hub5|jiwer); --speed-perturb true adds
 #         stage 2 perturb (train on train_nodup_sp). --cmd local|slurm --nj N: where stages run (scripts/cmd.sh);
 #         --data-root/--exp-root DIR: outputs on another disk; corpus paths and presets once in db.conf.
-# CTC presets: experiment=swb2000_ssgd | swb2000_adpsgd | swb2000_hadpsgd; see RESULTS.md.
-# The paper's hybrid BLSTM-HMM: experiment=swb2000_hybrid_<ssgd|adpsgd|hadpsgd> adds to stage 2 a
+# The default experiment is the paper's hybrid BLSTM-HMM, swb2000_hybrid_ssgd (or _adpsgd, _hadpsgd);
+#         CTC presets: experiment=swb2000_ssgd | swb2000_adpsgd | swb2000_hadpsgd; see RESULTS.md.
+# The hybrid BLSTM-HMM (experiment=swb2000_hybrid_<ssgd|adpsgd|hadpsgd>) adds to stage 2 a
 #         logmel40 set for the GMMs and to stage 4 lang and s5c's GMM ladder without Kaldi (mono, tri1,
 #         tri2, tri3 LDA+MLLT, tri4 SAT, each decoded and scored), then tri5: SAT with the paper's tree
 #         (--hybrid-leaves N, default 32000); the BLSTM trains on tri5's alignments, its acoustic scale
@@ -22,6 +23,7 @@ here=$PWD
 cd "$(dirname "$0")"
 RECIPE_ARGS=("$@")
 . ../../scripts/recipe.sh
+default_experiment=swb2000_hybrid_ssgd  # the paper's system; the CTC presets by name
 decode_options
 speed_perturb_option
 hybrid_options  # --hybrid-leaves N: the hybrid model's tree (experiment=*_hybrid_*)

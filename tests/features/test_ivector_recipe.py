@@ -251,8 +251,12 @@ def test_the_sat_systems_features_go_into_the_full_input(full_input_run, tmp_pat
     fake_sat_system(system, ubm_input / "fbank", short_utt=short)
     with pytest.raises(InputError, match=rf"{system / 'fmllr_feats' / 'train' / 'feats.scp'}: {short} has \d+ frames"):
         make_features(config(tmp_path, "sat40_ivector100_logmel40_deltas", *options))
-    with pytest.raises(InputError, match=r"nowhere/fmllr_feats/train: no speaker-adapted features .*asr.gmm.fmllr_feats"):
-        make_features(config(tmp_path, "sat40_ivector100_logmel40_deltas", *SMALL_IVECTOR, "features.fmllr.system=nowhere"))
+    with pytest.raises(
+        InputError, match=r"nowhere/fmllr_feats/train: no speaker-adapted features .*asr.gmm.fmllr_feats"
+    ):
+        make_features(
+            config(tmp_path, "sat40_ivector100_logmel40_deltas", *SMALL_IVECTOR, "features.fmllr.system=nowhere")
+        )
     fake_sat_system(tmp_path / "wide", ubm_input / "fbank", dims=30)
     with pytest.raises(InputError, match="30-dim features, features.fmllr.dim=40; set features.fmllr.dim=30"):
         make_features(config(tmp_path, "sat40_ivector100_logmel40_deltas", *SMALL_IVECTOR,

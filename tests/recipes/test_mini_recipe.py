@@ -316,3 +316,23 @@ def test_hybrid_trains_on_the_triphone_states_and_decodes_with_their_graph(mini_
         assert f"stage 4 ({stage}): done before, but an option or an input changed" in proc.stderr, stage
     for stage in ("lang", "mono", "tri1", "tri1_dev", "tri3", "tri4", "tri4_dev"):
         assert f"stage 4 ({stage}): done already" in proc.stderr, stage
+
+
+def test_hybrid_sat_trains_on_the_sat_system_and_its_features(mini_recipe):
+    """experiment=hybrid_sat: the BLSTM on tri4's tied states and speaker-adapted features (made
+    after the GMM stages), decoded with tri4's graph; the GMM systems are reused, not retrained."""
+    r = mini_recipe
+    proc = r.run("--exp", "hybsat", "experiment=hybrid_sat", *TINY, *TINY_GMM)
+    done = done_stages(r.dir / "exp/hybsat")
+    for stage in ("4.tri4", "4.tri4_dev", "4.tri4_feats", "4.sat_features", "5.train", "6.tune", "8.score"):
+        assert stage in done, f"no record of {stage}:\n{proc.stderr[-3000:]}"
+    tri4 = json.loads((r.dir / "exp/tri4/summary.json").read_text())
+    train_log = (r.dir / "exp/hybsat/log/train.log").read_text()
+    assert f"-> {tri4['num_pdfs']} pdfs" in train_log, train_log[-2000:]
+    assert "name: sat40\n" in (r.dir / "exp/hybsat/.hydra/train/config.yaml").read_text()
+    assert (r.dir / "feats/sat40/train/feat_dim").read_text() == "40\n"
+    wer = json.loads((r.dir / "exp/hybsat/decode_eval2000/wer.json").read_text())
+    assert wer["total"]["words"] > 0
+    assert "exp/tri4/graph/graph.record.json" in (r.dir / "exp/hybsat/decode_eval2000/decode.record.json").read_text()
+    if "4.tri4" in done_stages(r.dir / "exp/gmmhyb"):  # experiment=hybrid trained them first
+        assert "exp/tri4: done already" in (r.dir / "exp/hybsat/log/gmm.log").read_text()

@@ -16,7 +16,7 @@ from asr.data.audio import parse_wav_scp_entry
 from asr.data.datadir import read_data_dir
 from asr.data.validate import validate_data_dir
 from tests.recipes.conftest import Recipe, done_stages
-from tests.fixtures.swb_corpus import TINY_SWB, corpus_options, quirky_corpus, quirks_done, swb_recipe
+from tests.fixtures.swb_corpus import TINY_SWB, corpus_options, quirky_corpus, quirks_done, swb_recipe, tiny_ctc
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +79,7 @@ def test_corpus_options_become_data_overrides(swb300):
     sources = {parse_wav_scp_entry(value).path for value in recording.values()}
     assert all(path.startswith(str(quirky_corpus() / "LDC97S62")) for path in sources)  # read natively, whole
     replay = (swb300.dir / "exp/tiny/commands.log").read_text().splitlines()[0].split("\t")[1]
-    args = ["--exp", "tiny", *corpus_options(quirky_corpus(), fisher=False), *TINY_SWB]
+    args = ["--exp", "tiny", *corpus_options(quirky_corpus(), fisher=False), *tiny_ctc("swb300")]
     assert shlex.split(replay) == [
         "cd",
         str(swb300.dir),
@@ -128,9 +128,10 @@ def test_the_papers_system_runs_without_kaldi(swb300):
     )
     train_log = (exp / "hyb/log/train.log").read_text()
     assert f"-> {json.loads((exp / 'tri5/summary.json').read_text())['num_pdfs']} pdfs" in train_log
-    assert json.loads((exp / "tri5/summary.json").read_text())["num_pdfs"] > json.loads(
-        (exp / "tri4/summary.json").read_text()
-    )["num_pdfs"]  # --hybrid-leaves: the hybrid's own, larger tree
+    assert (
+        json.loads((exp / "tri5/summary.json").read_text())["num_pdfs"]
+        > json.loads((exp / "tri4/summary.json").read_text())["num_pdfs"]
+    )  # --hybrid-leaves: the hybrid's own, larger tree
     features = swb300.dir / "feats/sat40_ivector100_logmel40_deltas/train_nodup"
     assert (features / "feat_dim").read_text().strip() == "180"  # 40 + size=tiny's 20-dim i-vector + 120
     stored, sat = (kaldiio.load_scp(str(d / "feats.scp")) for d in (features, exp / "tri4/fmllr_feats/train_nodup"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from asr.data.datadir import read_data_dir
-from tests.fixtures.swb_corpus import TINY_SWB, corpus_options, quirky_corpus
+from tests.fixtures.swb_corpus import corpus_options, quirky_corpus, tiny_ctc
 from tests.recipes.conftest import REPO, Recipe, done_stages
 
 pytestmark = pytest.mark.slow
@@ -16,7 +16,7 @@ def test_speed_perturbed_training_set_from_db_conf(tmp_path):
     recipe = Recipe(tmp_path, "swb300")
     options = corpus_options(quirky_corpus(), fisher=False)
     lines = [f"{name} {value}" for name, value in zip(options[::2], options[1::2])]
-    (recipe.dir / "db.conf").write_text("\n".join(["--speed-perturb true", *lines, *TINY_SWB]) + "\n")
+    (recipe.dir / "db.conf").write_text("\n".join(["--speed-perturb true", *lines, *tiny_ctc("swb300")]) + "\n")
 
     proc = recipe.run("--exp", "sp", "--stop-stage", "2")
     assert "options from" in proc.stderr and "db.conf" in proc.stderr

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from asr.config import load_config
-from asr.utils.experiment_groups import CONF_DIR, EVERY_GROUP, experiment_groups, main
+from asr.utils.experiment_groups import CONF_DIR, EVERY_GROUP, experiment_choice, experiment_groups, main
 
 
 def test_shipped_experiments_name_their_keys_their_overrides_and_the_experiments_they_include():
@@ -38,3 +38,16 @@ def test_an_experiment_that_cannot_be_read_counts_for_every_group(tmp_path, caps
     assert experiment_groups("bad", tmp_path) == {EVERY_GROUP}
     assert EVERY_GROUP in experiment_groups("loop", tmp_path)
     assert main(["hybrid"]) == 0 and capsys.readouterr().out == "decode model train\n"
+
+
+def test_the_feature_set_an_experiment_picks_is_what_hydra_composes(capsys):
+    """run.sh asks which features an experiment trains on (scripts/recipe.sh, features_from_sat)."""
+    for path in sorted((Path(CONF_DIR) / "experiment").glob("*.yaml")):
+        composed = load_config(["data=mini", f"experiment={path.stem}"], check=False).features.name
+        assert experiment_choice(path.stem, "features") in (composed, ""), path.stem
+        if experiment_choice(path.stem, "features") == "":
+            assert composed == load_config(["data=mini"], check=False).features.name, path.stem
+    assert experiment_choice("hybrid_sat", "features") == "sat40"
+    assert experiment_choice("swb300_hybrid_adpsgd", "features") == "sat40_ivector100_logmel40_deltas"
+    assert main(["swb300_ssgd", "--choice", "features"]) == 0
+    assert capsys.readouterr().out == "fmllr40_ivector100_logmel40_deltas\n"

@@ -102,8 +102,10 @@ def make_fmllr_features(cfg: Any) -> list[SetSummary]:
     fcfg = cfg.features
     if fcfg.kind not in KINDS:
         raise InputError(f"features.kind={fcfg.kind!r} is not an fMLLR recipe {KINDS}")
-    if not fcfg.fmllr.system and fcfg.fmllr.lda and fcfg.fmllr.dim > FbankOptions.from_config(fcfg).dim * (
-        fcfg.fmllr.splice_left + 1 + fcfg.fmllr.splice_right
+    if (
+        not fcfg.fmllr.system
+        and fcfg.fmllr.lda
+        and fcfg.fmllr.dim > FbankOptions.from_config(fcfg).dim * (fcfg.fmllr.splice_left + 1 + fcfg.fmllr.splice_right)
     ):
         raise InputError(f"features.fmllr.dim={fcfg.fmllr.dim} exceeds the spliced log-mel dimension")
     root = Path(fcfg.feats_dir) / fcfg.name
@@ -383,16 +385,17 @@ class SystemFeatures:
             )
         first = next(iter(commands.load_scp(scp).values()), None)
         if first is not None and first.shape[1] != dim:
-            raise InputError(
-                f"{scp}: {first.shape[1]}-dim features, features.fmllr.dim={dim}; set features.fmllr.dim={first.shape[1]}"
-            )
+            found = first.shape[1]
+            raise InputError(f"{scp}: {found}-dim features, features.fmllr.dim={dim}; set features.fmllr.dim={found}")
         return record if record.is_file() else scp
 
     def __call__(self, speaker: str, utts: list[str], raw: list[np.ndarray]):
         frames = []
         for utt, r in zip(utts, raw):
             if utt not in self.feats:
-                raise InputError(f"{self.set_dir / 'feats.scp'}: no {utt}; make the system's features of every utterance")
+                raise InputError(
+                    f"{self.set_dir / 'feats.scp'}: no {utt}; make the system's features of every utterance"
+                )
             feats = self.feats[utt]
             if feats.shape[0] != r.shape[0]:
                 raise InputError(
