@@ -48,7 +48,7 @@ from asr.distributed.context import DistributedError, collective
 from asr.distributed.exchange import ActiveExchanger, PassiveServer, PointToPoint
 from asr.distributed.flat import add_to_parameters_, flat_parameters, numel, set_parameters_
 from asr.distributed.hadpsgd import DecentralizedGroups
-from asr.distributed.ssgd import ddp_wrap, weighted_mean_factor
+from asr.distributed.ssgd import ddp_wrap, group_sums, weighted_mean_factor
 from asr.distributed.staging import Staging
 from asr.distributed.topology import Layout
 from asr.optim.updater import Updater, optimizer_moments
@@ -148,14 +148,19 @@ class AdpsgdUpdater(Updater):
             return model
         return ddp_wrap(model, self.device, self.groups.node, self.bucket_cap_mb)
 
-    def gradient_weight(self, weight: float, usable: bool) -> float | None:
+    def count_sums(self, local: Tensor) -> tuple[list[float], list[float]]:
         if self.layout.learners_per_node == 1:
-            return 1.0 if usable else None
+            return super().count_sums(local)
         # On a GPU over the node group's NCCL, as the gradients; on the CPU over the control group.
         on_cpu = self.count_device.type == "cpu"
         group = self.groups.node_control if on_cpu else self.groups.node
         with collective("gradient all-reduce inside the node (token counts)", self.layout.rank, self.timeout_s):
-            return weighted_mean_factor(weight, usable, self.layout.learners_per_node, group, self.count_device)
+            return group_sums(local, group, self.count_device)
+
+    def gradient_factor(self, weight: float, total: float, unusable: float) -> float | None:
+        if self.layout.learners_per_node == 1:
+            return super().gradient_factor(weight, total, unusable)
+        return weighted_mean_factor(weight, total, unusable, self.layout.learners_per_node)
 
     def begin_step(self) -> None:
         if self._begun:
@@ -212,10 +217,10 @@ class AdpsgdUpdater(Updater):
             elif mix.passive:
                 self.exchanger.clear()
 
-    def apply_update(self) -> None:
+    def apply_update(self, found_inf: Tensor | None = None) -> None:
         """Called with the weights lock held."""
         with self.changing_weights():
-            super().apply_update()
+            super().apply_update(found_inf)
 
     def gather_shares(self, share: Tensor) -> Tensor:
         """Every node learner's share of the delta, laid end to end: the whole model's delta."""
@@ -237,8 +242,9 @@ class AdpsgdUpdater(Updater):
         self.exchange_step += 1
 
     def skip_batch(self) -> None:
-        """No usable gradient here; the weights are still averaged, so no neighbour waits."""
-        self.step(None)
+        """No usable gradient here; the weights are still averaged, so no neighbour waits (the
+        node's counts said so to its learners: none asks again)."""
+        self.step(None, factor=None)
 
     # --- epoch ends, checkpoints, shutdown -----------------------------------------------------
 

@@ -61,15 +61,19 @@ def ddp_wrap(model: torch.nn.Module, device: torch.device, group, bucket_cap_mb:
     )
 
 
-def weighted_mean_factor(
-    weight: float, usable: bool, learners: int, group=None, device: torch.device | None = None
-) -> float | None:
-    """The factor this learner's mean loss is scaled by so that DDP's mean of the gradients is
-    the count-weighted mean; None when any learner of the group has no usable loss. The counts
-    are reduced on `device` (None: the CPU), so over that device's backend of the group."""
-    values = torch.tensor([weight, 0.0 if usable else 1.0], dtype=torch.float64, device=device)
-    dist.all_reduce(values, group=group)
-    total, unusable = values.tolist()
+def group_sums(local: torch.Tensor, group=None, device: torch.device | None = None) -> tuple[list[float], list[float]]:
+    """(`local`, its sum over `group`), reduced on `device` (None: the CPU, so over that device's
+    backend of the group) and read to the host together: one sync."""
+    values = local.to(device=device or torch.device("cpu"), dtype=torch.float64)
+    reduced = values.clone()
+    dist.all_reduce(reduced, group=group)
+    both = torch.cat([values, reduced]).tolist()
+    return both[: len(values)], both[len(values) :]
+
+
+def weighted_mean_factor(weight: float, total: float, unusable: float, learners: int) -> float | None:
+    """The factor a learner's mean loss is scaled by so that DDP's mean of the gradients of
+    `learners` learners is the count-weighted mean; None when any of them has no usable loss."""
     if unusable > 0 or total <= 0:
         return None
     return weight * learners / total
@@ -102,14 +106,18 @@ class SsgdUpdater(Updater):
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         return ddp_wrap(model, self.device, None, self.bucket_cap_mb)
 
-    def gradient_weight(self, weight: float, usable: bool) -> float | None:
+    def count_sums(self, local: torch.Tensor) -> tuple[list[float], list[float]]:
         with collective("gradient all-reduce (token counts)", self.rank, self.timeout_s):
-            return weighted_mean_factor(weight, usable, self.world_size, None, self.count_device)
+            return group_sums(local, None, self.count_device)
+
+    def gradient_factor(self, weight: float, total: float, unusable: float) -> float | None:
+        return weighted_mean_factor(weight, total, unusable, self.world_size)
 
     def backward(self, loss: torch.Tensor) -> None:
         with collective("gradient all-reduce", self.rank, self.timeout_s):
             super().backward(loss)
 
     def skip_batch(self) -> None:
-        """This learner's batch gave a non-finite loss: still take part, so all skip together."""
-        self.step(None)
+        """This learner's batch gave a non-finite loss: still take part, so all skip together
+        (the counts said so to every learner: none asks again)."""
+        self.step(None, factor=None)

@@ -37,6 +37,7 @@ from torch import Tensor
 from asr.optim.schedule import LrSchedule, build_optimizer, final_lr_ratio, scaled_lr
 
 log = logging.getLogger(__name__)
+ASK = object()  # step(): ask gradient_weight for the loss factor
 
 
 def optimizer_moments(optimizer: torch.optim.Optimizer) -> list[Tensor]:
@@ -93,7 +94,9 @@ class Updater:
         self.schedule = schedule
         self.grad_clip = grad_clip
         self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
-        self.skipped_updates = 0
+        self.skipped_without_gradient = 0  # updates skipped with no gradient at all (known on the host)
+        self.skipped_non_finite: Tensor | None = None  # ...with a non-finite norm (counted on the device)
+        self.skipped_reported = 0
         self.comm_wait_s = 0.0  # seconds spent waiting for other learners outside backward (telemetry)
 
     @property
@@ -104,39 +107,72 @@ class Updater:
         """The module the training loop runs forward and backward through."""
         return model
 
-    def step(self, loss: torch.Tensor | None, weight: float = 1.0) -> float:
-        """One update from `loss` (None: no usable gradient here); returns the gradient norm
-        before clipping (NaN/inf: the update was skipped, the weights still mixed)."""
+    def step(self, loss: torch.Tensor | None, weight: float = 1.0, *, factor: float | None | object = ASK):
+        """One update from `loss` (None: no usable gradient here); `factor` is gradient_weight's
+        answer when the caller has it (the training loop), else it is asked here. Returns the
+        gradient norm before clipping, on the device (NaN/inf: the update was skipped, the
+        weights still mixed), or NaN when there was no gradient."""
         self.begin_step()
         self.optimizer.zero_grad(set_to_none=True)
-        waited = time.perf_counter()
-        factor = self.gradient_weight(float(weight), loss is not None)
-        self.comm_wait_s += time.perf_counter() - waited
+        if factor is ASK:
+            waited = time.perf_counter()
+            factor = self.gradient_weight(float(weight), loss is not None)
+            self.comm_wait_s += time.perf_counter() - waited
         if loss is not None and factor is not None:
             self.backward(loss * factor if factor != 1.0 else loss)
-        has_gradients = self.has_gradients()
-        grad_norm = self.clip_gradients() if has_gradients else math.nan
-        usable = math.isfinite(grad_norm)
-        if not usable:
-            self.skipped_updates += 1
-            log.warning("non-finite gradient norm (%s); update skipped", grad_norm)
-            self.optimizer.zero_grad(set_to_none=True)
+        norm = self.clip_gradients() if self.has_gradients() else None
+        if norm is None:
+            self.skipped_without_gradient += 1
+        else:
+            found_inf = (~torch.isfinite(norm)).float()
+            before = self.skipped_non_finite
+            self.skipped_non_finite = found_inf if before is None else before + found_inf
         waited = time.perf_counter()
         mix = self.prepare_mix()
         self.comm_wait_s += time.perf_counter() - waited
         with self.weights_lock():
             self.apply_mix(mix)
-            if usable:
-                self.apply_update()
-        if self.scaler is not None and has_gradients:
+            if norm is not None:
+                self.apply_update(found_inf)
+        if self.scaler is not None and norm is not None:
             self.scaler.update()  # its scale follows the overflow unscale_() found
         self.end_step()
         self.schedule.step()
-        return grad_norm
+        return norm if norm is not None else math.nan
+
+    @property
+    def skipped_updates(self) -> int:
+        """Updates skipped so far, for either reason (a host read of the device's count)."""
+        on_device = 0 if self.skipped_non_finite is None else int(self.skipped_non_finite.item())
+        return self.skipped_without_gradient + on_device
+
+    def report_skipped(self) -> None:
+        """Warn about the updates skipped since the last report; the loop calls it where it reads
+        the device anyway (log rows, epoch ends), not every step."""
+        skipped = self.skipped_updates
+        if skipped > self.skipped_reported:
+            log.warning(
+                "%d update(s) skipped (non-finite gradient norm, or no gradient): %d so far",
+                skipped - self.skipped_reported,
+                skipped,
+            )
+        self.skipped_reported = skipped
 
     def gradient_weight(self, weight: float, usable: bool) -> float | None:
-        """One learner: its loss as it is."""
-        return 1.0 if usable else None
+        """This learner's loss factor, from its count and usability and its group's sums."""
+        _, (total, unusable) = self.count_sums(torch.tensor([weight, 0.0 if usable else 1.0], dtype=torch.float64))
+        return self.gradient_factor(weight, total, unusable)
+
+    def count_sums(self, local: Tensor) -> tuple[list[float], list[float]]:
+        """(this learner's values, their sums over its gradient group) of a small vector of
+        counts, read to the host at once. One learner: its own."""
+        values = local.tolist()
+        return values, values
+
+    def gradient_factor(self, weight: float, total: float, unusable: float) -> float | None:
+        """The factor from count_sums' answer (`total`: the group's weight, `unusable`: how many
+        learners have no usable loss). One learner: its loss as it is."""
+        return None if unusable > 0 else 1.0
 
     def begin_step(self) -> None:
         """Before the forward pass (idempotent): ADPSGD starts its weight exchange here."""
@@ -175,17 +211,28 @@ class Updater:
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
-    def clip_gradients(self) -> float:
+    def clip_gradients(self) -> Tensor:
+        """The gradients' global norm before clipping, left on their device."""
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         params = [p for p in self.model.parameters() if p.grad is not None]
         max_norm = self.grad_clip if self.grad_clip > 0 else float("inf")
-        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
 
-    def apply_update(self) -> None:
+    def apply_update(self, found_inf: Tensor | None = None) -> None:
+        """The optimizer step, skipped where `found_inf` (0-dim, on the parameters' device) is
+        nonzero: a fused optimizer reads it in its kernel; any other reads it here."""
         if self.scaler is not None:
-            self.scaler.step(self.optimizer)
-        else:
+            self.scaler.step(self.optimizer)  # unscale_() found the same non-finite gradients
+        elif found_inf is None:
+            self.optimizer.step()
+        elif self.optimizer.defaults.get("fused"):
+            self.optimizer.grad_scale, self.optimizer.found_inf = None, found_inf
+            try:
+                self.optimizer.step()
+            finally:
+                del self.optimizer.grad_scale, self.optimizer.found_inf
+        elif not bool(found_inf):
             self.optimizer.step()
 
     def end_epoch(self) -> None:

@@ -260,6 +260,8 @@ class Trainer:
         self.claimed: list[int] = []  # decentralized: the plan's batches this node took
         self.run_steps = 0
         self.stopped = False  # train.max_steps reached before the end of training, or preempted
+        self.group_stop = False  # a stop request among this step's gradient group (read with its counts)
+        self.pending_loss: torch.Tensor | None = None  # loss sum of the steps since the last host read
         self.stop = StopRequest()  # SIGTERM/SIGUSR1 (installed by train())
         self.preempted = False  # stopped by self.stop: exit EXIT_PREEMPTED once the checkpoint is saved
         self.times = StepTimes()
@@ -444,6 +446,7 @@ class Trainer:
         """SSGD and one learner: every learner calls it (a collective), rank 0 writes the one
         model. Decentralized: the node's leader writes its node's own state, no collective
         beyond the node."""
+        self.read_losses()
         if self.updater.decentralized:
             return self.save_node_checkpoint()
         rngs = {"rng_by_rank": self.dist.gather_objects(rng_state())}
@@ -451,6 +454,7 @@ class Trainer:
         return self.checkpoints.save(state) if self.dist.is_writer else None
 
     def save_node_checkpoint(self) -> Path | None:
+        self.read_losses()
         self.updater.quiesce()
         rngs = {"rng_by_local": self.updater.gather_in_node(rng_state())}
         if self.node_checkpoints is None:
@@ -604,6 +608,11 @@ class Trainer:
             if self.claims is None and self.tcfg.max_steps and self.run_steps >= self.tcfg.max_steps:
                 self.stopped = p.batches_done < total or p.epoch + 1 < self.tcfg.epochs
                 return
+        # SSGD read the last step's stop requests before its backward: one that came later is
+        # agreed on here, before the epoch end's evaluation
+        if self.claims is None and self.dist.distributed and not self.stopped and self.stop_agreed(now=True):
+            self.stopped = self.preempted = True
+            self.stop.request(PEER_SIGNAL)
 
     def log_progress(self, row: LogRow) -> None:
         """A plain log line in place of the progress bar when stderr is not a terminal (a
@@ -628,19 +637,22 @@ class Trainer:
             duration(eta),
         )
 
-    def stop_agreed(self) -> bool:
-        """Whether every learner stops after this step. One learner: its own signal. SSGD: a
-        sum over the learners every step (they step together, so all see it at the same step,
-        and none is left waiting in the next all-reduce). Decentralized: the signal is
-        published in the claims store, every node's next claim sees it and its plan ends there,
-        as at train.max_steps; the nodes then save their own checkpoints (train_epoch)."""
+    def stop_agreed(self, now: bool = False) -> bool:
+        """Whether every learner stops after this step. One learner: its own signal. SSGD: the
+        sum over the learners read with the step's token counts (they step together, so all see
+        it at the same step, and none is left waiting in the next all-reduce); `now`: a sum of
+        its own (at the end of the batches). Decentralized: the signal is published in the
+        claims store, every node's next claim sees it and its plan ends there, as at
+        train.max_steps; the nodes then save their own checkpoints (train_epoch)."""
         if self.claims is not None:
             if self.stop.requested:
                 self.claims.request_stop()
             return False
         if not self.dist.distributed:
             return self.stop.requested
-        return self.dist.all_reduce_sum([float(self.stop.requested)])[0] > 0
+        if now:
+            return self.dist.all_reduce_sum([float(self.stop.requested)])[0] > 0
+        return self.group_stop
 
     def _claimed_so_far(self) -> int:
         return (max(self.claimed) + 1) if self.claimed else 0
@@ -649,23 +661,53 @@ class Trainer:
         batch = batch.to(self.device, non_blocking=True)
         self.updater.begin_step()  # ADPSGD: the weight exchange runs during forward and backward
         losses, counts = self.forward_losses(batch)
-        bad = ~torch.isfinite(losses.detach())
-        if bad.any():
-            self.record_bad_utterances(batch, bad)
-            keep = (~bad).cpu().tolist()
-            batch = batch.subset(keep) if any(keep) else None
-            losses, counts = self.forward_losses(batch) if batch is not None else (None, None)
-            if losses is None or not torch.isfinite(losses.detach()).all():
+        # The step's one host read: this learner's token count and non-finite losses, and their
+        # sums over its gradient group with the stop requests (SSGD: every learner's).
+        (tokens, bad, _), (total, any_bad, stops) = self.updater.count_sums(self.step_counts(losses, counts))
+        self.group_stop = stops > 0
+        factor = self.updater.gradient_factor(tokens, total, 0.0)
+        if any_bad > 0:  # rare: the learners with non-finite losses train without those utterances
+            losses, tokens, factor = self.without_bad_utterances(batch, losses, counts, bad > 0)
+            if losses is None:
                 self.updater.skip_batch()  # other learners still count on this one's part
                 return
-        loss_sum, tokens = losses.sum(), int(counts.sum())
-        self.updater.step(loss_sum / max(tokens, 1), weight=tokens)
-        value = loss_sum.item()
+        loss_sum = losses.sum()
+        self.updater.step(loss_sum / max(tokens, 1), factor=factor)
+        self.pending_loss = loss_sum.detach().double() + (self.pending_loss if self.pending_loss is not None else 0)
         p = self.progress
-        p.epoch_loss += value
-        p.window_loss += value
-        p.epoch_tokens += tokens
-        p.window_tokens += tokens
+        p.epoch_tokens += int(tokens)
+        p.window_tokens += int(tokens)
+
+    def step_counts(self, losses: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """[tokens, non-finite losses, stop requested] on the losses' device (read by count_sums)."""
+        stop = torch.tensor(float(self.stop.requested), dtype=torch.float64).to(losses.device, non_blocking=True)
+        return torch.stack([counts.sum().double(), (~torch.isfinite(losses.detach())).sum().double(), stop])
+
+    def without_bad_utterances(self, batch: Batch, losses, counts, bad: bool):
+        """(losses, tokens, factor) once the learners with non-finite losses have left those
+        utterances out and run the rest again (losses None: nothing usable here); the group's
+        counts are summed again, so every learner of it agrees on the factor."""
+        if bad:
+            finite = torch.isfinite(losses.detach())
+            self.record_bad_utterances(batch, ~finite)
+            keep = finite.cpu().tolist()
+            batch = batch.subset(keep) if any(keep) else None
+            losses, counts = self.forward_losses(batch) if batch is not None else (None, None)
+            if losses is not None and not torch.isfinite(losses.detach()).all():
+                losses = None
+        tokens = float(counts.sum()) if losses is not None else 0.0
+        local = torch.tensor([tokens, 0.0 if losses is not None else 1.0], dtype=torch.float64)
+        _, (total, unusable) = self.updater.count_sums(local)
+        return losses, tokens, self.updater.gradient_factor(tokens, total, unusable)
+
+    def read_losses(self) -> None:
+        """Fold the device's loss sum of the steps since the last read into the progress counts:
+        a host read at log rows, epoch ends and checkpoints, not every step."""
+        if self.pending_loss is None:
+            return
+        value, self.pending_loss = float(self.pending_loss), None
+        self.progress.epoch_loss += value
+        self.progress.window_loss += value
 
     def forward_losses(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         with autocast(self.device, self.precision):
@@ -730,6 +772,8 @@ class Trainer:
     def log_row(self, epoch: int, dev_loss: float = NAN) -> LogRow:
         """A train_log.csv row for the steps since the previous one (`epoch` 1-based); the
         train loss is rank 0's own (no collective between epoch ends)."""
+        self.read_losses()
+        self.updater.report_skipped()
         p = self.progress
         row = LogRow(
             p.step, epoch, mean(p.window_loss, p.window_tokens), dev_loss, self.updater.lr, round(self.elapsed(), 1)
@@ -752,6 +796,7 @@ class Trainer:
         else:
             dev_loss, saved, spread = self.evaluate(self.model), {}, 0.0
         p = self.progress
+        self.read_losses()
         epoch_loss, epoch_tokens = self.dist.all_reduce_sum([p.epoch_loss, p.epoch_tokens])
         train_loss = mean(epoch_loss, int(epoch_tokens))
         self.updater.end_epoch()

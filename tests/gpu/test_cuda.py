@@ -144,6 +144,31 @@ def test_a_gpu_run_resumes_from_its_checkpoint_as_if_never_stopped(cpu_and_gpu_r
     assert_weights_close(got["model"], expected["model"], atol=1e-4)
 
 
+def test_a_training_step_synchronises_with_the_gpu_once(corpus, tmp_path, monkeypatch):
+    """Issue 52: torch's CUDA sync debug mode warns at every synchronising call; a step makes one
+    (its counts' read: tokens, non-finite losses, the stop request), the first step aside (the
+    optimizer's state and cuDNN's plans are made there)."""
+    import warnings
+
+    if not GPU.startswith("cuda"):
+        pytest.skip("CUDA's sync debug mode")
+    root, original, per_step = copy_of(corpus, tmp_path, "syncs"), loop.Trainer.train_batch, []
+
+    def train_batch(self, batch):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                original(self, batch)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        per_step.append([str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message)])
+
+    monkeypatch.setattr(loop.Trainer, "train_batch", train_batch)
+    train(root, GPU, "train.epochs=1", "train.log_every_steps=1000", "train.grad_clip=5")
+    assert len(per_step) > 2 and all(len(syncs) <= 1 for syncs in per_step[1:]), per_step
+
+
 def torchrun_train(root: Path, nproc: int, name: str, *extra: str) -> str:
     args = train_overrides(root, f"device={GPU}", f"exp_dir={root / name}", "distributed.timeout_s=120", *extra)
     done = run_torchrun(nproc, ["asr.train", *args], timeout=600)
@@ -289,7 +314,7 @@ def test_ddp_and_the_token_counts_run_over_nccl_on_the_gpu():
         pytest.skip("NCCL is the GPU's backend")
     import torch.distributed as dist
 
-    from asr.distributed.ssgd import ddp_wrap, weighted_mean_factor
+    from asr.distributed.ssgd import ddp_wrap, group_sums, weighted_mean_factor
 
     device = torch.device("cuda", 0)
     dist.init_process_group("cpu:gloo,cuda:nccl", store=dist.HashStore(), rank=0, world_size=1)
@@ -299,7 +324,8 @@ def test_ddp_and_the_token_counts_run_over_nccl_on_the_gpu():
         wrapped = ddp_wrap(torch.nn.LSTM(8, 16, bidirectional=True, batch_first=True).to(device), device, None, 1.0)
         wrapped.module.load_state_dict(plain.state_dict())
         x = torch.randn(4, 30, 8, device=device)
-        factor = weighted_mean_factor(120.0, True, 1, device=device)
+        mine, (total, unusable) = group_sums(torch.tensor([120.0, 0.0], device=device), None, device)
+        factor = weighted_mean_factor(mine[0], total, unusable, 1)
         assert factor == 1.0
         (plain(x)[0].square().mean()).backward()
         (wrapped(x)[0].square().mean() * factor).backward()

@@ -5,6 +5,7 @@ import shutil
 import pytest
 import torch
 from tests.fixtures.cpu import needs_cpu_bf16_lstm
+from tests.fixtures.host_reads import count_host_reads
 from tests.fixtures.toy_corpus import make_toy_experiment, toy_config
 
 from asr.models.checkpoint import CheckpointDir, load_checkpoint
@@ -332,3 +333,13 @@ def test_off_a_terminal_training_logs_progress_every_log_every_steps(root, caplo
 
 def test_duration_is_short_and_readable():
     assert [loop.duration(s) for s in (42.4, 185, 3720, float("nan"))] == ["42s", "3m05s", "1h02m", "?"]
+
+
+def test_a_training_step_reads_the_device_once(root, monkeypatch):
+    """Issue 52: the token count, the non-finite check and the stop request in one read; the
+    clip norm, the skip decision and the loss stay on the device (read at log rows)."""
+    per_step, _ = count_host_reads(monkeypatch.setattr)
+    loop.train(toy_config(root, ["train.epochs=1", "train.grad_clip=5"]))
+    assert len(per_step) >= 4 and all(reads == ["tolist"] for reads in per_step), per_step
+    lines = (root / "exp" / "train_log.csv").read_text().splitlines()
+    assert len(lines) > 2 and "nan" not in "".join(lines[1:])  # the losses were read where logged
