@@ -16,10 +16,16 @@
 #                                   scoring every grid point over the whole dev set)
 #                   train           scripts/slurm/train.sbatch (one torchrun per node); --nnodes sets
 #                                   --nodes, --nproc ASR_NPROC_PER_NODE, --max-restarts ASR_MAX_RESTARTS
+#                   GMM stages      (mono .. tri5, their _dev alignments and _decode) the driver runs
+#                                   here, as Kaldi's steps/ scripts do (statistics summed, models
+#                                   updated, trees grown), and every pass's work (alignment and
+#                                   statistics, tree and LDA statistics, decoding) is a slurm array
+#                                   of --nj tasks with the stage's sbatch options, each a job with its
+#                                   own memory (gmm.submit=slurm, asr/gmm/jobs.py)
 #                   any other stage one job: synth, prepare and the text stages have no per-file
 #                                   work worth a node (prepare reads transcripts, not audio, and its
 #                                   subsets need the whole corpus: the first N for dev, duplicate
-#                                   counts); the GMM stages split their work in local processes
+#                                   counts)
 #                 A failed job or task ends the recipe with one line naming the first failed task and
 #                 its log file; the jobs' logs are in exp/NAME/log/<N>.<stage>.slurm/.
 #   --slurm-conf FILE   sbatch options per stage (default conf/slurm.conf in the recipe dir, if any):
@@ -98,6 +104,10 @@ dispatch() {
     fi
     return
   fi
+  if [[ "${nj_knob[$name]:-}" == gmm.nj ]]; then
+    slurm_gmm "$n" "$name" "$@"
+    return
+  fi
   local logs="$PWD/$exp_dir/log/$n.$name.slurm"
   mkdir -p "$logs"
   rm -f "$logs"/*.log
@@ -164,6 +174,16 @@ slurm_split_stage() {
   log "stage $n ($name): slurm array job $array ($nj tasks), then merge job $merge; logs in $logs/"
   wait_for_job "$n" "$name" "$array" "$logs/%a.log" "$merge"
   wait_for_job "$n" "$name" "$merge" "$logs/merge.log"
+}
+
+# slurm_gmm N NAME COMMAND...: the GMM stage's driver here, each pass's --nj jobs a slurm array
+# with the stage's sbatch options (the driver submits and waits: asr/gmm/jobs.py).
+slurm_gmm() {
+  local n=$1 name=$2 options=() quoted=() option; shift 2
+  mapfile -t options < <(job_options default "$name")
+  for option in "${options[@]}"; do quoted+=("$(hydra_quote "$option")"); done
+  log "stage $n ($name): the driver here, each pass's $nj jobs a slurm array"
+  "$@" gmm.submit=slurm "gmm.nj=$nj" "gmm.sbatch=[$(IFS=,; echo "${quoted[*]}")]"
 }
 
 slurm_single() {

@@ -20,6 +20,10 @@ class GmmConfig:
     align_set: str = "${data.train_set}"  # aligned with the final model into <dir>/ali.N.gz ('' : none)
     alignments: str = ""  # kind=tri: the alignment dir it starts from (e.g. exp/mono)
     nj: int = 2  # jobs (processes) over shares of the utterances; also the number of ali.N.gz
+    # where a pass's jobs run (asr/gmm/jobs.py): local (nj processes here) | slurm (an array of nj
+    # tasks a pass, each with the sbatch options `sbatch`, e.g. [--mem=4G]); the results are the same
+    submit: str = "local"
+    sbatch: list = field(default_factory=list)
     # the features: MFCCs computed from the log-mel set, or the stored features (asr/gmm/frontend.py)
     front_end: str = "mfcc"  # mfcc | stored
     num_ceps: int = 13
@@ -58,6 +62,7 @@ class GmmConfig:
 
     CHECKS: ClassVar[dict[str, Check]] = {
         "kind": one_of("mono", "tri", "lda_mllt", "sat", "align"),
+        "submit": one_of("local", "slurm"),
         "splice_context": NON_NEGATIVE,
         "lda_dim": AT_LEAST_ONE,
         "mllt_iters": each(AT_LEAST_ONE),

@@ -7,7 +7,8 @@ model, the recipe's `<lm.decode_order>`-gram ARPA LM; asr/lang/graph.py) is buil
 while its record (`graph.record.json`: the LM, the model, the lang dir) matches. Every utterance of a set
 is scored by the model's GMMs on its features (the training front end: asr/gmm/frontend.py),
 searched with gmm.decode_acoustic_scale, its words and times written to
-`<gmm.dir>/decode_<set>/hyp.{txt,ctm}` over gmm.nj forked processes. Score them with
+`<gmm.dir>/decode_<set>/hyp.{txt,ctm}` over gmm.nj forked processes (gmm.submit=slurm: gmm.nj
+jobs of a SLURM array a pass, asr/gmm/jobs.py). Score them with
 `python -m asr.score exp_dir=<gmm.dir>`. A set is decoded again unless its stage record
 (`decode_<set>/decode.record.json`) names the same search options and unchanged inputs: the
 graph's record, the model, the set's feature set and the data dir's tables the CTM needs.
@@ -15,10 +16,12 @@ graph's record, the model, the set's feature set and the data dir's tables the C
 
 from __future__ import annotations
 
+import itertools
 import logging
 import multiprocessing
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -29,6 +32,7 @@ from asr.features.featureset import feature_set_dir, feature_set_input
 from asr.gmm.adaptation import SpeakerAccs, estimate_transforms, speaker_accs
 from asr.gmm.frontend import GmmFeatures, Projection
 from asr.gmm.graphs import silence_transition_ids
+from asr.gmm.jobs import make_jobs
 from asr.gmm.stats import FrameWeights, ModelArrays, Stats, accumulate
 from asr.kaldi.matrix import write_transform_ark
 from asr.kaldi.model import read_model
@@ -115,6 +119,30 @@ def _decode_in_worker(task: tuple[str, np.ndarray, str]) -> tuple[str, list[Time
     return utt, [TimedWord(w.word, w.start, w.end, 1.0) for w in words], np.asarray(tids, np.int64)
 
 
+def decode_share(tasks: list[tuple[str, np.ndarray, str]], spec: GmmDecodeSpec) -> list:
+    """One job's utterances (gmm.submit=slurm: an array task, which loads the model itself)."""
+    if _WORKER is None:
+        _init_worker(spec)
+    return [_decode_in_worker(task) for task in tasks]
+
+
+def local_decoding(pool) -> Callable:
+    """Decode tasks in the forked pool, which shares the model loaded here."""
+    return lambda tasks: pool.imap(_decode_in_worker, tasks, chunksize=8)
+
+
+def job_decoding(jobs, spec: GmmDecodeSpec, nj: int) -> Callable:
+    """Decode tasks as `nj` jobs of consecutive utterances (asr/gmm/jobs.py)."""
+
+    def run(tasks):
+        tasks = list(tasks)
+        size = -(-len(tasks) // max(nj, 1))
+        shares = [tasks[i : i + size] for i in range(0, len(tasks), size)]
+        return itertools.chain.from_iterable(jobs.map(decode_share, shares, spec))
+
+    return run
+
+
 def set_made_from(cfg, set_name: str, model_dir: Path) -> tuple[dict, list[Path]]:
     """What a set's decoding record names (see the module's docstring)."""
     options = {**{k: cfg.gmm[k] for k in FRONT_END}, **{k: cfg.decode[k] for k in ("wfst_beam", "max_active")}}
@@ -125,7 +153,7 @@ def set_made_from(cfg, set_name: str, model_dir: Path) -> tuple[dict, list[Path]
     return options, [p for p in inputs if p.is_file()]
 
 
-def decode_set(cfg, set_name: str, pool, out_root: Path) -> Path:
+def decode_set(cfg, set_name: str, run: Callable, out_root: Path) -> Path:
     out_dir = out_root / f"decode_{set_name}"
     made = set_made_from(cfg, set_name, out_root)
     reason = why_rerun(out_dir, STAGE, *made)
@@ -141,13 +169,13 @@ def decode_set(cfg, set_name: str, pool, out_root: Path) -> Path:
     projection = Projection.load(out_root, g.delta_order)
     feats = {utt: projection.speaker_independent(statics.statics(utt)) for utt in statics.reader.utts()}
     if (out_root / ALIGNMENT_MODEL).is_file():  # SAT: the speaker-independent pass, then fMLLR per speaker
-        first = dict(decode_all(pool, feats, "si"))
+        first = dict(decode_all(run, feats, "si"))
         transforms = first_pass_transforms(out_root, feats, first, data.utt2spk, cfg.gmm.lang_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         write_transform_ark(out_dir / "trans.ark", transforms)
         projection = replace(projection, speaker_transforms=transforms, utt2spk=dict(data.utt2spk))
         feats = {utt: projection.adapt(utt, x) for utt, x in feats.items()}
-    outputs = dict(decode_all(pool, feats, "final"))
+    outputs = dict(decode_all(run, feats, "final"))
     hyps: dict[str, str] = {}
     ctm: list[CtmWord] = []
     for utt, (words, _) in outputs.items():
@@ -161,10 +189,11 @@ def decode_set(cfg, set_name: str, pool, out_root: Path) -> Path:
     return out_dir
 
 
-def decode_all(pool, feats: dict[str, np.ndarray], model: str):
-    """(utt, (words, transition ids)) of every utterance, decoded with `model` (final | si)."""
+def decode_all(run: Callable, feats: dict[str, np.ndarray], model: str):
+    """(utt, (words, transition ids)) of every utterance, decoded with `model` (final | si) by
+    `run` (local_decoding or job_decoding)."""
     tasks = ((utt, x, model) for utt, x in feats.items())
-    for utt, words, tids in pool.imap(_decode_in_worker, tasks, chunksize=8):
+    for utt, words, tids in run(tasks):
         yield utt, (words, tids)
 
 
@@ -207,6 +236,10 @@ def decode_gmm(cfg) -> list[Path]:
     ensure_graph(cfg, model_dir)
     options = SearchOptions(cfg.gmm.decode_acoustic_scale, cfg.decode.wfst_beam, cfg.decode.max_active)
     spec = GmmDecodeSpec(str(model_dir), str(cfg.gmm.lang_dir), options)
+    if cfg.gmm.submit != "local":
+        with make_jobs(cfg.gmm, model_dir) as jobs:
+            run = job_decoding(jobs, spec, cfg.gmm.nj)
+            return [decode_set(cfg, name, run, model_dir) for name in evaluation_sets(cfg)]
     _init_worker(spec)  # here: a failing pool initializer is restarted forever; the forked workers share it
     with multiprocessing.get_context("fork").Pool(cfg.gmm.nj, initializer=default_signals) as pool:
-        return [decode_set(cfg, name, pool, model_dir) for name in evaluation_sets(cfg)]
+        return [decode_set(cfg, name, local_decoding(pool), model_dir) for name in evaluation_sets(cfg)]

@@ -24,7 +24,7 @@ from asr.utils.record import record_path, why_rerun
 
 log = logging.getLogger("asr.gmm")
 
-NOT_OPTIONS = ("dir", "decode_acoustic_scale")
+NOT_OPTIONS = ("dir", "decode_acoustic_scale", "submit", "sbatch")  # where the jobs run changes no output
 # options only some kinds read: another kind's record leaves them out (and `first` when 0, unset),
 # so that a system trained before they existed is not trained again
 KIND_OPTIONS = {

@@ -14,13 +14,10 @@ final.mdl, tree, ali.N.gz, num_jobs, log/train.log (a line per pass) and summary
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import multiprocessing
 import shutil
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -29,11 +26,11 @@ import kaldi_hmm_gmm as khg
 import numpy as np
 
 from asr.data.datadir import read_data_dir
-from asr.features.pool import one_blas_thread_in_children
 from asr.features.featureset import read_num_frames
 from asr.gmm.adaptation import estimate_transforms
 from asr.gmm.frontend import Projection
 from asr.gmm.graphs import AlignOptions
+from asr.gmm.jobs import Jobs, make_jobs
 from asr.gmm.shares import (
     PassResult,
     PassSpec,
@@ -104,34 +101,6 @@ def training_data(data_dir: Path, feats_dir: Path, lang, shortest: int = 0, firs
         utts = [u for u in utts if u in keep]
     texts = {u: lang.word_ids(data.text[u].split()) for u in utts}
     return TrainingData(utts, texts, {u: frames[u] for u in utts}, dict(data.utt2spk), feats_dir)
-
-
-# --- jobs ----------------------------------------------------------------------------------------
-
-
-class Jobs:
-    """`nj` worker processes (spawned, one BLAS thread each: the jobs are the parallelism)."""
-
-    def __init__(self, nj: int):
-        self.nj = nj
-        self._stack = contextlib.ExitStack()
-        self.pool: ProcessPoolExecutor | None = None
-
-    def __enter__(self) -> "Jobs":
-        if self.nj > 1:
-            self._stack.enter_context(one_blas_thread_in_children())
-            context = multiprocessing.get_context("spawn")
-            self.pool = self._stack.enter_context(ProcessPoolExecutor(self.nj, mp_context=context))
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stack.close()
-
-    def map(self, work: Callable, tasks: list, *args) -> list:
-        if self.pool is None:
-            return [work(task, *args) for task in tasks]
-        futures = [self.pool.submit(work, task, *args) for task in tasks]
-        return [f.result() for f in futures]
 
 
 # --- the model -----------------------------------------------------------------------------------
@@ -493,7 +462,7 @@ def run_gmm_training(
     gmm = cfg.gmm
     if trainer is None:
         trainer = train_mono if gmm.kind == "mono" else train_tri
-    with atomic_dir(out_dir) as tmp, Jobs(gmm.nj) as jobs:
+    with atomic_dir(out_dir) as tmp, make_jobs(gmm, tmp) as jobs:
         work = tmp / "work"
         work.mkdir()
         started = time.perf_counter()
@@ -550,7 +519,7 @@ def run_gmm_alignment(
     gmm.phone_timings, scored against them as training's alignments are)."""
     gmm, source = cfg.gmm, Path(cfg.gmm.alignments)
     system = load_system(source, gmm.delta_order, {})
-    with atomic_dir(out_dir) as tmp, Jobs(gmm.nj) as jobs:
+    with atomic_dir(out_dir) as tmp, make_jobs(gmm, tmp) as jobs:
         work = tmp / "work"
         work.mkdir()
         num_shares, result, seconds, system.projection = align_set(gmm, lang, align, system, work, tmp, jobs)

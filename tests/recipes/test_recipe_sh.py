@@ -415,3 +415,35 @@ def test_the_readmes_try_is_the_smoke_tests_run():
     command = text[text.index("./run.sh --exp try") :].split("```")[0].replace("\\\n", " ")
     overrides = {word for word in shlex.split(command) if "=" in word}
     assert overrides == set(TINY) - {"train.threads=1", "features.jobs=1"}
+
+
+GMM_RECIPE = r"""#!/usr/bin/env bash
+here=$PWD
+cd "$(dirname "$0")"
+RECIPE_ARGS=("$@")
+. {scripts}/recipe.sh
+usage() {{ echo usage; }}
+parse_options "$@"
+record() {{ python3 -c 'import json, sys; open("ran.txt", "a").write(json.dumps(sys.argv[1:]) + "\n")' "$@"; }}
+run_stage 4 tri1 record tri1 "${{overrides[@]}}"
+"""
+
+
+def test_a_gmm_stage_under_slurm_drives_arrays_from_here(tmp_path):
+    """--cmd slurm: a GMM stage's driver runs where run.sh runs and submits each pass's --nj jobs
+    itself (gmm.submit=slurm) with the stage's sbatch options of conf/slurm.conf, quoted for Hydra."""
+    from tests.recipes import fake_slurm
+
+    recipe_dir = tmp_path / "recipe"
+    (recipe_dir / "conf").mkdir(parents=True)
+    (recipe_dir / "run.sh").write_text(GMM_RECIPE.format(scripts=REPO / "scripts"))
+    (recipe_dir / "conf/slurm.conf").write_text("default --partition=cpu\ntri1 --mem=4G --time=2:00:00\n")
+    env = dict(os.environ, **fake_slurm.install(tmp_path / "bin", tmp_path / "state"))
+    env["PATH"] = f"{tmp_path / 'bin'}:{env['PATH']}"
+    done = run(recipe_dir, "--cmd", "slurm", "--nj", "3", env=env)
+    assert done.returncode == 0, done.stderr
+    [[name, *words]] = ran(recipe_dir)
+    assert name == "tri1" and words[-3:-1] == ["gmm.submit=slurm", "gmm.nj=3"]
+    cfg = load_config([words[-1]])
+    assert list(cfg.gmm.sbatch) == ["--partition=cpu", "--mem=4G", "--time=2:00:00"]
+    assert not fake_slurm.calls(tmp_path / "state", "sbatch")  # the stage itself submits its arrays
