@@ -40,6 +40,7 @@ STAGES = {
 # argparse entry points (tools that take paths): their own --help
 OTHERS = [
     "asr.bench",
+    "asr.gmm.jobs",
     "asr.bench.link_probe",
     "asr.report",
     "asr.data.validate",

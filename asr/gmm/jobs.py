@@ -15,6 +15,7 @@ and the driver sums what the jobs return.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import multiprocessing
@@ -29,7 +30,6 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-from asr.features.pool import BLAS_THREAD_VARIABLES, one_blas_thread_in_children
 from asr.utils.atomic import atomic_path
 from asr.utils.errors import InputError
 
@@ -49,6 +49,8 @@ class Jobs:
 
     def __enter__(self) -> "Jobs":
         if self.nj > 1:
+            from asr.features.pool import one_blas_thread_in_children  # here: `--help` imports no torch
+
             self._stack.enter_context(one_blas_thread_in_children())
             context = multiprocessing.get_context("spawn")
             self.pool = self._stack.enter_context(ProcessPoolExecutor(self.nj, mp_context=context))
@@ -108,6 +110,8 @@ def make_jobs(gmm: Any, work_root: Path):
 
 def task_script(run_dir: Path) -> Path:
     """The array task: this interpreter, here, one BLAS thread, the task named by the array index."""
+    from asr.features.pool import BLAS_THREAD_VARIABLES  # here: `--help` imports no torch
+
     script = run_dir / "task.sh"
     threads = " ".join(f"{name}=1" for name in BLAS_THREAD_VARIABLES)
     script.write_text(
@@ -165,11 +169,16 @@ def read_result(run_dir: Path, index: int) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    run_dir, index = argv if argv is not None else sys.argv[1:]
-    work, task, args = pickle.loads((Path(run_dir) / f"task.{index}.pkl").read_bytes())
+    parser = argparse.ArgumentParser(
+        prog="python -m asr.gmm.jobs", description="One task of a GMM pass's SLURM array (what task.sh runs)."
+    )
+    parser.add_argument("run_dir", type=Path, help="the array's dir: task.TASK.pkl in, result.TASK.pkl out")
+    parser.add_argument("task", type=int, help="the task's index ($SLURM_ARRAY_TASK_ID)")
+    args = parser.parse_args(argv)
+    work, task, work_args = pickle.loads((args.run_dir / f"task.{args.task}.pkl").read_bytes())
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
-    result = work(task, *args)
-    with atomic_path(Path(run_dir) / f"result.{index}.pkl") as tmp:
+    result = work(task, *work_args)
+    with atomic_path(args.run_dir / f"result.{args.task}.pkl") as tmp:
         tmp.write_bytes(pickle.dumps(result))
     return 0
 
