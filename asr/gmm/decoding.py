@@ -136,7 +136,7 @@ def job_decoding(jobs, spec: GmmDecodeSpec, nj: int) -> Callable:
 
     def run(tasks):
         tasks = list(tasks)
-        size = -(-len(tasks) // max(nj, 1))
+        size = max(1, -(-len(tasks) // max(nj, 1)))  # ceil; an empty set: no share
         shares = [tasks[i : i + size] for i in range(0, len(tasks), size)]
         return itertools.chain.from_iterable(jobs.map(decode_share, shares, spec))
 
@@ -236,7 +236,7 @@ def decode_gmm(cfg) -> list[Path]:
     ensure_graph(cfg, model_dir)
     options = SearchOptions(cfg.gmm.decode_acoustic_scale, cfg.decode.wfst_beam, cfg.decode.max_active)
     spec = GmmDecodeSpec(str(model_dir), str(cfg.gmm.lang_dir), options)
-    if cfg.gmm.submit != "local":
+    if cfg.gmm.submit == "slurm":
         with make_jobs(cfg.gmm, model_dir) as jobs:
             run = job_decoding(jobs, spec, cfg.gmm.nj)
             return [decode_set(cfg, name, run, model_dir) for name in evaluation_sets(cfg)]

@@ -24,13 +24,24 @@ CONF_DIR = os.environ.get("ASR_CONF_DIR", str(Path(__file__).resolve().parents[2
 EVERY_GROUP = "*"
 
 
-def experiment_groups(name: str, conf_dir: str | Path = CONF_DIR, seen: frozenset[str] = frozenset()) -> set[str]:
+def read_experiment(name: str, conf_dir: str | Path, seen: frozenset[str]) -> dict | None:
+    """conf/experiment/NAME.yaml as a dict; None when it cannot be read or includes itself."""
     path = Path(conf_dir) / "experiment" / f"{name}.yaml"
     try:
         node = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError):
-        return {EVERY_GROUP}
-    if not isinstance(node, dict) or name in seen:
+        return None
+    return node if isinstance(node, dict) and name not in seen else None
+
+
+def override_group(key: str) -> str:
+    """The group a defaults-list key names: `override /decode` -> decode."""
+    return key.removeprefix("override").strip().lstrip("/")
+
+
+def experiment_groups(name: str, conf_dir: str | Path = CONF_DIR, seen: frozenset[str] = frozenset()) -> set[str]:
+    node = read_experiment(name, conf_dir, seen)
+    if node is None:
         return {EVERY_GROUP}
     groups = {key for key in node if key != "defaults"}
     for entry in node.get("defaults") or []:
@@ -45,7 +56,7 @@ def default_groups(entry, conf_dir: str | Path, seen: frozenset[str]) -> set[str
     if isinstance(entry, str):  # another experiment of the same group
         return experiment_groups(entry, conf_dir, seen)
     if isinstance(entry, dict):
-        return {key.removeprefix("override").strip().lstrip("/").split("/")[0] for key in entry}
+        return {override_group(key).split("/")[0] for key in entry}
     return {EVERY_GROUP}
 
 
@@ -54,21 +65,13 @@ def experiment_choice(
 ) -> str:
     """The option an experiment picks for a config group (`override /features: sat40` -> sat40), its
     own or an included experiment's, the last in its defaults list winning as in Hydra; "" if none."""
-    path = Path(conf_dir) / "experiment" / f"{name}.yaml"
-    try:
-        node = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return ""
-    if not isinstance(node, dict) or name in seen:
-        return ""
+    node = read_experiment(name, conf_dir, seen)
     choice = ""
-    for entry in node.get("defaults") or []:
+    for entry in (node or {}).get("defaults") or []:
         if isinstance(entry, str) and entry != "_self_":
             choice = experiment_choice(entry, group, conf_dir, seen | {name}) or choice
         elif isinstance(entry, dict):
-            for key, value in entry.items():
-                if key.removeprefix("override").strip().lstrip("/") == group:
-                    choice = str(value)
+            choice = next((str(v) for k, v in entry.items() if override_group(k) == group), choice)
     return choice
 
 
