@@ -142,6 +142,15 @@ class SweepConfig:
     # Train on the first N utterances only (0 = all): a quicker sweep; a multiple of every global
     # batch, so that every run's epoch is cut into the same full batches.
     max_train_utts: int = 3072
+    # The gradient noise scale (asr/sweep/noise_scale.py) at the baseline's weights after each
+    # epoch: B_simple from mean gradients over noise_batches=[small, big] (the big a multiple of
+    # the small; [] = base_batch and the sweep's largest batch that is a multiple of it), over
+    # noise_rounds big batches; 0 rounds: not measured.
+    noise_batches: list = field(default_factory=list)
+    noise_rounds: int = 8
+    # Every epoch also scores the learners' average on a fixed slice of the training samples, as
+    # many as the held-out set has: a point that fails with its training loss within the
+    # tolerance overfit (generalisation), one above it failed to optimise.
     # python -m asr.sweep.diagnose: which of its runs (asr/sweep/diagnose/diagnostics.py DIAGNOSTICS), by name; [] = all
     diagnostics: list = field(default_factory=list)
     diagnostic_batches: list = field(default_factory=list)  # its global batches; [] = base_batch and critical_batch
@@ -172,6 +181,8 @@ class SweepConfig:
         "close_margin": NON_NEGATIVE,
         "tolerance": NON_NEGATIVE,
         "max_train_utts": NON_NEGATIVE,
+        "noise_batches": lambda v: each(AT_LEAST_ONE)(v) or (None if len(v) in (0, 2) else "give [small, big] or []"),
+        "noise_rounds": NON_NEGATIVE,
         "diagnostic_batches": each(AT_LEAST_ONE),
         "jobs": AT_LEAST_ONE,
     }

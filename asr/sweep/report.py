@@ -68,13 +68,45 @@ def cell(point: Point | None, tolerance: float) -> str:
     if point.mean is None:
         return f"diverged ({sum(loss is None for loss in point.losses)} of {len(point.losses)} seeds)"
     seeds = f", {len(point.losses)} seeds ±{point.spread / 2:.4f}" if len(point.losses) > 1 else ""
-    return f"{point.mean:.4f} ({100 * point.excess:+.1f}%{seeds}){' ✓' if converges(point, tolerance) else ''}"
+    failure = {"generalisation": " overfit", "optimisation": " unoptimised"}.get(point.failure(tolerance) or "", "")
+    return f"{point.mean:.4f} ({100 * point.excess:+.1f}%{seeds}){' ✓' if converges(point, tolerance) else failure}"
 
 
 def verdict_line(m: Measurement, unit: str) -> str:
     values = ", ".join(f"{a} {v:g}" if v is not None else f"{a} none" for a, v in m.largest.items())
-    ratios = ", ".join(f"{a} {r:g}" if r is not None else f"{a} undefined" for a, r in m.ratio.items())
+    ratios = ", ".join(
+        f"{a} {r:g}{ratio_range(m.ratio_range.get(a))}" if r is not None else f"{a} undefined"
+        for a, r in m.ratio.items()
+    )
     return f"**{m.name}** ({unit}): {values}. Over SSGD's: {ratios or 'no SSGD in the sweep'}."
+
+
+def ratio_range(bounds) -> str:
+    """What the grid allows the ratio to be: each limit lies below the first point that fails."""
+    if not bounds:
+        return ""
+    low, high = ("?" if b is None else f"{b:.2g}" for b in bounds)
+    return f" (within the grid's steps: {low} to {high})"
+
+
+def noise_lines(noise: dict | None) -> list[str]:
+    if not noise or noise.get("final") is None:
+        return []
+    epochs = ", ".join("?" if v is None else f"{v:.3g}" for v in noise["per_epoch"])
+    limits = ", ".join(
+        f"{a} {v:g}" if v is not None else f"{a} none" for a, v in noise["largest_converging_batch"].items()
+    )
+    paper = noise["paper_switchboard"]
+    return [
+        "## Gradient noise scale",
+        "",
+        f"B_simple (arXiv 1812.06162) at the baseline's weights after each epoch, from mean gradients over "
+        f"{noise['rounds']} batches of {noise['big_batch']} and their {noise['small_batch']}-item parts: {epochs} "
+        f"(mean over seeds). Linear lr scaling should hold up to batches of about B_noise; the largest converging "
+        f"batches: {limits}. The paper's Switchboard: at least {paper['noise_scale_at_least']:,} {paper['unit']} "
+        f"({paper['why']}).",
+        "",
+    ]
 
 
 def measurement_table(m: Measurement, tolerance: float, axis_label: str, extra=None) -> list[str]:
@@ -145,6 +177,10 @@ def table(result: SweepResult) -> str:
         "",
         verdict_line(result.batches, "the largest batch that converges"),
         "",
+        "A point that fails is marked overfit when its loss on a slice of the training samples is within the "
+        "tolerance of the baseline's (it optimised but does not generalise), unoptimised when it is not.",
+        "",
+        *noise_lines(result.noise),
     ]
     return "\n".join(lines)
 

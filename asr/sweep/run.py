@@ -35,6 +35,7 @@ from asr.distributed.timed import TimedSimulation, Timing
 from asr.models.blstm import build_model
 from asr.optim.schedule import lr_for_batch
 from asr.sweep.config import parse_algorithm
+from asr.sweep.noise_scale import measure as measure_noise_scale
 from asr.sweep.verdict import BASELINE
 from asr.train.chunks import FrameChunks, SampleBatchSampler, check_chunking
 from asr.train.data import BucketBatchSampler, collate
@@ -211,11 +212,16 @@ class SweepData:
                     "raise sweep.max_train_utts or lower the global batches"
                 )
             self.dropped = len(self.train) - self.num_items
+            # the training loss's slice: samples cut once from the experiment's seed, as the dev set's
+            self.train_slice = FrameChunks(self.train.utterances, chunk, subsample, int(cfg.seed), limit)
+            self.slice_items = spread(len(self.train_slice), len(self.dev))
         else:
             self.train_index = list(range(len(self.train)))[: limit or None]
             self.lengths = [self.train.num_frames[i] for i in self.train_index]
             self.num_utts = self.num_items = len(self.train_index)
             self.dropped = 0
+            self.train_slice = self.train
+            self.slice_items = [self.train_index[i] for i in spread(len(self.train_index), len(self.dev))]
 
     def sampler(self, per_learner_batch: int, learners: int, seed: int):
         """The run's batches: per learner `per_learner_batch` utterances (length-bucketed) or samples."""
@@ -240,26 +246,38 @@ class SweepData:
         log_probs, out_lens = model(batch.feats, batch.feat_lens)
         return self.objective.loss(log_probs, out_lens, batch)
 
-    def held_out_batches(self):
+    def scored_batches(self, dataset, indices: list[int]):
         if self.chunked:
-            indices = list(range(len(self.dev)))
-            return (self.dev.__getitems__(indices[i : i + EVAL_SAMPLES]) for i in range(0, len(indices), EVAL_SAMPLES))
-        sampler = BucketBatchSampler(
-            self.dev.num_frames, EVAL_BATCH * max(self.dev.num_frames), EVAL_BATCH, shuffle=False
-        )
-        return ([self.dev[i] for i in indices] for indices in sampler)
+            return (dataset.__getitems__(indices[i : i + EVAL_SAMPLES]) for i in range(0, len(indices), EVAL_SAMPLES))
+        lengths = [dataset.num_frames[i] for i in indices]
+        sampler = BucketBatchSampler(lengths, EVAL_BATCH * max(lengths), EVAL_BATCH, shuffle=False)
+        return ([dataset[indices[i]] for i in batch] for batch in sampler)
+
+    def held_out_loss(self, model) -> float:
+        return self.mean_loss(model, self.scored_batches(self.dev, list(range(len(self.dev)))))
+
+    def train_slice_loss(self, model) -> float:
+        """The loss on a fixed slice of the training samples (as many as the held-out set's):
+        how far training optimised, apart from how it generalises."""
+        return self.mean_loss(model, self.scored_batches(self.train_slice, self.slice_items))
 
     @torch.no_grad()
-    def held_out_loss(self, model) -> float:
+    def mean_loss(self, model, batches) -> float:
         model.eval()
         total, count = 0.0, 0
-        for items in self.held_out_batches():
+        for items in batches:
             batch = collate(items).to(self.device)
             log_probs, out_lens = model(batch.feats, batch.feat_lens)
             loss, n = self.objective.loss(log_probs, out_lens, batch)
             total, count = total + float(loss), count + n
         model.train()
         return total / max(count, 1)
+
+
+def spread(total: int, wanted: int) -> list[int]:
+    """`wanted` positions of range(total), evenly spaced (all of them if fewer)."""
+    step = max(1, total // max(wanted, 1))
+    return list(range(0, total, step))[:wanted]
 
 
 def epoch_plan(sampler: BucketBatchSampler, epoch: int, learners: int, passes: int = 1) -> list[list[list[int]]]:
@@ -301,10 +319,46 @@ def simulation(settings: RunSettings, model, steps_per_epoch: int) -> TimedSimul
     )
 
 
-def train_run(data: SweepData, settings: RunSettings, progress=None, learner_losses: bool = False) -> dict:
-    """Train one run; returns its settings with the held-out loss per epoch. `progress(n)` is
-    told of every n steps taken. With `learner_losses` every epoch also records each node's own
-    held-out loss (asr/sweep/diagnose: the learners' average against the learners)."""
+@dataclass(frozen=True)
+class NoiseSettings:
+    """Where the baseline measures the gradient noise scale (noise_scale.py): batches of `small`
+    and `big` items, `rounds` big ones; not part of a run's key (it changes no weight)."""
+
+    small: int
+    big: int
+    rounds: int
+
+    @classmethod
+    def of(cls, scfg) -> NoiseSettings | None:
+        """sweep.noise_batches, or the base batch and the largest batch of the sweep that is a
+        multiple of it (None: no such batch, or noise_rounds 0)."""
+        if not scfg.noise_rounds:
+            return None
+        if scfg.noise_batches:
+            small, big = (int(b) for b in scfg.noise_batches)
+            return cls(small, big, int(scfg.noise_rounds))
+        small = int(scfg.base_batch)
+        big = max((b for b in sweep_batches(scfg) if b > small and b % small == 0), default=None)
+        return cls(small, big, int(scfg.noise_rounds)) if big else None
+
+
+def noise_scale(data: SweepData, model, noise: NoiseSettings, seed: int) -> dict:
+    found = measure_noise_scale(model, data.loss, data.num_items, noise.small, noise.big, noise.rounds, seed)
+    return found.to_json()
+
+
+def train_run(
+    data: SweepData,
+    settings: RunSettings,
+    progress=None,
+    learner_losses: bool = False,
+    noise: NoiseSettings | None = None,
+) -> dict:
+    """Train one run; returns its settings with the held-out loss per epoch (and the loss on a
+    slice of the training samples). `progress(n)` is told of every n steps taken. With
+    `learner_losses` every epoch also records each node's own held-out loss
+    (asr/sweep/diagnose: the learners' average against the learners); with `noise` a baseline
+    run records the gradient noise scale at its weights after every epoch."""
     start = time.monotonic()
     torch.manual_seed(settings.init_seed)
     model = build_model(OmegaConf.create(settings.model), data.train.feat_dim, data.objective.num_outputs)
@@ -320,13 +374,17 @@ def train_run(data: SweepData, settings: RunSettings, progress=None, learner_los
         run = sim.train_epoch(epoch_plan(sampler, epoch, settings.learners, settings.passes), data.loss, observer)
         lr = sim.lr
         average, spread = sim.end_epoch()
-        held_out = data.held_out_loss(averaged_model(sim.models[0], average))
+        averaged = averaged_model(sim.models[0], average)
+        held_out = data.held_out_loss(averaged)
         record = {"learner_held_out": [finite_or_none(data.held_out_loss(m)) for m in sim.models]}
+        if noise is not None and settings.algorithm == BASELINE and math.isfinite(held_out):
+            record["noise_scale"] = noise_scale(data, averaged, noise, settings.seed * 1000 + epoch)
         epochs.append(
-            (record if learner_losses else {})
+            {k: v for k, v in record.items() if learner_losses or k != "learner_held_out"}
             | {
                 "epoch": epoch + 1,
                 "train_loss": run.loss / max(run.count, 1),
+                "train_slice_loss": finite_or_none(data.train_slice_loss(averaged)),
                 "held_out_loss": finite_or_none(held_out),
                 "spread": finite_or_none(spread),
                 "lr": lr,

@@ -30,7 +30,9 @@ from tqdm import tqdm
 
 from asr.distributed.topology import make_ring, mixing_rate
 from asr.sweep.config import parse_algorithm
+from asr.sweep.noise_scale import PAPER_SWITCHBOARD, check_batches
 from asr.sweep.run import (
+    NoiseSettings,
     RunSettings,
     SweepData,
     passes_per_epoch,
@@ -68,6 +70,7 @@ class SweepResult:
     batches: Measurement
     mixing: dict[str, dict]
     setup: dict
+    noise: dict
 
 
 def nodes(scfg, algorithm: str) -> int:
@@ -115,6 +118,8 @@ def check(cfg) -> None:
             ragged,
             max(1, scfg.max_train_utts // max(ragged)) * math.lcm(*ragged),
         )
+    if noise := NoiseSettings.of(scfg):
+        check_batches(noise.small, noise.big)
     for algorithm in scfg.algorithms:
         try:
             make_ring(nodes(scfg, algorithm), parse_algorithm(algorithm).topology)
@@ -159,6 +164,7 @@ class Runner:
         self.in_file = list(self.done)  # what the results file held before this run
         self.runs: list[dict] = []
         self.learner_losses = learner_losses  # train_run's: every node's own held-out loss too
+        self.noise = NoiseSettings.of(cfg.sweep)  # the baseline runs' gradient noise scale
         self.keep_earlier = keep_earlier  # the final save keeps the file's runs this one did not plan
 
     def previous(self, settings: RunSettings) -> dict | None:
@@ -187,7 +193,7 @@ class Runner:
         if jobs <= 1:
             data = data if data is not None or not todo else SweepData(self.cfg)
             for settings in tqdm(todo, desc="sweep runs", disable=None, leave=False, dynamic_ncols=True):
-                self.finished(train_run(data, settings, self.step_bar(settings), self.learner_losses))
+                self.finished(train_run(data, settings, self.step_bar(settings), self.learner_losses, self.noise))
             return
         self.run_in_processes(todo, jobs)
 
@@ -208,7 +214,7 @@ class Runner:
         with ProcessPoolExecutor(
             jobs, mp_context=context, initializer=_start_worker, initargs=(config, threads)
         ) as pool:
-            pending = {pool.submit(_train, settings, self.learner_losses) for settings in todo}
+            pending = {pool.submit(_train, settings, self.learner_losses, self.noise) for settings in todo}
             with tqdm(total=len(todo), desc="sweep runs", disable=None, leave=False, dynamic_ncols=True) as bar:
                 while pending:
                     finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -273,8 +279,8 @@ def _start_worker(config: dict, threads: int) -> None:
     _worker_data = SweepData(OmegaConf.create(config))
 
 
-def _train(settings: RunSettings, learner_losses: bool) -> dict:
-    return train_run(_worker_data, settings, learner_losses=learner_losses)
+def _train(settings: RunSettings, learner_losses: bool, noise: NoiseSettings | None) -> dict:
+    return train_run(_worker_data, settings, learner_losses=learner_losses, noise=noise)
 
 
 def sorted_runs(runs: list[dict]) -> list[dict]:
@@ -354,8 +360,9 @@ def run_sweep(cfg) -> SweepResult:
         runner.run(extra, data)
         critical, batches = measure()
     setup = sweep_setup(cfg, runner.runs[0])
-    runner.save(summary(baseline, critical, batches, rates, setup))
-    return SweepResult(sorted_runs(runner.runs), baseline, critical, batches, rates, setup)
+    noise = noise_summary(runner.runs, baseline, batches)
+    runner.save(summary(baseline, critical, batches, rates, setup, noise))
+    return SweepResult(sorted_runs(runner.runs), baseline, critical, batches, rates, setup, noise)
 
 
 def improvements(baseline: Baseline) -> str:
@@ -389,6 +396,8 @@ def sweep_setup(cfg, run: dict) -> dict:
             "close_margin",
             "tolerance",
             "max_train_utts",
+            "noise_batches",
+            "noise_rounds",
         )
     } | {
         k: run.get(k)
@@ -408,6 +417,8 @@ def point_json(point: Point, tolerance: float) -> dict:
         "spread": point.spread,
         "diverged": point.diverged,
         "converges": converges(point, tolerance),
+        "train_slice_losses": point.train_losses,
+        "failure": point.failure(tolerance),
     }
 
 
@@ -415,12 +426,43 @@ def measurement_json(m: Measurement, tolerance: float) -> dict:
     return {
         "value": m.largest,
         "ratio": m.ratio,
+        "first_failing": m.first_failing,
+        "ratio_range": m.ratio_range,
         "points": [point_json(p, tolerance) for series in m.points.values() for p in series],
     }
 
 
-def summary(baseline: Baseline, critical: Measurement, batches: Measurement, rates: dict, setup: dict) -> dict:
-    """sweep.json's head: the baseline's calibration, both verdicts with every point, mixing."""
+def noise_summary(runs: list[dict], baseline: Baseline, batches: Measurement) -> dict:
+    """The gradient noise scale after every epoch of the baseline at its best lr (per seed, and
+    their mean), beside the largest converging batches it should predict and the paper's."""
+    best = sorted(
+        (r for r in runs if r["algorithm"] == BASELINE and math.isclose(r["lr"], baseline.best.lr, rel_tol=1e-9)),
+        key=lambda r: r["seed"],
+    )
+    per_seed = {r["seed"]: [(e.get("noise_scale") or {}).get("simple") for e in r["epochs_log"]] for r in best}
+    epochs = max((len(v) for v in per_seed.values()), default=0)
+    mean = []
+    for epoch in range(epochs):
+        values = [v[epoch] for v in per_seed.values() if epoch < len(v) and v[epoch] is not None]
+        mean.append(sum(values) / len(values) if values else None)
+    measured = next((e["noise_scale"] for r in best for e in r["epochs_log"] if e.get("noise_scale")), None)
+    return {
+        "per_epoch": mean,
+        "per_seed": per_seed,
+        "final": mean[-1] if mean else None,
+        "small_batch": measured and measured["small_batch"],
+        "big_batch": measured and measured["big_batch"],
+        "rounds": measured and measured["batches"],
+        "largest_converging_batch": batches.largest,
+        "paper_switchboard": PAPER_SWITCHBOARD,
+    }
+
+
+def summary(
+    baseline: Baseline, critical: Measurement, batches: Measurement, rates: dict, setup: dict, noise: dict
+) -> dict:
+    """sweep.json's head: the baseline's calibration, both verdicts with every point, mixing,
+    the gradient noise scale."""
     best, tolerance = baseline.best, baseline.tolerance
     grid = [point_json(p, tolerance) | {"converges": None} for p in baseline.grid]
     return {
@@ -440,6 +482,7 @@ def summary(baseline: Baseline, critical: Measurement, batches: Measurement, rat
             "last_epoch_improvements": baseline.last_improvements,
             "settled": baseline.settled,
         },
+        "noise_scale": noise,
         "tolerance": tolerance,
         "threshold": baseline.threshold,
         "close_margin": setup["close_margin"],

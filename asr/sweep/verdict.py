@@ -41,6 +41,10 @@ class Point:
     losses: list[float | None] = field(default_factory=list)  # per seed; None: diverged
     seeds: list[int] = field(default_factory=list)
     excesses: list[float | None] = field(default_factory=list)  # per seed: loss / the seed's baseline - 1
+    # per seed: the last epoch's loss on the slice of training samples (None: diverged, or a run
+    # recorded before the slice was), and its excess over the seed's baseline's
+    train_losses: list[float | None] = field(default_factory=list)
+    train_excesses: list[float | None] = field(default_factory=list)
 
     @property
     def diverged(self) -> bool:
@@ -53,6 +57,18 @@ class Point:
     @property
     def excess(self) -> float | None:
         return None if self.diverged or not self.excesses else statistics.fmean(self.excesses)
+
+    def failure(self, tolerance: float) -> str | None:
+        """Why a point does not converge: `diverged`; `generalisation` where it trained the
+        training samples' loss to within the tolerance of the baseline's (it overfit);
+        `optimisation` where it did not; None where it converges or the slice was not scored."""
+        if self.diverged:
+            return "diverged"
+        if self.excess is None or self.excess <= tolerance:
+            return None
+        if not self.train_excesses or None in self.train_excesses:
+            return None
+        return "generalisation" if statistics.fmean(self.train_excesses) <= tolerance else "optimisation"
 
     @property
     def spread(self) -> float:
@@ -86,6 +102,12 @@ class Measurement:
     points: dict[str, list[Point]]  # algorithm -> its points, ascending along the axis
     largest: dict[str, float | None]  # the largest converging value (None: converges nowhere)
     ratio: dict[str, float | None]  # over SSGD's, for every other algorithm
+    # the grid's resolution: the first value above `largest` where the algorithm fails (None: it
+    # converged at the grid's last point, so its limit lies beyond the grid)
+    first_failing: dict[str, float | None] = field(default_factory=dict)
+    # [low, high] the ratio can take given both algorithms' limits lie between their largest
+    # converging and first failing values (high None: unbounded by the grid)
+    ratio_range: dict[str, list[float | None] | None] = field(default_factory=dict)
 
 
 def converges(point: Point, tolerance: float) -> bool:
@@ -99,6 +121,8 @@ def collect(results: list[dict]) -> dict[tuple[str, int, float], Point]:
         point = points.setdefault(key, Point(*key))
         point.losses.append(r["held_out_loss"])
         point.seeds.append(r["seed"])
+        last = r["epochs_log"][-1] if r["held_out_loss"] is not None and r["epochs_log"] else {}
+        point.train_losses.append(last.get("train_slice_loss"))
     return points
 
 
@@ -136,6 +160,7 @@ def judge(
     points without runs are left out."""
     points = collect([r for r in results if r["algorithm"] != BASELINE])
     by_seed = dict(zip(baseline.best.seeds, baseline.best.losses))
+    train_by_seed = dict(zip(baseline.best.seeds, baseline.best.train_losses))
     series: dict[str, list[Point]] = defaultdict(list)
     for algorithm, coordinates in wanted.items():
         for batch, lr in coordinates:
@@ -157,6 +182,10 @@ def judge(
             point.excesses = [
                 None if loss is None else loss / by_seed[seed] - 1 for loss, seed in zip(point.losses, point.seeds)
             ]
+            point.train_excesses = [
+                None if loss is None or not train_by_seed[seed] else loss / train_by_seed[seed] - 1
+                for loss, seed in zip(point.train_losses, point.seeds)
+            ]
             series[algorithm].append(point)
     largest = {
         a: max((getattr(p, axis) for p in series.get(a, []) if converges(p, baseline.tolerance)), default=None)
@@ -168,7 +197,30 @@ def judge(
         for a, value in largest.items()
         if a != REFERENCE
     }
-    return Measurement(name, axis, dict(series), largest, ratio)
+    first_failing = {
+        a: next(
+            (
+                getattr(p, axis)
+                for p in series.get(a, [])
+                if largest[a] is not None and getattr(p, axis) > largest[a] and not converges(p, baseline.tolerance)
+            ),
+            None,
+        )
+        for a in wanted
+    }
+    ratio_range = {
+        a: ratio_bounds(largest[a], first_failing[a], reference, first_failing.get(REFERENCE)) for a in ratio
+    }
+    return Measurement(name, axis, dict(series), largest, ratio, first_failing, ratio_range)
+
+
+def ratio_bounds(value, value_fails, reference, reference_fails) -> list[float | None] | None:
+    """The ratio's range when each limit lies in [largest converging, first failing)."""
+    if value is None or not reference:
+        return None
+    low = value / reference_fails if reference_fails else None
+    high = value_fails / reference if value_fails else None
+    return [low, high]
 
 
 def close_points(measurement: Measurement, tolerance: float, margin: float) -> list[Point]:

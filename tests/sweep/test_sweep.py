@@ -124,6 +124,25 @@ def test_the_json_holds_both_verdicts_every_point_and_the_mixing_rates(swept):
     assert "same data seen" in written["budget"] and len(written["runs"]) == len(result.runs)
 
 
+def test_the_baseline_measures_the_noise_scale_and_every_run_scores_a_training_slice(swept):
+    cfg, result = swept
+    written = json.loads((Path(cfg.sweep.out_dir) / "sweep.json").read_text())
+    noise = written["noise_scale"]
+    # the base batch and the sweep's largest batch; 40 utterances hold 5 batches of 8
+    assert (noise["small_batch"], noise["big_batch"], noise["rounds"]) == (4, 8, 5)
+    assert set(noise["per_seed"]) == {"1", "2", "3"} and len(noise["per_epoch"]) == 2
+    assert noise["largest_converging_batch"] == result.batches.largest
+    for r in result.runs:
+        for epoch in r["epochs_log"]:
+            assert epoch["train_slice_loss"] > 0
+            assert ("noise_scale" in epoch) == (r["algorithm"] == "baseline")
+    points = written["critical_lr"]["points"] + written["largest_converging_batch"]["points"]
+    for point in points:
+        expected = {None} if point["converges"] else {"optimisation", "generalisation", "diverged"}
+        assert point["failure"] in expected and len(point["train_slice_losses"]) == len(point["seeds"])
+    assert set(written["critical_lr"]["ratio_range"]) == set(ALGORITHMS) - {"ssgd"}
+
+
 def test_the_table_and_the_figure(swept):
     cfg, result = swept
     out = Path(cfg.sweep.out_dir)

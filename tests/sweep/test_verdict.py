@@ -8,15 +8,19 @@ from asr.sweep.verdict import calibrate, close_points, converges, judge
 from asr.utils.errors import InputError
 
 
-def run(algorithm, batch, seed, loss, lr=0.1, curve=None):
+def run(algorithm, batch, seed, loss, lr=0.1, curve=None, train=None):
+    """`train`: the last epoch's loss on the slice of training samples."""
     curve = curve or [loss]
+    epochs = [{"held_out_loss": value} for value in curve]
+    if train is not None:
+        epochs[-1]["train_slice_loss"] = train
     return {
         "algorithm": algorithm,
         "global_batch": batch,
         "seed": seed,
         "held_out_loss": loss,
         "lr": lr,
-        "epochs_log": [{"held_out_loss": value} for value in curve],
+        "epochs_log": epochs,
     }
 
 
@@ -80,6 +84,9 @@ def test_the_largest_converging_batch_is_the_largest_that_converges_not_the_end_
     verdict = batch_verdict(results, ["ssgd", "adpsgd", "hadpsgd"])
     assert verdict.largest == {"ssgd": 64, "adpsgd": 256, "hadpsgd": None}
     assert verdict.ratio == {"adpsgd": 4, "hadpsgd": None}
+    # SSGD's limit lies in [64, 128), ADPSGD's at or beyond the grid's end: at least 2x
+    assert verdict.first_failing == {"ssgd": 128, "adpsgd": None, "hadpsgd": None}
+    assert verdict.ratio_range == {"adpsgd": [2, None], "hadpsgd": None}
     assert [p.global_batch for p in verdict.points["hadpsgd"]] == [16, 32]  # only the points that ran
 
 
@@ -101,6 +108,8 @@ def test_a_critical_lr_two_points_lower_on_a_doubling_grid_is_a_ratio_of_four():
     )
     assert verdict.largest == {"ssgd": 0.1, "adpsgd": 0.4}
     assert verdict.ratio["adpsgd"] == pytest.approx(4)
+    # the limits lie in [0.1, 0.2) and [0.4, 0.8): the ratio in (2, 8)
+    assert verdict.ratio_range["adpsgd"] == pytest.approx([2, 8])
 
 
 def test_a_diverged_seed_fails_the_point_and_no_ssgd_value_leaves_the_ratios_undefined():
@@ -121,3 +130,20 @@ def test_a_baseline_diverged_everywhere_is_named():
         InputError, match="sweep.baseline_lrs: the single-learner baseline diverged at every lr; lower them"
     ):
         calibrate([run("baseline", 16, 1, None, lr=0.1), run("baseline", 16, 1, None, lr=0.2)], tolerance=0.05)
+
+
+def test_a_failing_point_is_told_overfit_from_unoptimised_by_its_training_loss():
+    """Baseline seed 1: held out 1.0, training slice 0.5. Both points fail held out (1.2); the
+    first trained its training samples as far as the baseline (0.51), the second did not (0.8)."""
+    results = [
+        run("baseline", 16, 1, 1.0, train=0.5),
+        run("ssgd", 32, 1, 1.2, lr=0.2, train=0.51),
+        run("ssgd", 64, 1, 1.2, lr=0.4, train=0.8),
+        run("ssgd", 128, 1, None, lr=0.8),
+        run("adpsgd", 32, 1, 1.01, lr=0.2, train=0.9),
+        run("adpsgd", 64, 1, 1.2, lr=0.4),  # recorded before the slice was scored
+    ]
+    verdict = batch_verdict(results, ["ssgd", "adpsgd"], grid=(32, 64, 128))
+    failures = {a: [p.failure(0.05) for p in points] for a, points in verdict.points.items()}
+    assert failures == {"ssgd": ["generalisation", "optimisation", "diverged"], "adpsgd": [None, None]}
+    assert verdict.points["ssgd"][0].train_excesses == pytest.approx([0.02])
