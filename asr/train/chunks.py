@@ -120,7 +120,8 @@ class FrameChunks(Dataset):
     def set_seed(self, seed: int) -> None:
         """Offsets drawn from another seed: the sweep's runs each cut the samples by their own."""
         if seed != self.seed:
-            self.seed, self.shift = seed, self._shifts(self.epoch)
+            self.seed = seed  # before the shifts: they are drawn from it
+            self.shift = self._shifts(self.epoch)
 
     def _shifts(self, epoch: int) -> np.ndarray:
         steps = self.spare // self.subsample + 1

@@ -78,6 +78,17 @@ def test_an_epoch_trains_every_frame_once_but_the_left_over_ends(chunks):
     assert all(f % 2 == 0 for f in firsts[0])  # whole output frames of model.subsample=2
 
 
+def test_the_offsets_follow_seed_and_epoch_whatever_came_before(chunks):
+    """A sweep worker's first run used to cut its samples from the previous seed's offsets."""
+    made = FrameChunks(chunks.utterances, CHUNK, 2, seed=1)
+    made.set_seed(2)
+    fresh = FrameChunks(chunks.utterances, CHUNK, 2, seed=2)
+    assert np.array_equal(made.shift, fresh.shift)
+    made.set_epoch(1)
+    made.set_epoch(0)
+    assert np.array_equal(made.shift, fresh.shift)
+
+
 def test_a_sample_is_its_utterances_rows_with_their_targets(chunks):
     dataset, utterances = chunks.dataset, chunks.utterances
     dataset.set_epoch(1)
