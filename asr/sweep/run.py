@@ -376,11 +376,13 @@ def train_run(
         average, spread = sim.end_epoch()
         averaged = averaged_model(sim.models[0], average)
         held_out = data.held_out_loss(averaged)
-        record = {"learner_held_out": [finite_or_none(data.held_out_loss(m)) for m in sim.models]}
+        record = {}
+        if learner_losses:
+            record["learner_held_out"] = [finite_or_none(data.held_out_loss(m)) for m in sim.models]
         if noise is not None and settings.algorithm == BASELINE and math.isfinite(held_out):
             record["noise_scale"] = noise_scale(data, averaged, noise, settings.seed * 1000 + epoch)
         epochs.append(
-            {k: v for k, v in record.items() if learner_losses or k != "learner_held_out"}
+            record
             | {
                 "epoch": epoch + 1,
                 "train_loss": run.loss / max(run.count, 1),
