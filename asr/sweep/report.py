@@ -45,13 +45,20 @@ def setup_line(setup: dict) -> str:
         if s.get("train_samples")
         else f"{s['train_utterances']:,} training utterances, {s['held_out_utterances']} held out"
     )
+    r = s.get("regime")
+    visits = (
+        f" At the largest batch ({r['largest_batch']:,}) each {r['unit'][:-1]} is seen "
+        f"{r['visits_per_item_at_largest_batch']} times in {r['updates_at_largest_batch']:,} updates."
+        if r
+        else ""
+    )
     return (
         f"{s['learners']} simulated learners{nodes}; {data}; "
         f"{s['epochs']} epochs at every batch{epoch_passes(s)}; "
         f"BLSTM {s['model']['num_layers']}x{s['model']['hidden_size']}; "
         f"objective {t.get('objective')}; {optimizer}, warm-up over {s['warmup_epochs']:g} epoch, "
         f"x{t.get('lr_decay')} per epoch; {speeds}, each step's time x [{1 - s['jitter']:g}, {1 + s['jitter']:g}], "
-        f"a weight exchange {s['exchange_time']:g} step."
+        f"a weight exchange {s['exchange_time']:g} step.{visits}"
     )
 
 

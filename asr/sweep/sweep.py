@@ -371,37 +371,59 @@ def improvements(baseline: Baseline) -> str:
 
 def sweep_setup(cfg, run: dict) -> dict:
     scfg = OmegaConf.to_container(cfg.sweep, resolve=True)
+    return (
+        {
+            k: scfg[k]
+            for k in (
+                "algorithms",
+                "learners",
+                "learners_per_node",
+                "epochs",
+                "budget",
+                "base_batch",
+                "baseline_lrs",
+                "critical_batch",
+                "critical_lrs",
+                "global_batches",
+                "lr_scaling",
+                "warmup_epochs",
+                "same_init",
+                "speeds",
+                "speed_spread",
+                "jitter",
+                "exchange_time",
+                "seeds",
+                "extra_seeds",
+                "close_margin",
+                "tolerance",
+                "max_train_utts",
+                "noise_batches",
+                "noise_rounds",
+            )
+        }
+        | {
+            k: run.get(k)
+            for k in ("train_utterances", "held_out_utterances", "train_samples", "held_out_samples", "model", "train")
+        }
+        | {"regime": regime(scfg, run)}
+    )
+
+
+def regime(scfg: dict, run: dict) -> dict:
+    """What decides whether the large-batch effect can show: how much data, how often each item
+    is seen at the largest batch, how many updates that batch gets, and the lr schedule."""
+    items = run.get("train_samples") or run["train_utterances"]
+    largest = max(int(b) for b in [*scfg["global_batches"], scfg["critical_batch"]])
+    passes = passes_per_epoch(OmegaConf.create(scfg), largest)
     return {
-        k: scfg[k]
-        for k in (
-            "algorithms",
-            "learners",
-            "learners_per_node",
-            "epochs",
-            "budget",
-            "base_batch",
-            "baseline_lrs",
-            "critical_batch",
-            "critical_lrs",
-            "global_batches",
-            "lr_scaling",
-            "warmup_epochs",
-            "same_init",
-            "speeds",
-            "speed_spread",
-            "jitter",
-            "exchange_time",
-            "seeds",
-            "extra_seeds",
-            "close_margin",
-            "tolerance",
-            "max_train_utts",
-            "noise_batches",
-            "noise_rounds",
-        )
-    } | {
-        k: run.get(k)
-        for k in ("train_utterances", "held_out_utterances", "train_samples", "held_out_samples", "model", "train")
+        "train_items": items,
+        "unit": "samples" if run.get("train_samples") else "utterances",
+        "epochs": scfg["epochs"],
+        "largest_batch": largest,
+        "visits_per_item_at_largest_batch": scfg["epochs"] * passes,
+        "updates_at_largest_batch": scfg["epochs"] * passes * (items // largest),
+        "lr_schedule": f"linear warm-up over {scfg['warmup_epochs']:g} epoch, then x{run['train'].get('lr_decay')} "
+        "per epoch",
     }
 
 

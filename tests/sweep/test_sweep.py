@@ -141,6 +141,14 @@ def test_the_baseline_measures_the_noise_scale_and_every_run_scores_a_training_s
         expected = {None} if point["converges"] else {"optimisation", "generalisation", "diverged"}
         assert point["failure"] in expected and len(point["train_slice_losses"]) == len(point["seeds"])
     assert set(written["critical_lr"]["ratio_range"]) == set(ALGORITHMS) - {"ssgd"}
+    # 40 utterances, 2 epochs: at batch 8 each is seen twice, in 10 updates
+    regime = written["setup"]["regime"]
+    assert (regime["train_items"], regime["visits_per_item_at_largest_batch"], regime["updates_at_largest_batch"]) == (
+        40,
+        2,
+        10,
+    )
+    assert regime["lr_schedule"] == "linear warm-up over 0.5 epoch, then x0.5 per epoch"
 
 
 def test_the_table_and_the_figure(swept):

@@ -134,6 +134,23 @@ def test_the_frames_preset_is_the_papers_regime():
     assert scfg.critical_batch in scfg.global_batches
 
 
+def test_the_figure1_preset_sees_no_sample_more_than_16_times_on_grids_1_5x_apart():
+    """conf/sweep/figure1.yaml: every utterance's samples, 16 epochs of one pass each, the lr
+    x 1/sqrt(2) an epoch, batch and lr grids 1.5x apart (batches 1.5 and 4/3 alternately)."""
+    from asr.sweep.sweep import check
+
+    cfg = load_config(["experiment=hybrid_ce", "sweep=figure1"])
+    check(cfg)
+    scfg = cfg.sweep
+    assert scfg.budget == "epochs" and scfg.epochs == 16 and scfg.max_train_utts == 0
+    assert cfg.sweep.train.lr_decay == pytest.approx(2**-0.5)
+    steps = [b / a for a, b in zip(scfg.global_batches, scfg.global_batches[1:])]
+    assert all(s == pytest.approx(1.5) or s == pytest.approx(4 / 3) for s in steps)
+    assert [b / a for a, b in zip(scfg.critical_lrs, scfg.critical_lrs[1:])] == pytest.approx([1.5] * 5)
+    assert scfg.critical_lrs[2] == pytest.approx(3.2 * scfg.critical_batch / scfg.base_batch)
+    assert scfg.base_batch == min(scfg.global_batches) and scfg.base_batch // scfg.learners >= 16
+
+
 def test_an_updates_budget_gives_every_batch_the_baselines_updates(root):
     cfg = sweep_config(root, ["sweep.budget=updates", f"sweep.out_dir={root / 'updates'}"])
     result = run_sweep(cfg)
@@ -148,6 +165,16 @@ def test_an_updates_budget_gives_every_batch_the_baselines_updates(root):
     written = json.loads((Path(cfg.sweep.out_dir) / "sweep.json").read_text())
     assert written["budget"].startswith("every run makes the baseline's updates")
     assert "an epoch: batch / 8 passes over the samples" in (Path(cfg.sweep.out_dir) / "sweep.md").read_text()
+    # the regime in the header: at the largest batch (16) each sample is seen 2 x 16 / 8 times
+    assert written["setup"]["regime"] | {"lr_schedule": None} == {
+        "train_items": samples,
+        "unit": "samples",
+        "epochs": 2,
+        "largest_batch": 16,
+        "visits_per_item_at_largest_batch": 4,
+        "updates_at_largest_batch": 4 * (samples // 16),
+        "lr_schedule": None,
+    }
 
 
 def test_an_updates_budget_needs_batches_that_are_multiples_of_the_base(root):
