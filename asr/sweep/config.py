@@ -148,9 +148,6 @@ class SweepConfig:
     # noise_rounds big batches; 0 rounds: not measured.
     noise_batches: list = field(default_factory=list)
     noise_rounds: int = 8
-    # Every epoch also scores the learners' average on a fixed slice of the training samples, as
-    # many as the held-out set has: a point that fails with its training loss within the
-    # tolerance overfit (generalisation), one above it failed to optimise.
     # python -m asr.sweep.diagnose: which of its runs (asr/sweep/diagnose/diagnostics.py DIAGNOSTICS), by name; [] = all
     diagnostics: list = field(default_factory=list)
     diagnostic_batches: list = field(default_factory=list)  # its global batches; [] = base_batch and critical_batch

@@ -214,14 +214,14 @@ class SweepData:
             self.dropped = len(self.train) - self.num_items
             # the training loss's slice: samples cut once from the experiment's seed, as the dev set's
             self.train_slice = FrameChunks(self.train.utterances, chunk, subsample, int(cfg.seed), limit)
-            self.slice_items = spread(len(self.train_slice), len(self.dev))
+            self.slice_items = evenly_spaced(len(self.train_slice), len(self.dev))
         else:
             self.train_index = list(range(len(self.train)))[: limit or None]
             self.lengths = [self.train.num_frames[i] for i in self.train_index]
             self.num_utts = self.num_items = len(self.train_index)
             self.dropped = 0
             self.train_slice = self.train
-            self.slice_items = [self.train_index[i] for i in spread(len(self.train_index), len(self.dev))]
+            self.slice_items = [self.train_index[i] for i in evenly_spaced(len(self.train_index), len(self.dev))]
 
     def sampler(self, per_learner_batch: int, learners: int, seed: int):
         """The run's batches: per learner `per_learner_batch` utterances (length-bucketed) or samples."""
@@ -274,7 +274,7 @@ class SweepData:
         return total / max(count, 1)
 
 
-def spread(total: int, wanted: int) -> list[int]:
+def evenly_spaced(total: int, wanted: int) -> list[int]:
     """`wanted` positions of range(total), evenly spaced (all of them if fewer)."""
     step = max(1, total // max(wanted, 1))
     return list(range(0, total, step))[:wanted]
