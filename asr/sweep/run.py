@@ -360,6 +360,11 @@ def train_run(
     (asr/sweep/diagnose: the learners' average against the learners); with `noise` a baseline
     run records the gradient noise scale at its weights after every epoch."""
     start = time.monotonic()
+    if noise is not None and settings.algorithm == BASELINE and noise.big > data.num_items:
+        raise InputError(
+            f"sweep.noise_batches: a big batch of {noise.big} needs that many training items; there are "
+            f"{data.num_items}: give smaller noise_batches, or sweep.noise_rounds=0"
+        )
     torch.manual_seed(settings.init_seed)
     model = build_model(OmegaConf.create(settings.model), data.train.feat_dim, data.objective.num_outputs)
     model.to(data.device)

@@ -151,6 +151,13 @@ def test_the_baseline_measures_the_noise_scale_and_every_run_scores_a_training_s
     assert regime["lr_schedule"] == "linear warm-up over 0.5 epoch, then x0.5 per epoch"
 
 
+def test_a_noise_batch_larger_than_the_training_set_is_named_before_training(root):
+    cfg = toy_config(root, [*SWEEP, "sweep.noise_batches=[4,80]", f"sweep.out_dir={root / 'noise'}"])
+    with pytest.raises(InputError, match=r"sweep.noise_batches: a big batch of 80 needs .* there are 40"):
+        run_sweep(cfg)
+    assert not (root / "noise" / "sweep.json").exists()  # no run was trained
+
+
 def test_the_table_and_the_figure(swept):
     cfg, result = swept
     out = Path(cfg.sweep.out_dir)
