@@ -48,7 +48,8 @@ import torch
 from asr.data.audio import RecordingCache, cut_segment
 from asr.data.datadir import DataDir, read_data_dir, write_data_dir
 from asr.features.logmel.extract import compute_features, extract_set
-from asr.features.logmel.fbank import INT16_SCALE, FbankOptions
+from asr.features.logmel.fbank import INT16_SCALE
+from asr.features.logmel.options import FbankOptions
 from asr.features.featureset import FeatureReader
 from asr.features.fmllr.recipe import adapt_set, ensure_model
 from asr.features.ivector.recipe import ensure_extractor, extract_ivector_set

@@ -14,6 +14,9 @@
 `FeatureReader` reads one set's matrices, deltas appended and CMVN applied (the statistics are
 those of the matrices with their deltas); a matrix with NaN/inf values is refused
 (NonFiniteFeatures) naming the utterance. `FeatureWriter` writes them.
+
+Torch is imported where a tensor is made: the GMM stages read numpy matrices
+(`FeatureReader.matrix`) and their processes start without it (its import costs 1.5 s of CPU).
 """
 
 from __future__ import annotations
@@ -23,13 +26,11 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import kaldiio
 import numpy as np
-import torch
 from kaldiio.compression_header import GlobalHeader, PerColHeader
-from torch import Tensor
 
 from asr.features.cmvn import CmvnApplier
 from asr.features.deltas import add_deltas, delta_opts, delta_scales
@@ -37,6 +38,9 @@ from asr.kaldi import commands
 from asr.kaldi.table import c_sort_key, read_table
 from asr.utils.errors import InputError, error_detail
 from asr.utils.record import record_path, verify
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 log = logging.getLogger(__name__)
 
@@ -213,10 +217,14 @@ class FeatureReader:
 
     def __call__(self, utt: str, index: int = 0) -> Tensor:
         """`index`: the utterance's place in its dataset, which seeds its augmentation."""
-        feats = checked_features(
+        feats = as_tensor(self.matrix(utt))
+        return self.augment(feats, index) if self.augment is not None else feats
+
+    def matrix(self, utt: str) -> np.ndarray:
+        """The utterance's matrix as `self(utt)` returns it without augmentation, in numpy."""
+        return checked_features(
             self.set_dir, utt, self.layout, lambda: self.feats[utt], lambda mat: self.cmvn(utt, mat)
         )
-        return self.augment(feats, index) if self.augment is not None else feats
 
     def rows(self, utt: str, start: int, stop: int) -> Tensor:
         """Rows [start, stop) of what `self(utt)` returns (no augmentation), decoding only those
@@ -227,7 +235,7 @@ class FeatureReader:
         first, last = max(0, start - reach), min(self.num_frames[utt], stop + reach)
         keep = slice(start - first, stop - first)
         read = lambda: self._rows_reader.read(self.feats, utt, first, last)  # noqa: E731
-        return checked_features(self.set_dir, utt, self.layout, read, lambda mat: self.cmvn(utt, mat[keep]))
+        return as_tensor(checked_features(self.set_dir, utt, self.layout, read, lambda mat: self.cmvn(utt, mat[keep])))
 
     def samples(self, utts: Sequence[str], starts: Sequence[int], length: int) -> Tensor:
         """(B, length, D): rows [start, start + length) of each utterance, equal to `rows`'s, for
@@ -261,7 +269,7 @@ class FeatureReader:
                     out[i] = self.rows(
                         utts[i], starts[i], starts[i] + length
                     ).numpy()  # raises, naming the utterance and the cause
-        return torch.from_numpy(out)
+        return as_tensor(out)
 
     def _expanded(self, stored: np.ndarray, reach: int, length: int) -> np.ndarray:
         """The samples' rows (reach trimmed) with their deltas appended, computed as add_deltas
@@ -387,7 +395,7 @@ def checked_features(
     layout: FeatureLayout,
     read: Callable[[], np.ndarray],
     normalise: Callable[[np.ndarray], np.ndarray],
-) -> Tensor:
+) -> np.ndarray:
     """One utterance's matrix from `read()`, deltas appended and normalised: an unreadable ark,
     a matrix of another width than the layout stores, or NaN/inf after normalisation is an
     InputError naming the utterance."""
@@ -410,4 +418,11 @@ def checked_features(
             f"{set_dir / 'feats.scp'}: utterance {utt!r}: NaN/inf values in {where}; remove it "
             "from the data dir, or make the features again (the features stage skips such utterances)"
         )
-    return torch.from_numpy(normalised)
+    return normalised
+
+
+def as_tensor(matrix: np.ndarray) -> Tensor:
+    """The matrix as a tensor sharing its memory."""
+    import torch  # here, not above: see the module's docstring
+
+    return torch.from_numpy(matrix)

@@ -4,14 +4,9 @@ Kaldi's `steps/train_lda_mllt.sh` splices frames (+-3), projects them with LDA w
 are the tied states of a forced alignment, and then estimates MLLT (a semi-tied covariance,
 Gales 1999) so diagonal Gaussians fit the projected features. Without alignments the
 classes here are the components of a UBM trained on the unspliced frames, with soft
-(posterior) class membership; everything else is as in Kaldi:
-
-  LDA   W maximises between-class over within-class scatter: the top generalised
-        eigenvectors of (S_b, S_w), scaled so the within-class covariance becomes the
-        identity (est-lda);
-  MLLT  T maximises beta log|det T| - 1/2 sum_i t_i G_i t_i^T with
-        G_i = sum_tm gamma_tm / var_mi (z_t - mu_m)(z_t - mu_m)^T, one row at a time
-        (MlltAccs::Update), alternated with EM on the GMM in the rotated space.
+(posterior) class membership; everything else is as in Kaldi (the estimators, from their
+statistics: asr/features/lda_mllt_update.py), MLLT alternated with EM on the GMM in the
+rotated space.
 
 The front end is the single matrix T_mllt @ W_lda (d x spliced dim), saved as a Kaldi matrix
 (`final.mat`, what `transform-feats` applies after `splice-feats`).
@@ -24,82 +19,44 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 import numpy as np
-import scipy.linalg
 import torch
 from torch import Tensor
 
 from asr.features import gmm as gmm_lib
 from asr.features.gmm import CHUNK_FRAMES, OUTER_PRODUCT_CHUNK, DiagGmm, GmmStats
+from asr.features.lda_mllt_update import LdaStats, MlltStats, estimate_lda, update_mllt
 from asr.utils.memory import release_freed_memory
 
 log = logging.getLogger("asr.features")
 
-RIDGE = 1e-6  # relative regularisation of the within-class scatter (spliced features are nearly collinear)
-
 
 # --------------------------------------------------------------------------- LDA
-
-
-@dataclass
-class LdaStats:
-    occupancy: Tensor  # (M,) soft class counts
-    first: Tensor  # (M, K) class sums
-    scatter: Tensor  # (K, K) sum of x x^T over all frames
-    total: Tensor  # (K,) sum of x
-
-    @classmethod
-    def zeros(cls, classes: int, dim: int, like: Tensor) -> "LdaStats":
-        return cls(like.new_zeros(classes), like.new_zeros(classes, dim), like.new_zeros(dim, dim), like.new_zeros(dim))
-
-    def add(self, posteriors: Tensor, x: Tensor) -> None:
-        self.occupancy += posteriors.sum(dim=0)
-        self.first += posteriors.T @ x
-        self.scatter += x.T @ x
-        self.total += x.sum(dim=0)
 
 
 def accumulate_lda(class_posteriors: Tensor, x: Tensor, stats: LdaStats | None = None) -> LdaStats:
     """Add frames `x` (T, K) with soft class memberships (T, M) to the statistics (float64),
     OUTER_PRODUCT_CHUNK frames at a time: float64 copies of a whole block of spliced frames and
     their posteriors took 140 MB at the peak of the fMLLR model's training."""
-    if stats is None:
-        like = torch.zeros((), dtype=torch.float64, device=class_posteriors.device)
-        stats = LdaStats.zeros(class_posteriors.shape[1], x.shape[1], like)
+    classes, dim = class_posteriors.shape[1], x.shape[1]
+    sums = [
+        class_posteriors.new_zeros(shape, dtype=torch.float64)
+        for shape in ((classes,), (classes, dim), (dim, dim), (dim,))
+    ]
     for posteriors, frames in zip(class_posteriors.split(OUTER_PRODUCT_CHUNK), x.split(OUTER_PRODUCT_CHUNK)):
         posteriors = posteriors.double()
-        stats.add(posteriors, frames.to(posteriors))
+        frames = frames.to(posteriors)
+        for total, part in zip(
+            sums, (posteriors.sum(dim=0), posteriors.T @ frames, frames.T @ frames, frames.sum(dim=0))
+        ):
+            total += part
+    added = LdaStats(*(total.cpu().numpy() for total in sums))
+    if stats is None:
+        return added
+    stats.add(added)
     return stats
 
 
-def scatter_matrices(stats: LdaStats) -> tuple[np.ndarray, np.ndarray]:
-    """Within- and between-class covariances (K, K), each divided by the frame count."""
-    count = float(stats.occupancy.sum())
-    used = stats.occupancy > 0
-    class_means = stats.first[used] / stats.occupancy[used, None]
-    explained = (class_means.T * stats.occupancy[used]) @ class_means  # sum_m n_m mu_m mu_m^T
-    mean = stats.total / count
-    within = (stats.scatter - explained) / count
-    between = explained / count - torch.outer(mean, mean)
-    return within.cpu().double().numpy(), between.cpu().double().numpy()
-
-
-def estimate_lda(stats: LdaStats, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """The (dim, K) LDA projection and all generalised eigenvalues (descending)."""
-    within, between = scatter_matrices(stats)
-    within = 0.5 * (within + within.T) + RIDGE * np.trace(within) / len(within) * np.eye(len(within))
-    between = 0.5 * (between + between.T)
-    values, vectors = scipy.linalg.eigh(between, within)  # vectors^T within vectors = I
-    order = np.argsort(values)[::-1]
-    return vectors[:, order[:dim]].T.copy(), values[order]
-
-
 # -------------------------------------------------------------------------- MLLT
-
-
-@dataclass
-class MlltStats:
-    beta: float
-    G: np.ndarray  # (d, d, d)
 
 
 def accumulate_mllt(gmm: DiagGmm, z: Tensor) -> tuple[MlltStats, GmmStats]:
@@ -124,28 +81,6 @@ def accumulate_mllt(gmm: DiagGmm, z: Tensor) -> tuple[MlltStats, GmmStats]:
     cross = torch.einsum("mi,mj,mk->ijk", inv_vars, F, mu)
     G += -cross - cross.transpose(1, 2) + torch.einsum("mi,m,mj,mk->ijk", inv_vars, n, mu, mu)
     return MlltStats(float(n.sum()), G.cpu().numpy()), stats
-
-
-def mllt_aux(transform: np.ndarray, stats: MlltStats) -> float:
-    return stats.beta * float(np.linalg.slogdet(transform)[1]) - 0.5 * float(
-        np.einsum("ij,ijk,ik->", transform, stats.G, transform)
-    )
-
-
-def update_mllt(stats: MlltStats, passes: int = 10, trace: list[float] | None = None) -> np.ndarray:
-    """The MLLT matrix (d, d) from the identity: row i = sqrt(beta / (c G_i^-1 c^T)) c G_i^-1
-    with c the i-th cofactor row (the fMLLR update without offset and linear term)."""
-    d = stats.G.shape[0]
-    inv_G = np.linalg.inv(stats.G)
-    transform = np.eye(d)
-    for _ in range(passes):
-        for row in range(d):
-            cofactor = np.linalg.inv(transform)[:, row]
-            direction = inv_G[row] @ cofactor
-            transform[row] = np.sqrt(stats.beta / (cofactor @ direction)) * direction
-            if trace is not None:
-                trace.append(mllt_aux(transform, stats))
-    return transform
 
 
 # --------------------------------------------------------------------- front end

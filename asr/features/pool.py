@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import multiprocessing
-import os
 import queue as queue_module
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable
@@ -19,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from asr.utils.memory import freeze_imports
+from asr.utils.threads import one_blas_thread_in_children
 
 _progress_queue: Any = None
 
@@ -29,26 +29,6 @@ def _init_worker(progress_queue: Any, work_module: str) -> None:
     freeze_imports()
     _progress_queue = progress_queue
     torch.set_num_threads(1)  # the jobs are the parallelism; threads would oversubscribe the cores
-
-
-BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-@contextlib.contextmanager
-def one_blas_thread_in_children():
-    """Worker processes spawned meanwhile load numpy's BLAS with one thread: the jobs are the
-    parallelism, and BLAS threads of their own spin on a busy machine (a 170 x 280 by 280 x 40
-    product took 7 ms with numpy's default threads on 2 loaded cores, 0.7 ms with one)."""
-    saved = {name: os.environ.get(name) for name in BLAS_THREAD_VARIABLES}
-    os.environ.update({name: "1" for name in BLAS_THREAD_VARIABLES})
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _run_part_in_worker(work: Callable[[Any, Callable[[], None]], Any], task: Any) -> Any:

@@ -20,7 +20,7 @@ from typing import Any
 
 from asr.features.logmel.extract import extract_features
 from asr.features.summary import SetSummary
-from asr.features.logmel.fbank import FbankOptions
+from asr.features.logmel.options import FbankOptions
 from asr.features.fmllr.recipe import feature_dim as fmllr_feature_dim
 from asr.features.fmllr.recipe import make_fmllr_features
 from asr.features.ivector.recipe import make_ivector_features

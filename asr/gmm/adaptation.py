@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
+import scipy.sparse
 
-from asr.features.fmllr.transform import (
+from asr.features.fmllr.update import (
     MIN_COUNT,
     PASSES,
     TOLERANCE,
@@ -31,7 +31,7 @@ from asr.features.fmllr.transform import (
     identity_transform,
     update_transform,
 )
-from asr.features.lda_mllt import LdaStats, MlltStats
+from asr.features.lda_mllt_update import LdaStats, MlltStats
 from asr.gmm.stats import FrameWeights, ModelArrays, Stats
 
 OUTER_CHUNK = 8192  # frames whose outer products are formed at once ((d+1)(d+2)/2 floats each)
@@ -67,24 +67,25 @@ def weighted_outer_sum(weights: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 def add_lda_frames(stats: LdaStats | None, classes: np.ndarray, x: np.ndarray, num_classes: int) -> LdaStats:
     """acc-lda with hard classes (silence frames already left out): `x` (T, K) spliced frames."""
-    frames = torch.as_tensor(np.asarray(x, np.float64))
+    frames = np.asarray(x, np.float64)
     if stats is None:
-        stats = LdaStats.zeros(num_classes, frames.shape[1], frames.new_zeros(()))
-    index = torch.as_tensor(classes, dtype=torch.long)
-    stats.occupancy.index_add_(0, index, frames.new_ones(len(index)))
-    stats.first.index_add_(0, index, frames)
+        stats = LdaStats.zeros(num_classes, frames.shape[1])
+    classes = np.asarray(classes, np.int64)
+    # each class's frames summed as one sparse (classes x frames) product: O(T K), unlike np.add.at
+    membership = scipy.sparse.csr_matrix(
+        (np.ones(len(classes)), (classes, np.arange(len(classes)))), shape=(num_classes, len(classes))
+    )
+    stats.occupancy += np.bincount(classes, minlength=num_classes)
+    stats.first += membership @ frames
     stats.scatter += frames.T @ frames
-    stats.total += frames.sum(dim=0)
+    stats.total += frames.sum(axis=0)
     return stats
 
 
 def merge_lda(parts: list[LdaStats]) -> LdaStats:
     total = parts[0]
     for part in parts[1:]:
-        total.occupancy += part.occupancy
-        total.first += part.first
-        total.scatter += part.scatter
-        total.total += part.total
+        total.add(part)
     return total
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from asr.data.datadir import read_data_dir
 from asr.data.synth.phones import LAUGHTER, NOISE
-from asr.features.logmel.fbank import FbankOptions
+from asr.features.logmel.options import FbankOptions
 from asr.train.phone_ali import FrameLabeller, phone_inventory
 
 # the corpus' names of its spliced-in sounds -> the lexicon's phones for them (Kaldi's swbd lang)

@@ -97,7 +97,7 @@ class GmmFeatures:
         self.dim = num_ceps if front_end == "mfcc" else self.reader.feat_dim
 
     def statics(self, utt: str) -> np.ndarray:
-        feats = self.reader(utt).numpy()
+        feats = self.reader.matrix(utt)
         return cepstra(feats, self.num_ceps, self.lifter) if self.front_end == "mfcc" else feats
 
 

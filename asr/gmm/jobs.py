@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from asr.utils.atomic import atomic_path
 from asr.utils.errors import InputError
+from asr.utils.threads import BLAS_THREAD_VARIABLES, one_blas_thread_in_children
 
 log = logging.getLogger("asr.gmm")
 
@@ -49,8 +50,6 @@ class Jobs:
 
     def __enter__(self) -> "Jobs":
         if self.nj > 1:
-            from asr.features.pool import one_blas_thread_in_children  # here: `--help` imports no torch
-
             self._stack.enter_context(one_blas_thread_in_children())
             context = multiprocessing.get_context("spawn")
             self.pool = self._stack.enter_context(ProcessPoolExecutor(self.nj, mp_context=context))
@@ -110,8 +109,6 @@ def make_jobs(gmm: Any, work_root: Path):
 
 def task_script(run_dir: Path) -> Path:
     """The array task: this interpreter, here, one BLAS thread, the task named by the array index."""
-    from asr.features.pool import BLAS_THREAD_VARIABLES  # here: `--help` imports no torch
-
     script = run_dir / "task.sh"
     threads = " ".join(f"{name}=1" for name in BLAS_THREAD_VARIABLES)
     script.write_text(

@@ -28,7 +28,7 @@ from typing import Any
 import kaldi_hmm_gmm as khg
 import numpy as np
 
-from asr.features.lda_mllt import estimate_lda, mllt_aux, update_mllt
+from asr.features.lda_mllt_update import estimate_lda, mllt_aux, update_mllt
 from asr.gmm.adaptation import estimate_transforms, merge_lda, mllt_stats
 from asr.gmm.frontend import Projection
 from asr.gmm.shares import LdaSpec, share_lda_stats, share_utterances

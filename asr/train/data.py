@@ -120,12 +120,14 @@ class CtcDataset(Dataset):
 
     def features(self, index: int) -> Tensor:
         row = int(self.rows[index])
-        feats = checked_features(
-            self.set_dir,
-            self.index.utt(row),
-            self.layout,
-            lambda: self.index.features(row),
-            lambda mat: self._normalise(row, mat),
+        feats = torch.from_numpy(
+            checked_features(
+                self.set_dir,
+                self.index.utt(row),
+                self.layout,
+                lambda: self.index.features(row),
+                lambda mat: self._normalise(row, mat),
+            )
         )
         return self.augment(feats, index) if self.augment is not None else feats
 

@@ -37,20 +37,18 @@ import re
 import sys
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import numpy as np
 
 from asr.data.datadir import read_data_dir
 from asr.data.synth.phones import SILENCE, SUFFIX, Timeline, read_phone_lines, read_timeline, side_phone_path
+from asr.features.logmel.options import FbankOptions, num_frames
 from asr.kaldi.table import c_sort_key
 from asr.kaldi.alignments import write_int_vector_archive
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
 from asr.utils.record import why_rerun, write_record
-
-if TYPE_CHECKING:
-    from asr.features.logmel.fbank import FbankOptions
 
 log = logging.getLogger("asr.train.phone_ali")
 
@@ -116,8 +114,6 @@ class FrameLabeller:
         the samples [round(start * rate), round(end * rate)), as asr.data.audio reads them."""
         rate, length, shift = self.opts.sample_frequency, self.opts.window_length, self.opts.window_shift
         first = int(round(start * rate))
-        from asr.features.logmel.fbank import num_frames  # here: --help answers without importing torch
-
         count = num_frames(int(round(end * rate)) - first, self.opts)
         centre = length / 2 if self.opts.snip_edges else shift / 2
         return (first + np.arange(count) * shift + centre) / rate
@@ -195,8 +191,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--snip-edges", type=_bool, help="as features.snip_edges (default: Kaldi's, true)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
-    from asr.features.logmel.fbank import FbankOptions  # here, not above: --help answers without importing torch
-
     framing = {
         "frame_length_ms": args.frame_length_ms,
         "frame_shift_ms": args.frame_shift_ms,

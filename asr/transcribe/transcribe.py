@@ -41,7 +41,7 @@ from asr.decode.output import timed_words
 from asr.decode.search import ParallelBeamSearch, beam_options, beam_search, beam_spec, greedy_search
 from asr.features import cmvn
 from asr.features.logmel.extract import compute_features
-from asr.features.logmel.fbank import FbankOptions
+from asr.features.logmel.options import FbankOptions
 from asr.features.featureset import KALDI_AUTOMATIC_COMPRESSION, FeatureLayout, feature_set_dir
 from asr.models.checkpoint import CheckpointDir, load_checkpoint
 from asr.text.tokenizer import Tokenizer, tokenizer_model_path

@@ -69,7 +69,7 @@ def run_stage(
 
 
 def fbank_options():
-    from asr.features.logmel.fbank import FbankOptions
+    from asr.features.logmel.options import FbankOptions
 
     return FbankOptions.from_config(load_config(["features=logmel40"]).features)
 

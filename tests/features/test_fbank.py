@@ -15,7 +15,8 @@ kaldi_native_fbank = pytest.importorskip("kaldi_native_fbank")
 
 from asr.features.config import FeaturesConfig  # noqa: E402
 from asr.features.logmel import fbank as fbank_module  # noqa: E402
-from asr.features.logmel.fbank import INT16_SCALE, FbankOptions, fbank, fbank_batch, num_frames  # noqa: E402
+from asr.features.logmel.fbank import INT16_SCALE, fbank, fbank_batch  # noqa: E402
+from asr.features.logmel.options import FbankOptions, num_frames  # noqa: E402
 from asr.utils.errors import InputError  # noqa: E402
 
 TOLERANCE = 1e-3  # the same numbers as compute-fbank-feats within 1e-3

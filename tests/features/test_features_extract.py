@@ -12,7 +12,8 @@ import soundfile as sf
 
 from asr.data.datadir import DataDir, read_data_dir, swbd_utt_id, write_data_dir
 from asr.features.logmel.extract import compute_features, extract_set, plan_recordings, split_into_parts
-from asr.features.logmel.fbank import FbankOptions, fbank
+from asr.features.logmel.fbank import fbank
+from asr.features.logmel.options import FbankOptions
 from asr.kaldi.segments import Segment
 from asr.utils.errors import InputError
 

@@ -6,24 +6,11 @@ import scipy.optimize
 import scipy.stats
 import torch
 
-from asr.features.fmllr.transform import (
-    accumulate,
-    aux_function,
-    estimate_fmllr,
-    identity_transform,
-    transform_frames,
-    update_transform,
-)
+from asr.features.fmllr.transform import accumulate, estimate_fmllr, transform_frames
+from asr.features.fmllr.update import aux_function, identity_transform, update_transform
 from asr.features.gmm import CHUNK_FRAMES, DiagGmm, accumulate as gmm_accumulate, train_gmm
-from asr.features.lda_mllt import (
-    accumulate_lda,
-    accumulate_mllt,
-    estimate_lda,
-    mllt_aux,
-    project,
-    train_front_end,
-    update_mllt,
-)
+from asr.features.lda_mllt import accumulate_lda, accumulate_mllt, project, train_front_end
+from asr.features.lda_mllt_update import estimate_lda, mllt_aux, update_mllt
 
 
 class Mixture:

@@ -13,7 +13,7 @@ import torch
 from asr.config import load_config
 from asr.features.deltas import add_deltas
 from asr.features.logmel.extract import extract_set
-from asr.features.logmel.fbank import FbankOptions
+from asr.features.logmel.options import FbankOptions
 from asr.features.featureset import FeatureReader
 from asr.features.fmllr.transform import transform_frames
 from asr.features.gmm import DiagGmm

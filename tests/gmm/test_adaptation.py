@@ -6,9 +6,10 @@ import numpy as np
 import scipy.linalg
 import torch
 
-from asr.features.fmllr.transform import accumulate as ubm_fmllr_accumulate, identity_transform
+from asr.features.fmllr.transform import accumulate as ubm_fmllr_accumulate
+from asr.features.fmllr.update import identity_transform
 from asr.features.gmm import DiagGmm
-from asr.features.lda_mllt import estimate_lda, mllt_aux, update_mllt
+from asr.features.lda_mllt_update import estimate_lda, mllt_aux, update_mllt
 from asr.gmm.adaptation import (
     MlltAccs,
     add_lda_frames,

@@ -18,7 +18,8 @@ from asr.data.datadir import read_data_dir, write_data_dir
 from asr.data.perturb import speed_perturb
 from asr.data.prepare import prepare_data
 from asr.data.synth.corpus import synthesize_corpus
-from asr.features.logmel.fbank import FbankOptions, fbank
+from asr.features.logmel.fbank import fbank
+from asr.features.logmel.options import FbankOptions
 from asr.kaldi.segments import Segment
 from asr.kaldi.alignments import AlignmentArchives, read_int_vectors
 from asr.train.phone_ali import (

@@ -54,7 +54,7 @@ import torch
 from asr.features import cmvn
 from asr.features.pool import run_parts, single_thread
 from asr.features.summary import SetSummary, log_summary
-from asr.features.logmel.fbank import FbankOptions
+from asr.features.logmel.options import FbankOptions
 from asr.features.featureset import FeatureLayout, FeatureWriter, LoadDeltas, non_finite_problem
 from asr.features.fmllr.transform import FmllrResult, transform_frames
 from asr.features.fmllr.model import (

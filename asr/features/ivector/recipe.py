@@ -47,7 +47,7 @@ from asr.features.ivector import extractor as iv
 from asr.features.logmel.extract import extract_set
 from asr.features.pool import run_parts, single_thread
 from asr.features.summary import SetSummary, log_summary
-from asr.features.logmel.fbank import FbankOptions
+from asr.features.logmel.options import FbankOptions
 from asr.features.featureset import FeatureWriter
 from asr.features.ivector.model import IvectorModel, LogmelFrames, train_ivector_model, write_report
 from asr.features.parts import join_parts, repoint_scp

@@ -55,7 +55,8 @@ from asr.data.datadir import require_data_dir
 from asr.features import cmvn
 from asr.features.config import FeaturesConfig
 from asr.features.deltas import delta_opts
-from asr.features.logmel.fbank import FbankOptions, fbank_batch
+from asr.features.logmel.fbank import fbank_batch
+from asr.features.logmel.options import FbankOptions
 from asr.features.featureset import DELTA_COLUMNS, FeatureLayout, FeatureWriter, LoadDeltas, non_finite_problem
 from asr.features.parts import COPY_CHUNK, join_parts, merge_part_tables, merge_skipped, repoint_scp
 from asr.features.pool import run_parts
