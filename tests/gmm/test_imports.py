@@ -13,12 +13,19 @@ import asr.gmm
 # The one that makes fMLLR feature sets for the neural model (asr.features.fmllr) needs torch.
 WITH_TORCH = {"asr.gmm.adapted_features", "asr.gmm.fmllr_feats.__main__"}
 
+# Imports the modules one by one in a fresh interpreter, failing at the first that loads torch.
+PROBE = """
+import importlib, sys
+for module in sys.argv[1:]:
+    importlib.import_module(module)
+    assert "torch" not in sys.modules, module
+"""
+
 
 def test_no_gmm_stage_module_imports_torch():
     modules = [m.name for m in pkgutil.walk_packages(asr.gmm.__path__, "asr.gmm.")]
     modules += ["asr.gmm.__main__", "asr.gmm.decode.__main__"]
     modules = sorted(set(modules) - WITH_TORCH)
     assert "asr.gmm.stage" in modules and "asr.gmm.transformed" in modules
-    probe = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n    assert 'torch' not in sys.modules, m"
-    done = subprocess.run([sys.executable, "-c", probe, *modules], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", PROBE, *modules], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
