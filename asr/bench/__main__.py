@@ -16,6 +16,7 @@ BENCHMARKS = {
     "exchange": "asr.bench.exchange",
     "gmm": "asr.bench.gmm",
     "model": "asr.bench.model_step",
+    "sweep_nodes": "asr.bench.sweep_nodes",
 }
 
 

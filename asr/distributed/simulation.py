@@ -30,6 +30,9 @@ from asr.optim.updater import Updater, build_updater
 # loss_fn(model, shards) -> (summed loss, count) over the union of the learners' shards: the
 # loss optimised is sum / count (as asr.train.objectives' losses).
 LossFn = Callable[[nn.Module, Sequence[object]], tuple[Tensor, int]]
+# gradients_fn(models, shards per model) -> (summed loss, count) per model, each model's .grad
+# set to the gradient of its mean loss: several nodes' steps computed at once (asr/sweep/batched.py)
+GradientsFn = Callable[[Sequence[nn.Module], Sequence[Sequence[object]]], list[tuple[Tensor, int]]]
 
 
 def learners_per_node(algorithm: str, learners: int, per_node: int) -> int:
@@ -88,6 +91,13 @@ class SimNode:
         if not bool(torch.isfinite(loss_sum)):
             return StepResult(0.0, 0)
         (loss_sum / max(count, 1)).backward()
+        return StepResult(float(loss_sum.detach()), count)
+
+    def computed_gradient(self, loss_sum: Tensor, count: int) -> StepResult:
+        """A gradient a GradientsFn set on the model (none if the loss is not finite)."""
+        if not bool(torch.isfinite(loss_sum)):
+            self.updater.optimizer.zero_grad(set_to_none=True)
+            return StepResult(0.0, 0)
         return StepResult(float(loss_sum.detach()), count)
 
     def take_pending(self) -> Tensor:

@@ -39,7 +39,14 @@ from typing import Callable, Sequence
 import numpy as np
 from torch import Tensor, nn
 
-from asr.distributed.simulation import LossFn, SimulatedNodes, average_weights, exchange_deltas
+from asr.distributed.simulation import (
+    GradientsFn,
+    LossFn,
+    SimulatedNodes,
+    StepResult,
+    average_weights,
+    exchange_deltas,
+)
 
 END, LAND, BEGIN, SERVE = 0, 1, 2, 3  # priorities of events at the same time
 
@@ -78,7 +85,8 @@ class NodeClock:
 
     steps: int = 0  # steps begun (over the whole run)
     epoch_steps: int = 0
-    shards: Sequence[object] | None = None
+    shards: Sequence[object] | None = None  # of the step in flight (None: none)
+    result: StepResult | None = None  # its gradient, when computed with other nodes' (gradients_fn)
     compute_done: bool = False
     exchanges: deque = field(default_factory=deque)  # an active's, oldest first
     waited: float = 0.0  # time spent waiting for an exchange after its compute
@@ -118,8 +126,11 @@ class TimedSimulation(SimulatedNodes):
         delay_by_one: bool = False,
         timing: Timing = Timing(),
         seed: int = 0,
+        gradients_fn: GradientsFn | None = None,
     ):
         super().__init__(model, train_cfg, algorithm, learners, per_node, topology, seed)
+        # the gradients of every step in flight at once; worth it with several nodes only
+        self.gradients_fn = gradients_fn if len(self.nodes) > 1 else None
         self.ring = self.layout.ring
         self.delay_by_one = delay_by_one and len(self.nodes) > 1
         speeds = timing.speeds or (1.0,) * learners
@@ -188,6 +199,7 @@ class TimedSimulation(SimulatedNodes):
         self._claimed += 1
         clock = self.clocks[node]
         clock.shards = [self._batches[t][i] for i in members]
+        clock.result = None
         clock.compute_done = False
         if len(self.nodes) > 1 and self.ring.is_active(node):
             passive = self.ring.partner(node, clock.steps)
@@ -237,7 +249,13 @@ class TimedSimulation(SimulatedNodes):
         if due is not None and not due.landed:
             clock.compute_done, clock.done_at = True, self.now  # waits for the exchange (see _land)
             return
-        result = sim_node.compute_gradient(clock.shards, self._loss_fn)
+        if self.gradients_fn is None:
+            result = sim_node.compute_gradient(clock.shards, self._loss_fn)
+        else:
+            if clock.result is None:
+                self._compute_in_flight()
+            result = clock.result
+        clock.shards = None
         self._loss += result.loss
         self._count += result.count
         if due is not None:
@@ -249,6 +267,15 @@ class TimedSimulation(SimulatedNodes):
         if self._observer is not None:
             self._observer(node, clock.steps)
         self._schedule(self.now, BEGIN, node)
+
+    def _compute_in_flight(self) -> None:
+        """The gradients of every step begun and not yet computed, in one call: a node's
+        weights do not change between its step's begin and end (only its own end changes
+        them), so each is what the node's end would compute alone."""
+        nodes = [n for n, c in enumerate(self.clocks) if c.shards is not None and c.result is None]
+        results = self.gradients_fn([self.nodes[n].model for n in nodes], [self.clocks[n].shards for n in nodes])
+        for n, (loss_sum, count) in zip(nodes, results):
+            self.clocks[n].result = self.nodes[n].computed_gradient(loss_sum, count)
 
     def _drain(self) -> None:
         """The epoch end: delayed exchanges and pending averages land in the weights."""

@@ -151,6 +151,9 @@ class SweepConfig:
     # python -m asr.sweep.diagnose: which of its runs (asr/sweep/diagnose/diagnostics.py DIAGNOSTICS), by name; [] = all
     diagnostics: list = field(default_factory=list)
     diagnostic_batches: list = field(default_factory=list)  # its global batches; [] = base_batch and critical_batch
+    # A run's nodes stepped as one batched model (asr/sweep/batched.py: equal-length samples, no
+    # dropout), equal to each node alone to float round-off; false: each node alone.
+    batched_nodes: bool = False
     jobs: int = 2  # runs trained side by side, in processes of train.threads / jobs threads each
     out_dir: str = "${exp_dir}/sweep"
 

@@ -22,6 +22,7 @@ loss is not finite or above the untrained model's has diverged and stops there.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -34,6 +35,7 @@ from asr.distributed.flat import averaged_model
 from asr.distributed.timed import TimedSimulation, Timing
 from asr.models.blstm import build_model
 from asr.optim.schedule import lr_for_batch
+from asr.sweep.batched import StackedModels, batchable
 from asr.sweep.config import parse_algorithm
 from asr.sweep.noise_scale import measure as measure_noise_scale
 from asr.sweep.verdict import BASELINE
@@ -43,6 +45,8 @@ from asr.train.objectives import build_objective
 from asr.train.precision import use_ieee_fp32
 from asr.utils.device import select_device
 from asr.utils.errors import InputError
+
+log = logging.getLogger(__name__)
 
 EVAL_BATCH = 32  # utterances per held-out batch
 EVAL_SAMPLES = 512  # fixed-length samples per held-out batch
@@ -198,6 +202,7 @@ class SweepData:
         self.dev = self.objective.dataset(cfg.data.dev_set)
         limit = int(cfg.sweep.max_train_utts)
         self.chunked = bool(cfg.train.chunk_frames)
+        self.batched_nodes = bool(cfg.sweep.batched_nodes)
         if self.chunked:
             chunk, subsample = int(cfg.train.chunk_frames), int(cfg.model.subsample)
             self.train = FrameChunks(self.train, chunk, subsample, int(cfg.seed), limit)
@@ -232,19 +237,47 @@ class SweepData:
             self.lengths, per_learner_batch * max(self.lengths), per_learner_batch, seed=seed, num_replicas=learners
         )
 
+    def gradients_fn(self, model):
+        """The nodes' steps batched (sweep.batched_nodes) where the samples have one length and
+        the model allows it; else None (each node alone)."""
+        if not self.batched_nodes or not self.chunked:
+            return None
+        reason = batchable(model)
+        if reason is not None:
+            log.info("sweep.batched_nodes: each node's steps alone: %s", reason)
+            return None
+        return self.batched_gradients
+
     def set_epoch(self, epoch: int) -> None:
         if self.chunked:
             self.train.set_epoch(epoch)  # the samples' offsets this epoch
 
-    def loss(self, model, shards) -> tuple[torch.Tensor, int]:
-        """The summed loss and its count over the union of a node's shards (lists of positions)."""
+    def batch(self, shards):
+        """The union of a node's shards (lists of positions), collated on the device."""
         if self.chunked:
             batch = collate(self.train.__getitems__([int(i) for shard in shards for i in shard]))
         else:
             batch = collate([self.train[self.train_index[i]] for shard in shards for i in shard])
-        batch = batch.to(self.device)
+        return batch.to(self.device)
+
+    def loss(self, model, shards) -> tuple[torch.Tensor, int]:
+        """The summed loss and its count over the union of a node's shards."""
+        batch = self.batch(shards)
         log_probs, out_lens = model(batch.feats, batch.feat_lens)
         return self.objective.loss(log_probs, out_lens, batch)
+
+    def batched_gradients(self, models, node_shards) -> list[tuple[torch.Tensor, int]]:
+        """Several nodes' steps as one (asr/sweep/batched.py): each model's .grad set to the
+        gradient of its mean loss; their summed losses and counts."""
+        batches = [self.batch(shards) for shards in node_shards]
+        stacked = StackedModels(models)
+        log_probs, out_lens = stacked.forward(torch.stack([b.feats for b in batches]), batches[0].feat_lens)
+        results = [self.objective.loss(log_probs[n], out_lens, b) for n, b in enumerate(batches)]
+        means = [loss / max(count, 1) for loss, count in results if torch.isfinite(loss)]
+        if means:
+            torch.stack(means).sum().backward()
+        stacked.assign_gradients()
+        return results
 
     def scored_batches(self, dataset, indices: list[int]):
         if self.chunked:
@@ -290,7 +323,7 @@ def epoch_plan(sampler: BucketBatchSampler, epoch: int, learners: int, passes: i
     ]
 
 
-def simulation(settings: RunSettings, model, steps_per_epoch: int) -> TimedSimulation:
+def simulation(settings: RunSettings, model, steps_per_epoch: int, gradients_fn=None) -> TimedSimulation:
     variant = None if settings.algorithm == BASELINE else parse_algorithm(settings.algorithm)
     factor = variant.lr_factor if variant else 1.0
     train_cfg = OmegaConf.merge(
@@ -316,6 +349,7 @@ def simulation(settings: RunSettings, model, steps_per_epoch: int) -> TimedSimul
         variant.delay_by_one,
         clock,
         seed=settings.seed,
+        gradients_fn=gradients_fn,
     )
 
 
@@ -371,7 +405,7 @@ def train_run(
     untrained = data.held_out_loss(model)
     sampler = data.sampler(settings.per_learner_batch, settings.learners, settings.seed)
     steps_per_epoch = len(sampler.global_batches(0)) * settings.passes
-    sim = simulation(settings, model, steps_per_epoch)
+    sim = simulation(settings, model, steps_per_epoch, data.gradients_fn(model))
     observer = (lambda node, step: progress(1)) if progress is not None else None
     epochs, diverged = [], False
     for epoch in range(settings.epochs):

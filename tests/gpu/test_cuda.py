@@ -246,6 +246,27 @@ def test_a_sweep_run_on_the_gpu_follows_the_cpu(tmp_path, algorithm):
     assert losses["gpu"] == pytest.approx(losses["cpu"], rel=1e-4)
 
 
+@pytest.mark.parametrize("algorithm", ["adpsgd", "hadpsgd"])
+def test_the_sweeps_batched_nodes_on_the_gpu_train_what_each_node_alone_trains_on_the_cpu(tmp_path, algorithm):
+    """sweep.batched_nodes=true (asr/sweep/batched.py: one stacked model for every node's step)
+    on the GPU against the per-node loop on the CPU: the held-out loss after every epoch."""
+    from asr.sweep.run import SweepData, run_settings, train_run, with_train_config
+
+    root = write_hybrid_corpus(tmp_path / "hybrid")
+    sweep = ["sweep.learners=4", "sweep.learners_per_node=2", "sweep.base_batch=8", "sweep.global_batches=[8,16]"]
+    sweep += ["sweep.critical_batch=16", "sweep.epochs=2", "sweep.max_train_utts=0", "sweep.exchange_time=0.3"]
+    losses = {}
+    for name, device in DEVICES.items():
+        batched = f"sweep.batched_nodes={str(name == 'gpu').lower()}"
+        overrides = ["train.chunk_frames=21", "model.subsample=1", *sweep, batched, f"device={device}"]
+        cfg = with_train_config(load_config(hybrid_overrides(root, overrides)))
+        run = train_run(SweepData(cfg), run_settings(cfg, algorithm, 16, 0.1, seed=1))
+        assert not run["diverged"]
+        losses[name] = [e["held_out_loss"] for e in run["epochs_log"]]
+    print(f"held-out losses: cpu, each node alone {losses['cpu']}; gpu, batched {losses['gpu']}")
+    assert losses["gpu"] == pytest.approx(losses["cpu"], rel=1e-4)
+
+
 def test_ivector_features_on_the_gpu_are_the_cpu_ones(tmp_path):
     """The i-vector recipe end to end (UBM, extractor EM, online extraction) with its statistics
     on the GPU, over the feature tests' SPHERE corpus."""

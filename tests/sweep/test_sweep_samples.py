@@ -17,7 +17,7 @@ from tests.fixtures.hybrid_corpus import (
 
 from asr.config import load_config
 from asr.sweep.report import write_report
-from asr.sweep.run import SweepData, epoch_plan, with_train_config
+from asr.sweep.run import SweepData, epoch_plan, run_settings, train_run, with_train_config
 from asr.sweep.sweep import run_sweep
 from asr.utils.errors import InputError
 
@@ -90,6 +90,23 @@ def test_a_shard_is_samples_of_chunk_frames_with_their_targets(data, root):
     assert count == 3 * CHUNK // 2 and torch.isfinite(loss)
     held_out = data.held_out_loss(model)
     assert np.isfinite(held_out) and len(data.dev) == sum(n // CHUNK for n in data.dev.utterances.num_frames)
+
+
+@pytest.mark.parametrize("algorithm", ["adpsgd", "hadpsgd"])
+def test_a_run_with_its_nodes_batched_trains_what_each_node_alone_trains(root, data, algorithm):
+    """Speeds, jitter and an exchange time: nodes end steps at different times, so each
+    batched call holds the steps in flight, not a lockstep round."""
+    cfg = with_train_config(sweep_config(root, ["sweep.exchange_time=0.3", "sweep.speed_spread=0.3"]))
+    settings = run_settings(cfg, algorithm, 16, 0.1, seed=2)
+    runs, default = {}, data.batched_nodes
+    for batched in (False, True):
+        data.batched_nodes = batched
+        runs[batched] = train_run(data, settings)
+    data.batched_nodes = default
+    alone, together = runs[False]["epochs_log"], runs[True]["epochs_log"]
+    assert [e["steps"] for e in together] == [e["steps"] for e in alone]
+    for key in ("train_loss", "held_out_loss", "train_slice_loss", "spread"):
+        assert [e[key] for e in together] == pytest.approx([e[key] for e in alone], rel=1e-4), key
 
 
 def test_the_sweep_counts_its_batches_in_samples(root):
