@@ -106,7 +106,14 @@ def check(cfg) -> None:
         raise InputError("sweep.algorithms is empty: name at least one algorithm (ssgd, adpsgd, ...)")
     if not scfg.baseline_lrs or not scfg.critical_lrs or not scfg.global_batches:
         raise InputError("sweep.baseline_lrs, sweep.critical_lrs and sweep.global_batches each need at least one value")
-    chunked = bool(train_config(cfg).chunk_frames)  # samples: SweepData keeps a multiple of every batch of them
+    train = train_config(cfg)
+    chunked = bool(train.chunk_frames)  # samples: SweepData keeps a multiple of every batch of them
+    if chunked and train.objective != "frame_ce":
+        raise InputError(
+            f"the sweep trains frame CE on samples of sweep.train.chunk_frames={train.chunk_frames} frames, but the "
+            f"experiment's objective is {train.objective}: add experiment=hybrid_ce model.num_pdfs=N (after "
+            "./run.sh --stop-stage 2 experiment=hybrid_ce), or sweep=ctc for CTC on whole utterances"
+        )
     ragged = [b for b in sweep_batches(scfg) if scfg.max_train_utts % b]
     if scfg.max_train_utts and ragged and not chunked:
         # A partial last batch is kept by one learner and merged by many, so the epoch's batches

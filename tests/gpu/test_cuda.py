@@ -226,6 +226,11 @@ def test_frame_level_training_on_21_frame_samples_on_the_gpu_follows_the_cpu(tmp
     assert_weights_close(acc["gpu"]["model"], acc["cpu"]["model"], atol=1e-3)
 
 
+# The sweep's runs on the hybrid toy corpus: 4 learners (2 a node), batches of 8 and 16 samples
+TOY_SWEEP = ["sweep=ctc", "sweep.learners=4", "sweep.learners_per_node=2", "sweep.base_batch=8"]
+TOY_SWEEP += ["sweep.global_batches=[8,16]", "sweep.critical_batch=16", "sweep.epochs=2", "sweep.max_train_utts=0"]
+
+
 @pytest.mark.parametrize("algorithm", ["ssgd", "adpsgd", "hadpsgd"])
 def test_a_sweep_run_on_the_gpu_follows_the_cpu(tmp_path, algorithm):
     """The sweep's simulated learners (asr.sweep device=...): the same run's held-out loss after
@@ -233,8 +238,7 @@ def test_a_sweep_run_on_the_gpu_follows_the_cpu(tmp_path, algorithm):
     from asr.sweep.run import SweepData, run_settings, train_run, with_train_config
 
     root = write_hybrid_corpus(tmp_path / "hybrid")
-    sweep = ["sweep.learners=4", "sweep.learners_per_node=2", "sweep.base_batch=8", "sweep.global_batches=[8,16]"]
-    sweep += ["sweep.critical_batch=16", "sweep.epochs=2", "sweep.budget=updates", "sweep.max_train_utts=0"]
+    sweep = [*TOY_SWEEP, "sweep.budget=updates"]
     losses = {}
     for name, device in DEVICES.items():
         overrides = ["train.chunk_frames=21", "model.subsample=1", *sweep, f"device={device}"]
@@ -253,8 +257,7 @@ def test_the_sweeps_batched_nodes_on_the_gpu_train_what_each_node_alone_trains_o
     from asr.sweep.run import SweepData, run_settings, train_run, with_train_config
 
     root = write_hybrid_corpus(tmp_path / "hybrid")
-    sweep = ["sweep.learners=4", "sweep.learners_per_node=2", "sweep.base_batch=8", "sweep.global_batches=[8,16]"]
-    sweep += ["sweep.critical_batch=16", "sweep.epochs=2", "sweep.max_train_utts=0", "sweep.exchange_time=0.3"]
+    sweep = [*TOY_SWEEP, "sweep.exchange_time=0.3"]
     losses = {}
     for name, device in DEVICES.items():
         batched = f"sweep.batched_nodes={str(name == 'gpu').lower()}"

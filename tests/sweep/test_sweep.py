@@ -18,6 +18,7 @@ from tests.fixtures.toy_corpus import make_toy_experiment, toy_config
 torch.set_num_threads(1)
 ALGORITHMS = ["ssgd", "adpsgd", "adpsgd_exponential_delay_by_one", "hadpsgd_random_ring"]
 SWEEP = [
+    "sweep=ctc",  # the preset every other starts from (the default is the frames regime)
     "sweep.learners=4",
     "sweep.learners_per_node=2",
     "sweep.global_batches=[4,8]",
@@ -36,6 +37,7 @@ SWEEP = [
 # The control: at the baseline's batch SSGD is the baseline, which converges at its best lr and
 # nowhere else on this grid (lower: too slow in 6 epochs; higher: diverges or worse).
 CONTROL = [
+    "sweep=ctc",  # the preset every other starts from (the default is the frames regime)
     "sweep.learners=4",
     "sweep.global_batches=[4]",
     "sweep.base_batch=4",
@@ -260,7 +262,7 @@ def test_sweep_train_overrides_train_but_not_the_sweeps_own_settings(root):
 )
 def test_bad_values_are_refused_by_the_schema(override, message):
     with pytest.raises(InputError, match=message):
-        load_config([override])
+        load_config(["sweep=ctc", override])
 
 
 def test_a_training_subset_that_cuts_a_partial_batch_is_warned_about(caplog):
@@ -268,7 +270,7 @@ def test_a_training_subset_that_cuts_a_partial_batch_is_warned_about(caplog):
     from asr.sweep.sweep import check
 
     with caplog.at_level("WARNING"):
-        check(load_config(["sweep.max_train_utts=3072"]))
+        check(load_config(["sweep=ctc", "sweep.max_train_utts=3072"]))
         assert "not a multiple" not in caplog.text
-        check(load_config(["sweep.max_train_utts=3000"]))
+        check(load_config(["sweep=ctc", "sweep.max_train_utts=3000"]))
     assert "sweep.max_train_utts=3000 is not a multiple of the global batches [16, 32, 64, 128, 256]" in caplog.text

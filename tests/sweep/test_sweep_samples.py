@@ -24,6 +24,7 @@ from asr.utils.errors import InputError
 torch.set_num_threads(1)
 CHUNK = 8  # toy utterances have 12-90 frames; model.subsample=2 in hybrid_overrides
 SWEEP = [
+    "sweep=ctc",  # the base preset; the sweep here sets its own samples (+sweep.train.chunk_frames)
     "sweep.learners=4",
     "sweep.learners_per_node=2",
     "sweep.base_batch=8",
@@ -167,6 +168,25 @@ def test_the_figure1_preset_sees_no_sample_more_than_16_times_on_grids_1_5x_apar
     assert ratios == pytest.approx([1.5] * (len(scfg.critical_lrs) - 1))
     assert 1.6 in scfg.baseline_lrs and 1.6 * scfg.critical_batch / scfg.base_batch in scfg.critical_lrs
     assert scfg.base_batch == min(scfg.global_batches) and scfg.base_batch // scfg.learners >= 16
+
+
+def test_the_default_sweep_is_figure1s_regime_at_a_cpus_scale():
+    """conf/sweep/default.yaml: figure1's schedule and 1.5x grids on 4,096 utterances' samples,
+    12 epochs; without the frame objective it says which experiment to add."""
+    from asr.sweep.sweep import check
+
+    with pytest.raises(InputError, match="add experiment=hybrid_ce model.num_pdfs=N .* or sweep=ctc"):
+        check(load_config([]))
+    cfg = load_config(["experiment=hybrid_ce"])
+    check(cfg)
+    scfg, figure1 = cfg.sweep, load_config(["experiment=hybrid_ce", "sweep=figure1"]).sweep
+    assert scfg.budget == "epochs" and scfg.epochs == 12 and scfg.max_train_utts == 4096
+    assert scfg.train == figure1.train and scfg.warmup_epochs == figure1.warmup_epochs
+    assert list(scfg.algorithms) == ["ssgd", "adpsgd", "hadpsgd"] and scfg.learners == 16
+    for grid in (scfg.global_batches, scfg.baseline_lrs, scfg.critical_lrs):
+        steps = [b / a for a, b in zip(grid, grid[1:])]
+        assert all(s == pytest.approx(1.5) or s == pytest.approx(4 / 3) for s in steps), grid
+    assert scfg.base_batch == min(scfg.global_batches) and scfg.critical_batch in scfg.global_batches
 
 
 def test_an_updates_budget_gives_every_batch_the_baselines_updates(root):
