@@ -240,9 +240,9 @@ class SweepData:
     def gradients_fn(self, model):
         """The nodes' steps batched (sweep.batched_nodes) where the samples have one length and
         the model allows it; else None (each node alone)."""
-        if not self.batched_nodes or not self.chunked:
+        if not self.batched_nodes:
             return None
-        reason = batchable(model)
+        reason = batchable(model) if self.chunked else "whole utterances differ in length (train.chunk_frames=0)"
         if reason is not None:
             log.info("sweep.batched_nodes: each node's steps alone: %s", reason)
             return None

@@ -274,3 +274,15 @@ def test_a_training_subset_that_cuts_a_partial_batch_is_warned_about(caplog):
         assert "not a multiple" not in caplog.text
         check(load_config(["sweep=ctc", "sweep.max_train_utts=3000"]))
     assert "sweep.max_train_utts=3000 is not a multiple of the global batches [16, 32, 64, 128, 256]" in caplog.text
+
+
+def test_batched_nodes_on_whole_utterances_step_each_node_alone_and_say_why(root, caplog):
+    from asr.models.blstm import build_model
+    from asr.sweep.run import SweepData, with_train_config
+
+    cfg = with_train_config(toy_config(root, [*SWEEP, "sweep.batched_nodes=true"]))
+    data = SweepData(cfg)
+    model = build_model(cfg.model, data.train.feat_dim, data.objective.num_outputs)
+    with caplog.at_level("INFO"):
+        assert data.gradients_fn(model) is None
+    assert "each node's steps alone: whole utterances differ in length" in caplog.text
