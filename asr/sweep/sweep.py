@@ -110,9 +110,10 @@ def check(cfg) -> None:
     chunked = bool(train.chunk_frames)  # samples: SweepData keeps a multiple of every batch of them
     if chunked and train.objective != "frame_ce":
         raise InputError(
-            f"the sweep trains frame CE on samples of sweep.train.chunk_frames={train.chunk_frames} frames, but the "
-            f"experiment's objective is {train.objective}: add experiment=hybrid_ce model.num_pdfs=N (after "
-            "./run.sh --stop-stage 2 experiment=hybrid_ce), or sweep=ctc for CTC on whole utterances"
+            f"the sweep trains on samples of train.chunk_frames={train.chunk_frames} frames (its preset's or the "
+            f"experiment's), which need the frame objective, not {train.objective}: add experiment=hybrid_ce "
+            "model.num_pdfs=N (after ./run.sh --stop-stage 2 experiment=hybrid_ce), or sweep=ctc for CTC on whole "
+            "utterances"
         )
     ragged = [b for b in sweep_batches(scfg) if scfg.max_train_utts % b]
     if scfg.max_train_utts and ragged and not chunked:
