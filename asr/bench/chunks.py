@@ -24,10 +24,7 @@ Writes chunks.json and chunks.png into --out.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -39,14 +36,16 @@ import matplotlib
 import numpy as np
 import torch
 
+from asr.bench.output import machine, settings, write_report
 from asr.features.cmvn import compute_stats, write_stats
 from asr.features.featureset import FeatureReader, LoadDeltas
 from asr.models.blstm import build_model
 from asr.models.config import ModelConfig
 from asr.train.chunks import FrameChunks, SampleBatchSampler
 from asr.train.data import collate
-from asr.utils.atomic import atomic_path, write_text
+from asr.utils.atomic import atomic_path
 from asr.utils.device import select_device
+from asr.utils.log import setup_logging
 
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
@@ -260,23 +259,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=Path("exp/bench"))
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+    setup_logging("bench")
     start = time.time()
     report = run(args)
     report = {
         "benchmark": "chunks",
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "torch_threads": torch.get_num_threads(),
-        },
+        "settings": settings(args),
+        "machine": machine(torch_threads=torch.get_num_threads()),
         "seconds": round(time.time() - start, 1),
     } | report
-    write_text(args.out / "chunks.json", json.dumps(report, indent=1) + "\n")
-    plot(report, args.out / "chunks.png")
-    log.info("wrote %s and %s", args.out / "chunks.json", args.out / "chunks.png")
+    write_report(report, args.out, "chunks", plot)
     return 0
 
 

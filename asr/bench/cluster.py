@@ -65,10 +65,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
-import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -89,8 +86,9 @@ from asr.bench.cluster_report import (
     straggler_summary,
     write_outputs,
 )
-from asr.utils.atomic import write_text
+from asr.bench.output import machine, settings, write_json
 from asr.utils.errors import InputError
+from asr.utils.log import setup_logging
 
 log = logging.getLogger("asr.bench.cluster")
 
@@ -381,11 +379,11 @@ def measure(args) -> int:
     report = {
         "benchmark": "cluster",
         "format": FORMAT,
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "settings": settings(args),
+        "machine": machine(),
         "seconds": round(time.time() - start, 1),
     } | report
-    write_text(args.out / "cluster.json", json.dumps(report, indent=1) + "\n")
+    write_json(report, args.out / "cluster.json")
     png, md = write_outputs(report, args.out / "cluster.json")
     log.info("wrote %s, %s and %s", args.out / "cluster.json", png, md)
     return 0
@@ -393,7 +391,7 @@ def measure(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+    setup_logging("bench")
     try:
         if args.replot:
             png, md = write_outputs(load(args.replot), args.replot)

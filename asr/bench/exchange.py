@@ -39,7 +39,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import resource
 import socket
 import sys
@@ -48,10 +47,11 @@ from pathlib import Path
 
 import matplotlib
 
-from asr.utils.atomic import write_text
-
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
+
+from asr.bench.output import machine, settings, write_report
+from asr.utils.log import setup_logging
 
 log = logging.getLogger("asr.bench.exchange")
 
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", type=Path, help="an earlier exchange.json to draw beside this run")
     parser.add_argument("--out", type=Path, default=Path("exp/bench"))
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+    setup_logging("bench")
     compare = json.loads(args.compare.read_text()) if args.compare else None
     start = time.time()
     models = {}
@@ -252,17 +252,14 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "benchmark": "exchange",
         "label": args.label,
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "settings": settings(args),
+        "machine": machine(),
         "seconds": round(time.time() - start, 1),
         "models": models,
     }
     if compare is not None:
         report["compare"] = {k: compare[k] for k in ("label", "models") if k in compare}
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text(args.out / "exchange.json", json.dumps(report, indent=1) + "\n")
-    plot(report, args.out / "exchange.png")
-    log.info("wrote %s and %s", args.out / "exchange.json", args.out / "exchange.png")
+    write_report(report, args.out, "exchange", plot)
     return 0
 
 

@@ -47,16 +47,17 @@ import torch
 
 from asr.data.audio import RecordingCache, cut_segment
 from asr.data.datadir import DataDir, read_data_dir, write_data_dir
-from asr.features.logmel.extract import compute_features, extract_set
-from asr.features.logmel.fbank import INT16_SCALE
-from asr.features.logmel.options import FbankOptions
 from asr.features.featureset import FeatureReader
 from asr.features.fmllr.recipe import adapt_set, ensure_model
 from asr.features.ivector.recipe import ensure_extractor, extract_ivector_set
+from asr.features.logmel.extract import compute_features, extract_set
+from asr.features.logmel.fbank import INT16_SCALE
+from asr.features.logmel.options import FbankOptions
 from asr.features.recipes import feature_dim
 from asr.kaldi.segments import Segment
 from asr.utils.atomic import write_text
 from asr.utils.device import cpu_name
+from asr.utils.log import setup_logging
 
 log = logging.getLogger("asr.bench.features")
 
@@ -340,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         help="features.* overrides for every recipe (e.g. features.fmllr.*, features.ivector.*), key=value",
     )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+    setup_logging("bench")
     result = run(args.data_dir, args.minutes, args.threads, args.overrides)
     text = json.dumps(result, indent=1)
     write_text(args.out, text + "\n")

@@ -38,7 +38,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -52,7 +51,9 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from asr.utils.atomic import atomic_path, write_text  # noqa: E402
+from asr.bench.output import machine, settings, write_report
+from asr.utils.atomic import atomic_path  # noqa: E402
+from asr.utils.log import setup_logging
 
 log = logging.getLogger("asr.bench.gmm")
 
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("exp/bench"))
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every stage (key=value)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+    setup_logging("bench")
     out = args.out.resolve()
     os.chdir(args.recipe_dir)  # the stages' relative paths (data/, feats/, lang/) start there
     args.work = str(out / "gmm")
@@ -255,14 +256,12 @@ def main(argv: list[str] | None = None) -> int:
     stages = run(args, [f"features={args.features}", *args.overrides])
     report = {
         "benchmark": "gmm",
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "settings": settings(args),
+        "machine": machine(),
         "seconds": round(time.time() - started, 1),
         "stages": stages,
         "projection": projection(stages),
     }
-    write_text(out / "gmm.json", json.dumps(report, indent=1) + "\n")
-    plot(report, out / "gmm.png")
     for name, stage in stages.items():
         log.info(
             "%-11s RTF %.5f (%.1f CPU s, %.1f s wall, %.0f s of audio)",
@@ -275,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     for corpus, hours in report["projection"]["hours"].items():
         listed = ", ".join(f"{h} h on {cores} cores" for cores, h in hours.items())
         log.info("%s: the ladder's training and alignment projected to %s", corpus, listed)
-    log.info("wrote %s and %s", out / "gmm.json", out / "gmm.png")
+    write_report(report, out, "gmm", plot)
     return 0
 
 

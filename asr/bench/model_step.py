@@ -24,10 +24,7 @@ Writes model.json and model.png into --out.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -36,15 +33,17 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from asr.bench.output import machine, settings, write_report
 from asr.config import load_config
 from asr.models.blstm import build_model
 from asr.optim.updater import build_updater
 from asr.train.data import Batch
 from asr.train.objectives import frame_ce_utterance_losses
 from asr.train.precision import autocast, training_precision, use_ieee_fp32
-from asr.utils.atomic import atomic_path, write_text
+from asr.utils.atomic import atomic_path
 from asr.utils.device import cpu_name, select_device
 from asr.utils.errors import InputError
+from asr.utils.log import setup_logging
 
 log = logging.getLogger("asr.bench")
 
@@ -170,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--out", type=Path, default=Path("exp/bench"))
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+    setup_logging("bench")
     start = time.time()
     try:
         report = run(args)
@@ -179,18 +178,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     report = {
         "benchmark": "model",
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(),
-        },
+        "settings": settings(args),
+        "machine": machine(torch=torch.__version__, torch_threads=torch.get_num_threads()),
         "seconds": round(time.time() - start, 1),
     } | report
-    write_text(args.out / "model.json", json.dumps(report, indent=1) + "\n")
-    plot(report, args.out / "model.png")
-    log.info("wrote %s and %s", args.out / "model.json", args.out / "model.png")
+    write_report(report, args.out, "model", plot)
     return 0
 
 

@@ -43,7 +43,6 @@ import json
 import logging
 import math
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -58,7 +57,9 @@ import numpy as np
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from asr.utils.atomic import atomic_path, write_text  # noqa: E402
+from asr.bench.output import machine, settings, write_report
+from asr.utils.atomic import atomic_path  # noqa: E402
+from asr.utils.log import setup_logging
 
 log = logging.getLogger("asr.bench.scale")
 
@@ -354,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("exp/bench"))
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every stage (key=value)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+    setup_logging("bench")
     if len(args.sizes) < 2 or args.sizes != sorted(args.sizes):
         log.error("--sizes: give at least two sizes, smallest first (got %s)", args.sizes)
         return 2
@@ -371,15 +372,14 @@ def main(argv: list[str] | None = None) -> int:
     fits = fit(sizes)
     report = {
         "benchmark": "scale",
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "settings": settings(args),
+        "machine": machine(),
         "seconds": round(time.time() - start, 1),
         "sizes": sizes,
         "fits": fits,
         "extrapolation": extrapolate(sizes, fits, args.jobs, args.jobs_target),
     }
-    write_text(args.out / "scale.json", json.dumps(report, indent=1) + "\n")
-    plot(report, args.out / "scale.png")
+    write_report(report, args.out, "scale", plot)
     for stage, entry in fits.items():
         log.info(
             "%-32s exponent %.2f, memory %+.0f B/utterance (largest process %+.0f)",
@@ -388,5 +388,4 @@ def main(argv: list[str] | None = None) -> int:
             entry["memory_bytes_per_utterance"],
             entry["largest_process_bytes_per_utterance"],
         )
-    log.info("wrote %s and %s", args.out / "scale.json", args.out / "scale.png")
     return 0 if all(math.isfinite(e["exponent"]) for e in fits.values()) else 1

@@ -16,9 +16,7 @@ sweep_nodes.json and sweep_nodes.png into --out.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import platform
 import statistics
 import sys
 import time
@@ -29,6 +27,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
+
+from asr.bench.output import machine, write_report
+from asr.utils.log import setup_logging
 
 log = logging.getLogger("asr.bench.sweep_nodes")
 
@@ -128,7 +129,7 @@ def run(args) -> dict:
         "learners_per_node": int(cfg.sweep.learners_per_node),
         "train_samples": data.num_items,
         "model": model_config(cfg),
-        "machine": {"cpu": cpu_name(), "platform": platform.platform(), "torch_threads": torch.get_num_threads()},
+        "machine": machine(cpu=cpu_name(), torch_threads=torch.get_num_threads()),
         "points": results,
     }
 
@@ -159,15 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("exp/bench/sweep_nodes"))
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as python -m asr.sweep takes them")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
-    from asr.utils.atomic import write_text
-
+    setup_logging("bench")
     start = time.time()
     report = run(args)
     report["seconds"] = round(time.time() - start, 1)
-    write_text(args.out / "sweep_nodes.json", json.dumps(report, indent=1) + "\n")
-    plot(report, args.out / "sweep_nodes.png")
-    log.info("wrote %s and %s", args.out / "sweep_nodes.json", args.out / "sweep_nodes.png")
+    write_report(report, args.out, "sweep_nodes", plot)
     return 0
 
 
