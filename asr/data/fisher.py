@@ -31,7 +31,7 @@ from typing import Iterable, Iterator
 
 from asr.data.datadir import DataDir, StreamedDataDir, Utterance
 from asr.data.fix import AudioFit
-from asr.data.pairing import names, pair_sides
+from asr.data.pairing import fitted_sides, pair_sides
 from asr.data.swbd import sph2pipe_command
 from asr.data.text_norm import normalize_fisher_text
 from asr.kaldi.segments import Segment
@@ -215,23 +215,15 @@ def fisher_corpus(
 def _utterances(
     transcripts: dict[str, Path], sides: list[str], recordings: DataDir, max_unreadable: float
 ) -> Iterator[Utterance]:
-    dropped, silent, kept = Counter(), [], Counter()
-    fit = AudioFit(recordings.wav_scp, max_unreadable=max_unreadable)
-    for call, call_sides in groupby(sides, key=lambda side: side.rsplit("-", 1)[0]):
-        lines = read_fisher_transcript(transcripts[call], Counter())
-        for side in call_sides:
-            utterances = _side_utterances(side, (line for line in lines if line.side == side), dropped)
-            if not utterances:
-                silent.append(side)
-            for u in fit.fitted(utterances):
-                kept[side] += 1
-                yield u
-    for reason, count in sorted(dropped.items()):
-        log.info("fisher: dropped %d transcript lines: %s", count, reason)
-    if silent:
-        log.warning("fisher: skipped %d sides with nothing left after normalisation: %s", len(silent), names(silent))
-    fit.finish()
-    log.info("fisher: %d utterances from %d conversation sides", sum(kept.values()), len(kept))
+    dropped = Counter()
+
+    def per_side() -> Iterator[tuple[str, list[Utterance]]]:
+        for call, call_sides in groupby(sides, key=lambda side: side.rsplit("-", 1)[0]):
+            lines = read_fisher_transcript(transcripts[call], Counter())
+            for side in call_sides:
+                yield side, _side_utterances(side, (line for line in lines if line.side == side), dropped)
+
+    yield from fitted_sides("fisher", per_side(), dropped, AudioFit(recordings.wav_scp, max_unreadable=max_unreadable))
 
 
 def prepare_fisher(

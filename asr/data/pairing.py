@@ -11,10 +11,15 @@ refusing the corpus with the sides and the transcript files expected for them.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterable
+from collections import Counter
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from asr.kaldi.table import c_sort_key
 from asr.utils.errors import InputError
+
+if TYPE_CHECKING:
+    from asr.data.datadir import Utterance
+    from asr.data.fix import AudioFit
 
 log = logging.getLogger(__name__)
 
@@ -67,3 +72,25 @@ def pair_sides(
             "%s: skipped %d audio sides with no transcript: %s", corpus, len(no_transcript), names(no_transcript)
         )
     return transcribed & audio_sides
+
+
+def fitted_sides(
+    corpus: str, sides: Iterable[tuple[str, list[Utterance]]], dropped: Counter, fit: AudioFit
+) -> Iterator[Utterance]:
+    """Each side's utterances fitted to its audio (`fit`), in order; once all are seen, logs the
+    transcript lines `dropped` (by reason, as the sides' reader counted them), the sides left
+    with no speech, what `fit.finish` reports and how many utterances came from how many sides."""
+    silent, kept = [], Counter()
+    for side, utterances in sides:
+        if not utterances:
+            silent.append(side)
+        for utterance in fit.fitted(utterances):
+            kept[side] += 1
+            yield utterance
+    for reason, count in sorted(dropped.items()):
+        log.info("%s: dropped %d transcript lines: %s", corpus, count, reason)
+    if silent:
+        left = names(silent)
+        log.warning("%s: skipped %d sides with no speech left after normalisation: %s", corpus, len(silent), left)
+    fit.finish()
+    log.info("%s: %d utterances from %d conversation sides", corpus, sum(kept.values()), len(kept))

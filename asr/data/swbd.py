@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 
 from asr.data.datadir import DataDir, StreamedDataDir, Utterance, swbd_utt_id
 from asr.data.fix import AudioFit
-from asr.data.pairing import names, pair_sides
+from asr.data.pairing import fitted_sides, pair_sides
 from asr.data.text_norm import normalize_ms98_text
 from asr.kaldi.segments import Segment
 from asr.kaldi.table import c_sort_key
@@ -238,22 +238,13 @@ def swbd_corpus(
 def _utterances(
     files: dict[str, list[Path]], sides: list[str], recordings: DataDir, max_unreadable: float
 ) -> Iterator[Utterance]:
-    dropped, silent, kept = Counter(), [], Counter()
-    fit = AudioFit(recordings.wav_scp, max_unreadable=max_unreadable)
-    for side in sides:
-        lines = (line for path in files[side] for line in iter_ms98_transcript(path) if line.side == side)
-        utterances = _side_utterances(side, lines, dropped)
-        if not utterances:
-            silent.append(side)
-        for u in fit.fitted(utterances):
-            kept[side] += 1
-            yield u
-    for reason, count in sorted(dropped.items()):
-        log.info("dropped %d transcript lines: %s", count, reason)
-    if silent:
-        log.warning("skipped %d sides with no speech left after normalisation: %s", len(silent), names(silent))
-    fit.finish()
-    log.info("swbd: %d utterances from %d conversation sides", sum(kept.values()), len(kept))
+    dropped = Counter()
+
+    def lines(side: str) -> Iterator[TranscriptLine]:
+        return (line for path in files[side] for line in iter_ms98_transcript(path) if line.side == side)
+
+    per_side = ((side, _side_utterances(side, lines(side), dropped)) for side in sides)
+    yield from fitted_sides("swbd", per_side, dropped, AudioFit(recordings.wav_scp, max_unreadable=max_unreadable))
 
 
 def prepare_swbd(
