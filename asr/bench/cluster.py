@@ -86,9 +86,8 @@ from asr.bench.cluster_report import (
     straggler_summary,
     write_outputs,
 )
-from asr.bench.output import machine, settings, write_json
+from asr.bench.output import log_to_stderr, machine, settings, write_json
 from asr.utils.errors import InputError
-from asr.utils.log import setup_logging
 
 log = logging.getLogger("asr.bench.cluster")
 
@@ -391,7 +390,7 @@ def measure(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    setup_logging("bench")
+    log_to_stderr()
     try:
         if args.replot:
             png, md = write_outputs(load(args.replot), args.replot)

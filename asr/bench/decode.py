@@ -26,13 +26,13 @@ from pathlib import Path
 
 import torch
 
+from asr.bench.output import log_to_stderr
 from asr.config import load_config
 from asr.data.datadir import data_set_dir, read_data_dir
 from asr.decode.greedy import ctc_greedy
 from asr.decode.search import ParallelBeamSearch, beam_options, beam_spec
 from asr.text.tokenizer import BLANK_ID
 from asr.utils.atomic import write_text
-from asr.utils.log import setup_logging
 
 log = logging.getLogger("asr.bench.decode")
 
@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", default="bench_decode.json")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides naming the experiment, e.g. exp_name=base")
     args = parser.parse_args(argv)
-    setup_logging("bench")
+    log_to_stderr()
     out = Path(args.out).resolve()
     os.chdir(args.recipe_dir)  # the experiment's relative paths (data/, lang/, exp/) start there
     cfg = load_config(["decode=beam_lm", *args.overrides])

@@ -50,8 +50,7 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from asr.bench.output import machine, settings, write_report
-from asr.utils.log import setup_logging
+from asr.bench.output import log_to_stderr, machine, settings, write_report
 
 log = logging.getLogger("asr.bench.exchange")
 
@@ -242,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", type=Path, help="an earlier exchange.json to draw beside this run")
     parser.add_argument("--out", type=Path, default=Path("exp/bench"))
     args = parser.parse_args(argv)
-    setup_logging("bench")
+    log_to_stderr()
     compare = json.loads(args.compare.read_text()) if args.compare else None
     start = time.time()
     models = {}

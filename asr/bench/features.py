@@ -45,6 +45,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from asr.bench.output import log_to_stderr
 from asr.data.audio import RecordingCache, cut_segment
 from asr.data.datadir import DataDir, read_data_dir, write_data_dir
 from asr.features.featureset import FeatureReader
@@ -57,7 +58,6 @@ from asr.features.recipes import feature_dim
 from asr.kaldi.segments import Segment
 from asr.utils.atomic import write_text
 from asr.utils.device import cpu_name
-from asr.utils.log import setup_logging
 
 log = logging.getLogger("asr.bench.features")
 
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         help="features.* overrides for every recipe (e.g. features.fmllr.*, features.ivector.*), key=value",
     )
     args = parser.parse_args(argv)
-    setup_logging("bench")
+    log_to_stderr()
     result = run(args.data_dir, args.minutes, args.threads, args.overrides)
     text = json.dumps(result, indent=1)
     write_text(args.out, text + "\n")

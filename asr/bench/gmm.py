@@ -51,9 +51,8 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from asr.bench.output import machine, settings, write_report
+from asr.bench.output import log_to_stderr, machine, settings, write_report
 from asr.utils.atomic import atomic_path  # noqa: E402
-from asr.utils.log import setup_logging
 
 log = logging.getLogger("asr.bench.gmm")
 
@@ -248,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("exp/bench"))
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every stage (key=value)")
     args = parser.parse_args(argv)
-    setup_logging("bench")
+    log_to_stderr()
     out = args.out.resolve()
     os.chdir(args.recipe_dir)  # the stages' relative paths (data/, feats/, lang/) start there
     args.work = str(out / "gmm")

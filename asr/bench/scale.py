@@ -57,9 +57,8 @@ import numpy as np
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from asr.bench.output import machine, settings, write_report
+from asr.bench.output import log_to_stderr, machine, settings, write_report
 from asr.utils.atomic import atomic_path  # noqa: E402
-from asr.utils.log import setup_logging
 
 log = logging.getLogger("asr.bench.scale")
 
@@ -355,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("exp/bench"))
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every stage (key=value)")
     args = parser.parse_args(argv)
-    setup_logging("bench")
+    log_to_stderr()
     if len(args.sizes) < 2 or args.sizes != sorted(args.sizes):
         log.error("--sizes: give at least two sizes, smallest first (got %s)", args.sizes)
         return 2

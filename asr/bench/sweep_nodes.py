@@ -28,8 +28,7 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from asr.bench.output import machine, write_report
-from asr.utils.log import setup_logging
+from asr.bench.output import log_to_stderr, machine, write_report
 
 log = logging.getLogger("asr.bench.sweep_nodes")
 
@@ -160,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("exp/bench/sweep_nodes"))
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as python -m asr.sweep takes them")
     args = parser.parse_args(argv)
-    setup_logging("bench")
+    log_to_stderr()
     start = time.time()
     report = run(args)
     report["seconds"] = round(time.time() - start, 1)

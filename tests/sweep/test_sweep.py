@@ -190,6 +190,7 @@ def test_a_points_extra_seeds_count_after_the_margin_is_narrowed(root, swept, ca
     wide = run_sweep(toy_config(root, narrow + ["sweep.close_margin=10"]))
     seeds = {(p.global_batch, p.lr): p.seeds for s in wide.critical.points.values() for p in s}
     assert seeds and all(s == [1, 2, 3] for s in seeds.values())
+    caplog.clear()  # the resumed run's lines only
     with caplog.at_level("INFO"):
         again = run_sweep(toy_config(root, narrow + ["sweep.close_margin=0"]))
     assert {(p.global_batch, p.lr): p.seeds for s in again.critical.points.values() for p in s} == seeds
