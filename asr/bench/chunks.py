@@ -36,7 +36,7 @@ import matplotlib
 import numpy as np
 import torch
 
-from asr.bench.output import log_to_stderr, machine, settings, write_report
+from asr.bench.output import machine, settings, write_report
 from asr.features.cmvn import compute_stats, write_stats
 from asr.features.featureset import FeatureReader, LoadDeltas
 from asr.models.blstm import build_model
@@ -45,6 +45,7 @@ from asr.train.chunks import FrameChunks, SampleBatchSampler
 from asr.train.data import collate
 from asr.utils.atomic import atomic_path
 from asr.utils.device import select_device
+from asr.utils.log import log_to_stderr
 
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402

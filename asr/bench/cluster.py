@@ -86,8 +86,9 @@ from asr.bench.cluster_report import (
     straggler_summary,
     write_outputs,
 )
-from asr.bench.output import log_to_stderr, machine, settings, write_json
+from asr.bench.output import machine, settings, write_json
 from asr.utils.errors import InputError
+from asr.utils.log import log_to_stderr
 
 log = logging.getLogger("asr.bench.cluster")
 

@@ -26,13 +26,13 @@ from pathlib import Path
 
 import torch
 
-from asr.bench.output import log_to_stderr
 from asr.config import load_config
 from asr.data.datadir import data_set_dir, read_data_dir
 from asr.decode.greedy import ctc_greedy
 from asr.decode.search import ParallelBeamSearch, beam_options, beam_spec
 from asr.text.tokenizer import BLANK_ID
 from asr.utils.atomic import write_text
+from asr.utils.log import log_to_stderr
 
 log = logging.getLogger("asr.bench.decode")
 

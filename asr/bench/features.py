@@ -45,7 +45,6 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from asr.bench.output import log_to_stderr
 from asr.data.audio import RecordingCache, cut_segment
 from asr.data.datadir import DataDir, read_data_dir, write_data_dir
 from asr.features.featureset import FeatureReader
@@ -58,6 +57,7 @@ from asr.features.recipes import feature_dim
 from asr.kaldi.segments import Segment
 from asr.utils.atomic import write_text
 from asr.utils.device import cpu_name
+from asr.utils.log import log_to_stderr
 
 log = logging.getLogger("asr.bench.features")
 

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from asr.bench.output import log_to_stderr, machine, settings, write_report
+from asr.bench.output import machine, settings, write_report
 from asr.config import load_config
 from asr.models.blstm import build_model
 from asr.optim.updater import build_updater
@@ -43,6 +43,7 @@ from asr.train.precision import autocast, training_precision, use_ieee_fp32
 from asr.utils.atomic import atomic_path
 from asr.utils.device import cpu_name, select_device
 from asr.utils.errors import InputError
+from asr.utils.log import log_to_stderr
 
 log = logging.getLogger("asr.bench")
 

@@ -12,15 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from asr.utils.atomic import write_text
-from asr.utils.log import DATEFMT, FORMAT
 
 log = logging.getLogger(__name__)
-
-
-def log_to_stderr() -> None:
-    """INFO lines on stderr in the stages' format, unless logging is set up already (a test
-    calling a benchmark's main keeps its own handlers and levels)."""
-    logging.basicConfig(level=logging.INFO, format=FORMAT, datefmt=DATEFMT)
 
 
 def settings(args: argparse.Namespace) -> dict:

@@ -28,7 +28,8 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from asr.bench.output import log_to_stderr, machine, write_report
+from asr.bench.output import machine, write_report
+from asr.utils.log import log_to_stderr
 
 log = logging.getLogger("asr.bench.sweep_nodes")
 

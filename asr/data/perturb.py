@@ -30,6 +30,7 @@ from asr.kaldi.segments import Segment
 from asr.kaldi.table import write_table
 from asr.utils.errors import InputError
 from asr.utils.record import outputs_of, record_path, why_rerun, write_record
+from asr.utils.log import log_to_stderr
 
 log = logging.getLogger("asr.data.perturb")
 
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--factors", type=float, nargs="+", default=[0.9, 1.0, 1.1])
     parser.add_argument("--out", help="the combined data dir (default: <data_dir>_sp)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+    log_to_stderr()
     try:
         speed_perturb(args.data_dir, args.factors, args.out)
     except InputError as err:

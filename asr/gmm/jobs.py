@@ -33,6 +33,7 @@ from typing import Any, Callable
 from asr.utils.atomic import atomic_path
 from asr.utils.errors import InputError
 from asr.utils.threads import BLAS_THREAD_VARIABLES, one_blas_thread_in_children
+from asr.utils.log import log_to_stderr
 
 log = logging.getLogger("asr.gmm")
 
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("task", type=int, help="the task's index ($SLURM_ARRAY_TASK_ID)")
     args = parser.parse_args(argv)
     work, task, work_args = pickle.loads((args.run_dir / f"task.{args.task}.pkl").read_bytes())
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+    log_to_stderr()
     result = work(task, *work_args)
     with atomic_path(args.run_dir / f"result.{args.task}.pkl") as tmp:
         tmp.write_bytes(pickle.dumps(result))

@@ -49,6 +49,7 @@ from asr.kaldi.alignments import write_int_vector_archive
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
 from asr.utils.record import why_rerun, write_record
+from asr.utils.log import log_to_stderr
 
 log = logging.getLogger("asr.train.phone_ali")
 
@@ -190,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frame-shift-ms", type=float, help="as features.frame_shift_ms (default: Kaldi's)")
     parser.add_argument("--snip-edges", type=_bool, help="as features.snip_edges (default: Kaldi's, true)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+    log_to_stderr()
     framing = {
         "frame_length_ms": args.frame_length_ms,
         "frame_shift_ms": args.frame_shift_ms,

@@ -16,6 +16,13 @@ def rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
+def log_to_stderr() -> None:
+    """For a tool that is no stage (a benchmark, a cluster task): INFO lines on stderr in the
+    stages' format, unless logging is set up already (a test calling its main keeps its own
+    handlers and levels, where setup_logging would replace them)."""
+    logging.basicConfig(level=logging.INFO, format=FORMAT, datefmt=DATEFMT)
+
+
 def setup_logging(stage: str, log_dir: str | os.PathLike | None = None, level: int = logging.INFO) -> logging.Logger:
     """Console logging on every rank (rank-tagged when distributed); a file on rank 0 only."""
     root = logging.getLogger()
