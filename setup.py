@@ -34,6 +34,6 @@ setup(
     ],
     extras_require={
         # pytest-xdist: `make test` runs the suite on two workers (Makefile, CONTRIBUTING.md).
-        "dev": ["pytest>=8", "pytest-xdist>=3.8,<4", "kaldi-native-fbank>=1.20", "ruff>=0.6,<1"],
+        "dev": ["pytest>=8", "pytest-xdist>=3.8,<4", "filelock>=3", "kaldi-native-fbank>=1.20", "ruff>=0.6,<1"],
     },
 )

@@ -2,6 +2,7 @@
 order of the files on `make test`'s pytest-xdist workers (CONTRIBUTING.md)."""
 
 import os
+import shutil
 
 # Set before torch loads GNU OpenMP, which reads it once; children (stages, torchrun learners)
 # inherit it. By default an OpenMP thread that finds no work spins before it sleeps: with two
@@ -12,6 +13,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402
+from filelock import FileLock  # noqa: E402
 
 from tests.fixtures.ssgd_reference import train_ssgd_reference  # noqa: E402
 from tests.fixtures.toy_corpus import make_toy_experiment  # noqa: E402
@@ -38,7 +40,21 @@ def toy_corpus(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def ssgd_reference(toy_corpus, tmp_path_factory):
+def ssgd_reference(tmp_path_factory):
     """The exp dir of the uninterrupted SSGD run (tests/fixtures/ssgd_reference.py), trained once
-    per session for the tests that compare an interrupted run with it; read it, never write."""
-    return train_ssgd_reference(toy_corpus, tmp_path_factory.mktemp("ssgd_reference") / "exp")
+    per session for the tests that compare an interrupted run with it; read it, never write.
+    Under pytest-xdist the first worker that needs it trains it in the workers' shared temporary
+    directory, on a toy corpus of its own there (the same bytes as every worker's), and a worker
+    that needs it meanwhile waits on the lock: one torchrun job a session, not one a worker."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "ssgd_reference"
+    root.mkdir(exist_ok=True)
+    exp, done = root / "exp", root / "done"
+    with FileLock(root / "lock"):
+        if not done.exists():
+            shutil.rmtree(root / "toy", ignore_errors=True)  # what a worker that failed left
+            shutil.rmtree(exp, ignore_errors=True)
+            make_toy_experiment(root / "toy")
+            train_ssgd_reference(root / "toy", exp)
+            done.touch()
+    return exp
