@@ -52,7 +52,7 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
 from asr.bench.output import machine, settings, write_report
-from asr.utils.atomic import atomic_path  # noqa: E402
+from asr.utils.atomic import atomic_path
 from asr.utils.log import log_to_stderr
 
 log = logging.getLogger("asr.bench.gmm")

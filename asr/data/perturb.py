@@ -29,8 +29,8 @@ from asr.data.datadir import DataDir, read_data_dir, write_data_dir
 from asr.kaldi.segments import Segment
 from asr.kaldi.table import write_table
 from asr.utils.errors import InputError
-from asr.utils.record import outputs_of, record_path, why_rerun, write_record
 from asr.utils.log import log_to_stderr
+from asr.utils.record import outputs_of, record_path, why_rerun, write_record
 
 log = logging.getLogger("asr.data.perturb")
 

@@ -32,8 +32,8 @@ from typing import Any, Callable
 
 from asr.utils.atomic import atomic_path
 from asr.utils.errors import InputError
-from asr.utils.threads import BLAS_THREAD_VARIABLES, one_blas_thread_in_children
 from asr.utils.log import log_to_stderr
+from asr.utils.threads import BLAS_THREAD_VARIABLES, one_blas_thread_in_children
 
 log = logging.getLogger("asr.gmm")
 

@@ -48,8 +48,8 @@ from asr.kaldi.table import c_sort_key
 from asr.kaldi.alignments import write_int_vector_archive
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
-from asr.utils.record import why_rerun, write_record
 from asr.utils.log import log_to_stderr
+from asr.utils.record import why_rerun, write_record
 
 log = logging.getLogger("asr.train.phone_ali")
 
