@@ -95,14 +95,14 @@ def run(args) -> dict:
     import torch
 
     from asr.config import load_config
-    from asr.sweep.run import SweepData, model_config, run_settings, with_train_config
+    from asr.sweep.run import SweepData, model_config, run_settings, start_process, with_train_config
     from asr.sweep.sweep import check
     from asr.utils.device import cpu_name
 
     cfg = load_config(args.overrides)
     check(cfg)
     cfg = with_train_config(cfg)
-    torch.set_num_threads(int(cfg.train.threads))
+    start_process(int(cfg.train.threads))
     data = SweepData(cfg)
     results = []
     for n, (algorithm, batch, lr) in enumerate(points(cfg)):

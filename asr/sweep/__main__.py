@@ -6,7 +6,6 @@ import logging
 from pathlib import Path
 
 from asr.stage import stage_main
-from asr.utils.memory import freeze_imports
 
 log = logging.getLogger("asr.sweep")
 
@@ -19,14 +18,11 @@ log = logging.getLogger("asr.sweep")
     writes="sweep.out_dir/sweep.json, sweep.md, sweep.png",
 )
 def main(cfg) -> None:
-    import torch  # here, not above: --help answers without importing torch
-
-    from asr.sweep.report import write_report
+    from asr.sweep.report import write_report  # here, not above: --help answers without importing torch
+    from asr.sweep.run import start_process
     from asr.sweep.sweep import run_sweep
 
-    freeze_imports()
-
-    torch.set_num_threads(cfg.train.threads)
+    start_process(cfg.train.threads)
     result = run_sweep(cfg)
     out_dir = Path(cfg.sweep.out_dir)
     write_report(result, out_dir)

@@ -43,13 +43,24 @@ from asr.train.chunks import FrameChunks, SampleBatchSampler, check_chunking
 from asr.train.data import BucketBatchSampler, collate
 from asr.train.objectives import build_objective
 from asr.train.precision import use_ieee_fp32
-from asr.utils.device import select_device
+from asr.utils.device import flush_denormals, select_device
 from asr.utils.errors import InputError
+from asr.utils.memory import freeze_imports
 
 log = logging.getLogger(__name__)
 
 EVAL_BATCH = 32  # utterances per held-out batch
 EVAL_SAMPLES = 512  # fixed-length samples per held-out batch
+
+
+def start_process(threads: int) -> None:
+    """What a process that trains sweep runs does before torch computes anything: its imports
+    left out of the garbage collector's passes, subnormal floats flushed to zero (a run at a large
+    lr saturates the LSTM's gates, whose subnormal values the CPU computes many times slower),
+    and its number of threads."""
+    freeze_imports()
+    flush_denormals()
+    torch.set_num_threads(threads)
 
 
 @dataclass(frozen=True)

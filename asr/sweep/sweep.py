@@ -24,7 +24,6 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
@@ -39,6 +38,7 @@ from asr.sweep.run import (
     result_settings,
     run_settings,
     scaled_lr,
+    start_process,
     sweep_batches,
     train_config,
     train_run,
@@ -47,7 +47,6 @@ from asr.sweep.run import (
 from asr.sweep.verdict import BASELINE, Baseline, Measurement, Point, calibrate, close_points, converges, judge
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
-from asr.utils.memory import freeze_imports
 
 log = logging.getLogger(__name__)
 
@@ -282,8 +281,7 @@ _worker_data: SweepData | None = None
 
 def _start_worker(config: dict, threads: int) -> None:
     global _worker_data
-    freeze_imports()  # torch and this module are imported by now: the worker's lifetime objects
-    torch.set_num_threads(threads)
+    start_process(threads)  # torch and this module are imported by now: the worker's lifetime objects
     _worker_data = SweepData(OmegaConf.create(config))
 
 

@@ -128,6 +128,18 @@ def cpu_bf16_lstm() -> bool:
     return True
 
 
+def flush_denormals() -> bool:
+    """From now on, subnormal floats (below 1.2e-38 in fp32) count as zero on this process's CPU
+    (x86's flush-to-zero and denormals-are-zero modes). Returns whether the CPU has them.
+
+    An LSTM whose gates saturate (a run at a large lr) computes subnormal values, which x86 CPUs
+    handle in microcode, many times slower than normal ones; what flushing them loses is below
+    fp32's smallest normal number. Call it before torch's first parallel operation: a thread
+    takes its floating-point mode from the thread that starts it, so torch's pool keeps the mode
+    its threads started with."""
+    return torch.set_flush_denormal(True)
+
+
 def cpu_isa() -> str:
     """The instruction set ATen's CPU kernels run at (DEFAULT, AVX2, AVX512, ...), for messages."""
     return torch.backends.cpu.get_cpu_capability()

@@ -2,8 +2,10 @@
 faked, for every kind of CPU the project's machines have."""
 
 import re
+import threading
 
 import pytest
+import torch
 
 from asr.utils import device as devices
 from asr.utils.device import cpu_bf16_support, cpu_flags, onednn_isa_cap
@@ -56,3 +58,22 @@ def test_cpu_name_reads_the_first_model_name(tmp_path):
     cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9B14\nflags\t\t: avx2\n\nmodel name\t: other\n")
     assert devices.cpu_name(cpuinfo) == "AMD EPYC 9B14"
     assert devices.cpu_name(tmp_path / "missing") != ""  # the platform's name, or "unknown"
+
+
+SUBNORMAL = 1e-39  # below fp32's smallest normal number, 1.2e-38
+
+
+def test_flushed_subnormals_are_zero_in_this_thread_and_the_threads_it_starts():
+    tiny = torch.tensor([SUBNORMAL])
+    assert (tiny * 1.0).item() > 0
+    in_thread = []
+    try:
+        assert devices.flush_denormals()
+        assert (tiny * 1.0).item() == 0.0
+        started = threading.Thread(target=lambda: in_thread.append((tiny * 1.0).item()))
+        started.start()
+        started.join()
+    finally:
+        torch.set_flush_denormal(False)
+    assert in_thread == [0.0]
+    assert (tiny * 1.0).item() > 0

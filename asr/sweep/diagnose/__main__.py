@@ -6,7 +6,6 @@ import logging
 from pathlib import Path
 
 from asr.stage import stage_main
-from asr.utils.memory import freeze_imports
 
 log = logging.getLogger("asr.sweep")
 
@@ -19,12 +18,10 @@ log = logging.getLogger("asr.sweep")
     writes="sweep.out_dir/diagnostics.json, diagnostics.md",
 )
 def main(cfg) -> None:
-    import torch  # here, not above: --help answers without importing torch
+    from asr.sweep.diagnose.diagnostics import run_diagnostics  # here, not above: --help answers without torch
+    from asr.sweep.run import start_process
 
-    from asr.sweep.diagnose.diagnostics import run_diagnostics
-
-    freeze_imports()
-    torch.set_num_threads(cfg.train.threads)
+    start_process(cfg.train.threads)
     run_diagnostics(cfg)
     path = Path(cfg.sweep.out_dir) / "diagnostics.md"
     log.info("diagnostics: %s\n%s", path, path.read_text())
