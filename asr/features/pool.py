@@ -11,13 +11,13 @@ import contextlib
 import importlib
 import multiprocessing
 import queue as queue_module
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable
 
 import torch
 from tqdm import tqdm
 
 from asr.utils.memory import freeze_imports
+from asr.utils.pool import spawn_pool
 from asr.utils.threads import one_blas_thread_in_children
 
 _progress_queue: Any = None
@@ -44,13 +44,10 @@ def run_parts(
         if len(tasks) == 1:
             return [work(tasks[0], lambda: bar.update(1))]
         # spawn, not fork: forking a process whose torch thread pools are running can hang.
-        context = multiprocessing.get_context("spawn")
-        progress = context.Queue()
+        progress = multiprocessing.get_context("spawn").Queue()
         with (
             one_blas_thread_in_children(),
-            ProcessPoolExecutor(
-                len(tasks), mp_context=context, initializer=_init_worker, initargs=(progress, work.__module__)
-            ) as pool,
+            spawn_pool(len(tasks), initializer=_init_worker, initargs=(progress, work.__module__)) as pool,
         ):
             futures = [pool.submit(_run_part_in_worker, work, task) for task in tasks]
             while not all(f.done() for f in futures):

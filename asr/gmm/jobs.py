@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import multiprocessing
 import os
 import pickle
 import shlex
@@ -26,13 +25,14 @@ import shutil
 import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
 
 from asr.utils.atomic import atomic_path
 from asr.utils.errors import InputError
 from asr.utils.log import log_to_stderr
+from asr.utils.pool import spawn_pool
 from asr.utils.threads import BLAS_THREAD_VARIABLES, one_blas_thread_in_children
 
 log = logging.getLogger("asr.gmm")
@@ -52,17 +52,18 @@ class Jobs:
     def __enter__(self) -> "Jobs":
         if self.nj > 1:
             self._stack.enter_context(one_blas_thread_in_children())
-            context = multiprocessing.get_context("spawn")
-            self.pool = self._stack.enter_context(ProcessPoolExecutor(self.nj, mp_context=context))
+            self.pool = self._stack.enter_context(spawn_pool(self.nj))
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stack.close()
+        self._stack.__exit__(*exc)  # an exception reaches the pool: its workers end at once
 
     def map(self, work: Callable, tasks: list, *args) -> list:
         if self.pool is None:
             return [work(task, *args) for task in tasks]
         futures = [self.pool.submit(work, task, *args) for task in tasks]
+        for future in as_completed(futures):
+            future.result()  # the first task that fails ends the pass now, not after the others
         return [f.result() for f in futures]
 
 

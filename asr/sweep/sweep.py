@@ -19,8 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-import multiprocessing
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +46,7 @@ from asr.sweep.run import (
 from asr.sweep.verdict import BASELINE, Baseline, Measurement, Point, calibrate, close_points, converges, judge
 from asr.utils.atomic import write_text
 from asr.utils.errors import InputError
+from asr.utils.pool import spawn_pool
 
 log = logging.getLogger(__name__)
 
@@ -217,10 +217,7 @@ class Runner:
     def run_in_processes(self, todo: list[RunSettings], jobs: int) -> None:
         threads = max(1, int(self.cfg.train.threads) // jobs)
         config = OmegaConf.to_container(self.cfg, resolve=True)
-        context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch threads forked
-        with ProcessPoolExecutor(
-            jobs, mp_context=context, initializer=_start_worker, initargs=(config, threads)
-        ) as pool:
+        with spawn_pool(jobs, initializer=_start_worker, initargs=(config, threads)) as pool:
             pending = {pool.submit(_train, settings, self.learner_losses, self.noise) for settings in todo}
             with tqdm(total=len(todo), desc="sweep runs", disable=None, leave=False, dynamic_ncols=True) as bar:
                 while pending:

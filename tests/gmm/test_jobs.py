@@ -5,7 +5,7 @@ run-to-run spread of two local runs (GMM training is not bit-reproducible: two l
 in the last bits, which realignment carries on); a task that fails ends the pass naming its log."""
 
 import json
-
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,6 +22,13 @@ from tests.recipes import fake_slurm
 
 def square_plus(task: int, offset: int) -> int:
     return task * task + offset
+
+
+def sleep_or_fail(seconds: float, _: None) -> float:
+    if seconds < 0:
+        raise ValueError("a job failed")
+    time.sleep(seconds)
+    return seconds
 
 
 @pytest.fixture
@@ -48,6 +55,17 @@ def test_a_failed_task_ends_the_pass_naming_its_log(slurm, tmp_path, monkeypatch
     with SlurmJobs(tmp_path / "jobs", "gmm.t", []) as array:
         with pytest.raises(InputError, match=r"slurm job \d+_1 FAILED \(exit 1:0\); its log: .*/run000/1.log"):
             array.map(square_plus, [3, 1, 2], 10)
+
+
+def test_a_local_job_that_fails_ends_the_pass_at_once():
+    """Not after the slow job submitted before it: its worker is ended with the pass."""
+    begin = time.monotonic()
+    with pytest.raises(ValueError, match="a job failed"):
+        with Jobs(2) as jobs:
+            assert jobs.map(sleep_or_fail, [0.0, 0.1], None) == [0.0, 0.1]
+            begin = time.monotonic()
+            jobs.map(sleep_or_fail, [60.0, -1.0], None)
+    assert time.monotonic() - begin < 30  # not the 60 s of the first job
 
 
 def gmm_config(**changes) -> GmmConfig:

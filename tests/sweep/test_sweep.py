@@ -3,7 +3,13 @@ with every seed, both verdicts in JSON with every point, the mixing rates, a tab
 a re-run that trains nothing again, the same numbers from processes; and the control, an SSGD
 whose effective lr is 4x the configured one, coming out with a critical lr 4x lower."""
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +20,8 @@ from asr.sweep import run as sweep_run
 from asr.sweep.report import write_report
 from asr.sweep.sweep import run_sweep
 from asr.utils.errors import InputError
-from tests.fixtures.toy_corpus import make_toy_experiment, toy_config
+from asr.utils.stop import EXIT_PREEMPTED
+from tests.fixtures.toy_corpus import make_toy_experiment, toy_config, toy_overrides
 
 torch.set_num_threads(1)
 ALGORITHMS = ["ssgd", "adpsgd", "adpsgd_exponential_delay_by_one", "hadpsgd_random_ring"]
@@ -301,3 +308,32 @@ def test_a_process_that_trains_sweep_runs_flushes_subnormals_first(monkeypatch):
         assert torch.get_num_threads() == threads
     finally:
         torch.set_flush_denormal(False)
+
+
+@pytest.mark.slow
+def test_a_signalled_sweep_ends_its_runs_in_processes_at_once(root, tmp_path):
+    """SIGTERM while two worker processes train: the stage exits 75 within seconds. A process
+    pool's own exit would first train every run submitted (here 10,000 epochs each), then keep none."""
+    out = tmp_path / "stopped"
+    overrides = toy_overrides(root, [*SWEEP, "sweep.jobs=2", "sweep.epochs=10000", f"sweep.out_dir={out}"])
+    with open(tmp_path / "stderr", "w+") as err:
+        stage = subprocess.Popen(
+            [sys.executable, "-m", "asr.sweep", *overrides],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,  # its workers too can be ended, should it hang
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while "sweep: ssgd" not in (tmp_path / "stderr").read_text() and stage.poll() is None:
+                assert time.monotonic() < deadline, "the sweep never started its runs"
+                time.sleep(0.1)
+            time.sleep(2)  # the workers start, then train
+            stage.send_signal(signal.SIGTERM)
+            stage.wait(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(stage.pid, signal.SIGKILL)
+    log = (tmp_path / "stderr").read_text()
+    assert stage.returncode == EXIT_PREEMPTED, log[-3000:]
+    assert "stage sweep stopped by SIGTERM" in log and "Traceback" not in log
