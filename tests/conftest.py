@@ -58,3 +58,15 @@ def ssgd_reference(tmp_path_factory):
             train_ssgd_reference(root / "toy", exp)
             done.touch()
     return exp
+
+
+@pytest.fixture
+def sweep_start_in_this_process(monkeypatch):
+    """For a test that runs a sweep entry point in pytest's own process: its start
+    (asr.sweep.run.start_process) freezes no objects of the worker, and the subnormal floats it
+    flushes are not flushed any more for the tests after it."""
+    import torch
+
+    monkeypatch.setattr("asr.sweep.run.freeze_imports", lambda: None)
+    yield
+    torch.set_flush_denormal(False)

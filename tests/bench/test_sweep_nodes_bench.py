@@ -10,7 +10,11 @@ from asr.bench.sweep_nodes import main
 from tests.fixtures.hybrid_corpus import hybrid_overrides
 
 
-def test_every_decentralized_point_is_timed_both_ways_with_its_loss_difference(root, tmp_path):  # noqa: F811
+def test_every_decentralized_point_is_timed_both_ways_with_its_loss_difference(
+    root,  # noqa: F811
+    tmp_path,
+    sweep_start_in_this_process,
+):
     out = tmp_path / "bench"
     overrides = hybrid_overrides(root, [*SWEEP, "sweep.algorithms=[ssgd,adpsgd,hadpsgd]", "sweep.baseline_lrs=[0.1]"])
     assert main(["--epochs", "1", "--repeats", "2", "--out", str(out), *overrides]) == 0

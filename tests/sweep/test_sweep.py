@@ -297,17 +297,13 @@ def test_batched_nodes_on_whole_utterances_step_each_node_alone_and_say_why(root
     assert "each node's steps alone: whole utterances differ in length" in caplog.text
 
 
-def test_a_process_that_trains_sweep_runs_flushes_subnormals_first(monkeypatch):
+def test_a_process_that_trains_sweep_runs_flushes_subnormals_first(sweep_start_in_this_process):
     """A run at a large lr saturates the LSTM's gates: their subnormal values would make it many
     times slower (asr.utils.device.flush_denormals)."""
-    monkeypatch.setattr(sweep_run, "freeze_imports", lambda: None)  # the test's process keeps its collector
     threads = torch.get_num_threads()
-    try:
-        sweep_run.start_process(threads)
-        assert (torch.tensor([1e-39]) * 1.0).item() == 0.0  # below fp32's smallest normal number
-        assert torch.get_num_threads() == threads
-    finally:
-        torch.set_flush_denormal(False)
+    sweep_run.start_process(threads)
+    assert (torch.tensor([1e-39]) * 1.0).item() == 0.0  # below fp32's smallest normal number
+    assert torch.get_num_threads() == threads
 
 
 @pytest.mark.slow
