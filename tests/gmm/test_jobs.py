@@ -59,7 +59,6 @@ def test_a_failed_task_ends_the_pass_naming_its_log(slurm, tmp_path, monkeypatch
 
 def test_a_local_job_that_fails_ends_the_pass_at_once():
     """Not after the slow job submitted before it: its worker is ended with the pass."""
-    begin = time.monotonic()
     with pytest.raises(ValueError, match="a job failed"):
         with Jobs(2) as jobs:
             assert jobs.map(sleep_or_fail, [0.0, 0.1], None) == [0.0, 0.1]
