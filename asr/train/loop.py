@@ -818,7 +818,8 @@ class Trainer:
         if improved:
             self.checkpoints.copy_to(path, self.checkpoints.best)
         self.checkpoints.keep_epoch_end(path, p.epoch, self.tcfg.keep_epoch_checkpoints)
-        self.trainlog.plot()
+        if self.tcfg.plot:
+            self.trainlog.plot()
         log.info(
             "epoch %d/%d: train loss %.4f, dev loss %.4f%s%s, lr %.3g, %d steps, %.0f s%s",
             p.epoch,

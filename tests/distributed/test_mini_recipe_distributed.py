@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 # (2 learners) or 8 (4 learners) steps per epoch, every global batch full. No dropout, so
 # runs can be compared exactly; in fp32, since bf16 rounding depends on how a batch is split.
 TINY = [*TINY, "data.dev_utts=21", "train.precision=fp32"]
-PER_LEARNER = ["train.max_utts=2", "train.max_frames=20000", "model.dropout=0"]
+PER_LEARNER = ["train.max_utts=2", "train.max_frames=20000", "model.dropout=0", "train.plot=false"]
 RUNS = {
     "ssgd2": (2, ["distributed=ssgd"]),
     "hadpsgd2": (2, ["distributed=hadpsgd"]),  # one node of 2: SSGD inside it, nobody to exchange with

@@ -30,7 +30,7 @@ def trained(corpus, tmp_path_factory):
     """An uninterrupted two-epoch run: the reference the other tests compare with."""
     root = tmp_path_factory.mktemp("trained") / "toy"
     shutil.copytree(corpus, root)
-    loop.train(toy_config(root))
+    loop.train(toy_config(root, ["train.plot=true"]))
     return root
 
 
@@ -97,6 +97,12 @@ def test_final_lr_is_reached_at_the_last_update(root):
     assert rows[0].lr == pytest.approx(0.01 * 0.1 ** (rows[0].step / total))  # warm-up (2 steps) is over
     assert rows[-1].lr == pytest.approx(0.001)
     assert all(a.lr > b.lr for a, b in zip(rows, rows[1:]) if a.step < b.step)  # every update, across epochs
+
+
+def test_without_the_plot_the_log_is_written_all_the_same(root):
+    loop.train(toy_config(root, ["train.epochs=1", "train.plot=false"]))
+    assert not (root / "exp" / "loss.png").exists()  # `trained` plots: train.plot=true, the default
+    assert [r.epoch for r in TrainLog(root / "exp").rows if r.dev_loss == r.dev_loss] == [1]
 
 
 RECORD = ["train.record_utterances=true"]
