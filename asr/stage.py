@@ -37,10 +37,10 @@ from asr.utils.stop import EXIT_PREEMPTED, Preempted, Terminated, terminate_on_s
 @contextlib.contextmanager
 def mode_from_overrides():
     """Hydra 1.3's `hydra.main` composes the whole config once only to read `hydra.mode`, then
-    again to run (hydra issue #3440): about 0.4 s of CPU a stage process, hundreds of them a
-    recipe. conf/ never sets `hydra.mode`, so that first compose always answers None (a run);
-    here it is asked only when the command line sets `hydra.mode`, and None is answered
-    otherwise, which Hydra dispatches exactly as before."""
+    again to run (hydra issue #3440), and every stage process would pay for both. conf/ never
+    sets `hydra.mode`, so that first compose always answers None (a run); here it is asked only
+    when the command line sets `hydra.mode`, and None is answered otherwise, which Hydra
+    dispatches exactly as before."""
     from hydra._internal.hydra import Hydra
 
     composing = Hydra.get_mode

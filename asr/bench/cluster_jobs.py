@@ -50,7 +50,7 @@ class Launcher:
             "train.checkpoint_every_steps=1000000",
             "train.log_every_steps=1000000",
             "train.precision=fp32",
-            "train.plot=false",  # the loss curve is not what is timed, and costs a learner 1 s of CPU
+            "train.plot=false",  # the loss curve is not what is timed, and matplotlib costs every learner CPU
             "device=cpu",
             *self.overrides,
             *extra,

@@ -41,7 +41,7 @@ class TrainConfig:
     )
     log_every_steps: int = 50  # a train_log.csv row (and TensorBoard scalars) every this many steps
     tensorboard: bool = True  # <exp_dir>/tensorboard/learner-<rank>/: loss, lr, frames/s, waiting for data and others
-    # <exp_dir>/loss.png at every epoch end (matplotlib: about 1 s of CPU a run); train_log.csv always
+    # <exp_dir>/loss.png at every epoch end (it imports matplotlib); train_log.csv is written either way
     plot: bool = True
     # <exp_dir>/trained/learner-<rank>.txt: the utterances of every step (asr/train/record.py)
     record_utterances: bool = False
