@@ -26,7 +26,8 @@ after them. Each (layout, frames) is a point of the report.
 For each point (`NxL`: N hosts of L learners; 2 cores: host n on core n mod 2):
   compute_only   the same learners with distributed=none, side by side on the same cores: the
                  compute-only step time t of this layout and step size; once to set the
-                 links, then again before every repeat at each link (the runs' yardstick)
+                 links (--rates auto only), then again before every repeat at each link (the
+                 runs' yardstick)
   links          `--rates auto`: two link rates from t and the model's size P, the one-step
                  link, where an exchange of the weights (P x 32 bits) takes t, and the fast
                  link, ten times that; or the rates given, in Mbit/s (0: unlimited)
@@ -131,8 +132,9 @@ def frames_plan(values: list[str], layouts: list[str], sweep: bool) -> dict[str,
     return plan
 
 
-def link_rates(rates: list[str], params: int, compute_s: float) -> list[tuple[str, float]]:
-    """(label, Mbit/s) of the links a point is measured at."""
+def link_rates(rates: list[str], params: int, compute_s: float | None) -> list[tuple[str, float]]:
+    """(label, Mbit/s) of the links a point is measured at; `compute_s`, the calibrating step,
+    is needed only for auto."""
     if rates == ["auto"]:
         one_step = params * 32 / compute_s / 1e6
         return [("fast", one_step * FAST_LINK), ("one_step", one_step)]
@@ -160,11 +162,21 @@ class Session:
         return range(self.args.repeats)
 
 
-def measure_point(s: Session, layout: str, frames: int) -> dict:
+def calibrate(s: Session, layout: str, frames: int) -> float | None:
+    """The compute-only step that sets the links (--rates auto); None where the rates are given,
+    which need no run to set them."""
+    if s.args.rates != ["auto"]:
+        return None
     hosts, per_host = parse_layout(layout)
-    tag = f"{layout}_{frames}f"
-    calibration = mean_step(s.launcher.compute_only(f"calibrate_{tag}", hosts, per_host, frames, s.args.steps))
-    log.info("compute only, %s, %d frames: %.3f s per step (sets the links)", layout, frames, calibration)
+    name = f"calibrate_{layout}_{frames}f"
+    step = mean_step(s.launcher.compute_only(name, hosts, per_host, frames, s.args.steps))
+    log.info("compute only, %s, %d frames: %.3f s per step (sets the links)", layout, frames, step)
+    return step
+
+
+def measure_point(s: Session, layout: str, frames: int) -> dict:
+    per_host = parse_layout(layout)[1]
+    calibration = calibrate(s, layout, frames)
     rates = link_rates(s.args.rates, s.params, calibration)
     links = [measure_link(s, layout, frames, label, rate, is_fastest(rate, rates)) for label, rate in rates]
     paired = [step for link in links for step in link["compute_only"]["step_s"]["repeats"]]
@@ -174,7 +186,7 @@ def measure_point(s: Session, layout: str, frames: int) -> dict:
         "paper_step": frames == PAPER_FRAMES[min(per_host, 2)],
         "algorithm": decentralized(per_host),
         "calibration_step_s": calibration,
-        "compute_only": {"step_s": spread([calibration, *paired])},
+        "compute_only": {"step_s": spread([step for step in (calibration, *paired) if step is not None])},
         "links": links,
     }
 

@@ -134,7 +134,8 @@ def test_repeats_roles_and_the_h_adpsgd_straggler(toy_corpus, tmp_path):
     [link] = point["links"]
     compute = link["compute_only"]["step_s"]  # the repeat's own, measured before its runs
     assert len(compute["repeats"]) == 1 and compute["min"] == compute["mean"] == compute["max"]
-    assert point["compute_only"]["step_s"]["repeats"] == [point["calibration_step_s"], *compute["repeats"]]
+    # a given rate needs no calibrating run: the point's compute-only steps are the repeats' alone
+    assert point["calibration_step_s"] is None and point["compute_only"]["step_s"]["repeats"] == compute["repeats"]
     assert link["rate_mbit"] == 20 and link["weights_transfer_s"] == pytest.approx(
         report["model_parameters"] * 32 / 20e6, rel=1e-9
     )
@@ -183,6 +184,8 @@ def test_links_per_step_size_ssgd_buckets_and_replot(toy_corpus, tmp_path):
         assert (fast["link"], one_step["link"]) == ("fast", "one_step")
         # one step of this point, as its calibrating compute-only run measured it
         assert one_step["weights_transfer_s"] == pytest.approx(point["calibration_step_s"], rel=1e-9)
+        paired = [step for link in point["links"] for step in link["compute_only"]["step_s"]["repeats"]]
+        assert point["compute_only"]["step_s"]["repeats"] == [point["calibration_step_s"], *paired]
         assert fast["rate_mbit"] == pytest.approx(10 * one_step["rate_mbit"], rel=1e-9)
         assert set(fast["runs"]) == {"ssgd", DEFAULT_BUCKETS_RUN} and set(one_step["runs"]) == {"ssgd"}
         assert "exchange_s" not in fast  # --exchange-rounds 0: no exchange timed alone
