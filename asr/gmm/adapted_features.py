@@ -28,7 +28,7 @@ import numpy as np
 
 from asr.data.datadir import read_data_dir
 from asr.features.featureset import feature_set_dir, feature_set_input
-from asr.features.fmllr.recipe import FMLLR_FEATS_STAGE, system_set_dir
+from asr.features.fmllr.system import FMLLR_FEATS_STAGE, system_set_dir
 from asr.gmm.frontend import GmmFeatures, Projection
 from asr.kaldi.matrix import read_transform_ark
 from asr.kaldi.table import c_sort_key, write_table

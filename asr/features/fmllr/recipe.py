@@ -56,6 +56,7 @@ from asr.features.pool import run_parts, single_thread
 from asr.features.summary import SetSummary, log_summary
 from asr.features.logmel.options import FbankOptions
 from asr.features.featureset import FeatureLayout, FeatureWriter, LoadDeltas, non_finite_problem
+from asr.features.fmllr.system import FMLLR_FEATS_STAGE, system_set_dir
 from asr.features.fmllr.transform import FmllrResult, transform_frames
 from asr.features.fmllr.model import (
     FmllrModel,
@@ -82,7 +83,6 @@ log = logging.getLogger("asr.features")
 KINDS = ("fmllr", "fmllr_fbank", "fmllr_ivector_fbank")
 WITH_LOGMEL = ("fmllr_fbank", "fmllr_ivector_fbank")
 STORED_LAYOUT = "deltas appended on reading"  # sets that stored their deltas are made again
-FMLLR_FEATS_STAGE = "fmllr_feats"  # the stage record of a GMM system's adapted set (asr.gmm.adapted_features)
 PART_TABLES = ("utt2num_frames", "fmllr_speakers", "skipped")  # written by each part, merged in key order
 
 
@@ -130,11 +130,6 @@ def make_fmllr_features(cfg: Any) -> list[SetSummary]:
         )
         for s in sets
     ]
-
-
-def system_set_dir(system: str, set_name: str) -> Path:
-    """Where a SAT GMM-HMM system's speaker-adapted features of a set are (asr.gmm.adapted_features)."""
-    return Path(system) / "fmllr_feats" / set_name
 
 
 # ------------------------------------------------------------------------ model
