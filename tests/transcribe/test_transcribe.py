@@ -72,6 +72,7 @@ def overrides(root: Path, *extra: str) -> list[str]:
         "train.lr_decay=1.0",
         "train.threads=1",
         "train.tensorboard=false",
+        "train.plot=false",  # a loss.png drawn at each of 100 epochs, which no test here reads
         "train.checkpoint_every_steps=1000",
         "device=cpu",
         *extra,
