@@ -64,8 +64,9 @@ def _directory(nodeid: str) -> str:
 
 
 def _write_per_test(path: str) -> None:
-    """ASR_TEST_CPU_LOG=<file>: one line per test, CPU and wall seconds, for before/after comparisons."""
-    with open(path, "w") as out:
+    """ASR_TEST_CPU_LOG=<file>: one line per test, CPU and wall seconds, for before/after comparisons.
+    Appended, so that both of `make test`'s pytest runs land in the file."""
+    with open(path, "a") as out:
         for nodeid in sorted(_CPU_BY_TEST, key=_CPU_BY_TEST.get, reverse=True):
             out.write(f"{_CPU_BY_TEST[nodeid]:.2f}\t{_WALL_BY_TEST[nodeid]:.2f}\t{nodeid}\n")
 
