@@ -16,10 +16,11 @@ with the runs it has not done (a run is identified by its settings, run.RunSetti
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
-from concurrent.futures import FIRST_COMPLETED, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,11 +162,15 @@ def node_batch(settings: RunSettings) -> int:
     return settings.per_learner_batch * settings.learners_per_node
 
 
-class Runner:
-    """Trains runs (in sweep.jobs processes) and keeps sweep.json up to date."""
+class Runner(contextlib.ExitStack):
+    """Trains runs (in sweep.jobs processes) and keeps sweep.json up to date. A context: its
+    worker processes, started when a phase first needs them, serve every later phase (each
+    spends seconds importing torch and loading the data) and stop when the block ends."""
 
     def __init__(self, cfg, results_path: Path, learner_losses: bool = False, keep_earlier: bool = False):
+        super().__init__()
         self.cfg = cfg
+        self.pool: ProcessPoolExecutor | None = None
         self.results_path = results_path
         self.done: list[dict] = previous_runs(results_path)
         self.in_file = list(self.done)  # what the results file held before this run
@@ -196,13 +201,12 @@ class Runner:
         if len(todo) < len(planned):
             log.info("%d runs done already (%s)", len(planned) - len(todo), self.results_path)
         todo.sort(key=node_batch)  # the slowest first, so that the last ones finishing are short
-        jobs = min(int(self.cfg.sweep.jobs), len(todo))
-        if jobs <= 1:
+        if self.pool is None and min(int(self.cfg.sweep.jobs), len(todo)) <= 1:
             data = data if data is not None or not todo else SweepData(self.cfg)
             for settings in tqdm(todo, desc="sweep runs", disable=None, leave=False, dynamic_ncols=True):
                 self.finished(train_run(data, settings, self.step_bar(settings), self.learner_losses, self.noise))
             return
-        self.run_in_processes(todo, jobs)
+        self.run_in_processes(todo)
 
     def step_bar(self, settings: RunSettings):
         bar = tqdm(
@@ -214,17 +218,19 @@ class Runner:
         )
         return bar.update
 
-    def run_in_processes(self, todo: list[RunSettings], jobs: int) -> None:
-        threads = max(1, int(self.cfg.train.threads) // jobs)
-        config = OmegaConf.to_container(self.cfg, resolve=True)
-        with spawn_pool(jobs, initializer=_start_worker, initargs=(config, threads)) as pool:
-            pending = {pool.submit(_train, settings, self.learner_losses, self.noise) for settings in todo}
-            with tqdm(total=len(todo), desc="sweep runs", disable=None, leave=False, dynamic_ncols=True) as bar:
-                while pending:
-                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        self.finished(future.result())
-                        bar.update()
+    def run_in_processes(self, todo: list[RunSettings]) -> None:
+        if self.pool is None:
+            jobs = int(self.cfg.sweep.jobs)
+            threads = max(1, int(self.cfg.train.threads) // jobs)
+            config = OmegaConf.to_container(self.cfg, resolve=True)
+            self.pool = self.enter_context(spawn_pool(jobs, initializer=_start_worker, initargs=(config, threads)))
+        pending = {self.pool.submit(_train, settings, self.learner_losses, self.noise) for settings in todo}
+        with tqdm(total=len(todo), desc="sweep runs", disable=None, leave=False, dynamic_ncols=True) as bar:
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    self.finished(future.result())
+                    bar.update()
 
     def finished(self, result: dict) -> None:
         self.runs.append(result)
@@ -295,11 +301,15 @@ def sorted_runs(runs: list[dict]) -> list[dict]:
 def run_sweep(cfg) -> SweepResult:
     check(cfg)
     cfg = with_train_config(cfg)
+    with Runner(cfg, Path(cfg.sweep.out_dir) / "sweep.json") as runner:
+        return sweep_with(runner, cfg)
+
+
+def sweep_with(runner: Runner, cfg) -> SweepResult:
+    """The sweep's phases (the module's docstring), their runs trained by `runner`."""
     scfg = cfg.sweep
     tolerance, margin = float(scfg.tolerance), float(scfg.close_margin)
-    out_dir = Path(scfg.out_dir)
     data = SweepData(cfg) if int(scfg.jobs) <= 1 else None
-    runner = Runner(cfg, out_dir / "sweep.json")
     rates = mixing(scfg)
     log.info(
         "sweep: %s, %d learners, %d epochs, %d jobs; per-step consensus rate (second-largest eigenvalue modulus of "

@@ -18,8 +18,10 @@ import torch
 from asr.config import load_config
 from asr.sweep import run as sweep_run
 from asr.sweep.report import write_report
+from asr.sweep import sweep as sweep_module
 from asr.sweep.sweep import run_sweep
 from asr.utils.errors import InputError
+from asr.utils.pool import spawn_pool
 from asr.utils.stop import EXIT_PREEMPTED
 from tests.fixtures.toy_corpus import make_toy_experiment, toy_config, toy_overrides
 
@@ -216,14 +218,23 @@ def test_the_control_with_4x_the_effective_lr_has_a_4x_lower_critical_lr(root):
 
 
 @pytest.mark.slow
-def test_runs_in_processes_give_the_same_numbers(root, swept):
-    """Two worker processes: each run is deterministic from its settings, whichever finishes first."""
+def test_runs_in_processes_give_the_same_numbers(root, swept, monkeypatch):
+    """Two worker processes: each run is deterministic from its settings, whichever finishes first.
+    One pool serves every phase: its workers import torch and load the data once."""
     _, result = swept
     cfg = toy_config(
         root,
         SWEEP + ["sweep.jobs=2", "sweep.algorithms=[adpsgd]", "sweep.critical_lrs=[0.1]", f"sweep.out_dir={root}/jobs"],
     )
+    pools = []
+
+    def counted_pool(workers, **kwargs):
+        pools.append(workers)
+        return spawn_pool(workers, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "spawn_pool", counted_pool)
     runs = run_sweep(cfg).runs
+    assert pools == [2]
     expected = {(r["algorithm"], r["global_batch"], r["lr"], r["seed"]): r["held_out_loss"] for r in result.runs}
     assert {r["algorithm"] for r in runs} == {"baseline", "adpsgd"}
     for r in runs:

@@ -184,12 +184,12 @@ def run_diagnostics(cfg, diagnostics=DIAGNOSTICS) -> dict:
     cfg = with_train_config(cfg)
     baseline, sweep_runs = sweep_baseline(cfg)
     out_dir = Path(cfg.sweep.out_dir)
-    runner = Runner(cfg, out_dir / "diagnostics.json", learner_losses=True, keep_earlier=True)
-    # SSGD has one node (its learners' average is its model): the sweep's own runs serve
-    runner.done += [r for r in sweep_runs if r["algorithm"] == "ssgd"]
     plan = planned(cfg, baseline.best.lr, diagnostics)
-    for batch in diagnostic_batches(cfg.sweep):
-        runner.run([s for _, b, s in plan if b == batch], None)
+    with Runner(cfg, out_dir / "diagnostics.json", learner_losses=True, keep_earlier=True) as runner:
+        # SSGD has one node (its learners' average is its model): the sweep's own runs serve
+        runner.done += [r for r in sweep_runs if r["algorithm"] == "ssgd"]
+        for batch in diagnostic_batches(cfg.sweep):
+            runner.run([s for _, b, s in plan if b == batch], None)
     head = summary(cfg, baseline, plan, runner, diagnostics)
     runner.save(head)
     write_text(out_dir / "diagnostics.md", diagnostics_md(head))
