@@ -25,13 +25,20 @@ from asr.features.fmllr.recipe import feature_dim as fmllr_feature_dim
 from asr.features.fmllr.recipe import make_fmllr_features
 from asr.features.ivector.recipe import make_ivector_features
 from asr.features.kaldi_import import import_kaldi_features
+from asr.features.pool import shared_workers
 from asr.utils.errors import InputError
 
 KINDS = ("fbank", "fmllr", "fmllr_fbank", "ivector", "fmllr_ivector_fbank", "kaldi")
 
 
 def make_features(cfg: Any) -> list[SetSummary]:
-    """The features stage for every set of cfg.data."""
+    """The features stage for every set of cfg.data, its split steps on one pool of
+    features.jobs workers (asr/features/pool.py)."""
+    with shared_workers(int(cfg.features.jobs)):
+        return make_features_of_kind(cfg)
+
+
+def make_features_of_kind(cfg: Any) -> list[SetSummary]:
     kind = cfg.features.kind
     if kind == "fbank":
         return extract_features(cfg)

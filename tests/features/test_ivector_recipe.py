@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from asr.features import cmvn
+from asr.features import pool as pool_module
 from asr.features.deltas import add_deltas
 from asr.features.featureset import FeatureReader
 from asr.features.fmllr.transform import transform_frames
@@ -17,6 +18,7 @@ from asr.kaldi.matrix import read_transforms
 from asr.features.recipes import feature_dim, make_features
 from asr.kaldi.table import read_table
 from asr.utils.errors import InputError
+from asr.utils.pool import spawn_pool
 from tests.features.conftest import SETS
 from tests.features.test_recipes import SMALL_FMLLR, config, one_torch_thread  # noqa: F401 (autouse fixture)
 
@@ -272,11 +274,21 @@ def test_option_errors_name_the_option(corpus, tmp_path):
 
 
 @pytest.mark.slow
-def test_parallel_jobs_give_the_same_extractor_and_ivectors(ivector_run, tmp_path):
-    """Statistics and extraction split over two worker processes: the same model and i-vectors."""
+def test_parallel_jobs_give_the_same_extractor_and_ivectors(ivector_run, tmp_path, monkeypatch):
+    """Statistics and extraction split over two worker processes: the same model and i-vectors.
+    Every split step (the base features' sets, the statistics, each set's i-vectors) runs on
+    one pool: its workers import torch once."""
     root, _, _ = ivector_run
     (tmp_path / "data").symlink_to(root / "data")
+    pools = []
+
+    def counted_pool(workers, **kwargs):
+        pools.append(workers)
+        return spawn_pool(workers, **kwargs)
+
+    monkeypatch.setattr(pool_module, "spawn_pool", counted_pool)
     make_features(config(tmp_path, "ivector100", *SMALL_IVECTOR, "features.jobs=2"))
+    assert pools == [2]
     one, two = root / "feats" / "ivector100", tmp_path / "feats" / "ivector100"
     assert (two / "extractor" / "final.ie").read_bytes() == (one / "extractor" / "final.ie").read_bytes()
     for set_name in SETS:
