@@ -45,7 +45,7 @@ from asr.train.objectives import build_objective
 from asr.train.precision import use_ieee_fp32
 from asr.utils.device import flush_denormals, select_device
 from asr.utils.errors import InputError
-from asr.utils.memory import freeze_imports
+from asr.utils.memory import freeze_imports, import_optimizer_machinery
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,7 @@ def start_process(threads: int) -> None:
     left out of the garbage collector's passes, subnormal floats flushed to zero (a run at a large
     lr saturates the LSTM's gates, whose subnormal values the CPU computes many times slower),
     and its number of threads."""
+    import_optimizer_machinery()
     freeze_imports()
     flush_denormals()
     torch.set_num_threads(threads)

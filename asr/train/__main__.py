@@ -1,7 +1,7 @@
 """`python -m asr.train`: train the acoustic model (resumes from the newest checkpoint)."""
 
 from asr.stage import stage_main
-from asr.utils.memory import freeze_imports
+from asr.utils.memory import freeze_imports, import_optimizer_machinery
 
 
 @stage_main(
@@ -17,6 +17,7 @@ from asr.utils.memory import freeze_imports
 def main(cfg) -> None:
     from asr.train.loop import train  # here, not above: --help answers without importing torch
 
+    import_optimizer_machinery()
     freeze_imports()
 
     train(cfg)

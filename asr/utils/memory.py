@@ -14,7 +14,9 @@ again; `limit_kernel_cache` bounds it to what one step reuses across its layers.
 
 What a process imports lives as long as the process, yet Python's garbage collector walks it at
 every full collection: torch's modules are a few hundred thousand objects. `freeze_imports`,
-called once the imports are done, leaves them out (gc.freeze).
+called once the imports are done, leaves them out (gc.freeze). A process that trains imports
+torch's compiler machinery too, when it makes its optimizer: `import_optimizer_machinery` does
+that first, with the collector paused, so that it is frozen with the rest.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import gc
+import importlib
 import os
 from typing import Callable
 
@@ -68,3 +71,18 @@ def freeze_imports() -> None:
     models, process groups, threads) are collected and finalized as usual.
     """
     gc.freeze()
+
+
+def import_optimizer_machinery() -> None:
+    """Import torch._dynamo now, with the garbage collector paused, in a process about to make
+    an optimizer: constructing any torch.optim optimizer imports it (torch wraps add_param_group
+    in torch._disable_dynamo), hundreds of thousands of objects that live as long as the process
+    and that every collection during the import would walk. Call it before freeze_imports,
+    which then leaves them out of later collections too."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        importlib.import_module("torch._dynamo")
+    finally:
+        if collecting:
+            gc.enable()

@@ -95,3 +95,26 @@ def test_what_was_imported_is_frozen_and_what_comes_later_still_collected():
     before, frozen, collected = int(out[0]), int(out[1]), out[2]
     assert before == 0 and frozen > 1000  # the interpreter's and the imported modules' objects
     assert collected == "True"
+
+
+# The premise of import_optimizer_machinery: making an optimizer imports torch._dynamo. The day
+# a torch release stops doing so, the first line prints False and the helper can go.
+OPTIMIZER_IMPORTS = """
+import gc, sys
+import torch
+from asr.utils.memory import import_optimizer_machinery
+before = "torch._dynamo" in sys.modules
+torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+print(before, "torch._dynamo" in sys.modules)
+gc.disable()
+import_optimizer_machinery()
+paused_stays_paused = not gc.isenabled()
+gc.enable()
+import_optimizer_machinery()
+print(paused_stays_paused, gc.isenabled())
+"""
+
+
+def test_an_optimizer_imports_the_compiler_machinery_which_the_helper_imports_first():
+    out = subprocess.run([sys.executable, "-c", OPTIMIZER_IMPORTS], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True", "True", "True"]
