@@ -80,11 +80,11 @@ def test_fused_update_matches_the_per_tensor_loop_to_round_off(cfg):
     """build_optimizer picks torch's fused kernel on the CPU; against the reference loop
     (foreach=False), the same weights and moments after each of five updates, to float32
     round-off: the kernel orders its arithmetic differently, and each step's update (at most lr
-    in size under Adam) may differ by a few units in the last place of lr.
+    in size under Adam) may differ by a few times lr x float32's epsilon.
 
     Both take the same gradients each step. Gradients of their own would carry the round-off
     through the LSTM into the next step, where Adam, dividing by the root of a near-zero second
-    moment, blows it up to hundreds of units in lr's last place: a test of the LSTM's sensitivity,
+    moment, blows it up to hundreds of times that: a test of the LSTM's sensitivity,
     not of the kernel."""
     torch.manual_seed(0)  # weights that do not depend on which tests ran before on this worker
     models = [torch.nn.LSTM(6, 8), torch.nn.LSTM(6, 8)]
@@ -94,7 +94,7 @@ def test_fused_update_matches_the_per_tensor_loop_to_round_off(cfg):
     kind = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[cfg.optimizer]
     loop = kind(models[1].parameters(), **{**fused.defaults, "fused": None, "foreach": False})
     gen = torch.Generator().manual_seed(0)
-    ulp = torch.finfo(torch.float32).eps
+    eps = torch.finfo(torch.float32).eps
     for step in range(1, 6):
         x = torch.randn(5, 2, 6, generator=gen)
         loop.zero_grad()
@@ -104,7 +104,7 @@ def test_fused_update_matches_the_per_tensor_loop_to_round_off(cfg):
         fused.step()
         loop.step()
         for a, b in zip(models[0].parameters(), models[1].parameters()):
-            torch.testing.assert_close(a, b, rtol=1e-6, atol=8 * cfg.lr * ulp * step)
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=8 * cfg.lr * eps * step)
         for a, b in zip(optimizer_moments(fused), optimizer_moments(loop)):
             torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
 
