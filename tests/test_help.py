@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -55,20 +54,19 @@ OTHERS = [
 ASR = Path(__file__).resolve().parents[1] / "asr"
 
 # Runs each entry point's --help in one process, as `python -m` would, and reports its exit
-# status, output, time and whether torch got imported by then.
+# status, output and whether torch got imported by then.
 PROBE = r"""
-import contextlib, io, json, runpy, sys, time
+import contextlib, io, json, runpy, sys
 out = {}
 for module in sys.argv[1:]:
     sys.argv = [module, "--help"]
-    text, started, code = io.StringIO(), time.perf_counter(), 0
+    text, code = io.StringIO(), 0
     with contextlib.redirect_stdout(text):
         try:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
         except SystemExit as end:
             code = end.code or 0
-    out[module] = {"code": code, "text": text.getvalue(), "seconds": time.perf_counter() - started,
-                   "torch": "torch" in sys.modules}
+    out[module] = {"code": code, "text": text.getvalue(), "torch": "torch" in sys.modules}
 print(json.dumps(out))
 """
 
@@ -80,7 +78,6 @@ def probe(modules):
     return json.loads(done.stdout.splitlines()[-1])
 
 
-@pytest.mark.exclusive  # a 10 s bound on each --help
 def test_every_stage_help_lists_its_own_keys_without_importing_torch():
     modules = list(STAGES) + OTHERS
     results = probe(modules)
@@ -97,7 +94,6 @@ def test_every_stage_help_lists_its_own_keys_without_importing_torch():
         assert "Powered by Hydra" not in r["text"] and "== Config ==" not in r["text"], (
             module
         )  # none of Hydra's boilerplate
-        assert r["seconds"] < 10, (module, r["seconds"])
     for module in OTHERS:
         r = results[module]
         assert r["code"] == 0 and r["text"].startswith(f"usage: python -m {module}"), (module, r)
@@ -113,10 +109,8 @@ def test_comments_of_the_schema_are_shown_beside_the_values():
     assert "# Scale lr with the global batch" in line and "relative to lr_reference_frames" in line
 
 
-@pytest.mark.exclusive  # a 10 s bound on --help
 def test_help_shows_the_values_the_overrides_compose():
     env = dict(os.environ, PYTHONPATH=os.getcwd())
-    started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "asr.train", "train.epochs=7", "model=blstm", "--help"],
         capture_output=True,
@@ -126,7 +120,6 @@ def test_help_shows_the_values_the_overrides_compose():
     )
     assert done.returncode == 0
     assert "train.epochs=7" in [line.split("#")[0].strip() for line in done.stdout.splitlines()]
-    assert time.perf_counter() - started < 10
 
 
 def test_bench_help_describes_every_benchmark():
