@@ -31,17 +31,19 @@ RUN = [
 
 
 def signal_one_learner(
-    toy_corpus: Path, exp: Path, run: list[str], victim: int, after: int, nproc: int = 2, pace: str = ""
+    toy_corpus: Path, exp: Path, run: list[str], victim: int, after: int, nproc: int = 2, hold: str = ""
 ) -> str:
     """Run the job (settings `run`, `nproc` learners) with learner `victim` alone sending itself
-    SIGTERM in its batch `after` + 1 (tests/faults/signalled_train.py; `pace`: ASR_TEST_PACE, the
-    learners slowed down); every learner must exit 75. Returns its output."""
+    SIGTERM in its batch `after` + 1 (tests/faults/signalled_train.py; `hold`: ASR_TEST_HOLD, the
+    learners that wait for the signal after their first batch); every learner must exit 75.
+    Returns its output."""
     cmd = torchrun_command(
         nproc, ["tests.faults.signalled_train", *train_overrides(toy_corpus, *run, f"exp_dir={exp}")]
     )
+    sent = exp.parent / f"{exp.name}.signal-sent"
     proc = subprocess.run(
         cmd,
-        env=worker_env(ASR_TEST_SIGNAL=f"{victim}:{after}", ASR_TEST_PACE=pace),
+        env=worker_env(ASR_TEST_SIGNAL=f"{victim}:{after}", ASR_TEST_HOLD=hold, ASR_TEST_SIGNAL_SENT=str(sent)),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -73,26 +75,26 @@ def test_ssgd_one_learner_signalled_all_stop_and_the_rerun_equals_the_uninterrup
 
 
 # (learners, settings, the learner signalled, in its batch N + 1: mid-epoch, node 0's learners,
-# paced). Never learner 0's node, which evaluates at every epoch end while the other node claims
-# on, so it may train too few batches to meet the signal. Node 0 sleeps 0.5 s before each batch:
-# unpaced, a node that started first could claim nearly all of an epoch's 20 batches before the
-# signalled learner trained its few, and the stop then came at the epoch's end (nothing left).
+# held). Never learner 0's node, which evaluates at every epoch end while the other node claims
+# on, so it may train too few batches to meet the signal. Node 0 trains one batch, then waits
+# until the signal is sent: left to run, a node that started first could claim nearly all of an
+# epoch's 20 batches before the signalled learner trained its few, and the stop then came at the
+# epoch's end (nothing left).
 DECENTRALIZED = {
-    "adpsgd": (2, ["distributed=adpsgd", "train.epochs=4"], 1, 5, "0:0.5"),
-    "hadpsgd": (4, ["distributed=hadpsgd", "distributed.learners_per_node=2", "train.epochs=4"], 3, 2, "0,1:0.5"),
+    "adpsgd": (2, ["distributed=adpsgd", "train.epochs=4"], 1, 5, "0"),
+    "hadpsgd": (4, ["distributed=hadpsgd", "distributed.learners_per_node=2", "train.epochs=4"], 3, 2, "0,1"),
 }
 
 
-@pytest.mark.exclusive  # node 1 must outpace node 0 (0.5 s sleeps) to meet its signal mid-epoch
 @pytest.mark.parametrize("algorithm", sorted(DECENTRALIZED))
 def test_decentralized_one_learner_signalled_every_node_saves_and_each_utterance_is_trained_once(
     toy_corpus, tmp_path, algorithm
 ):
     """Two nodes: ADPSGD's two learners, or H-ADPSGD's two nodes of two (the signalled learner 3
     is then not its node's leader: the stop must reach its node's leader and node 0)."""
-    nproc, settings, victim, after, pace = DECENTRALIZED[algorithm]
+    nproc, settings, victim, after, hold = DECENTRALIZED[algorithm]
     exp = tmp_path / "stopped"
-    signal_one_learner(toy_corpus, exp, [*RUN, *settings], victim=victim, after=after, nproc=nproc, pace=pace)
+    signal_one_learner(toy_corpus, exp, [*RUN, *settings], victim=victim, after=after, nproc=nproc, hold=hold)
     nodes = [
         torch.load(max((exp / "checkpoints" / f"node-{n:03d}").glob("step-*.pt")), weights_only=True) for n in range(2)
     ]
