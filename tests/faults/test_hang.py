@@ -137,8 +137,9 @@ def test_the_watchdog_thread_ends_before_the_process_group_does():
 
 
 @pytest.mark.slow
-@pytest.mark.exclusive  # the limit is 10 x the slowest step, 3 s only while a step takes under 0.3 s
 def test_a_learner_hung_mid_epoch_is_named_within_seconds(toy_corpus, tmp_path):
+    """Within the rule's time: 10 x the slowest step, at least 3 s here (tests/faults/hung_train.py);
+    a loaded machine's slower steps make the limit longer, and the message says by how much."""
     overrides = train_overrides(
         toy_corpus,
         "train.max_utts=2",
@@ -161,9 +162,14 @@ def test_a_learner_hung_mid_epoch_is_named_within_seconds(toy_corpus, tmp_path):
     assert proc.returncode != 0 and time.monotonic() - started < 100, text[-4000:]
     line = next((row for row in text.splitlines() if "ERROR [rank0" in row and "got no answer" in row), None)
     assert line is not None, text[-4000:]
-    assert re.search(
-        r"learner 0: gradient all-reduce.* got no answer for \d+ s \(limit 3 s: 10 x the slowest step", line
-    ), line
+    found = re.search(
+        r"learner 0: gradient all-reduce.* got no answer for (\d+) s "
+        r"\(limit ([\d.]+) s: 10 x the slowest step \(([\d.]+) s\), at least 3 s\)",
+        line,
+    )
+    assert found, line
+    waited, limit, slowest = (float(found[i]) for i in (1, 2, 3))  # printed to 1 s, 3 digits and 0.01 s
+    assert limit == pytest.approx(max(3.0, 10 * slowest), abs=0.2) and waited >= limit - 0.5, line
     assert "learner 1 is behind (step 5, computing (not in a collective))" in line, line
 
 
