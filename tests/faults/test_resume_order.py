@@ -22,9 +22,6 @@ RUN = [
 ]
 
 
-# the active must still try an exchange after the passive's 3 s late load: a race against the
-# epoch's remaining batches that another test's load can tip (it failed once in the parallel phase)
-@pytest.mark.exclusive
 def test_no_exchange_before_the_slow_passive_has_loaded_its_checkpoint(toy_corpus, tmp_path):
     exp = tmp_path / "exp"
     args = train_overrides(toy_corpus, *RUN, f"exp_dir={exp}")
@@ -33,7 +30,8 @@ def test_no_exchange_before_the_slow_passive_has_loaded_its_checkpoint(toy_corpu
     assert all(any((exp / "checkpoints" / f"node-00{n}").glob("step-*.pt")) for n in range(2))
 
     passive = 1  # node 1 of the ring of two
-    # The rest of the epoch (16 batches): the active learner surely trains some of them.
+    # The rest of the epoch (16 batches): the passive waits after its first until it has served
+    # an exchange (tests/faults/slow_resume_train.py), so the active learner trains some of them.
     second = run_torchrun(2, ["tests.faults.slow_resume_train", *args], env={"ASR_TEST_SLOW_RESUME": str(passive)})
     assert second.returncode == 0, second.stderr[-4000:]
     assert "own start" in second.stderr
