@@ -20,7 +20,7 @@ HOLD_LIMIT_S = 120.0
 
 rank, batches = (int(x) for x in os.environ["ASR_TEST_SIGNAL"].split(":"))
 held_ranks = {int(r) for r in os.environ.get("ASR_TEST_HOLD", "").split(",") if r}
-sent = Path(os.environ.get("ASR_TEST_SIGNAL_SENT", "signal-sent"))
+sent = Path(os.environ["ASR_TEST_SIGNAL_SENT"])
 original = loop.Trainer.train_batch
 count = {"n": 0}
 
