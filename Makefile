@@ -54,11 +54,16 @@ TEST_WORKERS ?= 2
 # Exit status 5 is pytest's "no tests collected": a TESTS with no exclusive test is no failure.
 # Phase 2 collects only the files that mark a test exclusive (collecting every file costs seconds);
 # a TESTS that grep cannot read as paths (a test id) is collected whole.
+# The suite starts hundreds of Python processes (stages, learners, torchrun agents), so it turns
+# on Python's bytecode cache where the environment has turned it off (PYTHONDONTWRITEBYTECODE):
+# each module of asr/ and tests/ is then compiled once, not once a process, and pytest rewrites the
+# test modules once, not once a worker.
+CACHE_BYTECODE := PYTHONDONTWRITEBYTECODE=
 define run_tests
 status=0; \
-$(1) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m 'not exclusive' $(TESTS) || [ $$? -eq 5 ] || status=1; \
+$(CACHE_BYTECODE) $(1) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m 'not exclusive' $(TESTS) || [ $$? -eq 5 ] || status=1; \
 exclusive=$$(grep -rlE --include='*.py' 'mark\.exclusive' $(TESTS) 2>/dev/null) || exclusive="$(TESTS)"; \
-$(1) $(PY) -m pytest -q -p no:xdist -m exclusive $$exclusive || [ $$? -eq 5 ] || status=1; \
+$(CACHE_BYTECODE) $(1) $(PY) -m pytest -q -p no:xdist -m exclusive $$exclusive || [ $$? -eq 5 ] || status=1; \
 exit $$status
 endef
 
