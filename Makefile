@@ -56,8 +56,8 @@ TEST_WORKERS ?= 2
 # a TESTS that grep cannot read as paths (a test id) is collected whole.
 # The suite starts hundreds of Python processes (stages, learners, torchrun agents), so it turns
 # on Python's bytecode cache where the environment has turned it off (PYTHONDONTWRITEBYTECODE):
-# each module of asr/ and tests/ is then compiled once, not once a process, and pytest rewrites the
-# test modules once, not once a worker.
+# each module of asr/ and tests/ is then compiled once, not once a process (and a later run reuses
+# the test modules pytest rewrote).
 CACHE_BYTECODE := PYTHONDONTWRITEBYTECODE=
 define run_tests
 status=0; \
