@@ -29,6 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_TESTS = ["tests/gpu", "tests/distributed/test_exchange_cuda.py"]
+JUNIT_PRINTS = ["-o", "junit_logging=system-out"]  # each test's printed figures into the XML
 
 
 def versions() -> dict:
@@ -45,10 +46,15 @@ def versions() -> dict:
 
 
 def test_outcomes(junit: Path) -> dict:
-    """pytest's JUnit XML as counts and the names of the tests that did not pass."""
-    outcomes: dict = {"passed": 0, "failed": 0, "skipped": 0, "not_passed": []}
+    """pytest's JUnit XML as counts, the names of the tests that did not pass, each test's
+    seconds and what it printed (the figures it compared, such as the largest weight difference)."""
+    outcomes: dict = {"passed": 0, "failed": 0, "skipped": 0, "not_passed": [], "seconds": {}, "printed": {}}
     for case in ET.parse(junit).getroot().iter("testcase"):
         name = f"{case.get('classname')}::{case.get('name')}"
+        outcomes["seconds"][name] = round(float(case.get("time", 0)), 2)
+        printed = case.findtext("system-out", "").strip()
+        if printed:
+            outcomes["printed"][name] = printed.splitlines()
         if case.find("failure") is not None or case.find("error") is not None:
             outcomes["failed"] += 1
             outcomes["not_passed"].append(name)
@@ -64,7 +70,7 @@ def test_outcomes(junit: Path) -> dict:
 def run_tests(device: str, out: Path) -> dict:
     env = dict(os.environ, ASR_TEST_GPU="cpu" if device == "cpu" else "cuda")
     junit = out / "tests.xml"
-    command = [sys.executable, "-m", "pytest", "-v", "-p", "no:xdist", f"--junitxml={junit}", *GPU_TESTS]
+    command = [sys.executable, "-m", "pytest", "-v", "-p", "no:xdist", f"--junitxml={junit}", *JUNIT_PRINTS, *GPU_TESTS]
     with open(out / "tests.log", "w") as log:
         status = subprocess.run(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
     outcomes = test_outcomes(junit) if junit.is_file() else {"failed": 1, "not_passed": ["pytest wrote no report"]}

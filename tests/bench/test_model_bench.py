@@ -66,10 +66,13 @@ def test_the_gpu_check_reads_every_tests_outcome(tmp_path):
 
     junit = tmp_path / "tests.xml"
     junit.write_text(
-        '<testsuites><testsuite><testcase classname="a" name="ok"/>'
+        '<testsuites><testsuite><testcase classname="a" name="ok" time="1.234">'
+        "<system-out>largest weight difference 2e-05\nsecond line\n</system-out></testcase>"
         '<testcase classname="a" name="bad"><failure message="x"/></testcase>'
         '<testcase classname="a" name="gone"><skipped message="needs a GPU"/></testcase></testsuite></testsuites>'
     )
     outcomes = test_outcomes(junit)
     assert (outcomes["passed"], outcomes["failed"], outcomes["skipped"]) == (1, 1, 1)
     assert outcomes["not_passed"] == ["a::bad", "a::gone (skipped: needs a GPU)"]
+    assert outcomes["seconds"]["a::ok"] == 1.23
+    assert outcomes["printed"] == {"a::ok": ["largest weight difference 2e-05", "second line"]}
