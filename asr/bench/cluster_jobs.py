@@ -57,7 +57,12 @@ class Launcher:
         ]
 
     def env(self) -> dict:
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+        repo = str(Path(__file__).resolve().parents[2])
+        env = dict(
+            os.environ,
+            OMP_NUM_THREADS="1",
+            PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])),
+        )
         for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
             env.pop(key, None)
         return env

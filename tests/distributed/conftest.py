@@ -20,7 +20,10 @@ def free_port() -> int:
 
 
 def worker_env(**extra) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), **extra)
+    # the repository first, then whatever the caller's environment puts on the path (packages
+    # installed outside the interpreter's site-packages)
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path, **extra)
     env.pop("WORLD_SIZE", None)
     env.pop("RANK", None)
     return env
