@@ -63,7 +63,7 @@ def valid_frames(log_probs: Tensor, out_lens: Tensor) -> Tensor:
 
 def frame_ce_sum(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> Tensor:
     """Summed frame-level cross-entropy against the pdf targets."""
-    return F.nll_loss(valid_frames(log_probs, out_lens), batch.targets, reduction="sum")
+    return frame_ce_utterance_losses(log_probs, out_lens, batch).sum()
 
 
 def ctc_utterance_losses(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> Tensor:
@@ -80,10 +80,23 @@ def ctc_utterance_losses(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> T
 
 
 def frame_ce_utterance_losses(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> Tensor:
-    """Each utterance's summed frame cross-entropy (its frames are consecutive in the targets)."""
-    per_frame = F.nll_loss(valid_frames(log_probs, out_lens), batch.targets, reduction="none")
-    owner = torch.repeat_interleave(torch.arange(len(out_lens), device=per_frame.device), out_lens.to(per_frame.device))
-    return torch.zeros(len(out_lens), dtype=per_frame.dtype, device=per_frame.device).index_add_(0, owner, per_frame)
+    """Each utterance's summed frame cross-entropy. The concatenated targets are laid out as the
+    output frames (B, T) and gathered there, so that no shape depends on the lengths' values: on a
+    GPU a boolean mask or repeat_interleave would read them to the host, three times a step."""
+    frames = log_probs.shape[1]
+    real = torch.arange(frames, device=log_probs.device)[None, :] < out_lens[:, None]
+    per_frame = log_probs.gather(2, padded_frame_targets(batch.targets, out_lens, frames)[..., None])[..., 0]
+    return -torch.where(real, per_frame, 0).sum(1)
+
+
+def padded_frame_targets(targets: Tensor, out_lens: Tensor, frames: int) -> Tensor:
+    """(B, frames): target i of the concatenation at its utterance's row and frame, 0 in the padding."""
+    ends = out_lens.cumsum(0)
+    position = torch.arange(targets.numel(), device=targets.device)
+    owner = torch.searchsorted(ends, position, right=True)
+    frame = position - (ends - out_lens)[owner]
+    padded = torch.zeros(len(out_lens), frames, dtype=targets.dtype, device=targets.device)
+    return padded.index_put_((owner, frame), targets)
 
 
 class Objective:

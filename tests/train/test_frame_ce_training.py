@@ -32,7 +32,13 @@ from asr.optim.updater import Updater
 from asr.train import loop
 from asr.train.data import collate
 from asr.train.frame_targets import subsample_targets
-from asr.train.objectives import FrameCeObjective, build_objective, frame_ce_sum, valid_frames
+from asr.train.objectives import (
+    FrameCeObjective,
+    build_objective,
+    frame_ce_sum,
+    frame_ce_utterance_losses,
+    valid_frames,
+)
 from asr.utils.errors import InputError
 
 torch.set_num_threads(1)
@@ -87,8 +93,11 @@ def test_frame_ce_loss_is_the_mean_negative_log_posterior_of_the_targets():
     log_probs = torch.log_softmax(torch.randn(2, 3, 4), dim=-1)
     batch = collate([("a", torch.zeros(6, 1), torch.tensor([1, 2, 3])), ("b", torch.zeros(3, 1), torch.tensor([0, 1]))])
     out_lens = torch.tensor([3, 2])
-    expected = -(log_probs[0, 0, 1] + log_probs[0, 1, 2] + log_probs[0, 2, 3] + log_probs[1, 0, 0] + log_probs[1, 1, 1])
-    assert frame_ce_sum(log_probs, out_lens, batch).item() == pytest.approx(expected.item(), rel=1e-6)
+    first = -(log_probs[0, 0, 1] + log_probs[0, 1, 2] + log_probs[0, 2, 3])
+    second = -(log_probs[1, 0, 0] + log_probs[1, 1, 1])  # its third frame is padding
+    per_utterance = frame_ce_utterance_losses(log_probs, out_lens, batch)
+    assert per_utterance.tolist() == pytest.approx([first.item(), second.item()], rel=1e-6)
+    assert frame_ce_sum(log_probs, out_lens, batch).item() == pytest.approx((first + second).item(), rel=1e-6)
 
 
 # --- the train stage on files ----------------------------------------------------------------
