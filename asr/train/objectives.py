@@ -82,7 +82,7 @@ def ctc_utterance_losses(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> T
 def frame_ce_utterance_losses(log_probs: Tensor, out_lens: Tensor, batch: Batch) -> Tensor:
     """Each utterance's summed frame cross-entropy. The concatenated targets are laid out as the
     output frames (B, T) and gathered there, so that no shape depends on the lengths' values: on a
-    GPU a boolean mask or repeat_interleave would read them to the host, three times a step."""
+    GPU a boolean mask (and its backward) and repeat_interleave read them to the host, four times."""
     frames = log_probs.shape[1]
     real = torch.arange(frames, device=log_probs.device)[None, :] < out_lens[:, None]
     per_frame = log_probs.gather(2, padded_frame_targets(batch.targets, out_lens, frames)[..., None])[..., 0]
