@@ -1,8 +1,10 @@
 """Fixtures every test package may use (the corpora themselves are in tests/fixtures/), and the
 order of the files on `make test`'s pytest-xdist workers (CONTRIBUTING.md)."""
 
+import glob
 import os
 import shutil
+import tempfile
 
 # Set before torch loads GNU OpenMP, which reads it once; children (stages, torchrun learners)
 # inherit it. By default an OpenMP thread that finds no work spins before it sleeps: with two
@@ -17,6 +19,7 @@ from filelock import FileLock  # noqa: E402
 
 from tests.fixtures.ssgd_reference import train_ssgd_reference  # noqa: E402
 from tests.fixtures.toy_corpus import make_toy_experiment  # noqa: E402
+from tests.warm_python.client import placement, stop_servers  # noqa: E402
 
 pytest_plugins = ["tests.cpu_report"]
 
@@ -29,6 +32,25 @@ def pytest_collection_modifyitems(items):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         slow_files = {item.path for item in items if item.get_closest_marker("slow")}
         items.sort(key=lambda item: item.path not in slow_files)  # stable: collection order otherwise
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_python_folder():
+    """Where this pytest process's fork servers keep their sockets (tests/warm_python/server.py),
+    for the stages of run.sh (tests/recipes/conftest.py) and torchrun's agents and learners
+    (tests/distributed/conftest.py). A server starts with the first process that needs it and is
+    stopped here. ASR_TEST_WARM=0 starts every process in a fresh interpreter instead."""
+    here = placement()
+    # A GPU machine runs its tests fresh: a server must not fork after the CUDA driver is loaded.
+    if os.environ.get("ASR_TEST_WARM", "1") == "0" or not here or glob.glob("/dev/nvidia[0-9]*"):
+        yield None
+        return
+    folder = tempfile.mkdtemp(prefix="asr-warm-")  # short: a socket's path has at most 107 bytes
+    os.environ.update(ASR_WARM_DIR=folder, ASR_WARM_PLACEMENT=here)
+    yield folder
+    del os.environ["ASR_WARM_DIR"], os.environ["ASR_WARM_PLACEMENT"]
+    stop_servers(folder)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from pathlib import Path
 from tests.fixtures.toy_corpus import toy_overrides
 
 REPO = Path(__file__).resolve().parents[2]
+WARM_CLIENT = REPO / "tests" / "warm_python" / "client.py"
 
 
 def free_port() -> int:
@@ -21,23 +22,31 @@ def free_port() -> int:
 
 def worker_env(**extra) -> dict:
     # the repository first, then whatever the caller's environment puts on the path (packages
-    # installed outside the interpreter's site-packages)
+    # installed outside the interpreter's site-packages); unbuffered as torchrun's `python -u`
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path, **extra)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path, PYTHONUNBUFFERED="1", **extra)
     env.pop("WORLD_SIZE", None)
     env.pop("RANK", None)
     return env
 
 
 def torchrun_command(nproc: int, module_args: list[str], *launcher: str) -> list[str]:
+    """torchrun running `python -m MODULE ARGS`. Under the suite's fork servers (tests/conftest.py)
+    the agent and each learner start as forked children of one (tests/warm_python/client.py):
+    the learner's command is then the client's (torchrun's --no-python), not `python -u -m`."""
+    if "ASR_WARM_DIR" not in os.environ:
+        python, learner = [sys.executable], ["-m"]
+    else:
+        python = [sys.executable, "-I", "-S", str(WARM_CLIENT)]
+        learner = ["--no-python", *python, "-m"]
     return [
-        sys.executable,
+        *python,
         "-m",
         "torch.distributed.run",
         "--standalone",
         f"--nproc-per-node={nproc}",
         *launcher,
-        "-m",
+        *learner,
         *module_args,
     ]
 

@@ -45,7 +45,10 @@ class Recipe:
         (root / "scripts").symlink_to(REPO / "scripts")
         self.env = dict(
             os.environ,
-            PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            PATH=os.pathsep.join(
+                [str(REPO / "tests" / "warm_python"), str(Path(sys.executable).parent), os.environ["PATH"]]
+            ),
+            ASR_WARM_PYTHON=sys.executable,
             OMP_NUM_THREADS="1",
             PYTHONUNBUFFERED="1",
         )

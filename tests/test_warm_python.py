@@ -1,0 +1,156 @@
+"""The recipe tests' fork server (tests/warm_python/): a stage run in a forked child of it sees what
+it would see as a fresh interpreter, and ends as that interpreter would."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.warm_python.client import placement, stop_servers
+
+REPO = Path(__file__).resolve().parents[1]
+CLIENT = REPO / "tests" / "warm_python" / "client.py"
+PROBE = ["-m", "tests.warm_python.probe"]
+
+
+@pytest.fixture(scope="module")
+def folder():
+    """A fork server of its own, started by a first request (which runs fresh) and then serving."""
+    path = tempfile.mkdtemp(prefix="asr-warm-test-")
+    first = run(path, "exit", "0")
+    assert first.returncode == 0, first.stderr
+    deadline = time.monotonic() + 120
+    while not list(Path(path).glob("*.sock")):
+        assert time.monotonic() < deadline, (Path(path) / os.listdir(path)[0]).read_text()
+        time.sleep(0.2)
+    yield path
+    stop_servers(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def environment(folder: str | None, **extra: str) -> dict[str, str]:
+    env = dict(os.environ, PROBE="seen", ASR_WARM_PLACEMENT=placement())
+    env.pop("ASR_WARM_DIR", None)
+    return dict(env, **extra) if folder is None else dict(env, ASR_WARM_DIR=folder, **extra)
+
+
+def command(folder: str | None, *args: str) -> list[str]:
+    """The probe through the client (with `folder`), or in a fresh interpreter (None)."""
+    client = [] if folder is None else ["-I", "-S", str(CLIENT)]
+    return [sys.executable, *client, *PROBE, *args]
+
+
+def run(folder: str | None, *args: str, stdin: str = "", **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command(folder, *args),
+        cwd=REPO,
+        env=environment(folder, **extra),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def served_children(folder: str) -> int:
+    return sum(line.endswith("\tchild\n") for log in Path(folder).glob("*.cpu") for line in open(log))
+
+
+def test_a_child_sees_what_a_fresh_interpreter_sees(folder):
+    before = served_children(folder)
+    warm = run(folder, "stdin", "two words", stdin="from the pipe\n")
+    cold = run(None, "stdin", "two words", stdin="from the pipe\n")
+    assert served_children(folder) == before + 1  # the server ran it, not a fresh interpreter
+    assert (warm.returncode, warm.stderr) == (cold.returncode, cold.stderr) == (0, "")
+    seen = json.loads(warm.stdout)
+    assert seen == json.loads(cold.stdout)
+    assert seen["argv"] == ["stdin", "two words"] and seen["stdin"] == "from the pipe\n"
+    assert seen["path0"] == str(REPO) and seen["name"] == "__main__" and seen["env"] == "seen"
+
+
+@pytest.mark.parametrize(
+    "args, status, stderr",
+    [
+        (("exit", "3"), 3, ""),
+        (("message",), 1, "probe: a message\n"),
+        (("raise",), 1, "RuntimeError: probe failed\n"),
+        (("interrupt",), -signal.SIGINT, "KeyboardInterrupt\n"),
+    ],
+)
+def test_a_child_ends_as_a_fresh_interpreter_ends(folder, args, status, stderr):
+    warm, cold = run(folder, *args), run(None, *args)
+    assert warm.returncode == cold.returncode == status
+    assert warm.stderr.endswith(stderr) and cold.stderr.endswith(stderr)
+
+
+def test_a_signal_to_the_client_reaches_the_child(folder, tmp_path):
+    pid_file = tmp_path / "pid"
+    client = subprocess.Popen(command(folder, "sleep", str(pid_file)), cwd=REPO, env=environment(folder))
+    child = wait_for_pid(pid_file)
+    assert child != client.pid
+    client.send_signal(signal.SIGTERM)
+    assert client.wait(timeout=30) == -signal.SIGTERM
+    assert not alive(child)
+
+
+def test_a_signal_the_child_ignores_while_it_exits_leaves_its_status(folder, tmp_path):
+    """torchrun sends SIGTERM to the learners left once the first has exited; one that is stopping
+    ignores it (asr/utils/stop.py), and so must its client, up to its very end."""
+    pid_file = tmp_path / "pid"
+    client = subprocess.Popen(command(folder, "ignore-term", str(pid_file)), cwd=REPO, env=environment(folder))
+    wait_for_pid(pid_file)
+    while client.poll() is None:
+        client.send_signal(signal.SIGTERM)
+        time.sleep(0.0005)
+    assert client.returncode == 75
+
+
+def test_a_killed_client_takes_its_child_with_it(folder, tmp_path):
+    pid_file = tmp_path / "pid"
+    client = subprocess.Popen(command(folder, "sleep", str(pid_file)), cwd=REPO, env=environment(folder))
+    child = wait_for_pid(pid_file)
+    client.kill()
+    client.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while alive(child):
+        assert time.monotonic() < deadline, "the child outlived its client"
+        time.sleep(0.05)
+
+
+def test_another_startup_environment_is_not_served_by_this_server(folder):
+    before = served_children(folder)
+    other = run(folder, "exit", "0", OMP_NUM_THREADS="7")  # read as torch loads: a server of its own
+    assert other.returncode == 0
+    assert served_children(folder) == before
+
+
+def test_a_client_in_another_placement_starts_fresh(folder):
+    before = served_children(folder)
+    elsewhere = run(folder, "exit", "0", ASR_WARM_PLACEMENT="net:[another namespace]")
+    assert elsewhere.returncode == 0
+    assert served_children(folder) == before
+
+
+def wait_for_pid(pid_file: Path) -> int:
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return int(pid_file.read_text())
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
