@@ -97,6 +97,7 @@ def test_a_signal_to_the_client_reaches_the_child(folder, tmp_path):
     client = subprocess.Popen(command(folder, "sleep", str(pid_file)), cwd=REPO, env=environment(folder))
     child = wait_for_pid(pid_file)
     assert child != client.pid
+    assert (Path(folder) / f"child-of-{client.pid}").read_text() == str(child)  # for tests that kill it
     client.send_signal(signal.SIGTERM)
     assert client.wait(timeout=30) == -signal.SIGTERM
     assert not alive(child)

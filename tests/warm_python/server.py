@@ -11,7 +11,8 @@ IDLE_S without requests.
 
 Files beside the socket PATH: PATH.pid (the server), PATH.log (its output), PATH.failed (its
 libraries failed to load: clients then start fresh), PATH.cpu (CPU seconds the server's loading
-and each child took, a line each, for tests/cpu_report.py).
+and each child took, a line each, for tests/cpu_report.py), and child-of-CLIENT_PID (the pid of
+the child running that client's command, while it runs).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ def serve(path: str) -> tuple[list[str], list[int]] | None:
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, ("listener", 0))
     children: dict[int, tuple[socket.socket, int]] = {}  # pid -> (its client's connection, pidfd)
+    clients: dict[int, int] = {}  # pid -> its client's pid
     last = time.monotonic()
     while children or time.monotonic() - last < IDLE_S:
         for key, _ in selector.select(timeout=5.0):
@@ -102,6 +104,7 @@ def serve(path: str) -> tuple[list[str], list[int]] | None:
                 except (OSError, ValueError, struct.error):
                     conn.close()
                     continue
+                client = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
                 pid = os.fork()
                 if pid == 0:
                     selector.close()
@@ -114,7 +117,9 @@ def serve(path: str) -> tuple[list[str], list[int]] | None:
                 for fd in fds:
                     os.close(fd)
                 conn.sendall(struct.pack("!i", pid))
+                write_child_pid(path, client, pid)
                 children[pid] = (conn, os.pidfd_open(pid))
+                clients[pid] = client
                 selector.register(conn, selectors.EVENT_READ, ("client", pid))
                 selector.register(children[pid][1], selectors.EVENT_READ, ("child", pid))
             elif kind == "client":  # a client never writes again: readable means it is gone
@@ -123,6 +128,10 @@ def serve(path: str) -> tuple[list[str], list[int]] | None:
             else:
                 _, status, usage = os.wait4(pid, 0)
                 conn, pidfd = children.pop(pid)
+                try:
+                    os.unlink(child_pid_file(path, clients.pop(pid)))
+                except FileNotFoundError:
+                    pass  # the folder went first
                 with open(path + ".cpu", "a") as f:
                     f.write(f"{cpu_seconds(usage):.3f}\tchild\n")
                 try:
@@ -140,6 +149,19 @@ def serve(path: str) -> tuple[list[str], list[int]] | None:
     if os.stat(path).st_ino == inode:  # not a newer server's socket
         os.unlink(path)
     return None
+
+
+def child_pid_file(path: str, client: int) -> str:
+    return os.path.join(os.path.dirname(path), f"child-of-{client}")
+
+
+def write_child_pid(path: str, client: int, child: int) -> None:
+    """The process doing the work of client `client`, for a test that kills a learner it found
+    by the client's environment (tests/fixtures/processes.py), as it would kill a fresh one."""
+    staging = f"{child_pid_file(path, client)}.{os.getpid()}"
+    with open(staging, "w") as f:
+        f.write(str(child))
+    os.rename(staging, child_pid_file(path, client))
 
 
 def become(request: list[str], fds: list[int], base_path: list[str]) -> str:
