@@ -16,13 +16,14 @@ import sys
 import zlib
 
 # Variables read by the interpreter at its start or by the server's libraries as they load: a
-# request whose values differ needs a server started with its values. torchrun's TORCHELASTIC_*
-# differ for every learner and are read only at run time.
+# request whose values differ needs a server started with its values. Those torch reads only at
+# run time, which torchrun sets for its learners (TORCHELASTIC_* differ for each), do not count.
 STARTUP_PREFIXES = (
     "PYTHON", "OMP_", "KMP_", "GOMP_", "MKL_", "ONEDNN_", "DNNL_", "ATEN_", "TORCH", "PYTORCH_",
     "CUDA_", "NCCL_", "LD_", "MALLOC_", "OPENBLAS_", "MPL", "LANG", "LC_",
 )  # fmt: skip
 APPLIED_BY_CHILD = ("PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE")  # the child sets these itself
+RUN_TIME_ONLY = ("TORCHELASTIC_", "TORCH_NCCL_", "TORCHINDUCTOR_CACHE_DIR")
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 
 
@@ -36,12 +37,16 @@ def placement() -> str:
     return " ".join([*spaces, f"cpus:{sorted(os.sched_getaffinity(0))}"])
 
 
-def socket_path(python: str) -> str:
-    startup = sorted(
-        f"{key}={value}"
+def startup_variables() -> dict:
+    return {
+        key: value
         for key, value in os.environ.items()
-        if key.startswith(STARTUP_PREFIXES) and key not in APPLIED_BY_CHILD and not key.startswith("TORCHELASTIC_")
-    )
+        if key.startswith(STARTUP_PREFIXES) and key not in APPLIED_BY_CHILD and not key.startswith(RUN_TIME_ONLY)
+    }
+
+
+def socket_path(python: str) -> str:
+    startup = sorted(f"{key}={value}" for key, value in startup_variables().items())
     key = zlib.crc32("\0".join([python, *startup]).encode())
     return os.path.join(os.environ["ASR_WARM_DIR"], f"{key:08x}.sock")
 
@@ -87,8 +92,8 @@ def server_environment() -> dict:
     """The startup variables and the basics, without this command's own (a learner's RANK, a
     test's ASR_TEST_JOB): /proc/PID/environ of the server and of every child shows the server's
     start, and tests find a learner to kill by its environment (tests/fixtures/processes.py)."""
-    basics = ("PATH", "HOME", "TMPDIR", "USER")
-    return {key: value for key, value in os.environ.items() if key in basics or key.startswith(STARTUP_PREFIXES)}
+    basics = {key: os.environ[key] for key in ("PATH", "HOME", "TMPDIR", "USER") if key in os.environ}
+    return {**basics, **startup_variables()}
 
 
 def stop_servers(folder: str) -> None:

@@ -11,7 +11,7 @@ IDLE_S without requests.
 
 Files beside the socket PATH: PATH.pid (the server), PATH.log (its output), PATH.failed (its
 libraries failed to load: clients then start fresh), PATH.cpu (CPU seconds the server's loading
-and each child took, a line each, for tests/cpu_report.py), and child-of-CLIENT_PID (the pid of
+and each child took, a line each with the child's module, for tests/cpu_report.py), and child-of-CLIENT_PID (the pid of
 the child running that client's command, while it runs).
 """
 
@@ -93,6 +93,7 @@ def serve(path: str) -> tuple[list[str], list[int]] | None:
     selector.register(listener, selectors.EVENT_READ, ("listener", 0))
     children: dict[int, tuple[socket.socket, int]] = {}  # pid -> (its client's connection, pidfd)
     clients: dict[int, int] = {}  # pid -> its client's pid
+    modules: dict[int, str] = {}  # pid -> the module it runs
     last = time.monotonic()
     while children or time.monotonic() - last < IDLE_S:
         for key, _ in selector.select(timeout=5.0):
@@ -120,6 +121,7 @@ def serve(path: str) -> tuple[list[str], list[int]] | None:
                 write_child_pid(path, client, pid)
                 children[pid] = (conn, os.pidfd_open(pid))
                 clients[pid] = client
+                modules[pid] = request[5] if len(request) > 5 else ""  # after -m (client.py's layout)
                 selector.register(conn, selectors.EVENT_READ, ("client", pid))
                 selector.register(children[pid][1], selectors.EVENT_READ, ("child", pid))
             elif kind == "client":  # a client never writes again: readable means it is gone
@@ -133,7 +135,7 @@ def serve(path: str) -> tuple[list[str], list[int]] | None:
                 except FileNotFoundError:
                     pass  # the folder went first
                 with open(path + ".cpu", "a") as f:
-                    f.write(f"{cpu_seconds(usage):.3f}\tchild\n")
+                    f.write(f"{cpu_seconds(usage):.3f}\tchild\t{modules.pop(pid)}\n")
                 try:
                     conn.sendall(struct.pack("!i", status))
                 except OSError:
