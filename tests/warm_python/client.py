@@ -1,10 +1,10 @@
 """`python -I -S client.py -m MODULE ARGS...`: `python -m MODULE ARGS...` through the suite's fork
-server (see server.py), run by the `python` stand-in for run.sh and by the torchrun tests for the
-agent and its learners (tests/distributed/conftest.py). It imports only built-in modules, so it
-starts in about 10 ms. It hands the request and its standard streams to
-the server for this environment, forwards the signals it gets to the child and ends as the child
-ended. Where no server serves this environment yet, it starts one and runs the stage itself in
-a fresh interpreter, as without the server.
+server (see server.py), run by the `python` and `torchrun` stand-ins beside it for run.sh and by
+the torchrun tests for the agent and its learners (tests/distributed/conftest.py). It imports
+only built-in modules, so it starts in about 10 ms. It hands the command and its standard
+streams to the server for this environment, forwards the signals it gets to the child and ends
+as the child ended. Where no server serves this environment yet, it starts one and runs the
+command itself in a fresh interpreter, as without the server.
 """
 
 import _signal
@@ -160,7 +160,7 @@ def main() -> None:
     python = sys.executable
     argv = sys.argv[1:]
     if "ASR_WARM_DIR" not in os.environ or placement() != os.environ.get("ASR_WARM_PLACEMENT"):
-        os.execv(python, [python, *argv])  # no server, or another network namespace (say) than its
+        os.execv(python, [python, *argv])  # no servers, or in another namespace (say) than pytest
     path = socket_path(python)
     conn = connect(path)
     if conn is None:

@@ -117,7 +117,10 @@ def serve(path: str) -> tuple[list[str], list[int]] | None:
                     return request, fds
                 for fd in fds:
                     os.close(fd)
-                conn.sendall(struct.pack("!i", pid))
+                try:
+                    conn.sendall(struct.pack("!i", pid))
+                except OSError:
+                    pass  # the client is gone: its end reads as closed, and the child is killed below
                 write_child_pid(path, client, pid)
                 children[pid] = (conn, os.pidfd_open(pid))
                 clients[pid] = client
@@ -125,9 +128,10 @@ def serve(path: str) -> tuple[list[str], list[int]] | None:
                 selector.register(conn, selectors.EVENT_READ, ("client", pid))
                 selector.register(children[pid][1], selectors.EVENT_READ, ("child", pid))
             elif kind == "client":  # a client never writes again: readable means it is gone
-                os.kill(pid, signal.SIGKILL)
-                selector.unregister(key.fileobj)
-            else:
+                if pid in children:  # not reaped earlier in this round
+                    os.kill(pid, signal.SIGKILL)
+                    selector.unregister(key.fileobj)
+            elif pid in children:
                 _, status, usage = os.wait4(pid, 0)
                 conn, pidfd = children.pop(pid)
                 try:
