@@ -45,7 +45,8 @@ def warm_python_folder():
     if os.environ.get("ASR_TEST_WARM", "1") == "0" or not here or glob.glob("/dev/nvidia[0-9]*"):
         yield None
         return
-    folder = tempfile.mkdtemp(prefix="asr-warm-")  # short: a socket's path has at most 107 bytes
+    # short: a socket's path has at most 107 bytes, and TMPDIR may be long
+    folder = tempfile.mkdtemp(prefix="asr-warm-", dir="/tmp" if os.access("/tmp", os.W_OK) else None)
     os.environ.update(ASR_WARM_DIR=folder, ASR_WARM_PLACEMENT=here)
     yield folder
     del os.environ["ASR_WARM_DIR"], os.environ["ASR_WARM_PLACEMENT"]

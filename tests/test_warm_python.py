@@ -141,6 +141,24 @@ def test_a_client_in_another_placement_starts_fresh(folder):
     assert served_children(folder) == before
 
 
+def test_a_server_that_cannot_listen_leaves_every_client_fresh():
+    folder = tempfile.mkdtemp(prefix="asr-warm-test-")
+    long = Path(folder) / ("x" * 100)  # a socket's path has at most 107 bytes
+    long.mkdir()
+    try:
+        assert run(str(long), "exit", "0").returncode == 0  # starts the server, runs fresh
+        deadline = time.monotonic() + 120
+        while not list(long.glob("*.failed")):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        started = (next(long.glob("*.pid"))).read_text()
+        assert run(str(long), "exit", "3").returncode == 3
+        assert next(long.glob("*.pid")).read_text() == started  # no second server tried
+    finally:
+        stop_servers(str(long))
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def wait_for_pid(pid_file: Path) -> int:
     deadline = time.monotonic() + 60
     while not pid_file.exists() or not pid_file.read_text():

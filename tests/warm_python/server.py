@@ -267,7 +267,11 @@ def main() -> None:
     path = sys.argv[1]
     base_path = sys.path if sys.flags.safe_path else sys.path[1:]  # without this script's folder
     preload(path)
-    served = serve(path)
+    try:
+        served = serve(path)
+    except OSError:  # no socket there (a path over 107 bytes, say): clients start fresh from now on
+        open(path + ".failed", "w").close()
+        raise
     if served is not None:
         run(become(*served, base_path))
 
