@@ -3,9 +3,11 @@ per-directory summary at the end of the run.
 
 Wall time on a shared machine says little about a test's cost; user+sys CPU of pytest plus the
 processes it waited for (stages, torchrun and its workers) does not depend on the other load, so
-this is the figure to compare before and after making a test cheaper. Processes nobody waits for
+this is the figure to compare before and after making a test cheaper. The children of the fork
+servers (tests/warm_python/) are added from their servers' logs. Other processes nobody waits for
 are missed: the stand-in SLURM's jobs (tests/recipes/fake_slurm.py), which its sbatch starts in a
-session of their own and leaves, so tests/recipes/test_cmd_slurm.py costs more than it is charged.
+session of their own and leaves, are charged only for their stages, which run on a fork server,
+so tests/recipes/test_cmd_slurm.py costs a little more than it is charged.
 A module- or session-scoped fixture is charged to the first test that sets it up (under
 pytest-xdist: on each worker that sets it up). Under xdist the wall column adds up the workers'
 times, so it exceeds the run's.
