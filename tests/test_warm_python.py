@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.warm_python.client import placement, stop_servers
+from tests.warm_python.client import client_command, placement, stop_servers
 
 REPO = Path(__file__).resolve().parents[1]
-CLIENT = REPO / "tests" / "warm_python" / "client.py"
 PROBE = ["-m", "tests.warm_python.probe"]
 
 
@@ -45,8 +44,8 @@ def environment(folder: str | None, **extra: str) -> dict[str, str]:
 
 def command(folder: str | None, *args: str) -> list[str]:
     """The probe through the client (with `folder`), or in a fresh interpreter (None)."""
-    client = [] if folder is None else ["-I", "-S", str(CLIENT)]
-    return [sys.executable, *client, *PROBE, *args]
+    start = [sys.executable] if folder is None else client_command()
+    return [*start, *PROBE, *args]
 
 
 def run(folder: str | None, *args: str, stdin: str = "", **extra: str) -> subprocess.CompletedProcess:

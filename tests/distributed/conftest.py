@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 from tests.fixtures.toy_corpus import toy_overrides
+from tests.warm_python.client import client_command
 
 REPO = Path(__file__).resolve().parents[2]
-WARM_CLIENT = REPO / "tests" / "warm_python" / "client.py"
 
 
 def free_port() -> int:
@@ -37,7 +37,7 @@ def torchrun_command(nproc: int, module_args: list[str], *launcher: str) -> list
     if "ASR_WARM_DIR" not in os.environ:
         python, learner = [sys.executable], ["-m"]
     else:
-        python = [sys.executable, "-I", "-S", str(WARM_CLIENT)]
+        python = client_command()
         learner = ["--no-python", *python, "-m"]
     return [
         *python,

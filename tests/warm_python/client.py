@@ -27,6 +27,11 @@ RUN_TIME_ONLY = ("TORCHELASTIC_", "TORCH_NCCL_", "TORCHINDUCTOR_CACHE_DIR")
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 
 
+def client_command() -> list:
+    """The start of a command line that runs `-m MODULE ARGS...` through this client."""
+    return [sys.executable, "-I", "-S", os.path.abspath(__file__)]
+
+
 def placement() -> str:
     """The namespaces (network, mounts, ...) and CPUs this process runs in, which a forked child
     of a server keeps from the server, not from its client ("" where they cannot be read)."""

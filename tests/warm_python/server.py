@@ -102,7 +102,8 @@ def serve(path: str) -> tuple[list[str], list[int]] | None:
                 conn, _ = listener.accept()
                 try:
                     request, fds = receive(conn)
-                except (OSError, ValueError, struct.error):
+                    module = parse(request)[3][1]  # argv: -m MODULE ARGS...
+                except (OSError, ValueError, IndexError, struct.error):
                     conn.close()
                     continue
                 client = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
@@ -124,7 +125,7 @@ def serve(path: str) -> tuple[list[str], list[int]] | None:
                 write_child_pid(path, client, pid)
                 children[pid] = (conn, os.pidfd_open(pid))
                 clients[pid] = client
-                modules[pid] = request[5] if len(request) > 5 else ""  # after -m (client.py's layout)
+                modules[pid] = module
                 selector.register(conn, selectors.EVENT_READ, ("client", pid))
                 selector.register(children[pid][1], selectors.EVENT_READ, ("child", pid))
             elif kind == "client":  # a client never writes again: readable means it is gone
@@ -170,10 +171,15 @@ def write_child_pid(path: str, client: int, child: int) -> None:
     os.rename(staging, child_pid_file(path, client))
 
 
+def parse(request: list[str]) -> tuple[str, int, list[str], list[str], list[str]]:
+    """client.py's request: (cwd, umask, the signals it ignores, argv, environment entries)."""
+    nargs, rest = int(request[3]), request[4:]
+    return request[0], int(request[1]), request[2].split(), rest[:nargs], rest[nargs:]
+
+
 def become(request: list[str], fds: list[int], base_path: list[str]) -> str:
     """Turn this forked child into the process the client asked for; returns the module to run."""
-    cwd, umask, ignored, nargs, rest = request[0], int(request[1]), request[2].split(), int(request[3]), request[4:]
-    argv, env = rest[:nargs], rest[nargs:]
+    cwd, umask, ignored, argv, env = parse(request)
     for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
         signal.signal(number, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as Python sets it up, unless ignored
