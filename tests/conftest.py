@@ -49,8 +49,11 @@ def warm_python_folder():
     folder = tempfile.mkdtemp(prefix="asr-warm-", dir="/tmp" if os.access("/tmp", os.W_OK) else None)
     os.environ.update(ASR_WARM_DIR=folder, ASR_WARM_PLACEMENT=here)
     yield folder
-    del os.environ["ASR_WARM_DIR"], os.environ["ASR_WARM_PLACEMENT"]
     stop_servers(folder)
+    from tests.cpu_report import warm_cpu_seconds  # a plugin (above): imported once pytest has it
+
+    warm_cpu_seconds()  # the last test's stages, before their servers' logs go
+    del os.environ["ASR_WARM_DIR"], os.environ["ASR_WARM_PLACEMENT"]
     shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -30,12 +30,13 @@ _WALL_BY_TEST: dict[str, float] = defaultdict(float)
 def _cpu_seconds() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + _warm_cpu_seconds()
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + warm_cpu_seconds()
 
 
-def _warm_cpu_seconds() -> float:
+def warm_cpu_seconds() -> float:
     """What this process's fork servers (tests/warm_python/server.py) used for its stages: they are
-    no children of pytest, so RUSAGE_CHILDREN misses them."""
+    no children of pytest, so RUSAGE_CHILDREN misses them. tests/conftest.py reads them once more
+    before it removes the servers' folder, in the teardown of the session's last test."""
     folder = os.environ.get("ASR_WARM_DIR")
     if folder and os.path.isdir(folder):  # gone after the session's last test: keep what was read
         for name in os.listdir(folder):
