@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.warm_python import client
 from tests.warm_python.client import client_command, placement, stop_servers
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +38,7 @@ def folder():
 
 
 def environment(folder: str | None, **extra: str) -> dict[str, str]:
-    env = dict(os.environ, PROBE="seen", ASR_WARM_PLACEMENT=placement())
+    env = dict(os.environ, PROBE="seen", ASR_WARM_PLACEMENT=placement(), OMP_NUM_THREADS="1")
     env.pop("ASR_WARM_DIR", None)
     return dict(env, **extra) if folder is None else dict(env, ASR_WARM_DIR=folder, **extra)
 
@@ -48,9 +49,11 @@ def command(folder: str | None, *args: str) -> list[str]:
     return [*start, *PROBE, *args]
 
 
-def run(folder: str | None, *args: str, stdin: str = "", **extra: str) -> subprocess.CompletedProcess:
+def run(
+    folder: str | None, *args: str, stdin: str = "", launcher: tuple[str, ...] = (), **extra: str
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        command(folder, *args),
+        [*launcher, *command(folder, *args)],
         cwd=REPO,
         env=environment(folder, **extra),
         input=stdin,
@@ -135,9 +138,50 @@ def test_another_startup_environment_is_not_served_by_this_server(folder):
 
 def test_a_client_in_another_placement_starts_fresh(folder):
     before = served_children(folder)
-    elsewhere = run(folder, "exit", "0", ASR_WARM_PLACEMENT="net:[another namespace]")
+    elsewhere = run(folder, "exit", "0", ASR_WARM_PLACEMENT="pid:[another namespace]")
     assert elsewhere.returncode == 0
     assert served_children(folder) == before
+
+
+def test_a_client_on_other_cpus_is_served_on_them(folder):
+    """`taskset` (the cluster benchmark's learners) reaches the child."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("one CPU: no other CPUs to pin a client to")
+    before = served_children(folder)
+    pinned = run(folder, launcher=("taskset", "-c", str(cpus[-1])))
+    assert pinned.returncode == 0, pinned.stderr
+    assert served_children(folder) == before + 1
+    assert json.loads(pinned.stdout)["cpus"] == [cpus[-1]]
+
+
+def test_other_cpus_are_served_only_where_omp_num_threads_sizes_the_thread_pools(monkeypatch):
+    """torch and OpenBLAS size their thread pools by the CPUs of the process that imports them."""
+    home = "pid:[1] ipc:[2] uts:[3] user:[4] cpus:0,1"
+    monkeypatch.setenv("ASR_WARM_PLACEMENT", home)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr(client, "placement", lambda: home.replace("0,1", "1"))
+    assert client.served_here()
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert not client.served_here()
+    monkeypatch.setattr(client, "placement", lambda: home.replace("pid:[1]", "pid:[5]"))
+    assert not client.served_here()
+    monkeypatch.setattr(client, "placement", lambda: "")  # unreadable
+    assert not client.served_here()
+
+
+def test_a_client_in_other_network_and_mount_namespaces_is_served_in_them(folder):
+    """`ip netns exec` (the two-host test, the cluster benchmark) reaches the child."""
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "--net", "--mount", "true"]).returncode:
+        pytest.skip("cannot make network and mount namespaces here (root needed)")
+    before = served_children(folder)
+    inside = ["unshare", "--net", "--mount", "sh", "-c", 'readlink /proc/self/ns/net /proc/self/ns/mnt; exec "$@"', "-"]
+    moved = run(folder, launcher=tuple(inside))
+    assert moved.returncode == 0, moved.stderr
+    assert served_children(folder) == before + 1
+    net, mnt, seen = moved.stdout.splitlines()
+    assert (json.loads(seen)["net"], json.loads(seen)["mnt"]) == (net, mnt)
+    assert net != os.readlink("/proc/self/ns/net") and mnt != os.readlink("/proc/self/ns/mnt")
 
 
 def test_a_server_that_cannot_listen_leaves_every_client_fresh():

@@ -120,6 +120,7 @@ def test_repeats_are_summarised_per_role_and_paired_for_the_straggler():
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("warm_processes")
 def test_repeats_roles_and_the_h_adpsgd_straggler(toy_corpus, tmp_path):
     """H-ADPSGD on 2 hosts x 2 at one given link: active and passive learners apart, the
     straggler epochs with one host at half speed. One repeat: 4 learners a job make each run
@@ -167,6 +168,7 @@ def test_repeats_roles_and_the_h_adpsgd_straggler(toy_corpus, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("warm_processes")
 def test_links_per_step_size_ssgd_buckets_and_replot(toy_corpus, tmp_path):
     """SSGD at a given step size of one layout, at its own one-step link and ten times it,
     beside itself with torch's 25 MB buckets at the fast link; the figure and the tables drawn

@@ -33,12 +33,12 @@ def worker_env(**extra) -> dict:
 def torchrun_command(nproc: int, module_args: list[str], *launcher: str) -> list[str]:
     """torchrun running `python -m MODULE ARGS`. Under the suite's fork servers (tests/conftest.py)
     the agent and each learner start as forked children of one (tests/warm_python/client.py):
-    the learner's command is then the client's (torchrun's --no-python), not `python -u -m`."""
+    the learner's command is then the client's (torchrun's --no-python) in place of `python`."""
     if "ASR_WARM_DIR" not in os.environ:
         python, learner = [sys.executable], ["-m"]
     else:
         python = client_command()
-        learner = ["--no-python", *python, "-m"]
+        learner = ["--no-python", *python, "-u", "-m"]
     return [
         *python,
         "-m",

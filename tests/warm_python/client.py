@@ -1,10 +1,11 @@
-"""`python -I -S client.py -m MODULE ARGS...`: `python -m MODULE ARGS...` through the suite's fork
-server (see server.py), run by the `python` and `torchrun` stand-ins beside it for run.sh and by
-the torchrun tests for the agent and its learners (tests/distributed/conftest.py). It imports
-only built-in modules, so it starts in about 10 ms. It hands the command and its standard
-streams to the server for this environment, forwards the signals it gets to the child and ends
-as the child ended. Where no server serves this environment yet, it starts one and runs the
-command itself in a fresh interpreter, as without the server.
+"""`python -I -S client.py [-u] -m MODULE ARGS...`: `python [-u] -m MODULE ARGS...` through the
+suite's fork server (see server.py), run by the `python` and `torchrun` stand-ins beside it (for
+run.sh and the cluster benchmark) and by the torchrun tests for the agent and its learners
+(tests/distributed/conftest.py). It imports only built-in modules, so it starts in about 10 ms.
+It hands the command and its standard streams to the server for this environment, forwards the
+signals it gets to the child and ends as the child ended. Where no server serves this
+environment yet, it starts one and runs the command itself in a fresh interpreter, as without
+the server.
 """
 
 import _signal
@@ -25,6 +26,7 @@ STARTUP_PREFIXES = (
 APPLIED_BY_CHILD = ("PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE")  # the child sets these itself
 RUN_TIME_ONLY = ("TORCHELASTIC_", "TORCH_NCCL_", "TORCHINDUCTOR_CACHE_DIR")
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+ENTERED_SPACES = ("net", "mnt")  # the child enters the client's: its descriptors go with the request
 
 
 def client_command() -> list:
@@ -33,13 +35,26 @@ def client_command() -> list:
 
 
 def placement() -> str:
-    """The namespaces (network, mounts, ...) and CPUs this process runs in, which a forked child
-    of a server keeps from the server, not from its client ("" where they cannot be read)."""
+    """The namespaces (pid, ipc, uts, user) a forked child of a server keeps from the server, and
+    this process's CPUs ("" where they cannot be read). A child enters its client's network and
+    mount namespaces and takes its CPUs (server.py: `enter_placement`): `ip netns exec` and
+    `taskset` reach it."""
     try:
-        spaces = [os.readlink(f"/proc/self/ns/{space}") for space in ("net", "mnt", "pid", "ipc", "uts", "user")]
+        spaces = [os.readlink(f"/proc/self/ns/{space}") for space in ("pid", "ipc", "uts", "user")]
     except OSError:
         return ""
-    return " ".join([*spaces, f"cpus:{sorted(os.sched_getaffinity(0))}"])
+    return " ".join([*spaces, "cpus:" + ",".join(map(str, sorted(os.sched_getaffinity(0))))])
+
+
+def served_here() -> bool:
+    """Whether a server's child can stand in for this process: one of pytest's processes
+    (ASR_WARM_PLACEMENT) or one started from it in other network or mount namespaces or on other
+    CPUs. On other CPUs only where OMP_NUM_THREADS is set: without it torch and OpenBLAS size
+    their thread pools by the CPUs of the process that imported them, the server."""
+    here, home = placement(), os.environ.get("ASR_WARM_PLACEMENT", "")
+    spaces, _, cpus = here.rpartition(" ")
+    home_spaces, _, home_cpus = home.rpartition(" ")
+    return bool(here) and spaces == home_spaces and (cpus == home_cpus or "OMP_NUM_THREADS" in os.environ)
 
 
 def startup_variables() -> dict:
@@ -126,8 +141,10 @@ def run_warm(conn, argv: list) -> None:
     os.umask(umask)
     env = [f"{key}={value}" for key, value in os.environ.items()]
     ignored = [name for name in FORWARDED if _signal.getsignal(getattr(_signal, name)) == _signal.SIG_IGN]
-    request = encode([os.getcwd(), str(umask), " ".join(ignored), str(len(argv)), *argv, *env])
-    fds = _struct.pack("3i", 0, 1, 2)
+    cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    request = encode([os.getcwd(), str(umask), " ".join(ignored), cpus, str(len(argv)), *argv, *env])
+    spaces = [os.open(f"/proc/self/ns/{space}", os.O_RDONLY) for space in ENTERED_SPACES]
+    fds = _struct.pack(f"{3 + len(spaces)}i", 0, 1, 2, *spaces)
     conn.sendmsg([_struct.pack("!I", len(request)) + request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
     (pid,) = _struct.unpack("!i", receive_exactly(conn, 4))
     for name in FORWARDED:
@@ -164,13 +181,16 @@ def receive_exactly(conn, size: int) -> bytes:
 def main() -> None:
     python = sys.executable
     argv = sys.argv[1:]
-    if "ASR_WARM_DIR" not in os.environ or placement() != os.environ.get("ASR_WARM_PLACEMENT"):
-        os.execv(python, [python, *argv])  # no servers, or in another namespace (say) than pytest
+    if "ASR_WARM_DIR" not in os.environ or not served_here():
+        os.execv(python, [python, *argv])  # no servers, or in another PID namespace (say) than pytest
     path = socket_path(python)
     conn = connect(path)
     if conn is None:
         start_server(python, path)
         os.execv(python, [python, *argv])
+    if argv[:1] == ["-u"]:  # torchrun's learners: `python -u -m MODULE ...`
+        os.environ["PYTHONUNBUFFERED"] = "1"
+        argv = argv[1:]
     run_warm(conn, argv)
 
 

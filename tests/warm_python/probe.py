@@ -24,6 +24,9 @@ def main() -> None:
                 "stdout_line_buffering": sys.stdout.line_buffering,
                 "sigterm": str(signal.getsignal(signal.SIGTERM)),
                 "sigint": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+                "net": os.readlink("/proc/self/ns/net"),
+                "mnt": os.readlink("/proc/self/ns/mnt"),
+                "cpus": sorted(os.sched_getaffinity(0)),
             }
         ),
         flush=True,

@@ -70,7 +70,7 @@ def preload(path: str) -> None:
 
 
 def receive(conn: socket.socket) -> tuple[list[str], list[int]]:
-    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 5)  # stdin, stdout, stderr, 2 namespaces
     (size,) = struct.unpack("!I", data[:4])
     data = data[4:]
     while len(data) < size:
@@ -102,7 +102,7 @@ def serve(path: str) -> tuple[list[str], list[int]] | None:
                 conn, _ = listener.accept()
                 try:
                     request, fds = receive(conn)
-                    module = parse(request)[3][1]  # argv: -m MODULE ARGS...
+                    module = parse(request)[4][1]  # argv: -m MODULE ARGS...
                 except (OSError, ValueError, IndexError, struct.error):
                     conn.close()
                     continue
@@ -171,24 +171,26 @@ def write_child_pid(path: str, client: int, child: int) -> None:
     os.rename(staging, child_pid_file(path, client))
 
 
-def parse(request: list[str]) -> tuple[str, int, list[str], list[str], list[str]]:
-    """client.py's request: (cwd, umask, the signals it ignores, argv, environment entries)."""
-    nargs, rest = int(request[3]), request[4:]
-    return request[0], int(request[1]), request[2].split(), rest[:nargs], rest[nargs:]
+def parse(request: list[str]) -> tuple[str, int, list[str], set[int], list[str], list[str]]:
+    """client.py's request: (cwd, umask, the signals it ignores, its CPUs, argv, environment entries)."""
+    nargs, rest = int(request[4]), request[5:]
+    cpus = {int(cpu) for cpu in request[3].split(",")}
+    return request[0], int(request[1]), request[2].split(), cpus, rest[:nargs], rest[nargs:]
 
 
 def become(request: list[str], fds: list[int], base_path: list[str]) -> str:
     """Turn this forked child into the process the client asked for; returns the module to run."""
-    cwd, umask, ignored, argv, env = parse(request)
+    cwd, umask, ignored, cpus, argv, env = parse(request)
     for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
         signal.signal(number, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as Python sets it up, unless ignored
     for name in ignored:  # ignored in the client: inherited across exec by a fresh interpreter
         signal.signal(getattr(signal, name), signal.SIG_IGN)
-    for target, fd in enumerate(fds):
+    for target, fd in enumerate(fds[:3]):
         os.dup2(fd, target)
         os.close(fd)
-    os.chdir(cwd)
+    enter_placement(fds[3:], cpus)
+    os.chdir(cwd)  # after the mount namespace, which sets it to that namespace's root
     os.umask(umask)
     os.environ.clear()
     os.environ.update(entry.split("=", 1) for entry in env)
@@ -204,6 +206,22 @@ def become(request: list[str], fds: list[int], base_path: list[str]) -> str:
     sys.modules["__main__"] = types.ModuleType("__main__")
     numpy.random.seed()  # a fresh process draws its own seed (the random module reseeds at fork)
     return argv[1]
+
+
+def enter_placement(namespaces: list[int], cpus: set[int]) -> None:
+    """The client's network and mount namespaces (client.ENTERED_SPACES, as `ip netns exec` gives
+    them) where they are not the server's, and its CPUs (`taskset`'s). Entering a namespace needs
+    the privileges that made it (root); torch's thread count stays the server's, which
+    OMP_NUM_THREADS sets where the CPUs differ (client.served_here)."""
+    for space, fd in zip(("net", "mnt"), namespaces, strict=True):
+        if os.readlink(f"/proc/self/fd/{fd}") != os.readlink(f"/proc/self/ns/{space}"):
+            import ctypes
+
+            if ctypes.CDLL(None, use_errno=True).setns(fd, 0) != 0:
+                error = ctypes.get_errno()
+                raise OSError(error, f"cannot enter the client's {space} namespace: {os.strerror(error)}")
+        os.close(fd)
+    os.sched_setaffinity(0, cpus)
 
 
 def reopen_stdio(unbuffered: bool) -> None:
@@ -279,7 +297,12 @@ def main() -> None:
         open(path + ".failed", "w").close()
         raise
     if served is not None:
-        run(become(*served, base_path))
+        try:
+            module = become(*served, base_path)
+        except OSError as error:  # on the client's standard error, as the command's own failure
+            print(f"tests/warm_python: {error}", file=sys.stderr, flush=True)
+            os._exit(1)
+        run(module)
 
 
 if __name__ == "__main__":
