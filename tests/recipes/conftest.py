@@ -50,6 +50,9 @@ class Recipe:
             ),
             ASR_WARM_PYTHON=sys.executable,
             OMP_NUM_THREADS="1",
+            # as tests/distributed's worker_env: the startup variables alike, one fork server (a
+            # few CPU-s to start) serves the stages and the torchrun tests of a pytest worker
+            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
             PYTHONUNBUFFERED="1",
         )
 
