@@ -24,16 +24,25 @@ AVX512_NO_BF16 := ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI ATEN_CPU_CAPABILITY=avx512
 
 install: $(STAMP)
 
-# KenLM compiles (CPU-bound) in the background while pip downloads and unpacks (I/O-bound).
+# KenLM compiles (CPU-bound) in the background while pip downloads and unpacks (I/O-bound) and
+# everything is imported once. pip writes no bytecode (--no-compile): compiling all it installs
+# took 20 CPU-s for torch alone, mostly modules the toolkit never imports. That import writes
+# the bytecode of what the stages import (even where PYTHONDONTWRITEBYTECODE is set); anything
+# else is compiled when first imported.
 $(STAMP): setup.py scripts/install_system.sh scripts/build_kenlm.sh
 	bash scripts/install_system.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	bash scripts/build_kenlm.sh $(VENV) & kenlm=$$!; \
-	$(PY) -m pip install -q $(TORCH) && $(PY) -m pip install -q -e '.[dev]'; status=$$?; \
-	wait $$kenlm; exit $$status
-	$(PY) -c "import asr.config, torch, kaldiio, sentencepiece, jiwer, soundfile, kaldi_hmm_gmm, kaldifst, kaldilm; print('asr toolkit installed, torch', torch.__version__)"
+	$(PY) -m pip install -q --no-compile $(TORCH) && $(PY) -m pip install -q --no-compile -e '.[dev]' && \
+	$(CACHE_BYTECODE) $(PY) -c "$(STAGE_IMPORTS); print('asr toolkit installed, torch', torch.__version__)"; \
+	status=$$?; wait $$kenlm; exit $$status
 	touch $(STAMP)
+
+# The libraries the stages, torchrun and the learners import (torch.optim imports torch._dynamo).
+STAGE_IMPORTS := import asr.config, torch, torch._dynamo, torch.distributed.run, numpy, scipy.signal, scipy.linalg, \
+  matplotlib.pyplot, hydra, omegaconf, yaml, tqdm, kaldiio, sentencepiece, jiwer, soundfile, kaldi_hmm_gmm, \
+  kaldifst, kaldilm, kaldi_native_fbank
 
 # two learners (SSGD) with the single process's global batch: conf/experiment/mini_ssgd.yaml
 DEMO ?= --nproc 2 experiment=mini_ssgd
