@@ -73,8 +73,16 @@ def root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def swept(root):
+    """The sweep run in this process on one thread, as the worker processes run it (train.threads
+    over sweep.jobs): test_runs_in_processes_give_the_same_numbers compares them bit for bit, and
+    a test before this module (in-process training) may have left torch on more threads."""
     cfg = toy_config(root, SWEEP)
-    return cfg, run_sweep(cfg)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return cfg, run_sweep(cfg)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_the_baseline_grid_then_its_best_lr_with_every_seed(swept):
