@@ -3,6 +3,7 @@ forked from the suite's fork server (tests/warm_python/)."""
 
 from __future__ import annotations
 
+import multiprocessing.spawn  # noqa: F401  takes its workers' interpreter from sys.executable as it loads: the real one
 import sys
 from pathlib import Path
 
