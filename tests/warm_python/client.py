@@ -43,7 +43,12 @@ def placement() -> str:
         spaces = [os.readlink(f"/proc/self/ns/{space}") for space in ("pid", "ipc", "uts", "user")]
     except OSError:
         return ""
-    return " ".join([*spaces, "cpus:" + ",".join(map(str, sorted(os.sched_getaffinity(0))))])
+    return " ".join([*spaces, f"cpus:{cpu_list()}"])
+
+
+def cpu_list() -> str:
+    """This process's CPUs, as `0,1`."""
+    return ",".join(map(str, sorted(os.sched_getaffinity(0))))
 
 
 def served_here() -> bool:
@@ -141,8 +146,7 @@ def run_warm(conn, argv: list) -> None:
     os.umask(umask)
     env = [f"{key}={value}" for key, value in os.environ.items()]
     ignored = [name for name in FORWARDED if _signal.getsignal(getattr(_signal, name)) == _signal.SIG_IGN]
-    cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))))
-    request = encode([os.getcwd(), str(umask), " ".join(ignored), cpus, str(len(argv)), *argv, *env])
+    request = encode([os.getcwd(), str(umask), " ".join(ignored), cpu_list(), str(len(argv)), *argv, *env])
     spaces = [os.open(f"/proc/self/ns/{space}", os.O_RDONLY) for space in ENTERED_SPACES]
     fds = _struct.pack(f"{3 + len(spaces)}i", 0, 1, 2, *spaces)
     conn.sendmsg([_struct.pack("!I", len(request)) + request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
