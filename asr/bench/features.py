@@ -58,6 +58,7 @@ from asr.kaldi.segments import Segment
 from asr.utils.atomic import write_text
 from asr.utils.device import cpu_name
 from asr.utils.log import log_to_stderr
+from asr.utils.threads import torch_threads
 
 log = logging.getLogger("asr.bench.features")
 
@@ -272,12 +273,8 @@ def compression_error(data_dir: Path, work: Path) -> dict:
 
 
 def run(data_dir: Path | None, minutes: float, threads: int, overrides: list[str]) -> dict:
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         return _run(data_dir, minutes, threads, overrides)
-    finally:
-        torch.set_num_threads(previous_threads)
 
 
 def _run(data_dir: Path | None, minutes: float, threads: int, overrides: list[str]) -> dict:

@@ -46,6 +46,7 @@ from asr.kaldi.pdf_counts import PDF_COUNTS_NAME, read_pdf_counts
 from asr.utils.atomic import atomic_path
 from asr.utils.device import select_device
 from asr.utils.errors import InputError
+from asr.utils.threads import torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -158,9 +159,9 @@ def export_set(cfg, set_name: str, model: AcousticModel, log_prior: Tensor, devi
 
 def export_loglikes(cfg, sets: list[str] | None = None) -> list[Path]:
     """The decode stage for decode.kind=loglikes (`sets`, else decode.sets); returns the output directories."""
-    torch.set_num_threads(cfg.decode.threads)
-    device = select_device(cfg.device)
-    model = load_frame_ce_model(cfg, device)
-    num_pdfs = model.head.linear.out_features
-    log_prior = load_log_priors(cfg, num_pdfs)
-    return [export_set(cfg, name, model, log_prior, device) for name in sets or evaluation_sets(cfg)]
+    with torch_threads(cfg.decode.threads):
+        device = select_device(cfg.device)
+        model = load_frame_ce_model(cfg, device)
+        num_pdfs = model.head.linear.out_features
+        log_prior = load_log_priors(cfg, num_pdfs)
+        return [export_set(cfg, name, model, log_prior, device) for name in sets or evaluation_sets(cfg)]

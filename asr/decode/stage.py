@@ -30,6 +30,7 @@ from asr.text.tokenizer import Tokenizer, tokenizer_model_path
 from asr.utils.device import select_device
 from asr.utils.errors import InputError
 from asr.utils.record import record_path, why_rerun, write_record
+from asr.utils.threads import torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -126,18 +127,18 @@ def sets_to_decode(cfg) -> list[str]:
 
 def decode_greedy(cfg, sets: list[str] | None = None) -> list[Path]:
     """decode.kind=greedy: the best path of the CTC outputs (of `sets`, else decode.sets)."""
-    torch.set_num_threads(cfg.decode.threads)
-    device = select_device(cfg.device)
-    model, tokenizer = load_decoding_model(cfg, device)
-    return [decode_set(cfg, name, model, tokenizer, device) for name in sets or evaluation_sets(cfg)]
+    with torch_threads(cfg.decode.threads):
+        device = select_device(cfg.device)
+        model, tokenizer = load_decoding_model(cfg, device)
+        return [decode_set(cfg, name, model, tokenizer, device) for name in sets or evaluation_sets(cfg)]
 
 
 def decode_with_lm(cfg, sets: list[str] | None = None) -> list[Path]:
     """decode.kind=beam_lm: the acoustic model here, the beam search in decode.jobs workers."""
     tokenizer = Tokenizer(tokenizer_model_path(cfg.tokenizer))
     options = beam_options(cfg)
-    with ParallelBeamSearch(beam_spec(cfg, tokenizer), cfg.decode.jobs) as pool:  # forked before torch runs
-        torch.set_num_threads(cfg.decode.threads)
+    # The workers are forked before torch runs.
+    with ParallelBeamSearch(beam_spec(cfg, tokenizer), cfg.decode.jobs) as pool, torch_threads(cfg.decode.threads):
         device = select_device(cfg.device)
         model, tokenizer = load_decoding_model(cfg, device)
         search = beam_search(pool, options)

@@ -33,6 +33,7 @@ from asr.lang.search import GraphDecoder, SearchOptions
 from asr.utils.device import select_device
 from asr.utils.errors import InputError
 from asr.utils.stop import default_signals
+from asr.utils.threads import torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +143,8 @@ def write_set(cfg, set_name: str, scored: ScoredSet, decoded: list[tuple[str, li
 
 def decode_wfst(cfg, sets: list[str] | None = None) -> list[Path]:
     """The decode stage for decode.kind=wfst (`sets`, else decode.sets); returns the output directories."""
-    with ParallelWfstSearch(WfstSpec.of(cfg), cfg.decode.jobs) as search:  # forked before torch runs
-        torch.set_num_threads(cfg.decode.threads)
+    # The workers are forked before torch runs.
+    with ParallelWfstSearch(WfstSpec.of(cfg), cfg.decode.jobs) as search, torch_threads(cfg.decode.threads):
         device = select_device(cfg.device)
         model = load_frame_ce_model(cfg, device)
         log_prior = load_log_priors(cfg, model.head.linear.out_features)

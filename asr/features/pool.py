@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from asr.utils.memory import freeze_imports
 from asr.utils.pool import spawn_pool
-from asr.utils.threads import one_blas_thread_in_children
+from asr.utils.threads import one_blas_thread_in_children, torch_threads
 
 _progress_queue: Any = None  # in a worker: where it counts the items it has done
 _shared: tuple[ProcessPoolExecutor, Any] | None = None  # in the stage: shared_workers' pool and queue
@@ -99,13 +99,7 @@ def drain(progress: Any) -> int:
     return done
 
 
-@contextlib.contextmanager
-def single_thread():
+def single_thread() -> contextlib.AbstractContextManager:
     """One torch thread for per-speaker work: its operations are small, and a second thread
     only synchronises (and spins when the machine is busy). Parallelism is across speakers."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+    return torch_threads(1)

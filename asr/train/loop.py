@@ -79,6 +79,7 @@ from asr.utils.device import select_device
 from asr.utils.errors import InputError
 from asr.utils.lock import DirLock
 from asr.utils.stop import EXIT_PREEMPTED, Preempted, StopRequest
+from asr.utils.threads import torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -889,7 +890,11 @@ def train(cfg) -> Path | None:
     if cfg.train.epochs < 1:
         raise InputError(f"train.epochs={cfg.train.epochs}: train for at least one epoch")
     started = time.perf_counter()
-    torch.set_num_threads(cfg.train.threads)
+    with torch_threads(cfg.train.threads):
+        return _train_on_threads(cfg, started)
+
+
+def _train_on_threads(cfg, started: float) -> Path | None:
     exp_dir = Path(cfg.exp_dir)
     stop = StopRequest().install()  # before anything slow: a signal during start-up stops at the first step
     dist = init_distributed(cfg)

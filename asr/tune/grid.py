@@ -47,6 +47,7 @@ from asr.utils.atomic import write_text
 from asr.utils.device import select_device
 from asr.utils.errors import InputError
 from asr.utils.record import record_path, why_rerun, write_record
+from asr.utils.threads import torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +117,8 @@ def lm_weight_hyps(cfg) -> tuple[dict[str, str], Points]:
     if not cfg.decode.tune_lm_weights or not cfg.decode.tune_word_scores:
         raise InputError("decode.tune_lm_weights and decode.tune_word_scores must each list at least one value")
     tokenizer = Tokenizer(tokenizer_model_path(cfg.tokenizer))
-    with ParallelBeamSearch(beam_spec(cfg, tokenizer), cfg.decode.jobs) as pool:  # forked before torch runs
-        torch.set_num_threads(cfg.decode.threads)
+    # The workers are forked before torch runs.
+    with ParallelBeamSearch(beam_spec(cfg, tokenizer), cfg.decode.jobs) as pool, torch_threads(cfg.decode.threads):
         device = select_device(cfg.device)
         model, tokenizer = load_decoding_model(cfg, device)
         refs, arrays = set_log_probs(cfg, cfg.decode.tune_set, model, device)
@@ -130,8 +131,8 @@ def acoustic_scale_hyps(cfg) -> tuple[dict[str, str], Points]:
     the graph at every scale of decode.tune_acoustic_scales."""
     if not cfg.decode.tune_acoustic_scales:
         raise InputError("decode.tune_acoustic_scales must list at least one value")
-    with ParallelWfstSearch(WfstSpec.of(cfg), cfg.decode.jobs) as search:  # forked before torch runs
-        torch.set_num_threads(cfg.decode.threads)
+    # The workers are forked before torch runs.
+    with ParallelWfstSearch(WfstSpec.of(cfg), cfg.decode.jobs) as search, torch_threads(cfg.decode.threads):
         device = select_device(cfg.device)
         model = load_frame_ce_model(cfg, device)
         log_prior = load_log_priors(cfg, model.head.linear.out_features)

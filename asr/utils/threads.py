@@ -1,5 +1,6 @@
-"""Child processes whose numpy BLAS runs one thread: where work is split over processes, the
-processes are the parallelism (the feature recipes' pools, the GMM stages' jobs)."""
+"""Thread counts: torch's, set for a block and put back after it, and child processes whose
+numpy BLAS runs one thread (where work is split over processes, the processes are the
+parallelism: the feature recipes' pools, the GMM stages' jobs)."""
 
 from __future__ import annotations
 
@@ -24,3 +25,18 @@ def one_blas_thread_in_children():
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@contextlib.contextmanager
+def torch_threads(count: int):
+    """torch computes on `count` threads inside the block and on as many as before after it: a
+    stage called in a process that goes on (a notebook, a test, a benchmark) leaves the count
+    as it found it."""
+    import torch  # here, not above: the GMM stages' jobs import this module and never torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

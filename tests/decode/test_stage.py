@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from asr.decode.stage import decode
+from asr.utils.threads import torch_threads
 from tests.fixtures.toy_corpus import make_toy_experiment, save_untrained_checkpoint, toy_config
 
 torch.set_num_threads(1)
@@ -35,7 +36,9 @@ def decoded(cfg, caplog) -> list[str]:
 
 def test_decode_skips_what_its_records_match_and_reruns_what_changed(toy, caplog):
     root, cfg = toy
-    assert decoded(cfg, caplog) == ["eval", "dev"]
+    with torch_threads(1):
+        assert decoded(cfg, caplog) == ["eval", "dev"]
+        assert torch.get_num_threads() == 1  # the model ran on decode.threads=2; the count is put back
     record = json.loads((root / "exp/decode_eval/decode.record.json").read_text())
     assert set(record["outputs"]) == {"hyp.txt", "hyp.ctm"}
     for name in ("exp/checkpoints/last.pt", "lang/bpe40.model", "data/eval/utt2spk", "data/eval/segments"):

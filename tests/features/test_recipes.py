@@ -24,6 +24,7 @@ from asr.kaldi.matrix import read_transforms
 from asr.features.recipes import feature_dim, make_features
 from asr.features.subset import streamed_subset
 from asr.utils.errors import InputError
+from asr.utils.threads import torch_threads
 from tests.features.conftest import SETS
 
 # Small enough for 12 utterances of ~0.9 s (about 180 frames per speaker).
@@ -94,10 +95,8 @@ def test_logmel_with_deltas(tmp_path, corpus):
 def one_torch_thread():
     """These sets are tiny: a second torch thread only adds synchronisation (and spins when
     the test machine is busy)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="module")

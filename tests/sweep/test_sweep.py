@@ -23,6 +23,7 @@ from asr.sweep.sweep import run_sweep
 from asr.utils.errors import InputError
 from asr.utils.pool import spawn_pool
 from asr.utils.stop import EXIT_PREEMPTED
+from asr.utils.threads import torch_threads
 from tests.fixtures.toy_corpus import make_toy_experiment, toy_config, toy_overrides
 
 torch.set_num_threads(1)
@@ -74,15 +75,11 @@ def root(tmp_path_factory):
 @pytest.fixture(scope="module")
 def swept(root):
     """The sweep run in this process on one thread, as the worker processes run it (train.threads
-    over sweep.jobs): test_runs_in_processes_give_the_same_numbers compares them bit for bit, and
-    a test before this module (in-process training) may have left torch on more threads."""
+    over sweep.jobs): test_runs_in_processes_give_the_same_numbers compares them bit for bit,
+    whatever count the pytest worker is on."""
     cfg = toy_config(root, SWEEP)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         return cfg, run_sweep(cfg)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def test_the_baseline_grid_then_its_best_lr_with_every_seed(swept):

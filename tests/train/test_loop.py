@@ -13,6 +13,7 @@ from asr.train import loop, objectives
 from asr.train.record import read_record, record_path
 from asr.train.trainlog import TrainLog
 from asr.utils.errors import InputError
+from asr.utils.threads import torch_threads
 
 torch.set_num_threads(1)
 
@@ -103,6 +104,14 @@ def test_without_the_plot_the_log_is_written_all_the_same(root):
     loop.train(toy_config(root, ["train.epochs=1", "train.plot=false"]))
     assert not (root / "exp" / "loss.png").exists()  # `trained` plots: train.plot=true, the default
     assert [r.epoch for r in TrainLog(root / "exp").rows if r.dev_loss == r.dev_loss] == [1]
+
+
+def test_training_puts_the_callers_thread_count_back(root):
+    """The stage computes on train.threads; a process that goes on after it (a notebook, this
+    test) finds torch on the count it had."""
+    with torch_threads(1):
+        assert loop.train(toy_config(root, ["train.threads=2", "train.max_steps=1"])) is None
+        assert torch.get_num_threads() == 1
 
 
 RECORD = ["train.record_utterances=true"]
