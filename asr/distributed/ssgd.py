@@ -37,6 +37,14 @@ AUTO_BUCKET_SHARE = 4
 AUTO_BUCKET_MIN_MB = 1.0
 AUTO_BUCKET_MAX_MB = 25.0
 
+# Every process group a DDP model reduces over, referenced until the process ends. DDP's Reducer
+# holds its group and is freed with the GIL held: as the group's last owner it would run
+# ~ProcessGroupGloo, which waits, GIL in hand, for the group's worker threads, while one of them,
+# freeing a collective whose tensors Python has dropped, waits for the GIL (pytorch/pytorch#56297):
+# a learner exiting right after a collective hangs. The Python object kept here is the last owner
+# instead, and it releases the GIL before it destroys the group.
+GROUPS_OF_DDP: list = []
+
 
 def gradient_megabytes(model: torch.nn.Module) -> float:
     """What one all-reduce of the model's gradients moves, in MB (2**20 bytes)."""
@@ -56,6 +64,7 @@ def ddp_wrap(model: torch.nn.Module, device: torch.device, group, bucket_cap_mb:
     none, and a model with some would get them from the group's first learner, as DDP users expect.
     The gradients are views of DDP's buckets, which saves a model-sized copy a step and its memory."""
     device_ids = [device.index] if device.type == "cuda" else None
+    GROUPS_OF_DDP.append(dist.group.WORLD if group is None else group)
     return DistributedDataParallel(
         model, device_ids=device_ids, process_group=group, bucket_cap_mb=bucket_cap_mb, gradient_as_bucket_view=True
     )
