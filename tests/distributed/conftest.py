@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.fixtures.processes import repo_pythonpath
 from tests.fixtures.toy_corpus import toy_overrides
 from tests.warm_python.client import client_command
 
@@ -21,10 +22,8 @@ def free_port() -> int:
 
 
 def worker_env(**extra) -> dict:
-    # the repository first, then whatever the caller's environment puts on the path (packages
-    # installed outside the interpreter's site-packages); unbuffered as torchrun's `python -u`
-    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path, PYTHONUNBUFFERED="1", **extra)
+    # unbuffered as torchrun's `python -u`
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=repo_pythonpath(), PYTHONUNBUFFERED="1", **extra)
     env.pop("WORLD_SIZE", None)
     env.pop("RANK", None)
     return env

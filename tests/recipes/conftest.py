@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.processes import repo_pythonpath
+
 REPO = Path(__file__).resolve().parents[2]
 
 # A model and schedule small enough for a CPU test, on the `tiny` synthetic corpus.
@@ -50,9 +52,7 @@ class Recipe:
             ),
             ASR_WARM_PYTHON=sys.executable,
             OMP_NUM_THREADS="1",
-            # as tests/distributed's worker_env: the startup variables alike, one fork server (a
-            # few CPU-s to start) serves the stages and the torchrun tests of a pytest worker
-            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+            PYTHONPATH=repo_pythonpath(),  # as the torchrun tests': one fork server serves both
             PYTHONUNBUFFERED="1",
         )
 
